@@ -1,0 +1,33 @@
+"""The task message: what travels from a producer through intake, admission and Celery to a worker."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TaskMessage(BaseModel):
+    """One page to fetch for one source. Serialised as compact JSON in Redis and Celery."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    source: str
+    kind: Literal["listing", "details"] = "details"
+    url: str
+    depth: int = Field(default=0, ge=0)
+    run_id: str | None = None
+    package_id: int | None = None
+    attempt: int = Field(default=0, ge=0)
+    country: str | None = None
+    enqueued_at: float = Field(default_factory=time.time)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> TaskMessage:
+        return cls.model_validate_json(raw)

@@ -1,0 +1,54 @@
+"""Which MongoDB answers (DESIGN.md section 8): HARVESTER_MONGO_URI, else mongod on PATH, else SecantusDB."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+MongoKind = Literal["external", "mongod", "secantusdb"]
+
+
+@dataclass(frozen=True)
+class MongoChoice:
+    """How to get a MongoDB: a URI to use as is, or a server command to start on a loopback port."""
+
+    kind: MongoKind
+    uri: str
+    command: list[str] | None
+
+    def describe(self) -> str:
+        return {
+            "external": f"the MongoDB at HARVESTER_MONGO_URI ({redact(self.uri)})",
+            "mongod": f"a local mongod at {self.uri}",
+            "secantusdb": f"the embedded stand-in SecantusDB at {self.uri} (slow; see README)",
+        }[self.kind]
+
+
+def redact(uri: str) -> str:
+    """Hide a password in a URI before it is printed."""
+    if "@" not in uri or "://" not in uri:
+        return uri
+    scheme, rest = uri.split("://", 1)
+    credentials, host = rest.rsplit("@", 1)
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"
+
+
+def choose_mongo(port: int, data_dir: Path, environ: dict[str, str] | None = None) -> MongoChoice:
+    environ = dict(os.environ) if environ is None else environ
+    if uri := environ.get("HARVESTER_MONGO_URI"):
+        return MongoChoice("external", uri, None)
+    local_uri = f"mongodb://127.0.0.1:{port}/?directConnection=true"
+    if mongod := shutil.which("mongod", path=environ.get("PATH")):
+        command = [mongod, "--bind_ip", "127.0.0.1", "--port", str(port), "--dbpath", str(data_dir / "mongod")]
+        return MongoChoice("mongod", local_uri, command)
+    secantus = Path(sys.executable).with_name("secantusd-py")
+    command = [
+        str(secantus) if secantus.exists() else "secantusd-py",
+        "--host", "127.0.0.1", "--port", str(port), "--storage-path", str(data_dir / "secantusdb"),
+    ]
+    return MongoChoice("secantusdb", local_uri, command)

@@ -1,0 +1,64 @@
+"""Wait until a service answers, so a start step fails fast with a clear reason instead of hanging."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+
+class ServiceNotReady(RuntimeError):
+    """A service did not answer within its deadline."""
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    """Poll ``check`` until it returns True; raise :class:`ServiceNotReady` naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception as error:  # the service is still starting: any failure means "not yet"
+            last_error = error
+        time.sleep(interval)
+    detail = f" (last error: {last_error})" if last_error else ""
+    raise ServiceNotReady(f"{what} not ready after {timeout:.0f}s{detail}")
+
+
+def tcp_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def redis_ping(url: str) -> bool:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        return bool(client.ping())
+    finally:
+        client.close()
+
+
+def mongo_ping(uri: str) -> bool:
+    import pymongo
+
+    client: pymongo.MongoClient = pymongo.MongoClient(uri, serverSelectionTimeoutMS=1000)
+    try:
+        return client.admin.command("ping").get("ok") == 1
+    finally:
+        client.close()
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return 200 <= response.status < 400
+    except urllib.error.URLError:
+        return False

@@ -1,0 +1,76 @@
+"""Every tunable of Harvester in one pydantic model, read from ``HARVESTER_*`` environment variables.
+
+One source of truth: components take a :class:`HarvesterSettings` (or call :func:`get_settings`)
+instead of reading the environment themselves, so a test can build one with overrides.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+
+
+class HarvesterSettings(BaseSettings):
+    """Settings shared by every Harvester process."""
+
+    model_config = SettingsConfigDict(env_prefix="HARVESTER_", extra="ignore")
+
+    # Where things are.
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    mongo_uri: str | None = Field(
+        default=None,
+        description="A real MongoDB; when unset, make run / make test start mongod or the stand-in.",
+    )
+    mongo_database: str = "harvester"
+    sources_dir: Path = REPOSITORY_ROOT / "include" / "sources"
+    var_dir: Path = REPOSITORY_ROOT / "var"
+    demo_site_url: str = "http://127.0.0.1:8008"
+
+    # Distributor and rate-limit store (DESIGN.md section 4).
+    rate_window_seconds: float = Field(default=60.0, gt=0, description="Rolling window of per_minute.")
+    lease_seconds: float = Field(default=120.0, gt=0, description="A task not heartbeaten this long is reaped.")
+    heartbeat_seconds: float = Field(default=20.0, gt=0)
+    reap_interval_seconds: float = Field(default=5.0, gt=0)
+    queue_max_depth: int = Field(default=2000, ge=1, description="Backpressure: Celery queue depth cap.")
+    admit_batch_size: int = Field(default=500, ge=1)
+    retry_base_seconds: float = Field(default=2.0, ge=0)
+    retry_max_seconds: float = Field(default=300.0, ge=0)
+
+    # Workers and scraping.
+    body_size_cap_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    max_redirects: int = Field(default=5, ge=0)
+    output_sink: Literal["mongo", "discard"] = "mongo"
+    user_agent: str = (
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/131.0 Safari/537.36 Harvester/0.1"
+    )
+
+    # Browsers and page slots (DESIGN.md section 5).
+    chromium_executable: Path = Path("/usr/bin/chromium")
+    max_page_slots: int = Field(default=4, ge=0)
+    min_scraping_tasks_by_pageslot: Fraction = Fraction(1, 3)
+    page_slot_idle_seconds: float = 60.0
+    page_slot_starving_seconds: float = 50.0
+    allocation_sample_size: int = 3000
+
+    # Observability.
+    metrics_port: int = 0
+
+    @field_validator("min_scraping_tasks_by_pageslot", mode="before")
+    @classmethod
+    def _parse_fraction(cls, value: object) -> Fraction:
+        """Accept "1/3" or 0.25 so an exact fraction survives an environment variable."""
+        return Fraction(str(value)) if not isinstance(value, Fraction) else value
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> HarvesterSettings:
+    """The process-wide settings, read once from the environment."""
+    return HarvesterSettings()

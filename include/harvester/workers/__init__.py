@@ -1,0 +1,1 @@
+"""The Celery app, its queues and the thin tasks that run scraping work."""

@@ -1,0 +1,55 @@
+"""The one Celery app of Harvester: queues, exchanges and routes declared here and nowhere else.
+
+Workers start with ``celery -A harvester.workers.celery_app worker -Q <queue>``.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from harvester.settings import get_settings
+
+PRIORITY_QUEUE = "priority"
+DEFAULT_QUEUE = "default"
+PAGESLOTS_QUEUE = "pageslots"
+
+harvester_exchange = Exchange("harvester", type="direct", durable=True)
+
+
+def page_slot_queue_name(country: str) -> str:
+    """The queue of one country's browser tasks (consumed by the page-slot workers)."""
+    return f"{PAGESLOTS_QUEUE}.{country}"
+
+
+def declared_queues() -> tuple[Queue, ...]:
+    return tuple(
+        Queue(name, harvester_exchange, routing_key=name, durable=True)
+        for name in (PRIORITY_QUEUE, DEFAULT_QUEUE, PAGESLOTS_QUEUE)
+    )
+
+
+def create_app() -> Celery:
+    settings = get_settings()
+    celery = Celery("harvester", broker=settings.redis_url, include=["harvester.workers.tasks"])
+    celery.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_backend=None,
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_queues=declared_queues(),
+        task_default_exchange=harvester_exchange.name,
+        task_default_exchange_type="direct",
+        task_default_queue=DEFAULT_QUEUE,
+        task_default_routing_key=DEFAULT_QUEUE,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    return celery
+
+
+app = create_app()

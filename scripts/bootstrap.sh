@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install what is missing, and nothing twice: OS packages, .venv, the pinned lock, the harvester package.
+# Used by `make run`, `make test` and CI. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '==> %s\n' "$*"; }
+log_dir=var/log; mkdir -p "$log_dir"
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  say "installing OS packages: ${need_apt[*]} (log: $log_dir/apt.log)"
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $sudo_cmd apt-get install -y --no-install-recommends "${need_apt[@]}" >>"$log_dir/apt.log" 2>&1; then
+    $sudo_cmd apt-get update >>"$log_dir/apt.log" 2>&1
+    $sudo_cmd apt-get install -y --no-install-recommends "${need_apt[@]}" >>"$log_dir/apt.log" 2>&1 \
+      || { echo "!! apt-get install failed; see $log_dir/apt.log" >&2; exit 1; }
+  fi
+  # Debian starts its own redis-server on 6379 where an init system runs; ours runs on its own terms.
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-server 2>/dev/null; then
+    $sudo_cmd systemctl disable --now redis-server >>"$log_dir/apt.log" 2>&1 || true
+  fi
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($python --version)"
+  $python -m venv .venv
+fi
+
+stamp=.venv/.harvester-installed
+lock_hash=$(cat requirements.txt requirements.lock include/pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_hash" ]; then
+  say "installing Python packages from requirements.lock (log: $log_dir/pip.log)"
+  .venv/bin/python -m pip install --quiet --upgrade pip >>"$log_dir/pip.log" 2>&1 || true
+  .venv/bin/python -m pip install -r requirements.txt -c requirements.lock >>"$log_dir/pip.log" 2>&1 \
+    || { echo "!! pip install failed; see $log_dir/pip.log" >&2; exit 1; }
+  .venv/bin/python -m pip install --no-deps -e include >>"$log_dir/pip.log" 2>&1 \
+    || { echo "!! installing the harvester package failed; see $log_dir/pip.log" >&2; exit 1; }
+  echo "$lock_hash" > "$stamp"
+else
+  say "Python packages are up to date (.venv)"
+fi

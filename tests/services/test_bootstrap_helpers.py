@@ -1,0 +1,101 @@
+"""The bootstrap helpers: port selection, PID handling, readiness checks, MongoDB choice."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from harvester.services import readiness
+from harvester.services.mongo import choose_mongo, redact
+from harvester.services.pidfiles import PidFile, process_alive, stop_process_group
+from harvester.services.ports import free_port, is_port_free
+from harvester.services.stack import LocalStack, Ports
+
+pytestmark = pytest.mark.unit
+
+
+def test_free_port_is_bindable_and_a_listening_port_is_not() -> None:
+    port = free_port()
+    assert is_port_free(port)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        assert not is_port_free(port)
+
+
+def test_pid_file_round_trip_and_stale_file_removed(tmp_path: Path) -> None:
+    pid_file = PidFile(tmp_path / "run" / "x.pid")
+    assert pid_file.running_pid() is None
+    pid_file.write(os.getpid())
+    assert pid_file.running_pid() == os.getpid()
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    pid_file.write(finished.pid)
+    assert pid_file.running_pid() is None
+    assert not pid_file.path.exists()
+
+
+def test_stop_process_group_stops_children_too() -> None:
+    parent = subprocess.Popen(["bash", "-c", "sleep 300 & wait"], start_new_session=True)
+    assert process_alive(parent.pid)
+    assert stop_process_group(parent.pid, timeout=5)
+    parent.wait(timeout=5)
+    assert not process_alive(parent.pid)
+    assert stop_process_group(parent.pid) is False
+
+
+def test_wait_until_names_the_service_and_last_error() -> None:
+    def broken() -> bool:
+        raise ConnectionError("refused")
+
+    with pytest.raises(readiness.ServiceNotReady, match=r"thing not ready after .*refused"):
+        readiness.wait_until(broken, timeout=0.3, what="thing", interval=0.05)
+    readiness.wait_until(lambda: True, timeout=1, what="ok")
+
+
+def test_readiness_probes_say_no_for_a_closed_port() -> None:
+    port = free_port()
+    assert not readiness.tcp_open("127.0.0.1", port)
+    assert not readiness.http_ok(f"http://127.0.0.1:{port}/")
+
+
+def test_mongo_choice_order(tmp_path: Path) -> None:
+    external = choose_mongo(1234, tmp_path, {"HARVESTER_MONGO_URI": "mongodb://u:secret@db:27017/", "PATH": ""})
+    assert external.kind == "external" and external.command is None
+    assert "secret" not in external.describe()
+
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    mongod = fake_bin / "mongod"
+    mongod.write_text("#!/bin/sh\n")
+    mongod.chmod(0o755)
+    local = choose_mongo(1234, tmp_path, {"PATH": str(fake_bin)})
+    assert local.kind == "mongod"
+    assert local.command is not None and "--port" in local.command and "1234" in local.command
+
+    stand_in = choose_mongo(1234, tmp_path, {"PATH": str(tmp_path / "empty")})
+    assert stand_in.kind == "secantusdb"
+    assert stand_in.uri.startswith("mongodb://127.0.0.1:1234")
+
+
+def test_redact_hides_only_the_password() -> None:
+    assert redact("mongodb://user:pw@host:1/db") == "mongodb://user:***@host:1/db"
+    assert redact("mongodb://host:1/") == "mongodb://host:1/"
+
+
+def test_stack_ports_move_with_environment_and_stay_on_loopback(tmp_path: Path) -> None:
+    assert Ports.from_environment({"HARVESTER_RUN_AIRFLOW_PORT": "9090"}).airflow == 9090
+    stack = LocalStack(root=tmp_path, environ={"PATH": "/usr/bin"})
+    env = stack.environment()
+    assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
+    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
+    assert env["HARVESTER_REDIS_URL"].startswith("redis://127.0.0.1:")
+    names = [service.name for service in stack.services()]
+    assert names[:2] == ["redis", "mongo"]
+    assert {"worker-priority", "worker-default", "worker-pageslots", "airflow", "distributor"} <= set(names)
+    for service in stack.services():
+        if service.port is not None:
+            assert "0.0.0.0" not in " ".join(service.command)
