@@ -1,0 +1,21 @@
+# The Harvester image: the official Airflow image with our lock, the harvester package and
+# Playwright's Chromium (downloaded here, at build time, where the internet is reachable).
+FROM apache/airflow:3.3.2-python3.11
+
+USER root
+ENV PLAYWRIGHT_BROWSERS_PATH=/opt/ms-playwright
+COPY requirements.txt requirements.lock /opt/harvester/
+USER airflow
+RUN pip install --no-cache-dir -r /opt/harvester/requirements.txt -c /opt/harvester/requirements.lock
+
+USER root
+RUN /home/airflow/.local/bin/playwright install --with-deps chromium \
+    && ln -s "$(find /opt/ms-playwright -path '*chrome-linux*/chrome' -type f | head -n 1)" /usr/local/bin/harvester-chromium \
+    && chmod -R a+rX /opt/ms-playwright
+ENV HARVESTER_CHROMIUM_EXECUTABLE=/usr/local/bin/harvester-chromium
+
+USER airflow
+COPY --chown=airflow:root include /opt/airflow/include
+RUN pip install --no-cache-dir --no-deps -e /opt/airflow/include
+COPY --chown=airflow:root dags /opt/airflow/dags
+COPY --chown=airflow:root plugins /opt/airflow/plugins
