@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from harvester.cli import build_parser
 from harvester.settings import REPOSITORY_ROOT
 from harvester.workers.celery_app import declared_queues
