@@ -1,0 +1,281 @@
+"""Packages: the resumable unit of a producer run (DESIGN.md section 6, seed 001).
+
+One MongoDB document per package ``{source, run_id, package_id, status, tasks, pending, done, failed}``
+with a unique index on (source, run_id, package_id), so creating packages twice is harmless.
+Status 0 waiting, -1 running, 1 finished. Every method is one or two single-document atomic
+operations (no multi-document transactions: the MongoDB stand-in is slow and they are not needed).
+
+``tasks`` holds the planned tasks (task id, url, kind, depth) so a package can be pushed again after
+a crash; ``pending`` holds the ids still to store, including detail tasks discovered on listing pages
+(added by workers with :meth:`PackageStore.add_tasks` BEFORE they are pushed, so a package never looks
+finished while discovered work is in flight).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import IntEnum
+from typing import Any, Literal
+
+from pymongo import ASCENDING, UpdateOne
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import BulkWriteError
+
+PACKAGES_COLLECTION = "packages"
+DUPLICATE_KEY = 11000
+
+
+class PackageStatus(IntEnum):
+    """The seed's three states, stored as the same integers."""
+
+    WAITING = 0
+    RUNNING = -1
+    FINISHED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PackageTask:
+    """One planned page of a package: enough to rebuild its TaskMessage after a crash."""
+
+    task_id: str
+    url: str
+    kind: Literal["listing", "details"] = "details"
+    depth: int = 0
+
+    def to_document(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "url": self.url, "kind": self.kind, "depth": self.depth}
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> PackageTask:
+        return cls(document["task_id"], document["url"], document.get("kind", "details"), document.get("depth", 0))
+
+
+def planned_task_id(source: str, run_id: str, package_id: int, url: str) -> str:
+    """Deterministic id of a planned task: re-planning or re-pushing a package reuses the same ids,
+    so a late duplicate delivery counts down the same pending entry instead of a phantom one."""
+    digest = hashlib.sha1(f"{source}\x1f{run_id}\x1f{package_id}\x1f{url}".encode(), usedforsecurity=False)
+    return digest.hexdigest()[:32]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class PackageStore:
+    """The ``packages`` collection: create, claim, count down, finish, and reset after a crash."""
+
+    def __init__(self, database: Database) -> None:
+        self.collection: Collection = database[PACKAGES_COLLECTION]
+
+    @staticmethod
+    def _key(source: str, run_id: str, package_id: int) -> dict[str, Any]:
+        return {"source": source, "run_id": run_id, "package_id": int(package_id)}
+
+    def ensure_indexes(self) -> None:
+        """The unique index makes package creation idempotent; the status index serves claims."""
+        self.collection.create_index(
+            [("source", ASCENDING), ("run_id", ASCENDING), ("package_id", ASCENDING)],
+            unique=True, name="source_run_package",
+        )
+        self.collection.create_index(
+            [("source", ASCENDING), ("run_id", ASCENDING), ("status", ASCENDING)], name="source_run_status"
+        )
+
+    # Planning -------------------------------------------------------------------------------
+
+    def create_packages(self, source: str, run_id: str, packages: Iterable[tuple[int, list[PackageTask]]]) -> int:
+        """Insert waiting packages; ones that already exist (same source, run, id) are left untouched.
+
+        Returns how many were new. Idempotent through the unique index, so a planner that died
+        half-way can simply run again.
+        """
+        now = _now()
+        documents = [
+            {
+                **self._key(source, run_id, package_id),
+                "status": int(PackageStatus.WAITING),
+                "tasks": [task.to_document() for task in tasks],
+                "pending": [task.task_id for task in tasks],
+                "done": [],
+                "failed": [],
+                "discovered": 0,
+                "claims": 0,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for package_id, tasks in packages
+        ]
+        if not documents:
+            return 0
+        try:
+            result = self.collection.insert_many(documents, ordered=False)
+            return len(result.inserted_ids)
+        except BulkWriteError as error:
+            details = error.details
+            if any(item.get("code") != DUPLICATE_KEY for item in details.get("writeErrors", [])):
+                raise
+            return int(details.get("nInserted", 0))
+
+    def last_package_id(self, source: str, run_id: str) -> int | None:
+        document = self.collection.find_one(
+            {"source": source, "run_id": run_id}, {"package_id": 1}, sort=[("package_id", -1)]
+        )
+        return None if document is None else int(document["package_id"])
+
+    def planned_urls(self, source: str, run_id: str) -> set[str]:
+        """URLs already planned in this run (bounded by the batch limit), to continue a half-done plan."""
+        urls: set[str] = set()
+        for document in self.collection.find({"source": source, "run_id": run_id}, {"tasks.url": 1}):
+            urls.update(task["url"] for task in document.get("tasks", []))
+        return urls
+
+    # Producing ------------------------------------------------------------------------------
+
+    def claim(self, source: str, run_id: str, limit: int) -> list[dict[str, Any]]:
+        """Claim up to ``limit`` waiting packages (waiting -> running), atomically per package.
+
+        Two producers never get the same package: each marks candidates with its own claim token in
+        one ``update_many`` whose filter still requires status waiting, then reads back what it won.
+        """
+        candidates = [
+            document["_id"]
+            for document in self.collection.find(
+                {"source": source, "run_id": run_id, "status": int(PackageStatus.WAITING)},
+                {"_id": 1}, sort=[("package_id", ASCENDING)], limit=limit,
+            )
+        ]
+        if not candidates:
+            return []
+        token = uuid.uuid4().hex
+        self.collection.update_many(
+            {"_id": {"$in": candidates}, "status": int(PackageStatus.WAITING)},
+            {"$set": {"status": int(PackageStatus.RUNNING), "claim": token, "claimed_at": _now(),
+                      "updated_at": _now()},
+             "$inc": {"claims": 1}},
+        )
+        return list(self.collection.find({"_id": {"$in": candidates}, "claim": token}).sort("package_id", 1))
+
+    # Called by workers ----------------------------------------------------------------------
+
+    def add_tasks(self, source: str, run_id: str, package_id: int, task_ids: list[str]) -> None:
+        """Record discovered tasks as pending before they are pushed (so the package stays open).
+
+        Ids already stored or failed are not re-added (a listing page delivered twice must not
+        re-open work that is done). A finished package that gets new work goes back to running.
+        """
+        if not task_ids:
+            return
+        key = self._key(source, run_id, package_id)
+        document = self.collection.find_one(key, {"done": 1, "failed": 1})
+        if document is None:
+            return
+        settled = set(document.get("done", [])) | set(document.get("failed", []))
+        new_ids = [task_id for task_id in dict.fromkeys(task_ids) if task_id not in settled]
+        if not new_ids:
+            return
+        self.collection.update_one(
+            key, {"$addToSet": {"pending": {"$each": new_ids}}, "$inc": {"discovered": len(new_ids)},
+                  "$set": {"updated_at": _now()}},
+        )
+        self.collection.update_one(
+            {**key, "status": int(PackageStatus.FINISHED), "pending.0": {"$exists": True}},
+            {"$set": {"status": int(PackageStatus.RUNNING)}, "$unset": {"finished_at": ""}},
+        )
+
+    def complete_tasks(
+        self, source: str, run_id: str, package_id: int, task_ids: list[str], failed: bool = False
+    ) -> bool:
+        """Count tasks down (stored, or dead-lettered when ``failed``); True when the package just finished.
+
+        Idempotent: completing a task twice changes nothing, and only one caller ever sees True.
+        """
+        if not task_ids:
+            return False
+        key = self._key(source, run_id, package_id)
+        ids = list(dict.fromkeys(task_ids))
+        if failed:
+            update: dict[str, Any] = {"$pull": {"pending": {"$in": ids}}, "$addToSet": {"failed": {"$each": ids}}}
+        else:
+            update = {"$pull": {"pending": {"$in": ids}, "failed": {"$in": ids}}, "$addToSet": {"done": {"$each": ids}}}
+        update["$set"] = {"updated_at": _now()}
+        if self.collection.update_one(key, update).matched_count == 0:
+            return False
+        return self._finish_if_empty(key)
+
+    def _finish_if_empty(self, key: dict[str, Any]) -> bool:
+        result = self.collection.update_one(
+            {**key, "pending": {"$size": 0}, "status": {"$ne": int(PackageStatus.FINISHED)}},
+            {"$set": {"status": int(PackageStatus.FINISHED), "finished_at": _now()}},
+        )
+        return result.modified_count == 1
+
+    # Resume ---------------------------------------------------------------------------------
+
+    def running(self, source: str, run_id: str) -> Iterator[dict[str, Any]]:
+        yield from self.collection.find(
+            {"source": source, "run_id": run_id, "status": int(PackageStatus.RUNNING)},
+            {"package_id": 1, "pending": 1, "tasks": 1, "claim": 1},
+        )
+
+    def reset_to_waiting(self, source: str, run_id: str, package_id: int, claim: str | None,
+                         lost_ids: list[str]) -> bool:
+        """Put a stale running package back to waiting (only if nobody re-claimed it meanwhile).
+
+        ``lost_ids`` are discovered tasks that are gone from Redis and cannot be rebuilt (the package
+        only keeps planned tasks' URLs): they are counted as failed so the package can still finish.
+        """
+        key = self._key(source, run_id, package_id)
+        update: dict[str, Any] = {"$set": {"status": int(PackageStatus.WAITING), "updated_at": _now()},
+                                  "$unset": {"claim": ""}}
+        if lost_ids:
+            update["$pull"] = {"pending": {"$in": lost_ids}}
+            update["$addToSet"] = {"failed": {"$each": lost_ids}}
+            update["$inc"] = {"lost": len(lost_ids)}
+        result = self.collection.update_one(
+            {**key, "status": int(PackageStatus.RUNNING), "claim": claim}, update
+        )
+        if result.modified_count and lost_ids:
+            self._finish_if_empty(key)
+        return result.modified_count == 1
+
+    def settle_dead(self, source: str, run_id: str, dead_by_package: dict[int, set[str]]) -> int:
+        """Count dead-lettered tasks as failed, in one bulk write; returns packages touched."""
+        operations = [
+            UpdateOne(self._key(source, run_id, package_id),
+                      {"$pull": {"pending": {"$in": sorted(ids)}}, "$addToSet": {"failed": {"$each": sorted(ids)}}})
+            for package_id, ids in dead_by_package.items() if ids
+        ]
+        if not operations:
+            return 0
+        self.collection.bulk_write(operations, ordered=False)
+        for package_id in dead_by_package:
+            self._finish_if_empty(self._key(source, run_id, package_id))
+        return len(operations)
+
+    # Figures --------------------------------------------------------------------------------
+
+    def status_counts(self, source: str, run_id: str) -> dict[PackageStatus, int]:
+        counts = dict.fromkeys(PackageStatus, 0)
+        for status in PackageStatus:
+            counts[status] = self.collection.count_documents(
+                {"source": source, "run_id": run_id, "status": int(status)}
+            )
+        return counts
+
+    def task_counts(self, source: str, run_id: str) -> dict[str, int]:
+        """Planned, discovered, pending, done and failed tasks of a run, summed over its packages."""
+        totals = {"planned": 0, "discovered": 0, "pending": 0, "done": 0, "failed": 0, "lost": 0}
+        projection = {"tasks.task_id": 1, "pending": 1, "done": 1, "failed": 1, "discovered": 1, "lost": 1}
+        for document in self.collection.find({"source": source, "run_id": run_id}, projection):
+            totals["planned"] += len(document.get("tasks", []))
+            totals["discovered"] += int(document.get("discovered", 0))
+            totals["pending"] += len(document.get("pending", []))
+            totals["done"] += len(document.get("done", []))
+            totals["failed"] += len(document.get("failed", []))
+            totals["lost"] += int(document.get("lost", 0))
+        return totals
