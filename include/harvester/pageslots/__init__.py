@@ -1,0 +1,1 @@
+"""Browser page slots (DESIGN.md section 5): allocation, preparation, idle closing, the slot state machine."""

@@ -1,0 +1,69 @@
+"""The seed's worked example and one test per rule of page-slot allocation and preparation."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from harvester.pageslots.allocation import (
+    CountryTasks,
+    allocate_page_slots,
+    page_slots_to_start,
+    round_half_up,
+    tasks_by_country_from,
+)
+
+pytestmark = pytest.mark.unit
+
+ACTIVE = {"SG": 2, "MY": 2, "PH": 1, "TH": 1, "ID": 0, "VN": 0}
+COMPLETED = {"SG": 29, "MY": 24, "PH": 12, "TH": 7, "ID": 10, "VN": 0}
+SEED_TASKS = {country: CountryTasks(pending=ACTIVE[country], completed=COMPLETED[country]) for country in ACTIVE}
+
+
+def test_seed_worked_example_scores() -> None:
+    assert {c: t.score for c, t in SEED_TASKS.items()} == {
+        "SG": 350, "MY": 300, "PH": 150, "TH": 100, "ID": 100, "VN": 0,
+    }
+
+
+def test_seed_worked_example_allocation_and_preparation() -> None:
+    slots = allocate_page_slots(SEED_TASKS, max_page_slots=20)
+    assert slots == {"SG": 7, "MY": 6, "PH": 3, "TH": 2, "ID": 2, "VN": 0}
+    started = page_slots_to_start(slots, ACTIVE, Fraction(1, 3))
+    assert started == {"SG": 6, "MY": 6, "PH": 3, "TH": 2, "ID": 0}
+
+
+def test_round_half_up_like_javascript() -> None:
+    assert round_half_up(Fraction(5, 2)) == 3
+    assert round_half_up(Fraction(7, 2)) == 4
+    assert round_half_up(Fraction(49, 10)) == 5
+
+
+def test_total_never_exceeds_the_maximum_when_rounding_goes_up() -> None:
+    tasks = {c: CountryTasks(pending=1) for c in ("A", "B", "C")}  # 3 x 1.5 → 2 each would be 6 > 4
+    slots = allocate_page_slots(tasks, max_page_slots=4)
+    assert sum(slots.values()) <= 4
+    assert all(count >= 1 for count in slots.values())
+
+
+def test_starving_country_gets_a_slot_only_after_the_wait() -> None:
+    tasks = {"SG": CountryTasks(completed=1000), "VN": CountryTasks(pending=1, oldest_pending_wait_seconds=10)}
+    assert allocate_page_slots(tasks, max_page_slots=5)["VN"] == 0
+    waited = {**tasks, "VN": CountryTasks(pending=1, oldest_pending_wait_seconds=51)}
+    slots = allocate_page_slots(waited, max_page_slots=5)
+    assert slots["VN"] == 1 and sum(slots.values()) == 5
+
+
+def test_nothing_to_do_allocates_nothing() -> None:
+    assert allocate_page_slots({"SG": CountryTasks()}, max_page_slots=20) == {"SG": 0}
+
+
+def test_min_tasks_above_one_starts_fewer_slots() -> None:
+    assert page_slots_to_start({"SG": 10}, {"SG": 9}, Fraction(4)) == {"SG": 3}
+
+
+def test_recent_task_sample_is_capped() -> None:
+    recent = [("SG", False, 5.0)] * 2000 + [("MY", True, 0.0)] * 2000
+    folded = tasks_by_country_from(recent, cap=3000)
+    assert folded["SG"].pending == 2000 and folded["MY"].completed == 1000
+    assert folded["SG"].oldest_pending_wait_seconds == 5.0
