@@ -1,0 +1,235 @@
+"""Plan a run: stream a source's input URLs into packages, skipping fresh URLs, up to the batch limit.
+
+The input is read with a cursor and handled in chunks, so memory does not grow with the input.
+Harvesting lag: a URL is due unless the source's OUTPUT collection holds a record with that ``url``
+whose ``harvested_at`` is within ``source.harvesting_lag``. The output collection is the authority
+(it is what was really stored); it is queried once per chunk with ``$in``. Listing-page inputs are
+never stored as records, so they are always due.
+
+Planning is resumable: packages are created through a unique index, the run document records when
+planning finished, and a plan that died half-way continues after the packages it already made.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pymongo.database import Database
+
+from harvester.config.model import SourceConfig
+from harvester.producer.packages import PackageStore, PackageTask, planned_task_id
+from harvester.producer.runs import RunStore
+
+log = logging.getLogger(__name__)
+
+LAG_CHUNK = 1000  # URLs per $in query against the output collection
+INSERT_CHUNK_TASKS = 5000  # planned tasks per insert_many of packages
+INVALID_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What a run plans; a manual trigger may override the source's batch and give URLs to harvest now."""
+
+    batch_size: int
+    max_packages: int
+    urls: list[str] | None = None
+    kind: Literal["listing", "details"] | None = None
+
+    @classmethod
+    def for_source(cls, source: SourceConfig, params: dict[str, Any] | None = None) -> PlanOptions:
+        params = params or {}
+        urls = params.get("urls") or None
+        if isinstance(urls, str):
+            urls = [line.strip() for line in urls.replace(",", "\n").splitlines() if line.strip()]
+        return cls(
+            batch_size=int(params.get("batch_size") or source.batch.size),
+            max_packages=int(params.get("max_packages") or source.batch.max_packages),
+            urls=list(urls) if urls else None,
+            kind=params.get("kind") or None,
+        )
+
+
+@dataclass
+class PlanResult:
+    """Figures of the plan step (also stored in the run document)."""
+
+    source: str
+    run_id: str
+    urls_read: int = 0
+    urls_planned: int = 0
+    skipped_fresh: int = 0
+    skipped_invalid: int = 0
+    skipped_duplicate: int = 0
+    invalid_examples: list[str] = field(default_factory=list)
+    packages_created: int = 0
+    packages_total: int = 0
+    batch_limit_reached: bool = False
+    resumed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def valid_url(value: Any) -> str | None:
+    """The URL stripped, when it is an absolute http(s) URL with a host; otherwise None."""
+    if not isinstance(value, str):
+        return None
+    url = value.strip()
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        return None
+    return url
+
+
+def _dotted(document: dict[str, Any], path: str) -> Any:
+    value: Any = document
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+class Planner:
+    """Builds the packages of one run from seeds, a MongoDB input collection, or explicit URLs."""
+
+    def __init__(self, database: Database, input_database: Database | None, output_database: Database,
+                 cursor_batch_size: int = 2000) -> None:
+        self.packages = PackageStore(database)
+        self.runs = RunStore(database)
+        self.input_database = input_database
+        self.output_database = output_database
+        self.cursor_batch_size = cursor_batch_size
+
+    def plan(self, source: SourceConfig, run_id: str, options: PlanOptions, now: datetime | None = None) -> PlanResult:
+        now = now or datetime.now(UTC)
+        self.packages.ensure_indexes()
+        self.runs.ensure_indexes()
+        previous = self.runs.get(source.name, run_id)
+        if previous and previous.get("plan"):
+            log.info("run %s of %s was planned already; keeping its %s packages",
+                     run_id, source.name, previous["plan"]["packages_total"])
+            return PlanResult(**{**previous["plan"], "resumed": True})
+        self.runs.start(source.name, run_id, now)
+
+        result = PlanResult(source=source.name, run_id=run_id)
+        last = self.packages.last_package_id(source.name, run_id)
+        already_planned: set[str] = set()
+        next_package_id = 0
+        if last is not None:  # a plan that died half-way: continue after what it made
+            result.resumed = True
+            already_planned = self.packages.planned_urls(source.name, run_id)
+            next_package_id = last + 1
+            log.info("continuing a half-done plan of run %s: %s packages, %s URLs already planned",
+                     run_id, next_package_id, len(already_planned))
+        room = options.max_packages - next_package_id
+        kind = options.kind or source.input.kind
+        check_lag = options.urls is None and kind == "details" and source.harvesting_lag > timedelta(0)
+        cutoff = now - source.harvesting_lag
+
+        current: list[PackageTask] = []
+        ready: list[tuple[int, list[PackageTask]]] = []
+        ready_tasks = 0
+        packages_made = 0
+        for chunk in self._due_chunks(source, options, result, check_lag, cutoff):
+            for url in chunk:
+                if url in already_planned:
+                    result.skipped_duplicate += 1
+                    continue
+                if packages_made >= room:
+                    result.batch_limit_reached = True
+                    break
+                current.append(PackageTask(planned_task_id(source.name, run_id, next_package_id, url), url, kind))
+                if len(current) >= options.batch_size:
+                    ready.append((next_package_id, current))
+                    ready_tasks += len(current)
+                    result.urls_planned += len(current)
+                    next_package_id += 1
+                    packages_made += 1
+                    current = []
+                    if ready_tasks >= INSERT_CHUNK_TASKS:
+                        result.packages_created += self.packages.create_packages(source.name, run_id, ready)
+                        ready, ready_tasks = [], 0
+            if result.batch_limit_reached:
+                break
+        if current and packages_made < room:
+            ready.append((next_package_id, current))
+            result.urls_planned += len(current)
+            next_package_id += 1
+        result.packages_created += self.packages.create_packages(source.name, run_id, ready)
+        result.packages_total = next_package_id
+        result.urls_planned += len(already_planned)
+        if result.skipped_invalid:
+            log.warning("skipped %s input documents without a valid URL, e.g. %s",
+                        result.skipped_invalid, "; ".join(result.invalid_examples))
+        self.runs.finish_plan(source.name, run_id, result.to_dict())
+        return result
+
+    # Input ----------------------------------------------------------------------------------
+
+    def _raw_urls(self, source: SourceConfig, options: PlanOptions) -> Iterator[tuple[Any, Any]]:
+        """(where it came from, raw value) pairs, streamed."""
+        if options.urls is not None:
+            for index, url in enumerate(options.urls):
+                yield f"params.urls[{index}]", url
+            return
+        for index, url in enumerate(source.input.seeds):
+            yield f"input.seeds[{index}]", url
+        mongo = source.input.mongo
+        if mongo is None:
+            return
+        if self.input_database is None:
+            raise ValueError(f"source {source.name} reads input from MongoDB but no input database was given")
+        cursor = self.input_database[mongo.collection].find(
+            mongo.filter, {mongo.url_field: 1}, batch_size=self.cursor_batch_size
+        )
+        try:
+            for document in cursor:
+                yield f"_id={document.get('_id')!r}", _dotted(document, mongo.url_field)
+        finally:
+            cursor.close()
+
+    def _valid_chunks(self, source: SourceConfig, options: PlanOptions, result: PlanResult) -> Iterator[list[str]]:
+        chunk: dict[str, None] = {}
+        for origin, raw in self._raw_urls(source, options):
+            result.urls_read += 1
+            url = valid_url(raw)
+            if url is None:
+                result.skipped_invalid += 1
+                if len(result.invalid_examples) < INVALID_EXAMPLES:
+                    result.invalid_examples.append(f"{origin}: {raw!r}"[:200])
+                continue
+            if url in chunk:
+                result.skipped_duplicate += 1
+                continue
+            chunk[url] = None
+            if len(chunk) >= LAG_CHUNK:
+                yield list(chunk)
+                chunk = {}
+        if chunk:
+            yield list(chunk)
+
+    def _due_chunks(self, source: SourceConfig, options: PlanOptions, result: PlanResult, check_lag: bool,
+                    cutoff: datetime) -> Iterable[list[str]]:
+        output = self.output_database[source.output_collection]
+        for chunk in self._valid_chunks(source, options, result):
+            if check_lag:
+                fresh = {
+                    document["url"]
+                    for document in output.find(
+                        {"url": {"$in": chunk}, "harvested_at": {"$gte": cutoff}}, {"url": 1, "_id": 0}
+                    )
+                }
+                if fresh:
+                    result.skipped_fresh += len(fresh)
+                    chunk = [url for url in chunk if url not in fresh]
+            yield chunk

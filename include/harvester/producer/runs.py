@@ -1,0 +1,47 @@
+"""The ``runs`` collection: one document per (source, run) with the figures of each step.
+
+It is how a re-run knows that planning already finished, and where the report lands for people and
+for downstream jobs that do not read Airflow's XComs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING
+from pymongo.collection import Collection
+from pymongo.database import Database
+
+RUNS_COLLECTION = "runs"
+
+
+class RunStore:
+    def __init__(self, database: Database) -> None:
+        self.collection: Collection = database[RUNS_COLLECTION]
+
+    def ensure_indexes(self) -> None:
+        self.collection.create_index([("source", ASCENDING), ("run_id", ASCENDING)], unique=True, name="source_run")
+
+    def get(self, source: str, run_id: str) -> dict[str, Any] | None:
+        return self.collection.find_one({"source": source, "run_id": run_id}, {"_id": 0})
+
+    def start(self, source: str, run_id: str, now: datetime) -> None:
+        """Record the run's start once; a re-run keeps the first start so the duration stays honest."""
+        self.collection.update_one(
+            {"source": source, "run_id": run_id},
+            {"$setOnInsert": {"started_at": now}, "$set": {"status": "planning"}},
+            upsert=True,
+        )
+
+    def finish_plan(self, source: str, run_id: str, plan: dict[str, Any]) -> None:
+        self._set(source, run_id, {"plan": plan, "status": "planned"})
+
+    def record_produce(self, source: str, run_id: str, produce: dict[str, Any]) -> None:
+        self._set(source, run_id, {"produce": produce, "status": "harvesting"})
+
+    def record_report(self, source: str, run_id: str, report: dict[str, Any]) -> None:
+        self._set(source, run_id, {"report": report, "status": "reported"})
+
+    def _set(self, source: str, run_id: str, fields: dict[str, Any]) -> None:
+        self.collection.update_one({"source": source, "run_id": run_id}, {"$set": fields}, upsert=True)

@@ -1,0 +1,121 @@
+"""The planner against a real MongoDB-wire server: streaming input, bad input, lag, batch limit, resume."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from harvester.producer.packages import PackageStatus, PackageStore
+from harvester.producer.planner import Planner, PlanOptions, valid_url
+from harvester.producer.runs import RunStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def database(mongo_client, mongo_database):
+    return mongo_client[mongo_database]
+
+
+def _planner(database) -> Planner:
+    return Planner(database, input_database=database, output_database=database)
+
+
+def _urls_of_run(database, run_id: str) -> list[str]:
+    return [task["url"] for package in database.packages.find({"run_id": run_id}).sort("package_id", 1)
+            for task in package["tasks"]]
+
+
+@pytest.mark.unit
+def test_valid_url() -> None:
+    assert valid_url("  https://shop.example/p/1 ") == "https://shop.example/p/1"
+    for bad in (None, 42, "", "ftp://x/y", "/relative", "http://", "javascript:alert(1)", "http://a b/"):
+        assert valid_url(bad) is None
+
+
+@pytest.mark.unit
+def test_manual_params_override_the_batch(make_source) -> None:
+    options = PlanOptions.for_source(make_source(), {"batch_size": 7, "max_packages": 2, "urls": "http://a/1, http://a/2"})
+    assert (options.batch_size, options.max_packages, options.urls) == (7, 2, ["http://a/1", "http://a/2"])
+    assert PlanOptions.for_source(make_source(), {}).batch_size == 3
+
+
+def test_packages_from_seeds_and_mongo_with_bad_input_counted(database, make_source, caplog) -> None:
+    database.shop_input.insert_many(
+        [{"url": f"http://shop.example/p/{i}"} for i in range(7)]
+        + [{"url": None}, {"name": "no url"}, {"url": "ftp://shop.example/x"}, {"url": "http://shop.example/p/1"}]
+    )
+    source = make_source(input={"seeds": ["http://shop.example/seed"], "kind": "details",
+                                "mongo": {"collection": "shop_input", "filter": {}}})
+    with caplog.at_level(logging.WARNING):
+        result = _planner(database).plan(source, "run1", PlanOptions.for_source(source))
+    assert result.urls_read == 12
+    assert result.skipped_invalid == 3
+    assert result.skipped_duplicate == 1
+    assert len(result.invalid_examples) == 3 and "None" in result.invalid_examples[0]
+    assert "skipped 3 input documents without a valid URL" in caplog.text
+    assert result.urls_planned == 8 and result.packages_total == 3 and result.packages_created == 3
+    assert [len(p["tasks"]) for p in database.packages.find().sort("package_id", 1)] == [3, 3, 2]
+    assert all(p["status"] == PackageStatus.WAITING for p in database.packages.find())
+    assert RunStore(database).get("shop", "run1")["plan"]["urls_planned"] == 8
+
+
+def test_harvesting_lag_skips_fresh_urls(database, make_source) -> None:
+    now = datetime.now(UTC)
+    database.shop_input.insert_many([{"url": f"http://shop.example/p/{i}"} for i in range(6)])
+    database.shop.insert_many([
+        {"url": "http://shop.example/p/0", "harvested_at": now - timedelta(minutes=10)},  # fresh
+        {"url": "http://shop.example/p/1", "harvested_at": now - timedelta(hours=3)},  # old: due again
+        {"url": "http://shop.example/p/2", "harvested_at": now - timedelta(minutes=59)},  # fresh
+    ])
+    source = make_source()
+    result = _planner(database).plan(source, "run1", PlanOptions.for_source(source), now=now)
+    assert result.skipped_fresh == 2
+    assert sorted(_urls_of_run(database, "run1")) == [f"http://shop.example/p/{i}" for i in (1, 3, 4, 5)]
+    # URLs given by hand are harvested now, whatever their age.
+    forced = _planner(database).plan(source, "manual", PlanOptions.for_source(source, {"urls": ["http://shop.example/p/0"]}))
+    assert forced.skipped_fresh == 0 and _urls_of_run(database, "manual") == ["http://shop.example/p/0"]
+
+
+def test_batch_limit_defers_the_rest_to_the_next_run(database, make_source) -> None:
+    database.shop_input.insert_many([{"url": f"http://shop.example/p/{i}"} for i in range(10)])
+    source = make_source(batch={"size": 3, "max_packages": 2})
+    first = _planner(database).plan(source, "run1", PlanOptions.for_source(source))
+    assert first.batch_limit_reached and first.urls_planned == 6 and first.packages_total == 2
+    # The first run's pages get harvested; the next run plans only what is left.
+    now = datetime.now(UTC)
+    database.shop.insert_many([{"url": url, "harvested_at": now} for url in _urls_of_run(database, "run1")])
+    second = _planner(database).plan(source, "run2", PlanOptions.for_source(source))
+    assert not second.batch_limit_reached and second.urls_planned == 4 and second.skipped_fresh == 6
+    assert set(_urls_of_run(database, "run1")).isdisjoint(_urls_of_run(database, "run2"))
+
+
+def test_replanning_a_run_is_idempotent_and_a_half_done_plan_continues(database, make_source) -> None:
+    database.shop_input.insert_many([{"url": f"http://shop.example/p/{i}"} for i in range(8)])
+    source = make_source()
+    planner = _planner(database)
+    planner.plan(source, "run1", PlanOptions.for_source(source))
+    again = planner.plan(source, "run1", PlanOptions.for_source(source))
+    assert again.resumed and database.packages.count_documents({}) == 3
+    # Simulate a planner killed after its first package: the plan record and later packages are missing.
+    database.runs.update_one({"run_id": "run1"}, {"$unset": {"plan": ""}})
+    database.packages.delete_many({"package_id": {"$gt": 0}})
+    continued = planner.plan(source, "run1", PlanOptions.for_source(source))
+    assert continued.resumed and continued.urls_planned == 8 and continued.packages_total == 3
+    assert sorted(_urls_of_run(database, "run1")) == sorted(f"http://shop.example/p/{i}" for i in range(8))
+
+
+def test_two_planners_of_one_run_make_one_set_of_packages(database, make_source) -> None:
+    database.shop_input.insert_many([{"url": f"http://shop.example/p/{i}"} for i in range(30)])
+    source = make_source()
+    threads = [threading.Thread(target=_planner(database).plan, args=(source, "run1", PlanOptions.for_source(source)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    urls = _urls_of_run(database, "run1")
+    assert len(urls) == len(set(urls)) == 30
+    assert PackageStore(database).status_counts("shop", "run1")[PackageStatus.WAITING] == 10
