@@ -9,6 +9,8 @@ import sys
 
 COMMAND_MODULES: tuple[str, ...] = (
     "harvester.services.commands",
+    "harvester.demo_site.commands",
+    "harvester.scraping.commands",
 )
 
 

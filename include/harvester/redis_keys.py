@@ -70,6 +70,14 @@ class SourceKeys:
         """Prefix of the duplicate-URL checker's per-URL keys (each expires after the harvesting lag)."""
         return self._key("seen")
 
+    def run_listing_pages(self, run_id: str | None) -> str:
+        """Set of listing-page URLs already queued in one run (pagination never loops)."""
+        return self._key(f"run:{run_id or 'adhoc'}:listings")
+
+    def run_new_urls(self, run_id: str | None) -> str:
+        """Counter of new detail URLs discovered in one run (the listing's max_new_urls)."""
+        return self._key(f"run:{run_id or 'adhoc'}:new-urls")
+
     def host_active(self, host: str) -> str:
         """Sorted set: task id -> lease deadline, per host (politeness, like Scrapy's slots)."""
         return self._key(f"host:{host}:active")

@@ -1,0 +1,352 @@
+"""The demo site as a Starlette app (served by uvicorn; see :mod:`harvester.demo_site.commands`).
+
+Clients are told apart by the ``X-Demo-Client`` header (sources set it in their ``headers``), falling
+back to the peer address, so several crawlers can share one site and each be checked on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import html
+import json
+import struct
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+CLIENT_HEADER = b"x-demo-client"
+STATS_PATH = "/_stats"
+_TAGS = ["garden", "kitchen", "outdoor", "tools", "kids", "office", "sale", "eco"]
+_COLOURS = ["red", "green", "blue", "black", "white", "yellow"]
+
+
+@dataclass
+class ClientCounter:
+    """Requests of one client: in flight now, the most ever in flight at once, and the total."""
+
+    current: int = 0
+    max_concurrent: int = 0
+    total: int = 0
+    statuses: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"current": self.current, "max_concurrent": self.max_concurrent, "total": self.total,
+                "statuses": dict(self.statuses)}
+
+
+@dataclass
+class DemoSite:
+    """Site knobs and its in-memory state (counters, per-token fault counts)."""
+
+    products: int = 500
+    per_page: int = 20
+    latency_ms: float = 20.0
+    slow_every: int = 25
+    slow_ms: float = 300.0
+    clients: dict[str, ClientCounter] = field(default_factory=lambda: defaultdict(ClientCounter))
+    token_hits: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def reset(self) -> None:
+        self.clients.clear()
+        self.token_hits.clear()
+
+    def stats(self) -> dict[str, Any]:
+        everyone = ClientCounter()
+        for counter in self.clients.values():
+            everyone.total += counter.total
+            everyone.max_concurrent = max(everyone.max_concurrent, counter.max_concurrent)
+        return {"clients": {name: counter.as_dict() for name, counter in self.clients.items()},
+                "total": everyone.total, "products": self.products, "per_page": self.per_page}
+
+
+class ConcurrencyCounter:
+    """ASGI middleware counting in-flight requests per client (the measure of the rate limits)."""
+
+    def __init__(self, app: ASGIApp, site: DemoSite) -> None:
+        self.app = app
+        self.site = site
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(STATS_PATH):
+            await self.app(scope, receive, send)
+            return
+        client = next((value.decode() for name, value in scope["headers"] if name == CLIENT_HEADER), None)
+        if client is None:
+            client = scope["client"][0] if scope.get("client") else "unknown"
+        counter = self.site.clients[client]
+        counter.current += 1
+        counter.total += 1
+        counter.max_concurrent = max(counter.max_concurrent, counter.current)
+
+        async def counting_send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                counter.statuses[str(message["status"])] += 1
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            counter.current -= 1
+
+
+# -- content -----------------------------------------------------------------------------------------
+def product_facts(product_id: int) -> dict[str, Any]:
+    """Deterministic facts of one product, so tests can compare what was extracted with the truth."""
+    digest = hashlib.blake2b(str(product_id).encode(), digest_size=8).digest()
+    number = int.from_bytes(digest, "big")
+    return {
+        "sku": f"SKU-{product_id:05d}",
+        "title": f"{_COLOURS[number % len(_COLOURS)].title()} widget {product_id}",
+        "price": round(1 + (number % 100_000) / 100, 2),
+        "stock": number % 250,
+        "in_stock": number % 250 > 0,
+        "released": date(2020, 1, 1) + timedelta(days=number % 1800),
+        "image": f"/static/img/{product_id}.png",
+        "tags": [_TAGS[(number >> shift) % len(_TAGS)] for shift in (3, 7, 11)][: 1 + number % 3],
+        "ratings": [1 + (number >> shift) % 5 for shift in (5, 9, 13, 17)][: number % 5],
+        "description": None if product_id % 10 == 0 else f"A very useful widget, number {product_id}.",
+    }
+
+
+def product_body(product_id: int, facts: dict[str, Any] | None = None, price_text: str | None = None,
+                 stock_text: str | None = None) -> str:
+    facts = facts or product_facts(product_id)
+    tags = "".join(f'<li class="tag">{html.escape(tag)}</li>' for tag in facts["tags"])
+    ratings = "".join(f'<li class="rating">{rating}</li>' for rating in facts["ratings"])
+    description = (f'<p class="description">{html.escape(facts["description"])}</p>'
+                   if facts["description"] else "")
+    price = price_text if price_text is not None else f"€ {facts['price']:,.2f}"
+    stock = stock_text if stock_text is not None else str(facts["stock"])
+    return (
+        f'<article class="product" data-id="{product_id}">'
+        f'<h1 class="title">{html.escape(facts["title"])}</h1>'
+        f'<span class="sku">{facts["sku"]}</span>'
+        f'<span class="price" data-currency="EUR">{price}</span>'
+        f'<span class="stock">{stock}</span>'
+        f'<span class="in-stock">{"yes" if facts["in_stock"] else "no"}</span>'
+        f'<time class="released" datetime="{facts["released"].isoformat()}">{facts["released"].isoformat()}</time>'
+        f'<img class="photo" src="{facts["image"]}" alt="photo">'
+        f'<ul class="tags">{tags}</ul><ul class="ratings">{ratings}</ul>{description}'
+        "</article>"
+    )
+
+
+def page(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)} | Demo Shop</title>"
+        '<link rel="stylesheet" href="/static/site.css">'
+        '<link rel="preload" href="/static/font.woff2" as="font" type="font/woff2" crossorigin>'
+        '</head><body><nav><a href="/">Home</a> <a href="/shop">Shop</a></nav>'
+        f"<main>{body}</main><footer>Demo Shop for Harvester</footer></body></html>"
+    )
+
+
+def tiny_png(seed: int) -> bytes:
+    """A valid 8x8 one-colour PNG, different per product."""
+    colour = bytes(((seed * 37) % 256, (seed * 91) % 256, (seed * 53) % 256))
+    raw = b"".join(b"\x00" + colour * 8 for _ in range(8))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+# -- routes ------------------------------------------------------------------------------------------
+def create_app(site: DemoSite | None = None) -> ASGIApp:
+    site = site or DemoSite()
+
+    async def latency(product_id: int | None = None) -> None:
+        delay = site.latency_ms
+        if product_id is not None and site.slow_every and product_id % site.slow_every == 0:
+            delay = site.slow_ms
+        if delay > 0:
+            await asyncio.sleep(delay / 1000)
+
+    def int_param(request: Request, name: str, default: int) -> int:
+        try:
+            return int(request.query_params.get(name, default))
+        except ValueError:
+            return default
+
+    async def index(request: Request) -> HTMLResponse:
+        faults = ["/slow/1?delay=2", "/status/500", "/flaky/demo?fail=2", "/ratelimited/demo?retry_after=2",
+                  "/redirect-loop/a", "/redirect/3", "/huge?mb=8", "/malformed", "/wrong-type/1",
+                  "/js/product/1", "/data.json", "/blocked", "/links"]
+        items = "".join(f'<li><a href="{url}">{html.escape(url)}</a></li>' for url in faults)
+        return HTMLResponse(page("Home", f'<a class="shop" href="/shop">Shop</a><ul class="faults">{items}</ul>'))
+
+    async def shop(request: Request) -> HTMLResponse:
+        number = max(1, int_param(request, "page", 1))
+        per_page = max(1, min(1000, int_param(request, "per_page", site.per_page)))
+        first = (number - 1) * per_page + 1
+        last = min(site.products, first + per_page - 1)
+        await latency()
+        links = []
+        for product_id in range(first, last + 1):
+            links.append(
+                f'<li class="item"><a class="product-link" href="/product/{product_id}?utm_source=listing'
+                f'&utm_medium=web#reviews">{html.escape(product_facts(product_id)["title"])}</a>'
+                f' <a class="more" href="/product/{product_id}">more</a></li>'
+            )
+        noise = ('<a class="product-link" href="javascript:void(0)">js</a>'
+                 '<a class="product-link" href="mailto:shop@example.com">mail</a>'
+                 '<a class="product-link" href="file:///etc/passwd">file</a>'
+                 '<a class="product-link" href="https://elsewhere.example.org/product/1">elsewhere</a>')
+        pagination = ""
+        if last < site.products:
+            pagination = f'<a class="next" rel="next" href="/shop?page={number + 1}&amp;per_page={per_page}">Next</a>'
+        if number > 1:
+            pagination = (f'<a class="prev" href="/shop?page={number - 1}&amp;per_page={per_page}">Prev</a>'
+                          + pagination)
+        body = f'<ul class="products">{"".join(links)}</ul>{noise}<div class="pagination">{pagination}</div>'
+        return HTMLResponse(page(f"Shop page {number}", body))
+
+    async def product(request: Request) -> Response:
+        product_id = int(request.path_params["product_id"])
+        if not 1 <= product_id <= site.products:
+            return HTMLResponse(page("Not found", "<h1>No such product</h1>"), status_code=404)
+        await latency(product_id)
+        return HTMLResponse(page(product_facts(product_id)["title"], product_body(product_id)))
+
+    async def slow(request: Request) -> HTMLResponse:
+        product_id = int(request.path_params["product_id"])
+        await asyncio.sleep(float(request.query_params.get("delay", "2")))
+        return HTMLResponse(page("Slow", product_body(product_id)))
+
+    async def status(request: Request) -> HTMLResponse:
+        code = int(request.path_params["code"])
+        return HTMLResponse(page(f"Status {code}", f"<h1>Status {code}</h1>"), status_code=code)
+
+    async def flaky(request: Request) -> HTMLResponse:
+        token = request.path_params["token"]
+        site.token_hits[f"flaky:{token}"] += 1
+        if site.token_hits[f"flaky:{token}"] <= int_param(request, "fail", 1):
+            return HTMLResponse(page("Oops", "<h1>Internal error</h1>"), status_code=500)
+        return HTMLResponse(page("Recovered", product_body(1)))
+
+    async def ratelimited(request: Request) -> HTMLResponse:
+        token = request.path_params["token"]
+        site.token_hits[f"429:{token}"] += 1
+        if site.token_hits[f"429:{token}"] <= int_param(request, "times", 1):
+            return HTMLResponse(page("Slow down", "<h1>Too many requests</h1>"), status_code=429,
+                                headers={"Retry-After": request.query_params.get("retry_after", "2")})
+        return HTMLResponse(page("Welcome back", product_body(2)))
+
+    async def redirect_loop(request: Request) -> RedirectResponse:
+        other = "b" if request.path_params["step"] == "a" else "a"
+        return RedirectResponse(f"/redirect-loop/{other}", status_code=302)
+
+    async def redirect_chain(request: Request) -> RedirectResponse:
+        remaining = int(request.path_params["count"])
+        target = f"/redirect/{remaining - 1}" if remaining > 1 else "/product/3"
+        return RedirectResponse(target, status_code=301)
+
+    async def huge(request: Request) -> StreamingResponse:
+        megabytes = float(request.query_params.get("mb", "8"))
+        chunk = ("<p>" + "lorem ipsum dolor sit amet " * 36 + "</p>\n").encode()
+
+        async def body() -> Any:
+            yield page("Huge", product_body(4)).replace("</main>", "").encode()
+            sent = 0
+            while sent < megabytes * 1024 * 1024:
+                yield chunk
+                sent += len(chunk)
+            yield b"</main></body></html>"
+
+        return StreamingResponse(body(), media_type="text/html; charset=utf-8")
+
+    async def malformed(request: Request) -> HTMLResponse:
+        facts = product_facts(5)
+        text = ("<html><head><title>Broken<body><div class=product><h1 class=title>"
+                f"{facts['title']}<span class=sku>{facts['sku']}<span class=price>€ {facts['price']}"
+                "<p><b><i>unclosed <table><tr><td>cell</div></b></i><ul class=tags><li class=tag>broken"
+                "<li class=tag>html</ul><a href='/product/6'>six</a> &bogus; <<<>>")
+        return HTMLResponse(text)
+
+    async def wrong_type(request: Request) -> HTMLResponse:
+        product_id = int(request.path_params["product_id"])
+        return HTMLResponse(page("Wrong types", product_body(product_id, price_text="N/A", stock_text="lots")))
+
+    async def js_product(request: Request) -> HTMLResponse:
+        product_id = int(request.path_params["product_id"])
+        payload = json.dumps(product_body(product_id))
+        body = ('<div id="app" class="loading">Loading…</div>'
+                f"<script>window.addEventListener('DOMContentLoaded', function () {{"
+                f"var app = document.getElementById('app'); app.className = 'ready'; app.innerHTML = {payload};"
+                "});</script>")
+        return HTMLResponse(page("Rendered by JavaScript", body))
+
+    async def data_json(request: Request) -> JSONResponse:
+        return JSONResponse({"products": [product_facts(1)["sku"]]})
+
+    async def blocked(request: Request) -> HTMLResponse:
+        return HTMLResponse(page("Access denied", '<div class="captcha">Please verify you are a human</div>'),
+                            status_code=403)
+
+    async def links(request: Request) -> HTMLResponse:
+        body = ('<a class="l" href="/product/1?b=2&amp;a=1&amp;utm_campaign=x#top">p1</a>'
+                '<a class="l" href="HTTP://127.0.0.1:{port}/product/2">p2</a>'
+                '<a class="l" href="../product/3">p3</a>'
+                '<a class="l" href="javascript:alert(1)">js</a><a class="l" href="mailto:a@b.c">mail</a>'
+                '<a class="l" href="file:///etc/passwd">file</a><a class="l" href="ftp://x.example/y">ftp</a>'
+                '<a class="l" href="">empty</a><a class="l">none</a>')
+        port = request.url.port or 80
+        return HTMLResponse(page("Links", body.replace("{port}", str(port))))
+
+    async def image(request: Request) -> Response:
+        return Response(tiny_png(int(request.path_params["image_id"])), media_type="image/png",
+                        headers={"Cache-Control": "max-age=3600"})
+
+    async def font(request: Request) -> Response:
+        return Response(b"wOF2" + bytes(range(256)) * 64, media_type="font/woff2")
+
+    async def stylesheet(request: Request) -> Response:
+        css = ("@font-face{font-family:Demo;src:url(/static/font.woff2) format('woff2')}"
+               "body{font-family:Demo,sans-serif;background:url(/static/img/0.png)}")
+        return Response(css, media_type="text/css")
+
+    async def stats(request: Request) -> JSONResponse:
+        return JSONResponse(site.stats())
+
+    async def reset(request: Request) -> JSONResponse:
+        site.reset()
+        return JSONResponse({"reset": True})
+
+    routes = [
+        Route("/", index),
+        Route("/shop", shop),
+        Route("/product/{product_id:int}", product),
+        Route("/slow/{product_id:int}", slow),
+        Route("/status/{code:int}", status),
+        Route("/flaky/{token}", flaky),
+        Route("/ratelimited/{token}", ratelimited),
+        Route("/redirect-loop/{step}", redirect_loop),
+        Route("/redirect/{count:int}", redirect_chain),
+        Route("/huge", huge),
+        Route("/malformed", malformed),
+        Route("/wrong-type/{product_id:int}", wrong_type),
+        Route("/js/product/{product_id:int}", js_product),
+        Route("/data.json", data_json),
+        Route("/blocked", blocked),
+        Route("/links", links),
+        Route("/static/img/{image_id:int}.png", image),
+        Route("/static/font.woff2", font),
+        Route("/static/site.css", stylesheet),
+        Route(STATS_PATH, stats),
+        Route(f"{STATS_PATH}/reset", reset, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.site = site
+    return ConcurrencyCounter(app, site)

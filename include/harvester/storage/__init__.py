@@ -1,0 +1,1 @@
+"""Where records go (the MongoDB data handler, or the discard sink) and which URLs were seen."""

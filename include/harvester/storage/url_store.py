@@ -1,0 +1,129 @@
+"""The duplicate-URL checker: "was this URL seen within the source's harvesting lag?" for thousands of
+URLs in one Redis round trip, with MongoDB's output as the authority.
+
+Each URL is one Redis key (per source, under the source's hash tag) set with ``SET NX EX lag``: the
+reply says whether the URL is new and marks it in the same step, so two listing pages discovering the
+same link at once give it to only one of them. Keys expire after the harvesting lag. Redis is a cache
+that may lose data (a restart without AOF, an eviction); URLs Redis calls new are then checked against
+the output collection (records harvested within the lag), so a lost cache never re-harvests early.
+Exact keys, no Bloom filter: no URL is ever dropped by a false positive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import redis
+from pymongo.collection import Collection
+
+from harvester.config.model import SourceConfig
+from harvester.redis_keys import SourceKeys
+
+
+def url_digest(url: str) -> str:
+    """A short fixed-size key part for a URL (URLs can be kilobytes long)."""
+    return hashlib.blake2b(url.encode(), digest_size=16).hexdigest()
+
+
+class URLStore:
+    """Per-source seen-URL keys in Redis; optionally backed by the output collection."""
+
+    def __init__(self, redis_client: redis.Redis) -> None:
+        self.redis = redis_client
+
+    @staticmethod
+    def key(source: str, url: str) -> str:
+        return f"{SourceKeys(source).seen_urls}:{url_digest(url)}"
+
+    @staticmethod
+    def lag_seconds(source: SourceConfig) -> int:
+        return max(1, int(source.harvesting_lag.total_seconds()))
+
+    def filter_new(self, source: SourceConfig, urls: Iterable[str], authority: Collection | None = None,
+                   now: datetime | None = None) -> list[str]:
+        """The URLs not seen within the lag, in input order, each now marked as seen (one round trip)."""
+        unique = list(dict.fromkeys(urls))
+        if not unique:
+            return []
+        lag = self.lag_seconds(source)
+        pipeline = self.redis.pipeline(transaction=False)
+        for url in unique:
+            pipeline.set(self.key(source.name, url), 1, nx=True, ex=lag)
+        replies = pipeline.execute()
+        new = [url for url, reply in zip(unique, replies, strict=True) if reply]
+        if new and authority is not None:
+            new = self._not_in_output(new, authority, source, now)
+        return new
+
+    def _not_in_output(self, urls: list[str], authority: Collection, source: SourceConfig,
+                       now: datetime | None) -> list[str]:
+        since = (now or datetime.now(UTC)) - source.harvesting_lag
+        stored = {
+            document["url"]
+            for document in authority.find({"url": {"$in": urls}, "harvested_at": {"$gte": since}},
+                                           {"url": 1, "_id": 0})
+        }
+        return [url for url in urls if url not in stored]
+
+    def mark_seen(self, source: SourceConfig, urls: Iterable[str]) -> None:
+        """Refresh the lag of URLs just harvested (they were stored, so they count from now)."""
+        lag = self.lag_seconds(source)
+        pipeline = self.redis.pipeline(transaction=False)
+        count = 0
+        for url in urls:
+            pipeline.set(self.key(source.name, url), 1, ex=lag)
+            count += 1
+        if count:
+            pipeline.execute()
+
+    def forget(self, source: SourceConfig, urls: Iterable[str]) -> None:
+        """Unmark URLs that were claimed but not queued (over a cap), so a later run may take them."""
+        keys = [self.key(source.name, url) for url in urls]
+        if keys:
+            self.redis.delete(*keys)
+
+    def seen(self, source: SourceConfig, urls: Iterable[str]) -> dict[str, bool]:
+        """Read-only check (for `harvester try`): which URLs the store already holds."""
+        unique = list(dict.fromkeys(urls))
+        if not unique:
+            return {}
+        pipeline = self.redis.pipeline(transaction=False)
+        for url in unique:
+            pipeline.exists(self.key(source.name, url))
+        return {url: bool(reply) for url, reply in zip(unique, pipeline.execute(), strict=True)}
+
+
+class RunFrontier:
+    """Per-run bookkeeping of listing discovery: listing pages queued once, and the max_new_urls cap."""
+
+    def __init__(self, redis_client: redis.Redis, ttl_seconds: int = 7 * 24 * 3600) -> None:
+        self.redis = redis_client
+        self.ttl = ttl_seconds
+
+    def new_listing_pages(self, source: str, run_id: str | None, urls: list[str]) -> list[str]:
+        """The listing URLs not yet queued in this run, marked as queued (one round trip)."""
+        if not urls:
+            return []
+        key = SourceKeys(source).run_listing_pages(run_id)
+        pipeline = self.redis.pipeline(transaction=False)
+        for url in urls:
+            pipeline.sadd(key, url)
+        pipeline.expire(key, self.ttl)
+        replies = pipeline.execute()
+        return [url for url, added in zip(urls, replies[:-1], strict=True) if added]
+
+    def reserve_new_urls(self, source: str, run_id: str | None, wanted: int, cap: int) -> int:
+        """How many of ``wanted`` new detail URLs still fit under the run's cap (reserved atomically)."""
+        if wanted <= 0:
+            return 0
+        key = SourceKeys(source).run_new_urls(run_id)
+        pipeline = self.redis.pipeline(transaction=False)
+        pipeline.incrby(key, wanted)
+        pipeline.expire(key, self.ttl)
+        total = int(pipeline.execute()[0])
+        granted = max(0, min(wanted, cap - (total - wanted)))
+        if granted < wanted:
+            self.redis.decrby(key, wanted - granted)
+        return granted
