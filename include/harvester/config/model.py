@@ -1,12 +1,18 @@
-"""The schema of one source (DESIGN.md section 3). Unknown keys are errors: typos must not pass."""
+"""The schema of one source (DESIGN.md section 3). Unknown keys are errors: typos must not pass.
+
+Cross-field rules raise ``ValueError("<field>: <reason>")`` so the loader can point at the field's
+line in the YAML file (see :mod:`harvester.config.loader`).
+"""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from croniter import croniter
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 AttributeType = Literal[
     "str", "int", "float", "bool", "date", "url",
@@ -15,6 +21,9 @@ AttributeType = Literal[
 ResourceType = Literal[
     "image", "font", "media", "stylesheet", "script", "xhr", "fetch", "websocket", "manifest", "other"
 ]
+SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+XPATH_PREFIX = "xpath:"
+MAX_BATCH_SIZE = 10_000
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -23,14 +32,54 @@ def parse_duration(value: Any) -> timedelta:
     """Read "90s", "15m", "6h", "7d", "2w" (or a number of seconds) as a timedelta."""
     if isinstance(value, timedelta):
         return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return timedelta(seconds=value)
     if isinstance(value, str) and (match := _DURATION.match(value)):
         return timedelta(**{_DURATION_UNITS[match.group(2)]: int(match.group(1))})
     raise ValueError("expected a duration such as 90s, 15m, 6h, 7d or 2w")
 
 
-Duration = Annotated[timedelta, Field(json_schema_extra={"type": "string", "pattern": _DURATION.pattern})]
+def format_duration(value: timedelta) -> str:
+    """The shortest unit that reads back exactly: 6h, 7d, 90s."""
+    seconds = int(value.total_seconds())
+    for suffix, size in (("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{suffix}"
+    return f"{seconds}s"
+
+
+def check_http_url(value: str) -> str:
+    """Only absolute http(s) URLs are fetched (DESIGN.md section 9: other schemes are ignored)."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"not an absolute http(s) URL: {value!r}")
+    return value
+
+
+def check_selector(value: str) -> str:
+    """A CSS selector, or an XPath expression after ``xpath:``; checked by compiling it."""
+    from parsel import Selector  # parsel is imported lazily: DAG parsing never needs it
+
+    expression = value.strip()
+    if not expression:
+        raise ValueError("empty selector")
+    try:
+        if expression.startswith(XPATH_PREFIX):
+            Selector(text="<html/>").xpath(expression[len(XPATH_PREFIX):])
+        else:
+            Selector(text="<html/>").css(expression)
+    except Exception as error:  # cssselect and lxml raise several unrelated types
+        raise ValueError(f"not a valid selector {value!r}: {error}") from error
+    return value
+
+
+Duration = Annotated[
+    timedelta,
+    WithJsonSchema({
+        "anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "number", "minimum": 0}],
+        "description": "A duration: 90s, 15m, 6h, 7d, 2w, or a number of seconds.",
+    }),
+]
 
 
 class StrictModel(BaseModel):
@@ -40,36 +89,51 @@ class StrictModel(BaseModel):
 class RateLimit(StrictModel):
     """Limits held across ALL workers and machines by the distributor's rate-limit store."""
 
-    max_active: int = Field(default=4, ge=1, description="Tasks in flight at once, across all workers.")
-    per_minute: int = Field(default=120, ge=1, description="Requests admitted in any rolling minute.")
+    max_active: int = Field(default=4, ge=1, le=10_000, description="Tasks in flight at once, across all workers.")
+    per_minute: int = Field(default=120, ge=1, le=1_000_000, description="Requests admitted in any rolling minute.")
     per_host_max_active: int | None = Field(
         default=None, ge=1, description="Politeness: tasks in flight per host (like Scrapy's slots)."
     )
 
+    @model_validator(mode="after")
+    def _per_host_within_total(self) -> RateLimit:
+        if self.per_host_max_active is not None and self.per_host_max_active > self.max_active:
+            raise ValueError("per_host_max_active: cannot exceed max_active")
+        return self
+
 
 class Batch(StrictModel):
-    size: int = Field(default=100, ge=1, le=10_000, description="URLs per package.")
-    max_packages: int = Field(default=100, ge=1, description="The batch limit: packages planned per run.")
+    size: int = Field(default=100, ge=1, le=MAX_BATCH_SIZE, description="URLs per package.")
+    max_packages: int = Field(default=100, ge=1, le=100_000, description="The batch limit: packages planned per run.")
 
 
 class MongoInput(StrictModel):
     """Input metadata: URLs read from a MongoDB collection."""
 
-    collection: str = Field(min_length=1)
+    collection: str = Field(min_length=1, pattern=r"^[^$\x00]+$")
     database: str | None = Field(default=None, description="Defaults to the harvester database.")
-    filter: dict[str, Any] = Field(default_factory=dict)
-    url_field: str = "url"
+    filter: dict[str, Any] = Field(default_factory=dict, description="A MongoDB query selecting the input documents.")
+    url_field: str = Field(default="url", min_length=1, description="The field of an input document holding its URL.")
     connection_id: str = Field(default="mongo_default", description="Airflow connection of the MongoDB.")
 
 
 class Input(StrictModel):
     """Where the URLs of a run come from: seed URLs, a MongoDB collection, or both."""
 
-    seeds: list[str] = Field(default_factory=list)
+    seeds: list[str] = Field(default_factory=list, description="Absolute http(s) URLs.")
     kind: Literal["listing", "details"] = Field(
         default="listing", description="What the input URLs are: listing pages or detail pages."
     )
     mongo: MongoInput | None = None
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_are_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            check_http_url(url)
+        if len(set(value)) != len(value):
+            raise ValueError("the same seed URL is listed twice")
+        return value
 
     @model_validator(mode="after")
     def _needs_something(self) -> Input:
@@ -84,8 +148,15 @@ class Listing(StrictModel):
     link_selectors: list[str] = Field(min_length=1, description="CSS (or xpath:...) selecting <a> links.")
     next_page_selectors: list[str] = Field(default_factory=list, description="Pagination links.")
     follow: str = Field(default=".*", description="Regular expression a detail URL must match.")
-    max_depth: int = Field(default=2, ge=0, description="BFS levels of listing pages to follow.")
+    max_depth: int = Field(default=2, ge=0, le=50, description="BFS levels of listing pages to follow.")
     max_new_urls: int = Field(default=10_000, ge=1, description="New detail URLs per run.")
+
+    @field_validator("link_selectors", "next_page_selectors")
+    @classmethod
+    def _selectors_compile(cls, value: list[str]) -> list[str]:
+        for selector in value:
+            check_selector(selector)
+        return value
 
     @field_validator("follow")
     @classmethod
@@ -98,12 +169,34 @@ class Listing(StrictModel):
 
 
 class Attribute(StrictModel):
-    """One field of the record: a selector and a type."""
+    """One field of the record: a selector and a type.
+
+    A plain string is shorthand for a CSS selector of a ``str`` (``xpath:`` prefix for XPath).
+    """
 
     css: str | None = None
     xpath: str | None = None
     type: AttributeType = "str"
     required: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value.strip().startswith(XPATH_PREFIX):
+                return {"xpath": value.strip()[len(XPATH_PREFIX):]}
+            return {"css": value}
+        return value
+
+    @field_validator("css")
+    @classmethod
+    def _css_compiles(cls, value: str | None) -> str | None:
+        return value if value is None else check_selector(value)
+
+    @field_validator("xpath")
+    @classmethod
+    def _xpath_compiles(cls, value: str | None) -> str | None:
+        return value if value is None else check_selector(XPATH_PREFIX + value)[len(XPATH_PREFIX):]
 
     @model_validator(mode="after")
     def _one_selector(self) -> Attribute:
@@ -114,21 +207,21 @@ class Attribute(StrictModel):
 
 class Output(StrictModel):
     database: str | None = Field(default=None, description="Defaults to the harvester database.")
-    collection: str | None = Field(default=None, description="Defaults to the source name.")
-    key: list[str] = Field(default_factory=lambda: ["url"], min_length=1)
+    collection: str | None = Field(default=None, pattern=r"^[^$\x00]+$", description="Defaults to the source name.")
+    key: list[str] = Field(default_factory=lambda: ["url"], min_length=1, description="Fields of the upsert key.")
     connection_id: str = "mongo_default"
 
 
 class SourceConfig(StrictModel):
     """One source: what to harvest, how often, how politely, and where the records go."""
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$", description="Lower-case id; the DAG is harvest_<name>.")
     description: str = ""
-    owner: str = "harvester"
-    schedule: str | None = "@daily"
+    owner: str = Field(default="harvester", min_length=1)
+    schedule: str | None = Field(default="@daily", description="A cron expression, a preset (@daily...) or null.")
     priority: Literal["high", "normal"] = "normal"
     render: Literal["http", "browser"] = "http"
-    country: str | None = Field(default=None, pattern=r"^[A-Z]{2}$")
+    country: str | None = Field(default=None, pattern=r"^[A-Z]{2}$", description="ISO 3166 alpha-2, e.g. SG.")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     batch: Batch = Field(default_factory=Batch)
     harvesting_lag: Duration = Field(default=timedelta(days=1))
@@ -148,10 +241,33 @@ class SourceConfig(StrictModel):
     def _duration(cls, value: Any) -> timedelta:
         return parse_duration(value)
 
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str | None) -> str | None:
+        if value is None or value in SCHEDULE_PRESETS:
+            return value
+        if value.startswith("@") or not croniter.is_valid(value):
+            raise ValueError(f"not a cron expression or one of {', '.join(SCHEDULE_PRESETS)}: {value!r}")
+        return value
+
+    @field_validator("attributes")
+    @classmethod
+    def _attribute_names(cls, value: dict[str, Attribute]) -> dict[str, Attribute]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in ("_id", "url"):
+                raise ValueError(f"{name!r} is not a usable record field name (letters, digits, _; not _id or url)")
+        return value
+
     @model_validator(mode="after")
-    def _browser_needs_country(self) -> SourceConfig:
+    def _cross_field_rules(self) -> SourceConfig:
         if self.render == "browser" and self.country is None:
             raise ValueError("country: a browser source needs a country (its page slots are per country)")
+        if self.input.kind == "listing" and self.listing is None:
+            raise ValueError("listing: input.kind is listing, so a listing section must say which links to follow")
+        known = {"url", *self.attributes}
+        for field in self.output.key:
+            if field not in known:
+                raise ValueError(f"output.key: {field!r} is neither url nor an attribute of this source")
         return self
 
     @property

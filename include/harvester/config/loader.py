@@ -1,0 +1,339 @@
+"""Read source YAML files into :class:`SourceConfig`, with errors that point at a file, a line and a field.
+
+Every problem reads ``file:line: field: reason``. The YAML is composed with libyaml (when built in)
+and turned into Python by walking its nodes, which keeps each value's line number, catches
+duplicate keys (PyYAML would silently keep the last one) and is fast enough to load 500 files
+during one DAG parse. Nothing is cached between calls: an edited file is seen on the next load.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from harvester.config.model import SourceConfig
+
+SOURCE_SUFFIXES = (".yaml", ".yml")
+ROOT_FIELD = "(source)"
+CONNECTIONS_HINT = (
+    "credentials never go in source YAML: store them in an Airflow connection "
+    "(Admin > Connections, or `airflow connections add`) and name it with connection_id"
+)
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_PLACEHOLDER = re.compile(r"\$\{(HARVESTER_[A-Z0-9_]+)\}")
+_SECRET_KEY = re.compile(
+    r"(^|[_-])(password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?)($|[_-])",
+    re.IGNORECASE,
+)
+_SECRET_HEADERS = {"authorization", "proxy-authorization", "cookie"}
+_URI_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@", re.IGNORECASE)
+# Keys that name data (record fields, query fields), not settings: never mistaken for credentials.
+_DATA_KEY_PARENTS = {("attributes",), ("input", "mongo", "filter")}
+
+Location = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a source file."""
+
+    file: str
+    line: int
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.field}: {self.reason}"
+
+
+class SourceConfigError(ValueError):
+    """A source file that cannot be used; ``problems`` lists every reason, each with its line."""
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        self.problems: list[Problem] = list(problems)
+        if not self.problems:
+            raise ValueError("a SourceConfigError needs at least one problem")
+        super().__init__("\n".join(str(problem) for problem in self.problems))
+
+    @property
+    def file(self) -> str:
+        return self.problems[0].file
+
+    @property
+    def line(self) -> int:
+        return self.problems[0].line
+
+    @property
+    def field(self) -> str:
+        return self.problems[0].field
+
+    @property
+    def reason(self) -> str:
+        return self.problems[0].reason
+
+
+@dataclass
+class SourceSet:
+    """Every valid source of a directory, and an error for each file that is not."""
+
+    sources: dict[str, SourceConfig] = field(default_factory=dict)
+    errors: list[SourceConfigError] = field(default_factory=list)
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+def default_directory() -> Path:
+    from harvester.settings import get_settings
+
+    return get_settings().sources_dir
+
+
+def source_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The source files named by ``paths`` (files, or directories searched non-recursively), sorted."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found.extend(
+                sorted(child for child in path.iterdir()
+                       if child.suffix in SOURCE_SUFFIXES and not child.name.startswith((".", "_")))
+            )
+        else:
+            found.append(path)
+    return found
+
+
+def load_source_file(path: str | Path) -> SourceConfig:
+    """Read and validate one source file; raises :class:`SourceConfigError` naming file, line and field."""
+    path = Path(path)
+    display = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SourceConfigError([Problem(display, 1, ROOT_FIELD, f"cannot read the file: {error}")]) from None
+    return parse_source(text, display)
+
+
+def parse_source(text: str, file: str = "<string>") -> SourceConfig:
+    """Validate the YAML text of one source; ``file`` is only used in messages."""
+    document = _Document(file)
+    data = document.load(text)
+    if not isinstance(data, dict):
+        document.problem((), "a source file must be a YAML mapping of fields (name: ..., input: ...)")
+    else:
+        document.check_credentials(data, ())
+    document.raise_if_any()
+    try:
+        return SourceConfig.model_validate(data)
+    except ValidationError as error:
+        for detail in error.errors():
+            document.validation_problem(detail)
+        document.raise_if_any()
+        raise  # unreachable: a ValidationError always has details
+
+
+def load_sources(directory: str | Path | None = None) -> SourceSet:
+    """Load every ``*.yaml`` file of ``directory`` (default: settings.sources_dir).
+
+    A bad file becomes an error in ``errors`` and never stops the others. Two files with the same
+    source name: the first (in file-name order) keeps it, the second is an error naming both.
+    """
+    return load_source_paths([Path(directory) if directory is not None else default_directory()])
+
+
+def load_source_paths(paths: Iterable[str | Path]) -> SourceSet:
+    result = SourceSet()
+    for path in source_files(paths):
+        try:
+            source = load_source_file(path)
+        except SourceConfigError as error:
+            result.errors.append(error)
+            continue
+        if (first := result.files.get(source.name)) is not None:
+            result.errors.append(SourceConfigError([Problem(
+                str(path), _name_line(path), "name",
+                f"duplicate source name {source.name!r}: also defined in {first}",
+            )]))
+            continue
+        result.sources[source.name] = source
+        result.files[source.name] = path
+    return result
+
+
+def get_source(name: str, directory: str | Path | None = None) -> SourceConfig:
+    """One source by name (workers and producers that only have the name)."""
+    sources = load_sources(directory)
+    if name in sources.sources:
+        return sources.sources[name]
+    for error in sources.errors:
+        if Path(error.file).stem == name:
+            raise error
+    raise KeyError(f"no source named {name!r} in {directory or default_directory()}")
+
+
+def _name_line(path: Path) -> int:
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.startswith("name:"):
+            return number
+    return 1
+
+
+class _Document:
+    """One YAML document turned into Python values while remembering where each value was."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.lines: dict[Location, int] = {}
+        self.key_lines: dict[Location, int] = {}
+        self.problems: list[Problem] = []
+
+    def problem(self, location: Location, reason: str, line: int | None = None) -> None:
+        self.problems.append(Problem(self.file, line or self.line_of(location), _field_name(location), reason))
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise SourceConfigError(sorted(self.problems, key=lambda problem: problem.line))
+
+    def line_of(self, location: Location) -> int:
+        """The line of a value, or of its nearest written ancestor when the value itself is missing."""
+        for end in range(len(location), -1, -1):
+            prefix = location[:end]
+            if prefix in self.key_lines:
+                return self.key_lines[prefix]
+            if prefix in self.lines:
+                return self.lines[prefix]
+        return 1
+
+    def load(self, text: str) -> Any:
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+            reason = " ".join(str(part) for part in (getattr(error, "context", None), getattr(error, "problem", None))
+                              if part) or str(error)
+            self.problems.append(Problem(self.file, mark.line + 1 if mark else 1, ROOT_FIELD,
+                                         f"not valid YAML: {reason}"))
+            self.raise_if_any()
+        finally:
+            loader.dispose()
+        if node is None:
+            self.problem((), "the file is empty")
+            self.raise_if_any()
+        return self._value(loader, node, ())
+
+    def _value(self, loader: Any, node: yaml.Node, location: Location) -> Any:
+        self.lines.setdefault(location, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            loader.flatten_mapping(node)
+            mapping: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                key = loader.construct_object(key_node, deep=True)
+                if not isinstance(key, str | int | float | bool) or key is None:
+                    self.problem(location, "mapping keys must be plain names", key_node.start_mark.line + 1)
+                    continue
+                child = (*location, str(key))
+                if key in mapping:
+                    self.problem(child, f"duplicate key (first on line {self.key_lines[child]})",
+                                 key_node.start_mark.line + 1)
+                    continue
+                self.key_lines[child] = key_node.start_mark.line + 1
+                mapping[key] = self._value(loader, value_node, child)
+            return mapping
+        if isinstance(node, yaml.SequenceNode):
+            return [self._value(loader, item, (*location, index)) for index, item in enumerate(node.value)]
+        value = loader.construct_object(node, deep=True)
+        if isinstance(value, str) and "${" in value:
+            value = self._expand(value, location)
+        return value
+
+    def _expand(self, value: str, location: Location) -> str:
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in os.environ:
+                return os.environ[name]
+            from harvester.settings import get_settings
+
+            setting = getattr(get_settings(), name.removeprefix("HARVESTER_").lower(), None)
+            if setting is None:
+                self.problem(location, f"${{{name}}} is neither set in the environment nor a Harvester setting")
+                return match.group(0)
+            return str(setting)
+
+        return _PLACEHOLDER.sub(replace, value)
+
+    def check_credentials(self, value: Any, location: Location) -> None:
+        """Reject a password-like key, an Authorization/Cookie header, or a URI carrying a password."""
+        if isinstance(value, dict):
+            for key, child in value.items():
+                child_location = (*location, str(key))
+                if location not in _DATA_KEY_PARENTS:
+                    in_headers = location == ("headers",)
+                    if _SECRET_KEY.search(str(key)) or (in_headers and str(key).lower() in _SECRET_HEADERS):
+                        self.problem(child_location, CONNECTIONS_HINT)
+                        continue
+                self.check_credentials(child, child_location)
+        elif isinstance(value, list):
+            for index, child in enumerate(value):
+                self.check_credentials(child, (*location, index))
+        elif isinstance(value, str) and _URI_WITH_PASSWORD.search(value):
+            self.problem(location, f"this URI carries a password; {CONNECTIONS_HINT}")
+
+    def validation_problem(self, detail: dict[str, Any]) -> None:
+        location: Location = tuple(detail["loc"])
+        reason = str(detail["msg"]).removeprefix("Value error, ")
+        # Cross-field rules say which field they are about: "country: a browser source needs...".
+        if detail["type"] == "value_error" and (match := re.match(r"^([a-z_][a-z0-9_.]*): (.+)$", reason, re.S)):
+            location = (*location, *match.group(1).split("."))
+            reason = match.group(2)
+        if detail["type"] == "extra_forbidden":
+            reason = f"unknown key (a typo?); allowed here: {_allowed_keys(location[:-1])}"
+        elif detail["type"] == "missing":
+            reason = "required field is missing"
+        self.problem(location, reason)
+
+
+def _field_name(location: Location) -> str:
+    if not location:
+        return ROOT_FIELD
+    name = ""
+    for part in location:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name
+
+
+def _allowed_keys(location: Location) -> str:
+    """The field names of the model at ``location`` (for 'unknown key' messages)."""
+    model: Any = SourceConfig
+    for part in location:
+        if isinstance(part, int):
+            continue
+        field_info = getattr(model, "model_fields", {}).get(part)
+        if field_info is None:
+            continue  # a key of a mapping of models (attributes.<name>): the model stays
+        model = _model_of(field_info.annotation)
+    return ", ".join(getattr(model, "model_fields", {}))
+
+
+def _model_of(annotation: Any) -> Any:
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in get_args(annotation):
+        if (found := _model_of(argument)) is not None:
+            return found
+    return None
+
+
+def iter_problems(errors: Iterable[SourceConfigError]) -> Iterator[Problem]:
+    for error in errors:
+        yield from error.problems

@@ -1,0 +1,43 @@
+"""What a manual trigger may override for one run of a source (the producer DAG's params).
+
+Kept free of Airflow so the producer's logic can read a run's options from plain params.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from harvester.config.model import MAX_BATCH_SIZE, SourceConfig, check_http_url
+
+BATCH_SIZE_PARAM = "batch_size"
+MAX_PACKAGES_PARAM = "max_packages"
+URLS_PARAM = "urls"
+
+
+class RunOptions(BaseModel):
+    """The limits and URL subset of one run: the source's own unless a trigger overrode them."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    batch_size: int = Field(ge=1, le=MAX_BATCH_SIZE)
+    max_packages: int = Field(ge=1)
+    urls: list[str] = Field(default_factory=list, description="When given, harvest only these URLs.")
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        return [check_http_url(url.strip()) for url in value if url.strip()]
+
+    @classmethod
+    def for_run(cls, source: SourceConfig, params: Mapping[str, Any] | None = None) -> RunOptions:
+        """The source's batch settings with any trigger params (None or missing means: keep the source's)."""
+        params = params or {}
+        values = {
+            "batch_size": params.get(BATCH_SIZE_PARAM) or source.batch.size,
+            "max_packages": params.get(MAX_PACKAGES_PARAM) or source.batch.max_packages,
+            "urls": params.get(URLS_PARAM) or [],
+        }
+        return cls.model_validate(values)
