@@ -70,6 +70,31 @@ class SourceKeys:
         """Prefix of the duplicate-URL checker's per-URL keys (each expires after the harvesting lag)."""
         return self._key("seen")
 
+    @property
+    def config(self) -> str:
+        """Hash: the source's limits, queue, priority and retries (Intake.register_source writes it)."""
+        return self._key("config")
+
+    @property
+    def active_hosts(self) -> str:
+        """Hash: task id -> host of an active task (per-host politeness)."""
+        return self._key("active-hosts")
+
+    @property
+    def host_active_counts(self) -> str:
+        """Hash: host -> tasks of this source in flight on that host."""
+        return self._key("host-active-counts")
+
+    @property
+    def host_paused(self) -> str:
+        """Hash: host -> time until which admission to that host waits (Retry-After per host)."""
+        return self._key("host-paused")
+
+    @property
+    def run_dead(self) -> str:
+        """Hash: run id (and "run id|package id") -> tasks of that run now in dead letters."""
+        return self._key("run-dead")
+
     def run_listing_pages(self, run_id: str | None) -> str:
         """Set of listing-page URLs already queued in one run (pagination never loops)."""
         return self._key(f"run:{run_id or 'adhoc'}:listings")

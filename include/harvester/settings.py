@@ -42,6 +42,9 @@ class HarvesterSettings(BaseSettings):
     admit_batch_size: int = Field(default=500, ge=1)
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_max_seconds: float = Field(default=300.0, ge=0)
+    publish_batch_size: int = Field(default=16, ge=1, description="Tasks of one source per Celery message.")
+    reap_batch_size: int = Field(default=1000, ge=1, description="Expired leases handled per source per reap.")
+    redis_retry_max_seconds: float = Field(default=5.0, gt=0, description="Longest wait between Redis reconnects.")
 
     # Workers and scraping.
     body_size_cap_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)

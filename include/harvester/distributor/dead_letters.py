@@ -1,0 +1,82 @@
+"""Dead letters: tasks that failed past their source's retries (or were malformed), with the reason.
+
+Each entry is JSON ``{message, reason, failed_at}``; ``message`` keeps run_id and package_id, so a
+producer can tell which tasks of its run were given up (see also :meth:`DeadLetters.dead_for_run`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+import redis
+
+from harvester.distributor.messages import TaskMessage
+from harvester.distributor.scripts import Scripts
+from harvester.distributor.store import wake_distributors
+from harvester.redis_keys import SourceKeys
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    message: dict[str, Any] | str  # the task message, or the raw text of a malformed one
+    reason: str
+    failed_at: float
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> DeadLetter:
+        entry = json.loads(raw)
+        return cls(message=entry["message"], reason=entry["reason"], failed_at=float(entry["failed_at"]))
+
+    def task_message(self) -> TaskMessage | None:
+        """The task as a :class:`TaskMessage`, or None when it was malformed."""
+        if not isinstance(self.message, dict):
+            return None
+        try:
+            return TaskMessage.model_validate(self.message)
+        except pydantic.ValidationError:
+            return None
+
+
+class DeadLetters:
+    """List, re-queue and purge the dead letters of a source."""
+
+    def __init__(self, redis_client: redis.Redis) -> None:
+        self.redis = redis_client
+        self.scripts = Scripts(redis_client)
+
+    def count(self, source: str) -> int:
+        return int(self.redis.llen(SourceKeys(source).dead_letters))
+
+    def list(self, source: str, start: int = 0, limit: int = 100) -> list[DeadLetter]:
+        """Entries oldest first."""
+        raw = self.redis.lrange(SourceKeys(source).dead_letters, start, start + limit - 1)
+        return [DeadLetter.from_json(entry) for entry in raw]
+
+    def requeue(self, source: str, limit: int | None = None) -> int:
+        """Move entries (oldest first) back to intake with attempt 0; malformed ones stay. Returns how many."""
+        keys = SourceKeys(source)
+
+        def build(pipeline: redis.client.Pipeline) -> None:
+            self.scripts.evalsha(pipeline, "requeue_dead", [keys.dead_letters, keys.intake, keys.run_dead],
+                                 [-1 if limit is None else int(limit)])
+            wake_distributors(pipeline, source)
+
+        requeued, _kept = self.scripts.run_pipeline(build)[0]
+        return int(requeued)
+
+    def purge(self, source: str) -> int:
+        """Delete every entry; returns how many there were."""
+        keys = SourceKeys(source)
+        pipeline = self.redis.pipeline(transaction=True)
+        pipeline.llen(keys.dead_letters)
+        pipeline.delete(keys.dead_letters)
+        count, _ = pipeline.execute()
+        return int(count)
+
+    def dead_for_run(self, source: str, run_id: str, package_id: int | None = None) -> int:
+        """Tasks of one run (or one package of it) now in dead letters."""
+        field = run_id if package_id is None else f"{run_id}|{package_id}"
+        return int(self.redis.hget(SourceKeys(source).run_dead, field) or 0)

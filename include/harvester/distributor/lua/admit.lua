@@ -1,0 +1,168 @@
+-- admit: atomically admit up to ARGV[1] tasks of ONE source from its intake.
+-- A task is admitted only while   active < max_active   AND   admissions in the rolling window < per_minute
+-- (and, when per_host_max_active is set, its host has fewer tasks in flight; a paused host waits).
+-- An admitted task gets a lease (active: task id -> deadline) and one entry in the rate window.
+--
+-- KEYS[1]  intake            list of JSON task messages
+-- KEYS[2]  delayed           zset message -> due time (s)
+-- KEYS[3]  active            zset task id -> lease deadline (s)
+-- KEYS[4]  active_messages   hash task id -> message
+-- KEYS[5]  active_hosts      hash task id -> host
+-- KEYS[6]  host_counts       hash host -> tasks in flight
+-- KEYS[7]  host_paused       hash host -> paused until (s)
+-- KEYS[8]  window            zset admission sequence number -> admission time (s)
+-- KEYS[9]  paused_until      string: the whole source waits until this time (s)
+-- KEYS[10] counters          hash of running totals
+-- KEYS[11] config            hash max_active, per_minute, per_host_max_active, retries
+-- KEYS[12] dead letters      list of JSON {message, reason, failed_at}
+-- ARGV[1] wanted tasks (count)   ARGV[2] lease (s)   ARGV[3] rate window (s)   ARGV[4] now (s) or "" for server TIME
+-- ARGV[5] expected source name (a message naming another source is malformed)
+-- Returns {status, wait (s, "-1" = none known), intake length, malformed count, message 1, message 2, ...}
+-- status: ok | empty | active_limit | rate_limit | paused | unregistered | host_limit
+
+local intake, delayed, active, active_messages = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local active_hosts, host_counts, host_paused, window = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local paused_until, counters, config, dead = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local wanted = tonumber(ARGV[1])
+local lease = tonumber(ARGV[2])
+local window_seconds = tonumber(ARGV[3])
+local now = now_or_server(ARGV[4])
+local source = ARGV[5]
+
+promote_due(delayed, intake, now, 1000)
+
+local function next_due_wait()
+  local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+  if #first == 0 then return '-1' end
+  return string.format('%.6f', math.max(0, tonumber(first[2]) - now))
+end
+
+local function answer(status, wait, malformed, admitted)
+  local reply = {status, wait, redis.call('LLEN', intake), malformed}
+  if admitted then for i = 1, #admitted do reply[#reply + 1] = admitted[i] end end
+  return reply
+end
+
+local limits = redis.call('HMGET', config, 'max_active', 'per_minute', 'per_host_max_active')
+local max_active, per_minute = tonumber(limits[1]), tonumber(limits[2])
+local per_host = tonumber(limits[3]) or 0
+if not max_active or not per_minute then return answer('unregistered', '-1', 0) end
+
+local paused = tonumber(redis.call('GET', paused_until) or '0')
+if paused > now then return answer('paused', string.format('%.6f', paused - now), 0) end
+
+redis.call('ZREMRANGEBYSCORE', window, '-inf', now - window_seconds)
+local rate_room = per_minute - redis.call('ZCARD', window)
+if rate_room <= 0 then
+  local oldest = redis.call('ZRANGE', window, 0, 0, 'WITHSCORES')
+  return answer('rate_limit', string.format('%.6f', math.max(0, tonumber(oldest[2]) + window_seconds - now)), 0)
+end
+local active_room = max_active - redis.call('ZCARD', active)
+if active_room <= 0 then
+  local first = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+  return answer('active_limit', string.format('%.6f', math.max(0, tonumber(first[2]) - now)), 0)
+end
+
+local room = math.min(wanted, rate_room, active_room)
+if redis.call('LLEN', intake) == 0 then return answer('empty', next_due_wait(), 0) end
+
+-- Per-host checks cost a URL parse per task; do them only when a host limit or a host pause exists.
+local check_hosts = per_host > 0 or redis.call('HLEN', host_paused) > 0
+local host_pauses = {}
+local function host_paused_until(host)
+  local until_time = host_pauses[host]
+  if until_time == nil then
+    until_time = tonumber(redis.call('HGET', host_paused, host) or '0')
+    if until_time > 0 and until_time <= now then redis.call('HDEL', host_paused, host) end
+    host_pauses[host] = until_time
+  end
+  return until_time
+end
+local host_taken = {}
+
+local admitted, admitted_ids = {}, {}
+local rotated = {}
+local malformed = 0
+local scanned = 0
+local scan_limit = room * 4 + 16  -- tasks of a blocked host are rotated behind the others, but not forever
+local deadline = now + lease
+local host_wait = nil
+
+while #admitted < room and scanned < scan_limit do
+  local batch = redis.call('LPOP', intake, math.min(room - #admitted, scan_limit - scanned))
+  if not batch then break end
+  for _, raw in ipairs(batch) do
+    scanned = scanned + 1
+    local ok, message = pcall(cjson.decode, raw)
+    local problem = nil
+    if not ok or type(message) ~= 'table' then
+      problem = 'malformed message: not a JSON object'
+    elseif type(message['task_id']) ~= 'string' or message['task_id'] == '' then
+      problem = 'malformed message: task_id missing'
+    elseif type(message['url']) ~= 'string' then
+      problem = 'malformed message: url missing'
+    elseif message['source'] ~= source then
+      problem = 'malformed message: source is not ' .. source
+    end
+    if problem then
+      redis.call('RPUSH', dead, dead_entry(cjson.encode(raw), problem, now))
+      redis.call('HINCRBY', counters, 'dead', 1)
+      redis.call('HINCRBY', counters, 'malformed', 1)
+      malformed = malformed + 1
+    else
+      local task_id = message['task_id']
+      local host = nil
+      local admit_it = true
+      if redis.call('ZSCORE', active, task_id) or admitted_ids[task_id] then
+        -- the same task is already in flight: a duplicate push; the running copy will store it
+        redis.call('HINCRBY', counters, 'duplicates', 1)
+        admit_it = false
+      elseif check_hosts then
+        host = host_of(message['url'])
+        local host_until = host_paused_until(host)
+        if host_until > now then
+          admit_it = false
+          host_wait = math.min(host_wait or math.huge, host_until - now)
+          rotated[#rotated + 1] = raw
+        elseif per_host > 0 then
+          if host_taken[host] == nil then host_taken[host] = tonumber(redis.call('HGET', host_counts, host) or '0') end
+          if host_taken[host] >= per_host then
+            admit_it = false
+            rotated[#rotated + 1] = raw
+          end
+        end
+      end
+      if admit_it then
+        redis.call('ZADD', active, deadline, task_id)
+        redis.call('HSET', active_messages, task_id, raw)
+        if host and per_host > 0 then
+          host_taken[host] = host_taken[host] + 1
+          redis.call('HSET', active_hosts, task_id, host)
+          redis.call('HINCRBY', host_counts, host, 1)
+        end
+        admitted_ids[task_id] = true
+        admitted[#admitted + 1] = raw
+      end
+    end
+  end
+end
+
+for i = 1, #rotated do redis.call('RPUSH', intake, rotated[i]) end
+
+if #admitted == 0 then
+  if #rotated > 0 then
+    if host_wait then return answer('host_limit', string.format('%.6f', host_wait), malformed) end
+    return answer('host_limit', '-1', malformed)
+  end
+  return answer('empty', next_due_wait(), malformed)
+end
+
+-- One sequence number per admission makes every window member unique.
+local last = redis.call('HINCRBY', counters, 'admitted', #admitted)
+local members = {}
+for i = 1, #admitted do
+  members[#members + 1] = now
+  members[#members + 1] = last - #admitted + i
+end
+redis.call('ZADD', window, unpack(members))
+return answer('ok', '0', malformed, admitted)

@@ -1,0 +1,30 @@
+-- fail: a task failed. Free its lease, then retry it after a delay or, past the source's retries, dead-letter it.
+-- Only the holder of the lease decides: a task whose lease was already reaped was re-queued by the reaper.
+-- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_counts   KEYS[5] counters
+-- KEYS[6] config   KEYS[7] delayed   KEYS[8] dead letters   KEYS[9] run_dead   KEYS[10] host_paused
+-- ARGV[1] task id   ARGV[2] next attempt (count)   ARGV[3] retry message JSON (attempt already raised)
+-- ARGV[4] original message JSON   ARGV[5] reason   ARGV[6] delay (s)   ARGV[7] now (s) or ""
+-- ARGV[8] host   ARGV[9] pause the host for (s), 0 = no pause
+-- Returns {outcome, due time (s)}: outcome "retry" | "dead" | "no_lease"
+local now = now_or_server(ARGV[7])
+if drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]) == 0 then
+  return {'no_lease', '0'}
+end
+local pause_for = tonumber(ARGV[9])
+if pause_for > 0 and ARGV[8] ~= '' then
+  local until_time = now + pause_for
+  local current = tonumber(redis.call('HGET', KEYS[10], ARGV[8]) or '0')
+  if until_time > current then redis.call('HSET', KEYS[10], ARGV[8], string.format('%.6f', until_time)) end
+end
+redis.call('HINCRBY', KEYS[5], 'failed', 1)
+local retries = tonumber(redis.call('HGET', KEYS[6], 'retries') or '3')
+if tonumber(ARGV[2]) > retries then
+  redis.call('RPUSH', KEYS[8], dead_entry(ARGV[4], ARGV[5], now))
+  redis.call('HINCRBY', KEYS[5], 'dead', 1)
+  count_dead_for_run(KEYS[9], cjson.decode(ARGV[4]))
+  return {'dead', '0'}
+end
+local due = now + tonumber(ARGV[6])
+redis.call('ZADD', KEYS[7], due, ARGV[3])
+redis.call('HINCRBY', KEYS[5], 'retried', 1)
+return {'retry', string.format('%.6f', due)}

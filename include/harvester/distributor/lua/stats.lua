@@ -1,0 +1,14 @@
+-- stats: the numbers of one source, read atomically on the server clock.
+-- KEYS[1] intake   KEYS[2] delayed   KEYS[3] active   KEYS[4] window   KEYS[5] counters   KEYS[6] dead letters
+-- ARGV[1] rate window (s)
+-- Returns {pending, delayed, active, admitted in the window, done, failed, dead, admitted total, dead-letter length}
+local now = server_now()
+local totals = redis.call('HMGET', KEYS[5], 'done', 'failed', 'dead', 'admitted')
+return {
+  redis.call('LLEN', KEYS[1]),
+  redis.call('ZCARD', KEYS[2]),
+  redis.call('ZCARD', KEYS[3]),
+  redis.call('ZCOUNT', KEYS[4], now - tonumber(ARGV[1]), '+inf'),
+  tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), tonumber(totals[3] or '0'), tonumber(totals[4] or '0'),
+  redis.call('LLEN', KEYS[6]),
+}
