@@ -46,6 +46,14 @@ class HarvesterSettings(BaseSettings):
     reap_batch_size: int = Field(default=1000, ge=1, description="Expired leases handled per source per reap.")
     redis_retry_max_seconds: float = Field(default=5.0, gt=0, description="Longest wait between Redis reconnects.")
 
+    # Producer runs (DESIGN.md section 6).
+    producer_push_batch_size: int = Field(default=2000, ge=1, description="Tasks per pipelined intake push.")
+    producer_poll_seconds: float = Field(default=15.0, gt=0, description="How often the harvest sensor looks.")
+    producer_wait_timeout_seconds: float = Field(
+        default=6 * 3600.0, gt=0, description="wait_for_harvest fails when a run takes longer than this."
+    )
+    producer_mongo_timeout_ms: int = Field(default=10_000, ge=100, description="MongoDB server selection timeout.")
+
     # Workers and scraping.
     body_size_cap_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
     max_redirects: int = Field(default=5, ge=0)
