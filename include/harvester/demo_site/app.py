@@ -269,8 +269,8 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
 
     async def malformed(request: Request) -> HTMLResponse:
         facts = product_facts(5)
-        text = ("<html><head><title>Broken<body><div class=product><h1 class=title>"
-                f"{facts['title']}<span class=sku>{facts['sku']}<span class=price>€ {facts['price']}"
+        text = ("<html><head><title>Broken</title><body><div class=product><h1 class=title>"
+                f"{facts['title']}<span class=sku>{facts['sku']}</span><span class=price>€ {facts['price']}</span>"
                 "<p><b><i>unclosed <table><tr><td>cell</div></b></i><ul class=tags><li class=tag>broken"
                 "<li class=tag>html</ul><a href='/product/6'>six</a> &bogus; <<<>>")
         return HTMLResponse(text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsplit
 
 from parsel import Selector
 
@@ -17,6 +17,7 @@ TRACKING_PARAMETERS = frozenset({
 })
 TRACKING_PREFIXES = ("utm_", "pk_", "hsa_")
 DEFAULT_PORTS = {"http": 80, "https": 443}
+PATH_SAFE = "/%:@!$&'()*+,;=-._~"  # RFC 3986 pchar; existing escapes are kept
 
 
 def canonicalise_url(url: str, base: str | None = None) -> str | None:
@@ -28,9 +29,9 @@ def canonicalise_url(url: str, base: str | None = None) -> str | None:
     url = (url or "").strip()
     if not url:
         return None
-    if base is not None:
-        url = urljoin(base, url)
     try:
+        if base is not None:
+            url = urljoin(base, url)
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
@@ -48,7 +49,7 @@ def canonicalise_url(url: str, base: str | None = None) -> str | None:
         (key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True)
         if key.lower() not in TRACKING_PARAMETERS and not key.lower().startswith(TRACKING_PREFIXES)
     )
-    path = parts.path or "/"
+    path = quote(parts.path or "/", safe=PATH_SAFE)
     return urlunsplit((scheme, netloc, path, urlencode(query), ""))
 
 

@@ -1,0 +1,137 @@
+"""The fetcher against the real demo site: one test per fault a site can throw at us."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from harvester.scraping.fetcher import Fetcher, FetchResult, parse_retry_after
+from harvester.scraping.page import process_page
+from harvester.services.ports import free_port
+from harvester.settings import HarvesterSettings
+
+from tests.fixtures.demo_site import demo_source, demo_source_document
+
+pytestmark = pytest.mark.integration
+
+
+def fetch(url: str, timeout: float = 5, **settings: object) -> FetchResult:
+    source = demo_source("http://127.0.0.1:9", timeout=timeout)
+
+    async def run() -> FetchResult:
+        async with Fetcher(HarvesterSettings(**settings)) as fetcher:
+            return await fetcher.fetch(url, source)
+
+    return asyncio.run(run())
+
+
+def test_ok_page(demo_site) -> None:
+    result = fetch(f"{demo_site.url}/product/7")
+    assert result.ok and result.status == 200 and "SKU-00007" in result.text and not result.truncated
+
+
+def test_dead_host_is_a_retryable_connection_error() -> None:
+    result = fetch(f"http://127.0.0.1:{free_port()}/product/1")
+    assert result.outcome == "connection_error" and result.retryable
+
+
+def test_timeout_is_retryable(demo_site) -> None:
+    result = fetch(f"{demo_site.url}/slow/1?delay=3", timeout=0.5)
+    assert result.outcome == "timeout" and result.retryable
+    assert result.elapsed < 2
+
+
+def test_500_then_success_on_retry(demo_site) -> None:
+    first = fetch(f"{demo_site.url}/flaky/fetcher?fail=1")
+    assert first.outcome == "http_error" and first.status == 500 and first.retryable and first.counter == "http_500"
+    assert fetch(f"{demo_site.url}/flaky/fetcher?fail=1").ok
+
+
+def test_429_carries_retry_after(demo_site) -> None:
+    result = fetch(f"{demo_site.url}/ratelimited/fetcher?retry_after=7")
+    assert result.status == 429 and result.retry_after == 7 and result.retryable
+
+
+def test_404_is_not_retryable(demo_site) -> None:
+    result = fetch(f"{demo_site.url}/product/99999")
+    assert result.outcome == "http_error" and result.status == 404 and not result.retryable
+
+
+def test_blocked(demo_site) -> None:
+    assert fetch(f"{demo_site.url}/blocked").outcome == "blocked"
+
+
+def test_redirect_loop_is_capped_and_a_chain_is_followed(demo_site) -> None:
+    loop = fetch(f"{demo_site.url}/redirect-loop/a", max_redirects=5)
+    assert loop.outcome == "too_many_redirects" and not loop.retryable
+    chain = fetch(f"{demo_site.url}/redirect/3", max_redirects=5)
+    assert chain.ok and chain.final_url.endswith("/product/3")
+
+
+def test_body_over_the_cap_is_cut(demo_site) -> None:
+    result = fetch(f"{demo_site.url}/huge?mb=4", body_size_cap_bytes=256 * 1024)
+    assert result.ok and result.truncated and result.size == 256 * 1024
+    page = process_page(demo_source(demo_site.url), "details", f"{demo_site.url}/huge", 0, result)
+    assert page.extraction is not None and page.extraction.record is not None
+    assert page.extraction.record["sku"] == "SKU-00004"
+
+
+def test_non_html_content_type_is_a_parse_error(demo_site) -> None:
+    result = fetch(f"{demo_site.url}/data.json")
+    assert result.outcome == "parse_error" and "application/json" in result.reason and not result.retryable
+
+
+def test_malformed_html_and_wrong_types_extract_what_is_there(demo_site) -> None:
+    source = demo_source(demo_site.url)
+    malformed = process_page(source, "details", f"{demo_site.url}/malformed", 0, fetch(f"{demo_site.url}/malformed"))
+    assert malformed.extraction.record["sku"] == "SKU-00005"
+    wrong = process_page(source, "details", f"{demo_site.url}/wrong-type/3", 0,
+                         fetch(f"{demo_site.url}/wrong-type/3"))
+    assert wrong.extraction.record["price"] is None
+    assert {"wrong_type:price", "wrong_type:stock"} <= {problem.counter for problem in wrong.extraction.problems}
+
+
+def test_source_headers_are_sent(demo_site) -> None:
+    fetch(f"{demo_site.url}/product/1")
+    assert demo_site.client_stats("demo_test")["total"] == 1
+
+
+def test_retry_after_parsing() -> None:
+    assert parse_retry_after("12") == 12
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470) == 10
+    assert parse_retry_after("soon") is None and parse_retry_after(None) is None
+
+
+def _try(tmp_path: Path, document: dict, *args: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "source.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return subprocess.run([sys.executable, "-m", "harvester.cli", "try", str(path), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_harvester_try_prints_record_problems_and_links(demo_site, tmp_path) -> None:
+    document = demo_source_document(demo_site.url)
+    listing = _try(tmp_path, document)
+    assert listing.returncode == 0, listing.stderr
+    assert f"{demo_site.url}/product/1\n" in listing.stdout and "listing pages it would queue (1)" in listing.stdout
+    detail = _try(tmp_path, document, f"{demo_site.url}/product/10", "--json")
+    report = yaml.safe_load(detail.stdout.splitlines()[-1])
+    assert report["record"]["sku"] == "SKU-00010" and report["problems"] == ["description: missing "
+                                                                               "(the selector matched nothing)"]
+    rejected = _try(tmp_path, document, f"{demo_site.url}/status/500")
+    assert rejected.returncode == 1 and "http_500" in rejected.stdout
+
+
+@pytest.mark.slow
+def test_harvester_try_renders_browser_sources_in_chromium(demo_site, tmp_path) -> None:
+    document = demo_source_document(demo_site.url, render="browser", country="SG")
+    http_only = _try(tmp_path, demo_source_document(demo_site.url), f"{demo_site.url}/js/product/8", "--json")
+    assert "REJECTED" not in http_only.stdout and http_only.returncode == 1  # sku missing without JavaScript
+    rendered = _try(tmp_path, document, f"{demo_site.url}/js/product/8", "--json")
+    report = yaml.safe_load(rendered.stdout.splitlines()[-1])
+    assert rendered.returncode == 0, rendered.stderr
+    assert report["record"]["sku"] == "SKU-00008"
