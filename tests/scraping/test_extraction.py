@@ -27,7 +27,7 @@ def test_every_attribute_type_matches_the_truth() -> None:
     assert record["stock"] == facts["stock"]
     assert record["in_stock"] is facts["in_stock"]
     assert record["released"] == datetime.combine(facts["released"], datetime.min.time(), UTC)
-    assert record["image"] == f"http://127.0.0.1:9/static/img/12.png"
+    assert record["image"] == "http://127.0.0.1:9/static/img/12.png"
     assert record["tags"] == facts["tags"]
     assert record["ratings"] == facts["ratings"]
     assert record["description"] == facts["description"]
@@ -64,7 +64,8 @@ def test_wrong_type_is_null_and_counted_or_rejects_when_required() -> None:
 def test_malformed_html_still_yields_what_is_there() -> None:
     facts = product_facts(5)
     html = (f"<html><head><title>Broken</title><body><div class=product><h1 class=title>{facts['title']}"
-            f"<span class=sku>{facts['sku']}</span><span class=price>€ {facts['price']}</span><ul class=tags><li class=tag>a"
+            f"<span class=sku>{facts['sku']}</span><span class=price>€ {facts['price']}</span>"
+            "<ul class=tags><li class=tag>a"
             "<li class=tag>b</ul> &bogus; <<<>>")
     source = demo_source("http://127.0.0.1:9")
     extraction = extract_record(source, parse_html(html, URL), URL)
