@@ -84,7 +84,8 @@ def test_batch_limit_defers_the_rest_to_the_next_run(database, make_source) -> N
     source = make_source(batch={"size": 3, "max_packages": 2})
     first = _planner(database).plan(source, "run1", PlanOptions.for_source(source))
     assert first.batch_limit_reached and first.urls_planned == 6 and first.packages_total == 2
-    # The first run's pages get harvested; the next run plans only what is left.
+    # The first run's pages get harvested and it reports; the next run plans only what is left.
+    RunStore(database).record_report("shop", "run1", {})
     now = datetime.now(UTC)
     database.shop.insert_many([{"url": url, "harvested_at": now} for url in _urls_of_run(database, "run1")])
     second = _planner(database).plan(source, "run2", PlanOptions.for_source(source))
@@ -119,3 +120,18 @@ def test_two_planners_of_one_run_make_one_set_of_packages(database, make_source)
     urls = _urls_of_run(database, "run1")
     assert len(urls) == len(set(urls)) == 30
     assert PackageStore(database).status_counts("shop", "run1")[PackageStatus.WAITING] == 10
+
+
+def test_a_new_run_continues_an_unfinished_one(database, make_source) -> None:
+    database.shop_input.insert_many([{"url": f"http://shop.example/p/{i}"} for i in range(5)])
+    source = make_source()
+    first = _planner(database).plan(source, "manual__1", PlanOptions.for_source(source))
+    # manual__1 died before reporting; the next Airflow run (new id) continues it instead of re-planning.
+    second = _planner(database).plan(source, "scheduled__2", PlanOptions.for_source(source))
+    assert second.run_id == "manual__1" and second.resumed and second.packages_total == first.packages_total
+    assert database.packages.count_documents({}) == 2
+    assert RunStore(database).get("shop", "manual__1")["airflow_run_ids"] == ["manual__1", "scheduled__2"]
+    # Once it reported, the following run is a fresh one.
+    RunStore(database).record_report("shop", "manual__1", {})
+    third = _planner(database).plan(source, "scheduled__3", PlanOptions.for_source(source))
+    assert third.run_id == "scheduled__3" and not third.resumed

@@ -110,16 +110,29 @@ class Planner:
         self.output_database = output_database
         self.cursor_batch_size = cursor_batch_size
 
-    def plan(self, source: SourceConfig, run_id: str, options: PlanOptions, now: datetime | None = None) -> PlanResult:
+    def plan(self, source: SourceConfig, airflow_run_id: str, options: PlanOptions, now: datetime | None = None
+             ) -> PlanResult:
+        """Plan the harvest run of this Airflow run: a new one, or the unfinished one it continues.
+
+        A run that never reported (it died, or its DAG run failed) is continued by the next run of the
+        source, whatever its Airflow run id: its finished packages are kept, the rest resumes. A
+        manual run with explicit URLs always starts its own harvest run.
+        """
         now = now or datetime.now(UTC)
         self.packages.ensure_indexes()
         self.runs.ensure_indexes()
+        run_id = airflow_run_id
+        if options.urls is None and (unfinished := self.runs.find_open(source.name, airflow_run_id)):
+            run_id = unfinished["run_id"]
+            log.info("continuing the unfinished run %s of %s (started %s)", run_id, source.name,
+                     unfinished.get("started_at"))
+        self.runs.start(source.name, run_id, now)
+        self.runs.adopt(source.name, run_id, airflow_run_id)
         previous = self.runs.get(source.name, run_id)
         if previous and previous.get("plan"):
             log.info("run %s of %s was planned already; keeping its %s packages",
                      run_id, source.name, previous["plan"]["packages_total"])
             return PlanResult(**{**previous["plan"], "resumed": True})
-        self.runs.start(source.name, run_id, now)
 
         result = PlanResult(source=source.name, run_id=run_id)
         last = self.packages.last_package_id(source.name, run_id)

@@ -26,11 +26,23 @@ class RunStore:
     def get(self, source: str, run_id: str) -> dict[str, Any] | None:
         return self.collection.find_one({"source": source, "run_id": run_id}, {"_id": 0})
 
+    def find_open(self, source: str, exclude_run_id: str) -> dict[str, Any] | None:
+        """The latest earlier run of the source that never reported: a new run continues it."""
+        return self.collection.find_one(
+            {"source": source, "run_id": {"$ne": exclude_run_id}, "status": {"$ne": "reported"}},
+            {"_id": 0}, sort=[("started_at", -1)],
+        )
+
+    def adopt(self, source: str, run_id: str, airflow_run_id: str) -> None:
+        """Remember which Airflow runs worked on a harvest run (a re-run continues an unfinished one)."""
+        self.collection.update_one({"source": source, "run_id": run_id},
+                                   {"$addToSet": {"airflow_run_ids": airflow_run_id}})
+
     def start(self, source: str, run_id: str, now: datetime) -> None:
         """Record the run's start once; a re-run keeps the first start so the duration stays honest."""
         self.collection.update_one(
             {"source": source, "run_id": run_id},
-            {"$setOnInsert": {"started_at": now}, "$set": {"status": "planning"}},
+            {"$setOnInsert": {"started_at": now, "status": "planning"}},
             upsert=True,
         )
 

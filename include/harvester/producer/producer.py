@@ -1,0 +1,153 @@
+"""Produce a run: claim waiting packages and push their tasks into the distributor intake.
+
+Resume lives here too: a package left running by a crash (its tasks are nowhere in Redis: not in
+intake, not delayed for a retry, not leased) goes back to waiting and is pushed again; finished
+packages are never touched. Task ids of planned tasks are deterministic, so a re-push counts down
+the same pending entries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import redis
+from pymongo.database import Database
+
+from harvester.config.model import SourceConfig
+from harvester.distributor.messages import TaskMessage
+from harvester.producer.packages import PackageStore, PackageTask
+from harvester.redis_keys import SourceKeys
+
+log = logging.getLogger(__name__)
+
+REDIS_PAGE = 5000  # list/sorted-set entries read per round trip when looking for live tasks
+
+
+class IntakeLike(Protocol):
+    """What the producer needs of :class:`harvester.distributor.intake.Intake`."""
+
+    def push(self, source: SourceConfig, messages: Iterable[TaskMessage]) -> int: ...
+
+
+@dataclass
+class ProduceResult:
+    packages_reset: int = 0
+    packages_claimed: int = 0
+    tasks_pushed: int = 0
+    tasks_lost: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def live_task_ids(client: redis.Redis, source: str, run_id: str) -> set[str]:
+    """Ids of this run's tasks that Redis still holds: in intake, delayed for a retry, or leased.
+
+    Read in pages; called once per produce step (resume), not per task.
+    """
+    keys = SourceKeys(source)
+    live: set[str] = set()
+
+    def consider(raw: bytes | str) -> None:
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            return
+        if isinstance(message, dict) and message.get("run_id") == run_id and message.get("task_id"):
+            live.add(str(message["task_id"]))
+
+    start = 0
+    while page := client.lrange(keys.intake, start, start + REDIS_PAGE - 1):
+        for raw in page:
+            consider(raw)
+        start += REDIS_PAGE
+    start = 0
+    while page := client.zrange(keys.delayed, start, start + REDIS_PAGE - 1):
+        for raw in page:
+            consider(raw)
+        start += REDIS_PAGE
+    for _, raw in client.hscan_iter(keys.active_messages, count=REDIS_PAGE):
+        consider(raw)
+    # Leased ids without a stored message still count as live (the lease is the authority).
+    live.update(
+        member.decode() if isinstance(member, bytes) else str(member)
+        for member in client.zrange(keys.active, 0, -1)
+    )
+    return live
+
+
+class Producer:
+    """Claims packages of a run and pushes their tasks, in pipelined batches."""
+
+    def __init__(self, database: Database, redis_client: redis.Redis, intake: IntakeLike,
+                 push_batch_size: int = 2000) -> None:
+        self.packages = PackageStore(database)
+        self.redis = redis_client
+        self.intake = intake
+        self.push_batch_size = push_batch_size
+
+    def resume(self, source: SourceConfig, run_id: str) -> tuple[int, int]:
+        """Put running packages whose tasks are gone from Redis back to waiting.
+
+        Returns (packages reset, discovered tasks lost). A running package with any live task is left
+        alone: the distributor's lease reaper already brings back tasks of dead workers.
+        """
+        running = list(self.packages.running(source.name, run_id))
+        if not running:
+            return 0, 0
+        live = live_task_ids(self.redis, source.name, run_id)
+        reset = lost = 0
+        for package in running:
+            pending = set(package.get("pending", []))
+            if pending & live:
+                continue
+            planned = {task["task_id"] for task in package.get("tasks", [])}
+            lost_ids = sorted(pending - planned)
+            if self.packages.reset_to_waiting(source.name, run_id, package["package_id"], package.get("claim"),
+                                              lost_ids):
+                reset += 1
+                lost += len(lost_ids)
+        if reset:
+            log.info("resume: %s running package(s) of run %s had no live task and went back to waiting", reset,
+                     run_id)
+        if lost:
+            log.warning("resume: %s discovered task(s) of run %s were gone from Redis; counted as failed", lost,
+                        run_id)
+        return reset, lost
+
+    def produce(self, source: SourceConfig, run_id: str) -> ProduceResult:
+        result = ProduceResult()
+        result.packages_reset, result.tasks_lost = self.resume(source, run_id)
+        batch: list[TaskMessage] = []
+        for package in self._claimed_packages(source, run_id, result):
+            for message in self._messages(source, run_id, package):
+                batch.append(message)
+                if len(batch) >= self.push_batch_size:
+                    result.tasks_pushed += self.intake.push(source, batch)
+                    batch = []
+        if batch:
+            result.tasks_pushed += self.intake.push(source, batch)
+        return result
+
+    def _claimed_packages(self, source: SourceConfig, run_id: str, result: ProduceResult
+                          ) -> Iterator[dict[str, Any]]:
+        per_claim = max(1, self.push_batch_size // max(1, source.batch.size))
+        while claimed := self.packages.claim(source.name, run_id, per_claim):
+            result.packages_claimed += len(claimed)
+            yield from claimed
+
+    @staticmethod
+    def _messages(source: SourceConfig, run_id: str, package: dict[str, Any]) -> Iterator[TaskMessage]:
+        pending = set(package.get("pending", []))
+        for document in package.get("tasks", []):
+            task = PackageTask.from_document(document)
+            if task.task_id not in pending:
+                continue  # stored already before a crash
+            yield TaskMessage(
+                task_id=task.task_id, source=source.name, kind=task.kind, url=task.url, depth=task.depth,
+                run_id=run_id, package_id=int(package["package_id"]), country=source.country,
+            )

@@ -1,0 +1,164 @@
+"""How far a run has come, and its final report. Read from the packages, the output and dead letters.
+
+A run is complete when every package is finished. Tasks the distributor dead-lettered (past their
+retries, or reaped once too often) are settled here as failed, from the dead-letter entries that
+carry their run and package, so a package whose remaining tasks are all dead also finishes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from pymongo.database import Database
+
+from harvester.producer.packages import PackageStatus, PackageStore
+from harvester.producer.runs import RunStore
+from harvester.redis_keys import SourceKeys
+
+DEAD_PAGE = 5000
+
+
+@dataclass
+class DeadTasks:
+    """This run's dead-lettered tasks: ids by package, and how many per reason."""
+
+    by_package: dict[int, set[str]] = field(default_factory=dict)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+
+def dead_tasks_of_run(client: redis.Redis, source: str, run_id: str) -> DeadTasks:
+    """Scan the source's dead letters (entries ``{message, reason, failed_at}``) for this run's tasks."""
+    keys = SourceKeys(source)
+    dead = DeadTasks()
+    if not int(client.hget(keys.run_dead, run_id) or 0):
+        return dead  # the distributor counts dead tasks per run: nothing to scan
+    start = 0
+    while page := client.lrange(keys.dead_letters, start, start + DEAD_PAGE - 1):
+        for raw in page:
+            try:
+                entry = json.loads(raw)
+                message = entry["message"]
+                if isinstance(message, str):
+                    message = json.loads(message)
+            except (ValueError, KeyError, TypeError):
+                continue
+            if message.get("run_id") != run_id:
+                continue
+            reason = str(entry.get("reason") or "unknown")
+            dead.reasons[reason.split(":", 1)[0].strip() or "unknown"] += 1
+            if message.get("package_id") is not None and message.get("task_id"):
+                dead.by_package.setdefault(int(message["package_id"]), set()).add(str(message["task_id"]))
+        start += DEAD_PAGE
+    return dead
+
+
+@dataclass
+class RunProgress:
+    source: str
+    run_id: str
+    packages_total: int = 0
+    packages_waiting: int = 0
+    packages_running: int = 0
+    packages_finished: int = 0
+    tasks_planned: int = 0
+    tasks_discovered: int = 0
+    tasks_pending: int = 0
+    tasks_done: int = 0
+    tasks_failed: int = 0
+    records_stored: int = 0
+    failures_by_reason: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.packages_finished == self.packages_total
+
+    def line(self) -> str:
+        """One log line for the sensor's log in the Airflow UI."""
+        failures = ", ".join(f"{reason} {count}" for reason, count in sorted(self.failures_by_reason.items()))
+        return (
+            f"{self.source} {self.run_id}: packages {self.packages_finished}/{self.packages_total} done "
+            f"({self.packages_running} running, {self.packages_waiting} waiting); "
+            f"tasks {self.tasks_done} stored, {self.tasks_pending} pending, {self.tasks_failed} failed; "
+            f"records stored {self.records_stored}" + (f"; failures: {failures}" if failures else "")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "complete": self.complete}
+
+
+class RunMonitor:
+    """Measures a run (settling dead-lettered tasks first) and writes its report."""
+
+    def __init__(self, database: Database, output_database: Database, redis_client: redis.Redis) -> None:
+        self.packages = PackageStore(database)
+        self.runs = RunStore(database)
+        self.output_database = output_database
+        self.redis = redis_client
+
+    def settle_dead_letters(self, source: str, run_id: str) -> DeadTasks:
+        dead = dead_tasks_of_run(self.redis, source, run_id)
+        if dead.by_package:
+            self.packages.settle_dead(source, run_id, dead.by_package)
+        return dead
+
+    def measure(self, source: str, output_collection: str, run_id: str) -> RunProgress:
+        dead = self.settle_dead_letters(source, run_id)
+        statuses = self.packages.status_counts(source, run_id)
+        tasks = self.packages.task_counts(source, run_id)
+        return RunProgress(
+            source=source, run_id=run_id,
+            packages_total=sum(statuses.values()),
+            packages_waiting=statuses[PackageStatus.WAITING],
+            packages_running=statuses[PackageStatus.RUNNING],
+            packages_finished=statuses[PackageStatus.FINISHED],
+            tasks_planned=tasks["planned"], tasks_discovered=tasks["discovered"], tasks_pending=tasks["pending"],
+            tasks_done=tasks["done"], tasks_failed=tasks["failed"],
+            records_stored=self.output_database[output_collection].count_documents({"run_id": run_id}),
+            failures_by_reason=dict(dead.reasons),
+        )
+
+    def report(self, source: str, output_collection: str, run_id: str, now: datetime | None = None
+               ) -> dict[str, Any]:
+        """The run's figures: URLs planned, records stored (new vs updated), failures by reason, duration."""
+        now = now or datetime.now(UTC)
+        progress = self.measure(source, output_collection, run_id)
+        run = self.runs.get(source, run_id) or {}
+        started_at = run.get("started_at") or now
+        if started_at.tzinfo is None:
+            started_at = started_at.replace(tzinfo=UTC)
+        new_records = self.output_database[output_collection].count_documents(
+            {"run_id": run_id, "first_seen_at": {"$gte": started_at}}
+        )
+        plan = run.get("plan", {})
+        failures = dict(progress.failures_by_reason)
+        lost = self.packages.task_counts(source, run_id)["lost"]
+        if lost:
+            failures["lost"] = lost
+        report = {
+            "source": source,
+            "run_id": run_id,
+            "complete": progress.complete,
+            "urls_planned": plan.get("urls_planned", progress.tasks_planned),
+            "urls_skipped_fresh": plan.get("skipped_fresh", 0),
+            "urls_skipped_invalid": plan.get("skipped_invalid", 0),
+            "batch_limit_reached": plan.get("batch_limit_reached", False),
+            "packages": progress.packages_total,
+            "packages_finished": progress.packages_finished,
+            "tasks_discovered": progress.tasks_discovered,
+            "tasks_stored": progress.tasks_done,
+            "tasks_failed": progress.tasks_failed,
+            "records_stored": progress.records_stored,
+            "records_new": new_records,
+            "records_updated": progress.records_stored - new_records,
+            "failures_by_reason": failures,
+            "started_at": started_at.isoformat(),
+            "finished_at": now.isoformat(),
+            "duration_seconds": round((now - started_at).total_seconds(), 3),
+        }
+        self.runs.record_report(source, run_id, report)
+        return report

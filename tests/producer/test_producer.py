@@ -1,0 +1,100 @@
+"""Produce and resume against real Redis (the distributor's Intake) and a real MongoDB-wire server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from harvester.distributor.intake import Intake
+from harvester.distributor.messages import TaskMessage
+from harvester.producer.packages import PackageStatus, PackageStore
+from harvester.producer.planner import Planner, PlanOptions
+from harvester.producer.producer import Producer, live_task_ids
+from harvester.producer.progress import RunMonitor
+from harvester.redis_keys import SourceKeys
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def database(mongo_client, mongo_database):
+    return mongo_client[mongo_database]
+
+
+@pytest.fixture
+def planned(database, make_source):
+    database.shop_input.insert_many([{"url": f"http://shop.example/p/{i}"} for i in range(10)])
+    source = make_source(batch={"size": 3, "max_packages": 100})
+    Planner(database, database, database).plan(source, "run1", PlanOptions.for_source(source))
+    return source
+
+
+def _intake_messages(redis_client, source: str) -> list[TaskMessage]:
+    return [TaskMessage.from_json(raw) for raw in redis_client.lrange(SourceKeys(source).intake, 0, -1)]
+
+
+def test_produce_claims_every_package_and_pushes_each_task_once(database, redis_client, harvester_settings,
+                                                                 planned) -> None:
+    producer = Producer(database, redis_client, Intake(redis_client, harvester_settings), push_batch_size=4)
+    result = producer.produce(planned, "run1")
+    assert (result.packages_claimed, result.tasks_pushed, result.packages_reset) == (4, 10, 0)
+    messages = _intake_messages(redis_client, "shop")
+    assert sorted(m.url for m in messages) == sorted(f"http://shop.example/p/{i}" for i in range(10))
+    assert {m.run_id for m in messages} == {"run1"} and {m.kind for m in messages} == {"details"}
+    assert PackageStore(database).status_counts("shop", "run1")[PackageStatus.RUNNING] == 4
+    # A second produce while the tasks are still queued changes nothing.
+    again = producer.produce(planned, "run1")
+    assert (again.packages_claimed, again.tasks_pushed, again.packages_reset) == (0, 0, 0)
+
+
+def test_resume_repushes_only_packages_whose_tasks_vanished(database, redis_client, harvester_settings,
+                                                            planned) -> None:
+    store = PackageStore(database)
+    producer = Producer(database, redis_client, Intake(redis_client, harvester_settings))
+    producer.produce(planned, "run1")
+    messages = _intake_messages(redis_client, "shop")
+    by_package: dict[int, list[TaskMessage]] = {}
+    for message in messages:
+        by_package.setdefault(message.package_id, []).append(message)
+    # Package 0 finished; package 1 half stored; then Redis loses everything (a crash before admission).
+    store.complete_tasks("shop", "run1", 0, [m.task_id for m in by_package[0]])
+    store.complete_tasks("shop", "run1", 1, [by_package[1][0].task_id])
+    # Package 2's last task is leased by a live worker: that package must be left alone.
+    redis_client.delete(SourceKeys("shop").intake)
+    redis_client.zadd(SourceKeys("shop").active, {by_package[2][0].task_id: 9e9})
+    assert live_task_ids(redis_client, "shop", "run1") == {by_package[2][0].task_id}
+    result = producer.produce(planned, "run1")
+    assert result.packages_reset == 2  # packages 1 and 3
+    assert result.packages_claimed == 2
+    pushed = _intake_messages(redis_client, "shop")
+    assert sorted(m.task_id for m in pushed) == sorted(
+        [m.task_id for m in by_package[1][1:]] + [m.task_id for m in by_package[3]]
+    )
+    statuses = {p["package_id"]: p["status"] for p in database.packages.find()}
+    assert statuses == {0: PackageStatus.FINISHED, 1: PackageStatus.RUNNING, 2: PackageStatus.RUNNING,
+                        3: PackageStatus.RUNNING}
+
+
+def test_dead_letters_settle_packages_and_show_in_progress(database, redis_client, harvester_settings,
+                                                           planned) -> None:
+    producer = Producer(database, redis_client, Intake(redis_client, harvester_settings))
+    producer.produce(planned, "run1")
+    messages = _intake_messages(redis_client, "shop")
+    store = PackageStore(database)
+    dead = messages[0]
+    for message in messages[1:]:
+        store.complete_tasks("shop", "run1", message.package_id, [message.task_id])
+    database.shop.insert_many([{"url": m.url, "run_id": "run1"} for m in messages[1:]])
+    keys = SourceKeys("shop")
+    redis_client.rpush(keys.dead_letters, json.dumps(
+        {"message": json.loads(dead.to_json()), "reason": "http 404: not found", "failed_at": 1.0}))
+    redis_client.hincrby(keys.run_dead, "run1", 1)
+    monitor = RunMonitor(database, database, redis_client)
+    progress = monitor.measure("shop", "shop", "run1")
+    assert progress.complete
+    assert (progress.tasks_done, progress.tasks_failed, progress.records_stored) == (9, 1, 9)
+    assert progress.failures_by_reason == {"http 404": 1}
+    assert "packages 4/4 done" in progress.line()
+    report = monitor.report("shop", "shop", "run1")
+    assert report["records_stored"] == 9 and report["failures_by_reason"] == {"http 404": 1}
+    assert database.runs.find_one({"run_id": "run1"})["status"] == "reported"
