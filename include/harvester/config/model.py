@@ -24,6 +24,7 @@ ResourceType = Literal[
 SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 XPATH_PREFIX = "xpath:"
 MAX_BATCH_SIZE = 10_000
+_XPATH_NAMESPACES = {"re": "http://exslt.org/regular-expressions", "set": "http://exslt.org/sets"}
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -57,17 +58,18 @@ def check_http_url(value: str) -> str:
 
 
 def check_selector(value: str) -> str:
-    """A CSS selector, or an XPath expression after ``xpath:``; checked by compiling it."""
-    from parsel import Selector  # parsel is imported lazily: DAG parsing never needs it
+    """A CSS selector (with parsel's ::text and ::attr()), or XPath after ``xpath:``; checked by compiling it."""
+    from lxml import etree  # imported lazily, and compiled without building a document: DAG parsing stays fast
+    from parsel.csstranslator import css2xpath
 
     expression = value.strip()
     if not expression:
         raise ValueError("empty selector")
     try:
         if expression.startswith(XPATH_PREFIX):
-            Selector(text="<html/>").xpath(expression[len(XPATH_PREFIX):])
+            etree.XPath(expression[len(XPATH_PREFIX):], namespaces=_XPATH_NAMESPACES)
         else:
-            Selector(text="<html/>").css(expression)
+            etree.XPath(css2xpath(expression), namespaces=_XPATH_NAMESPACES)
     except Exception as error:  # cssselect and lxml raise several unrelated types
         raise ValueError(f"not a valid selector {value!r}: {error}") from error
     return value
