@@ -9,6 +9,7 @@ import sys
 
 COMMAND_MODULES: tuple[str, ...] = (
     "harvester.services.commands",
+    "harvester.config.commands",
     "harvester.demo_site.commands",
     "harvester.scraping.commands",
 )
