@@ -43,7 +43,7 @@ def parse_duration(value: Any) -> timedelta:
 def format_duration(value: timedelta) -> str:
     """The shortest unit that reads back exactly: 6h, 7d, 90s."""
     seconds = int(value.total_seconds())
-    for suffix, size in (("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)):
+    for suffix, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
         if seconds and seconds % size == 0:
             return f"{seconds // size}{suffix}"
     return f"{seconds}s"
