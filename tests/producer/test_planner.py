@@ -37,7 +37,7 @@ def test_valid_url() -> None:
 
 @pytest.mark.unit
 def test_manual_params_override_the_batch(make_source) -> None:
-    options = PlanOptions.for_source(make_source(), {"batch_size": 7, "max_packages": 2, "urls": "http://a/1, http://a/2"})
+    options = PlanOptions.for_source(make_source(), {"batch_size": 7, "max_packages": 2, "urls": ["http://a/1", " http://a/2"]})
     assert (options.batch_size, options.max_packages, options.urls) == (7, 2, ["http://a/1", "http://a/2"])
     assert PlanOptions.for_source(make_source(), {}).batch_size == 3
 

@@ -1,31 +1,274 @@
-"""Airflow adapter of the producer: the tasks of a source's DAG.
+"""Airflow adapter of the producer: plan -> produce -> wait_for_harvest -> report in a source's DAG.
 
-PLACEHOLDER written by the config layer so its DAG factory has tasks to build; the producer
-component replaces this file with plan -> produce -> wait_for_harvest -> report.
+The logic lives in planner / producer / progress; this module only resolves connections and wires
+tasks. MongoDB comes from Airflow's MongoHook (connection ``mongo_default`` or the source's own
+connection id); when that connection does not exist (``airflow dags test``, a bare machine) it
+falls back to ``HARVESTER_MONGO_URI``. An unreachable MongoDB fails the task with one clear line,
+and the DAG's retries apply; nothing is half-written because package creation is idempotent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
-from airflow.sdk import task
+import pymongo
+import redis
+from airflow.sdk import Asset, BaseSensorOperator, task
+from pymongo.errors import ConnectionFailure, ServerSelectionTimeoutError
 
 from harvester.config.model import SourceConfig
+from harvester.services.mongo import redact
+from harvester.settings import HarvesterSettings, get_settings
 
 log = logging.getLogger(__name__)
 
+DEFAULT_MONGO_CONNECTION = "mongo_default"
+
+
+class MongoUnavailableError(RuntimeError):
+    """MongoDB could not be reached; the message is the one line an operator needs."""
+
+
+@dataclass(frozen=True)
+class MongoTarget:
+    """Where one connection id points: its URI (for the triggerer) and how it was found."""
+
+    connection_id: str
+    uri: str
+    via: str
+
+    def client(self, settings: HarvesterSettings) -> pymongo.MongoClient:
+        return pymongo.MongoClient(self.uri, serverSelectionTimeoutMS=settings.producer_mongo_timeout_ms)
+
+
+def resolve_mongo(connection_id: str, settings: HarvesterSettings | None = None) -> MongoTarget:
+    """The MongoDB of an Airflow connection, else HARVESTER_MONGO_URI."""
+    settings = settings or get_settings()
+    try:
+        from airflow.providers.mongo.hooks.mongo import MongoHook
+
+        hook = MongoHook(mongo_conn_id=connection_id)
+        return MongoTarget(connection_id, hook.uri, f"Airflow connection {connection_id}")
+    except Exception as error:  # AirflowNotFoundException lives in different modules across versions
+        if type(error).__name__ != "AirflowNotFoundException":
+            raise
+    if not settings.mongo_uri:
+        raise MongoUnavailableError(
+            f"no Airflow connection {connection_id!r} and HARVESTER_MONGO_URI is not set: cannot reach MongoDB"
+        )
+    return MongoTarget(connection_id, settings.mongo_uri, "HARVESTER_MONGO_URI")
+
+
+@contextlib.contextmanager
+def clear_mongo_errors(target: MongoTarget) -> Iterator[None]:
+    """Turn pymongo's long connection errors into one line naming the server (password hidden)."""
+    try:
+        yield
+    except (ServerSelectionTimeoutError, ConnectionFailure) as error:
+        first_line = str(error).split(",")[0].splitlines()[0][:200]
+        raise MongoUnavailableError(
+            f"MongoDB unreachable at {redact(target.uri)} ({target.via}): {first_line}"
+        ) from None
+
+
+def output_database_name(source: SourceConfig, settings: HarvesterSettings | None = None) -> str:
+    return source.output.database or (settings or get_settings()).mongo_database
+
+
+def output_asset(source: SourceConfig) -> Asset:
+    """The Airflow Asset of a source's output collection: downstream DAGs schedule on it."""
+    database = output_database_name(source)
+    return Asset(
+        name=f"{database}.{source.output_collection}",
+        uri=f"mongodb://{source.output.connection_id}/{database}/{source.output_collection}",
+    )
+
+
+class _Connections:
+    """The clients one task needs, closed together."""
+
+    def __init__(self, source: SourceConfig, settings: HarvesterSettings) -> None:
+        self.settings = settings
+        self.main = resolve_mongo(DEFAULT_MONGO_CONNECTION, settings)
+        self.output = resolve_mongo(source.output.connection_id, settings)
+        self.input = resolve_mongo(source.input.mongo.connection_id, settings) if source.input.mongo else None
+        self._clients: dict[str, pymongo.MongoClient] = {}
+        self._redis: redis.Redis | None = None
+
+    def database(self, target: MongoTarget, name: str) -> pymongo.database.Database:
+        if target.uri not in self._clients:
+            self._clients[target.uri] = target.client(self.settings)
+        return self._clients[target.uri][name]
+
+    @property
+    def redis(self) -> redis.Redis:
+        if self._redis is None:
+            self._redis = redis.Redis.from_url(self.settings.redis_url)
+        return self._redis
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        if self._redis is not None:
+            self._redis.close()
+
+
+@contextlib.contextmanager
+def _connections(source: SourceConfig) -> Iterator[_Connections]:
+    connections = _Connections(source, get_settings())
+    try:
+        with clear_mongo_errors(connections.main):
+            yield connections
+    finally:
+        connections.close()
+
+
+def plan_run(source: SourceConfig, airflow_run_id: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    from harvester.producer.planner import Planner, PlanOptions
+
+    options = PlanOptions.for_source(source, params)
+    with _connections(source) as connections:
+        settings = connections.settings
+        input_database = None
+        if connections.input is not None and source.input.mongo is not None:
+            input_database = connections.database(connections.input,
+                                                  source.input.mongo.database or settings.mongo_database)
+        planner = Planner(
+            connections.database(connections.main, settings.mongo_database), input_database,
+            connections.database(connections.output, output_database_name(source, settings)),
+        )
+        result = planner.plan(source, airflow_run_id, options)
+    log.info("planned run %s of %s: %s URLs in %s packages (%s new); skipped %s fresh, %s invalid; "
+             "batch limit reached: %s", result.run_id, source.name, result.urls_planned, result.packages_total,
+             result.packages_created, result.skipped_fresh, result.skipped_invalid, result.batch_limit_reached)
+    return result.to_dict()
+
+
+def produce_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
+    from harvester.distributor.intake import Intake
+    from harvester.producer.producer import Producer
+    from harvester.producer.runs import RunStore
+
+    with _connections(source) as connections:
+        settings = connections.settings
+        database = connections.database(connections.main, settings.mongo_database)
+        producer = Producer(database, connections.redis, Intake(connections.redis, settings),
+                            push_batch_size=settings.producer_push_batch_size)
+        result = producer.produce(source, run_id)
+        RunStore(database).record_produce(source.name, run_id, result.to_dict())
+    log.info("run %s of %s: claimed %s packages, pushed %s tasks to intake (%s stale packages resumed)",
+             run_id, source.name, result.packages_claimed, result.tasks_pushed, result.packages_reset)
+    return result.to_dict()
+
+
+def report_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
+    from harvester.producer.progress import RunMonitor
+
+    with _connections(source) as connections:
+        settings = connections.settings
+        monitor = RunMonitor(
+            connections.database(connections.main, settings.mongo_database),
+            connections.database(connections.output, output_database_name(source, settings)),
+            connections.redis,
+        )
+        report = monitor.report(source.name, source.output_collection, run_id)
+    log.info("report of run %s of %s: %s", run_id, source.name,
+             ", ".join(f"{key}={value}" for key, value in report.items()))
+    return report
+
+
+class HarvestSensor(BaseSensorOperator):
+    """Waits until every package of the run is finished or dead; deferred to the triggerer by default."""
+
+    def __init__(self, *, source: SourceConfig, plan_task_id: str = "plan", deferrable: bool = True,
+                 **kwargs: Any) -> None:
+        settings = get_settings()
+        kwargs.setdefault("timeout", settings.producer_wait_timeout_seconds)
+        kwargs.setdefault("poke_interval", settings.producer_poll_seconds)
+        super().__init__(**kwargs)
+        self.source = source
+        self.plan_task_id = plan_task_id
+        self.deferrable = deferrable
+
+    def _run_id(self, context: Any) -> str:
+        plan = context["ti"].xcom_pull(task_ids=self.plan_task_id)
+        return str(plan["run_id"])
+
+    def poke(self, context: Any) -> bool:
+        from harvester.producer.progress import RunMonitor
+
+        run_id = self._run_id(context)
+        with _connections(self.source) as connections:
+            settings = connections.settings
+            progress = RunMonitor(
+                connections.database(connections.main, settings.mongo_database),
+                connections.database(connections.output, output_database_name(self.source, settings)),
+                connections.redis,
+            ).measure(self.source.name, self.source.output_collection, run_id)
+        self.log.info("%s", progress.line())
+        return progress.complete
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        if self.poke(context):
+            return None
+        from harvester.producer.triggers import HarvestProgressTrigger
+
+        settings = get_settings()
+        main = resolve_mongo(DEFAULT_MONGO_CONNECTION, settings)
+        output = resolve_mongo(self.source.output.connection_id, settings)
+        self.defer(
+            trigger=HarvestProgressTrigger(
+                source=self.source.name, run_id=self._run_id(context),
+                output_collection=self.source.output_collection,
+                mongo_uri=main.uri, database=settings.mongo_database,
+                output_mongo_uri=output.uri, output_database=output_database_name(self.source, settings),
+                redis_url=settings.redis_url, poll_seconds=float(self.poke_interval),
+                deadline=time.time() + float(self.timeout), mongo_timeout_ms=settings.producer_mongo_timeout_ms,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout) + 5 * float(self.poke_interval)),
+        )
+        return None
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        progress = event.get("progress", {})
+        if event.get("status") != "complete":
+            from airflow.sdk.exceptions import AirflowSensorTimeout
+
+            raise AirflowSensorTimeout(
+                f"run {progress.get('run_id')} of {self.source.name} did not finish within {self.timeout:.0f} s: "
+                f"{progress.get('packages_finished')}/{progress.get('packages_total')} packages finished"
+            )
+        self.log.info("run %s of %s: every package is finished", progress.get("run_id"), self.source.name)
+        return progress
+
 
 def add_producer_tasks(source: SourceConfig) -> None:
-    """Add the producer's tasks to the DAG being declared (call inside its ``with DAG(...)``)."""
-    name = source.name
+    """Add plan -> produce -> wait_for_harvest -> report to the DAG being declared (inside its ``with DAG``)."""
 
     @task(task_id="plan")
-    def plan(params: dict | None = None) -> dict:
-        from harvester.config.loader import get_source
-        from harvester.config.run_options import RunOptions
+    def plan(**context: Any) -> dict[str, Any]:
+        """Read the input, skip fresh URLs, and write this run's packages (up to the batch limit)."""
+        return plan_run(source, context["run_id"], context.get("params"))
 
-        options = RunOptions.for_run(get_source(name), params)
-        log.info("plan for %s: %s", name, options.model_dump())
-        return options.model_dump()
+    @task(task_id="produce")
+    def produce(planned: dict[str, Any]) -> dict[str, Any]:
+        """Claim waiting packages and push their tasks into the distributor intake."""
+        return produce_run(source, planned["run_id"])
 
-    plan()
+    @task(task_id="report", outlets=[output_asset(source)])
+    def report(planned: dict[str, Any]) -> dict[str, Any]:
+        """The run's figures, returned, logged and stored in the runs collection."""
+        return report_run(source, planned["run_id"])
+
+    planned = plan()
+    wait = HarvestSensor(task_id="wait_for_harvest", source=source)
+    produce(planned) >> wait >> report(planned)

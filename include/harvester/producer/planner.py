@@ -13,7 +13,7 @@ planning finished, and a plan that died half-way continues after the packages it
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from pymongo.database import Database
 
 from harvester.config.model import SourceConfig
+from harvester.config.run_options import RunOptions
 from harvester.producer.packages import PackageStore, PackageTask, planned_task_id
 from harvester.producer.runs import RunStore
 
@@ -42,17 +43,10 @@ class PlanOptions:
     kind: Literal["listing", "details"] | None = None
 
     @classmethod
-    def for_source(cls, source: SourceConfig, params: dict[str, Any] | None = None) -> PlanOptions:
-        params = params or {}
-        urls = params.get("urls") or None
-        if isinstance(urls, str):
-            urls = [line.strip() for line in urls.replace(",", "\n").splitlines() if line.strip()]
-        return cls(
-            batch_size=int(params.get("batch_size") or source.batch.size),
-            max_packages=int(params.get("max_packages") or source.batch.max_packages),
-            urls=list(urls) if urls else None,
-            kind=params.get("kind") or None,
-        )
+    def for_source(cls, source: SourceConfig, params: Mapping[str, Any] | None = None) -> PlanOptions:
+        """The source's batch settings, overridden by a manual trigger's params (validated by RunOptions)."""
+        options = RunOptions.for_run(source, params)
+        return cls(batch_size=options.batch_size, max_packages=options.max_packages, urls=options.urls or None)
 
 
 @dataclass
