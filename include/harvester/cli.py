@@ -12,6 +12,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harvester.config.commands",
     "harvester.demo_site.commands",
     "harvester.scraping.commands",
+    "harvester.distributor.commands",
 )
 
 

@@ -11,6 +11,7 @@ import json
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
@@ -46,6 +47,8 @@ class Admission:
     wait_seconds: float | None  # when admission may succeed again (None: only a new event will tell)
     pending: int  # intake length after the call
     malformed: int  # messages moved to dead letters by this call
+    now: float  # the server time the call decided at (s)
+    active: int  # the source's tasks in flight right after the call
     messages: list[str] = field(default_factory=list)  # admitted task messages, raw JSON
 
 
@@ -105,18 +108,35 @@ class RateLimitStore:
     # -- admission ---------------------------------------------------------------------------------
     def admit(self, source: str, wanted: int, now: float | None = None) -> Admission:
         """Admit up to ``wanted`` tasks of ``source`` from its intake, within its limits, in one call."""
-        keys = SourceKeys(source)
-        reply = self.scripts["admit"](
-            keys=[keys.intake, keys.delayed, keys.active, keys.active_messages, keys.active_hosts,
-                  keys.host_active_counts, keys.host_paused, keys.window, keys.paused_until, keys.counters,
-                  keys.config, keys.dead_letters],
-            args=[int(wanted), self.settings.lease_seconds, self.settings.rate_window_seconds,
-                  _now_argument(now), source],
-        )
+        return self.admit_many([(source, wanted)], now)[0]
+
+    def admit_many(self, requests: list[tuple[str, int]], now: float | None = None) -> list[Admission]:
+        """One admit call per (source, wanted), all in one pipelined round trip (each call stays atomic)."""
+        if not requests:
+            return []
+
+        def build(pipeline: redis.client.Pipeline) -> None:
+            for source, wanted in requests:
+                keys = SourceKeys(source)
+                self.scripts.evalsha(
+                    pipeline, "admit",
+                    [keys.intake, keys.delayed, keys.active, keys.active_messages, keys.active_hosts,
+                     keys.host_active_counts, keys.host_paused, keys.window, keys.paused_until, keys.counters,
+                     keys.config, keys.dead_letters],
+                    [int(wanted), self.settings.lease_seconds, self.settings.rate_window_seconds,
+                     _now_argument(now), source],
+                )
+
+        replies = self.scripts.run_pipeline(build)
+        return [self._admission(source, reply) for (source, _), reply in zip(requests, replies, strict=True)]
+
+    @staticmethod
+    def _admission(source: str, reply: list[Any]) -> Admission:
         wait = float(reply[1])
         return Admission(
             source=source, status=_text(reply[0]), wait_seconds=None if wait < 0 else wait,
-            pending=int(reply[2]), malformed=int(reply[3]), messages=[_text(raw) for raw in reply[4:]],
+            pending=int(reply[2]), malformed=int(reply[3]), now=float(reply[4]), active=int(reply[5]),
+            messages=[_text(raw) for raw in reply[6:]],
         )
 
     # -- leases ------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@
 -- KEYS[12] dead letters      list of JSON {message, reason, failed_at}
 -- ARGV[1] wanted tasks (count)   ARGV[2] lease (s)   ARGV[3] rate window (s)   ARGV[4] now (s) or "" for server TIME
 -- ARGV[5] expected source name (a message naming another source is malformed)
--- Returns {status, wait (s, "-1" = none known), intake length, malformed count, message 1, message 2, ...}
+-- Returns {status, wait (s, "-1" = none known), intake length, malformed count, now (s), active after the call,
+--          message 1, message 2, ...}
 -- status: ok | empty | active_limit | rate_limit | paused | unregistered | host_limit
 
 local intake, delayed, active, active_messages = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -38,7 +39,8 @@ local function next_due_wait()
 end
 
 local function answer(status, wait, malformed, admitted)
-  local reply = {status, wait, redis.call('LLEN', intake), malformed}
+  local reply = {status, wait, redis.call('LLEN', intake), malformed, string.format('%.6f', now),
+    redis.call('ZCARD', active)}
   if admitted then for i = 1, #admitted do reply[#reply + 1] = admitted[i] end end
   return reply
 end

@@ -1,0 +1,79 @@
+"""`harvester distributor` (the long-running service) and `harvester dead-letters list|requeue|purge`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import redis
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    service = subparsers.add_parser(
+        "distributor", help="admit intake into the Celery queues within every source's global limits"
+    )
+    service.add_argument("--log-level", default="INFO")
+    service.add_argument("--max-seconds", type=float, default=None, help="stop after this long (tests, benches)")
+    service.set_defaults(handler=_distributor)
+
+    dead = subparsers.add_parser("dead-letters", help="inspect, re-queue or purge a source's dead letters")
+    dead.add_argument("action", choices=["list", "requeue", "purge"])
+    dead.add_argument("--source", required=True)
+    dead.add_argument("--limit", type=int, default=None, help="list: entries shown (20); requeue: at most this many")
+    dead.add_argument("--json", action="store_true", help="list: one JSON entry per line")
+    dead.set_defaults(handler=_dead_letters)
+
+
+def _redis_client() -> redis.Redis:
+    import redis
+
+    from harvester.settings import get_settings
+
+    settings = get_settings()
+    return redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5,
+                                health_check_interval=30)
+
+
+def _distributor(args: argparse.Namespace) -> int:
+    from harvester.distributor.service import Distributor
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    distributor = Distributor(_redis_client())
+    signal.signal(signal.SIGTERM, distributor.handle_signal)
+    signal.signal(signal.SIGINT, distributor.handle_signal)
+    distributor.run(max_seconds=args.max_seconds)
+    return 0
+
+
+def _dead_letters(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from harvester.distributor.dead_letters import DeadLetters
+
+    dead_letters = DeadLetters(_redis_client())
+    if args.action == "list":
+        total = dead_letters.count(args.source)
+        entries = dead_letters.list(args.source, limit=args.limit or 20)
+        for entry in entries:
+            if args.json:
+                print(json.dumps({"message": entry.message, "reason": entry.reason, "failed_at": entry.failed_at}))
+                continue
+            when = datetime.fromtimestamp(entry.failed_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+            message = entry.message if isinstance(entry.message, dict) else {}
+            url = message.get("url", repr(entry.message)[:80])
+            print(f"{when}  attempt {message.get('attempt', '?')}  {url}  {entry.reason}")
+        if not args.json:
+            shown = f" (showing {len(entries)})" if total > len(entries) else ""
+            print(f"{args.source}: {total} dead letters{shown}")
+    elif args.action == "requeue":
+        moved = dead_letters.requeue(args.source, args.limit)
+        print(f"{args.source}: {moved} dead letters re-queued to intake, {dead_letters.count(args.source)} left")
+    else:
+        print(f"{args.source}: {dead_letters.purge(args.source)} dead letters purged")
+    return 0

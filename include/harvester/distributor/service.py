@@ -1,0 +1,332 @@
+"""The distributor service (`harvester distributor`): intake -> admission -> Celery queues, fairly.
+
+Each round: reap expired leases when due, read the registered sources, order them high priority
+first (rotating the start inside each tier so no source is always last), admit a bounded batch per
+source in ONE pipelined round trip, and publish each source's admitted tasks to its Celery queue in
+messages of ``publish_batch_size`` tasks through one pipelined kombu producer batch. A source with a
+million pending tasks gets the same batch per round as a source with ten, so it cannot starve it.
+
+Backpressure: a queue already ``queue_max_depth`` Celery messages deep gets nothing this round.
+When nothing could be admitted the distributor blocks on the intake signal list (BLPOP) until new
+intake, a released lease, or the earliest known wake-up time (rate window, Retry-After, retry due,
+next reap), so it never polls while idle. Several distributors may run: every admission is atomic.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+import redis
+from celery import Celery
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+from harvester.distributor.intake import RegisteredSource, read_registered_sources
+from harvester.distributor.messages import TaskMessage
+from harvester.distributor.store import Admission, RateLimitStore
+from harvester.redis_keys import INTAKE_SIGNAL
+from harvester.settings import HarvesterSettings, get_settings
+
+log = logging.getLogger("harvester.distributor")
+
+SCRAPE_TASK = "harvester.scrape_batch"
+EXCHANGE = "harvester"
+SOURCES_REFRESH_SECONDS = 1.0
+BACKPRESSURE_POLL_SECONDS = 0.2  # Celery gives no event when a queue drains: look again this often
+REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, KombuOperationalError)
+
+
+class ShutdownRequested(Exception):
+    """SIGTERM arrived while the distributor was blocked waiting for work."""
+
+
+def celery_app_for(settings: HarvesterSettings) -> Celery:
+    """The shared Celery app, or a copy pointed at ``settings.redis_url`` when that differs (tests)."""
+    from harvester.workers.celery_app import app, create_app
+
+    if app.conf.broker_url == settings.redis_url:
+        return app
+    other = create_app()
+    other.conf.broker_url = settings.redis_url
+    return other
+
+
+class CeleryPublisher:
+    """Sends admitted tasks as ``harvester.scrape_batch`` messages without importing worker code."""
+
+    def __init__(self, app: Celery, batch_size: int) -> None:
+        self.app = app
+        self.batch_size = batch_size
+
+    def publish(self, work: Iterable[tuple[str, list[dict[str, Any]]]]) -> int:
+        """Publish (queue, task dicts of ONE source) pairs in one pipelined batch; returns Celery messages sent."""
+        sent = 0
+        with self.app.producer_or_acquire() as producer, producer.batch(max_size=1000):
+            for queue, tasks in work:
+                for start in range(0, len(tasks), self.batch_size):
+                    self.app.send_task(
+                        SCRAPE_TASK, args=[tasks[start:start + self.batch_size]], queue=queue,
+                        routing_key=queue, exchange=EXCHANGE, producer=producer,
+                    )
+                    sent += 1
+        return sent
+
+
+@dataclass
+class RoundOutcome:
+    admitted: int = 0
+    published_messages: int = 0
+    malformed: int = 0
+    backpressured: bool = False
+    wait_seconds: float | None = None  # the earliest known time admission may succeed again
+
+
+@dataclass
+class DistributorTotals:
+    rounds: int = 0
+    admitted: int = 0
+    published_messages: int = 0
+    malformed: int = 0
+    reaped: int = 0
+
+
+class Distributor:
+    """One distributor process. Safe to run several at once against the same Redis."""
+
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        settings: HarvesterSettings | None = None,
+        app: Celery | None = None,
+        blocking_client: redis.Redis | None = None,
+        on_dead_letters: Callable[[str, list[str]], None] | None = None,
+    ) -> None:
+        self.settings = settings or get_settings()
+        self.redis = redis_client
+        self.blocking = blocking_client or redis.Redis(
+            connection_pool=redis.ConnectionPool(**{
+                **redis_client.connection_pool.connection_kwargs, "socket_timeout": None,
+            }),
+        )
+        self.store = RateLimitStore(redis_client, self.settings)
+        self.publisher = CeleryPublisher(app or celery_app_for(self.settings), self.settings.publish_batch_size)
+        self.on_dead_letters = on_dead_letters
+        self.totals = DistributorTotals()
+        self._stop = threading.Event()
+        self._waiting = False
+        self._round_number = 0
+        self._sources: dict[str, RegisteredSource] = {}
+        self._sources_read_at = float("-inf")
+        self._next_reap = 0.0
+        self._unpublished: list[tuple[str, list[dict[str, Any]]]] = []
+        self._outage_since: float | None = None
+
+    # -- life cycle -------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def handle_signal(self, signum: int, _frame: object) -> None:
+        """SIGTERM/SIGINT: finish the current round (admitted work is published), then exit."""
+        log.info("signal %s: stopping after the current round", signum)
+        self.request_stop()
+        if self._waiting:
+            raise ShutdownRequested
+
+    def run(self, max_seconds: float | None = None) -> DistributorTotals:
+        """Distribute until stopped (or for ``max_seconds``). Redis outages are waited out, never fatal."""
+        ends_at = None if max_seconds is None else time.monotonic() + max_seconds
+        backoff = 0.1
+        log.info("distributor started (redis %s)", self._redis_location())
+        while not self.stopping and (ends_at is None or time.monotonic() < ends_at):
+            try:
+                outcome = self.run_round()
+                self._back_online()
+                backoff = 0.1
+                if outcome.admitted == 0 and not self.stopping:
+                    wait = self._wait_seconds(outcome)
+                    if ends_at is not None:
+                        wait = min(wait, max(0.0, ends_at - time.monotonic()))
+                    self.wait_for_work(wait)
+            except REDIS_ERRORS as error:
+                self._outage(error)
+                self._stop.wait(backoff)
+                backoff = min(self.settings.redis_retry_max_seconds, backoff * 2)
+            except ShutdownRequested:
+                break
+        self._flush_on_stop()
+        log.info("distributor stopped: %s", self.totals)
+        return self.totals
+
+    def _flush_on_stop(self) -> None:
+        """Publish what was admitted but not yet sent; if Redis is down, the leases bring it back later."""
+        if not self._unpublished:
+            return
+        try:
+            self._publish_pending()
+        except REDIS_ERRORS as error:
+            log.warning("could not publish %d admitted batches at shutdown (%s); their leases will expire and "
+                        "the tasks return to intake", len(self._unpublished), type(error).__name__)
+
+    # -- one round --------------------------------------------------------------------------------
+    def run_round(self) -> RoundOutcome:
+        """Reap when due, admit a fair batch of every source, publish it. Raises on Redis errors."""
+        self._round_number += 1
+        self.totals.rounds += 1
+        outcome = RoundOutcome()
+        self._publish_pending()
+        if time.monotonic() >= self._next_reap:
+            self.reap()
+        sources = self._registered_sources()
+        if not sources:
+            return outcome
+        ordered = self.fair_order(list(sources.values()), self._round_number)
+        depths = self._queue_depths({source.queue for source in ordered})
+        requests: list[tuple[str, int]] = []
+        queue_of: dict[str, str] = {}
+        budget = {queue: (self.settings.queue_max_depth - depth) * self.settings.publish_batch_size
+                  for queue, depth in depths.items()}
+        for source in ordered:
+            room = budget[source.queue]
+            if room <= 0:
+                outcome.backpressured = True
+                continue
+            wanted = min(self.settings.admit_batch_size, room)
+            budget[source.queue] -= wanted
+            requests.append((source.name, wanted))
+            queue_of[source.name] = source.queue
+        if not requests:
+            return outcome
+        admissions = self.store.admit_many(requests)
+        work: list[tuple[str, list[dict[str, Any]]]] = []
+        waits: list[float] = []
+        for admission in admissions:
+            outcome.malformed += admission.malformed
+            if admission.messages:
+                tasks = self._valid_tasks(admission)
+                outcome.admitted += len(tasks)
+                if tasks:
+                    work.append((queue_of[admission.source], tasks))
+            elif admission.status == "active_limit" and admission.wait_seconds is not None:
+                # room comes from a release (which wakes us) or from reaping the earliest lease when it expires
+                self._next_reap = min(self._next_reap, time.monotonic() + admission.wait_seconds)
+            elif admission.wait_seconds is not None:
+                waits.append(admission.wait_seconds)
+        if work:
+            self._unpublished.extend(work)
+            outcome.published_messages = self._publish_pending()
+        outcome.wait_seconds = min(waits) if waits else None
+        self.totals.admitted += outcome.admitted
+        self.totals.malformed += outcome.malformed
+        return outcome
+
+    def _valid_tasks(self, admission: Admission) -> list[dict[str, Any]]:
+        """Admitted messages as dicts; one that is not a valid TaskMessage goes to dead letters with the reason."""
+        tasks = []
+        for raw in admission.messages:
+            try:
+                tasks.append(TaskMessage.model_validate_json(raw).model_dump(mode="json"))
+            except pydantic.ValidationError as error:
+                reason = "malformed message: " + "; ".join(
+                    f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors()
+                )
+                self.store.reject(admission.source, raw, reason)
+                self.totals.malformed += 1
+        return tasks
+
+    def _publish_pending(self) -> int:
+        if not self._unpublished:
+            return 0
+        sent = self.publisher.publish(self._unpublished)
+        self._unpublished = []
+        self.totals.published_messages += sent
+        return sent
+
+    def reap(self) -> int:
+        result = self.store.reap(list(self._registered_sources()))
+        self._next_reap = time.monotonic() + self.settings.reap_interval_seconds
+        self.totals.reaped += result.reaped
+        if result.reaped:
+            log.info("reaped %d expired leases", result.reaped)
+        for source, entries in result.dead_letters.items():
+            log.warning("%s: %d tasks dead-lettered after their last lease expired", source, len(entries))
+            if self.on_dead_letters is not None:
+                self.on_dead_letters(source, entries)
+        return result.reaped
+
+    @staticmethod
+    def fair_order(sources: list[RegisteredSource], round_number: int) -> list[RegisteredSource]:
+        """High-priority sources first; inside each tier the starting source rotates every round."""
+        ordered: list[RegisteredSource] = []
+        for tier in (True, False):
+            members = sorted((s for s in sources if s.high_priority is tier), key=lambda s: s.name)
+            if members:
+                shift = round_number % len(members)
+                ordered += members[shift:] + members[:shift]
+        return ordered
+
+    def _registered_sources(self) -> dict[str, RegisteredSource]:
+        if time.monotonic() - self._sources_read_at >= SOURCES_REFRESH_SECONDS:
+            self._sources = read_registered_sources(self.redis)
+            self._sources_read_at = time.monotonic()
+        return self._sources
+
+    def _queue_depths(self, queues: set[str]) -> dict[str, int]:
+        """Celery messages waiting in each queue (kombu's Redis transport keeps a queue as a list)."""
+        names = sorted(queues)
+        pipeline = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipeline.llen(name)
+        return dict(zip(names, (int(depth) for depth in pipeline.execute()), strict=True))
+
+    # -- waiting ----------------------------------------------------------------------------------
+    def _wait_seconds(self, outcome: RoundOutcome) -> float:
+        candidates = [max(0.0, self._next_reap - time.monotonic())]
+        if outcome.wait_seconds is not None:
+            candidates.append(outcome.wait_seconds)
+        if outcome.backpressured:
+            candidates.append(BACKPRESSURE_POLL_SECONDS)
+        if not self._sources:
+            candidates.append(SOURCES_REFRESH_SECONDS * 5)
+        return max(0.005, min(candidates))
+
+    def wait_for_work(self, seconds: float) -> bool:
+        """Block until a wake-up token arrives (new intake, a released lease) or ``seconds`` pass."""
+        self._waiting = True
+        try:
+            if self.stopping:
+                return False
+            woken = self.blocking.blpop([INTAKE_SIGNAL], timeout=seconds) is not None
+        except ShutdownRequested:
+            self.blocking.connection_pool.disconnect()  # the interrupted reply is unusable
+            raise
+        finally:
+            self._waiting = False
+        if woken:
+            self._sources_read_at = float("-inf")  # a new source may have registered
+        return woken
+
+    # -- outages ----------------------------------------------------------------------------------
+    def _redis_location(self) -> str:
+        kwargs = self.redis.connection_pool.connection_kwargs
+        return kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+
+    def _outage(self, error: BaseException) -> None:
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            log.warning("Redis unavailable at %s (%s: %s); retrying with backoff up to %.0fs",
+                        self._redis_location(), type(error).__name__, error, self.settings.redis_retry_max_seconds)
+
+    def _back_online(self) -> None:
+        if self._outage_since is not None:
+            log.warning("Redis reachable again after %.1fs", time.monotonic() - self._outage_since)
+            self._outage_since = None
+            self._sources_read_at = float("-inf")
