@@ -41,18 +41,24 @@ class URLStore:
     def lag_seconds(source: SourceConfig) -> int:
         return max(1, int(source.harvesting_lag.total_seconds()))
 
-    def filter_new(self, source: SourceConfig, urls: Iterable[str], authority: Collection | None = None,
-                   now: datetime | None = None) -> list[str]:
-        """The URLs not seen within the lag, in input order, each now marked as seen (one round trip)."""
+    def filter_new(self, source: SourceConfig, urls: Iterable[str], owner: str = "1",
+                   authority: Collection | None = None, now: datetime | None = None) -> list[str]:
+        """The URLs not seen within the lag, in input order, each now marked as seen (one round trip).
+
+        ``owner`` (the discovering task's id) is stored as the mark: when that same task runs again
+        (a retry after a crash between marking and queueing), its URLs count as new again, so a
+        retry never loses them; any other task sees them as duplicates.
+        """
         unique = list(dict.fromkeys(urls))
         if not unique:
             return []
         lag = self.lag_seconds(source)
         pipeline = self.redis.pipeline(transaction=False)
         for url in unique:
-            pipeline.set(self.key(source.name, url), 1, nx=True, ex=lag)
+            pipeline.set(self.key(source.name, url), owner, nx=True, ex=lag, get=True)
         replies = pipeline.execute()
-        new = [url for url, reply in zip(unique, replies, strict=True) if reply]
+        mine = owner.encode()
+        new = [url for url, previous in zip(unique, replies, strict=True) if previous is None or previous == mine]
         if new and authority is not None:
             new = self._not_in_output(new, authority, source, now)
         return new
@@ -73,7 +79,7 @@ class URLStore:
         pipeline = self.redis.pipeline(transaction=False)
         count = 0
         for url in urls:
-            pipeline.set(self.key(source.name, url), 1, ex=lag)
+            pipeline.set(self.key(source.name, url), "stored", ex=lag)
             count += 1
         if count:
             pipeline.execute()
@@ -102,17 +108,23 @@ class RunFrontier:
         self.redis = redis_client
         self.ttl = ttl_seconds
 
-    def new_listing_pages(self, source: str, run_id: str | None, urls: list[str]) -> list[str]:
-        """The listing URLs not yet queued in this run, marked as queued (one round trip)."""
+    def new_listing_pages(self, source: str, run_id: str | None, urls: list[str], owner: str = "1") -> list[str]:
+        """The listing URLs not yet queued in this run, now marked as queued by ``owner`` (one round trip).
+
+        As in :meth:`URLStore.filter_new`, the same owner asking again gets its URLs back (retries).
+        """
         if not urls:
             return []
         key = SourceKeys(source).run_listing_pages(run_id)
         pipeline = self.redis.pipeline(transaction=False)
         for url in urls:
-            pipeline.sadd(key, url)
+            pipeline.hsetnx(key, url, owner)
+            pipeline.hget(key, url)
         pipeline.expire(key, self.ttl)
         replies = pipeline.execute()
-        return [url for url, added in zip(urls, replies[:-1], strict=True) if added]
+        holders = replies[1:-1:2]
+        mine = owner.encode()
+        return [url for url, holder in zip(urls, holders, strict=True) if holder == mine]
 
     def reserve_new_urls(self, source: str, run_id: str | None, wanted: int, cap: int) -> int:
         """How many of ``wanted`` new detail URLs still fit under the run's cap (reserved atomically)."""

@@ -1,0 +1,164 @@
+"""The batch runner (what `harvester.scrape_batch` runs) against real Redis, MongoDB and the demo site."""
+
+from __future__ import annotations
+
+import time
+
+import pymongo
+import pytest
+from harvester.distributor import DeadLetters, TaskMessage
+from harvester.redis_keys import SourceKeys
+from harvester.storage.url_store import URLStore
+
+pytestmark = pytest.mark.integration
+
+
+def records(mongo_server, settings, source) -> pymongo.collection.Collection:
+    return mongo_server.client()[settings.mongo_database][source.output_collection]
+
+
+def dead_reasons(redis_client, source) -> list[str]:
+    return [entry.reason for entry in DeadLetters(redis_client).list(source.name)]
+
+
+def run_until_idle(crawl, source, timeout: float = 30.0) -> list[dict]:
+    reports, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        report = crawl.step(source)
+        if report is None:
+            stats = crawl.store.stats([source.name])[source.name]
+            if stats.pending == 0 and stats.delayed == 0 and stats.active == 0:
+                return reports
+            time.sleep(0.1)
+            continue
+        reports.append(report)
+    raise AssertionError(f"crawl not idle after {timeout}s: {crawl.store.stats([source.name])}")
+
+
+def test_listing_to_details_stores_every_product_once(write_source, crawl, demo_site, mongo_server,
+                                                       worker_settings, redis_client) -> None:
+    source = write_source(listing={"link_selectors": ["a.product-link", "a.more"], "next_page_selectors": ["a.next"],
+                                   "follow": r"^http://127\.0\.0\.1:\d+/product/\d+$", "max_depth": 1})
+    crawl.push(source, TaskMessage(source=source.name, kind="listing", url=f"{demo_site.url}/shop?per_page=20"))
+    run_until_idle(crawl, source)
+    collection = records(mongo_server, worker_settings, source)
+    assert collection.count_documents({}) == 40  # max_depth 1: the seed page and page 2
+    stored = collection.find_one({"url": f"{demo_site.url}/product/12"})
+    assert stored["sku"] == "SKU-00012" and stored["first_seen_at"] == stored["harvested_at"]
+    assert "utm_source" not in stored["url"]
+    counters = crawl.store.counters(source.name)
+    assert counters["outcome:records_stored"] == 40 and counters["outcome:missing:description"] == 4
+    assert counters["outcome:links_ignored:beyond_max_depth"] == 1
+    # the same listing again: every URL is a duplicate within the harvesting lag, nothing new is queued
+    crawl.push(source, TaskMessage(source=source.name, kind="listing", url=f"{demo_site.url}/shop?per_page=20"))
+    report = crawl.step(source)
+    assert report["discovered"] == 0 and crawl.store.stats([source.name])[source.name].pending == 0
+
+
+def test_a_retried_task_never_duplicates_a_record(write_source, crawl, demo_site, mongo_server,
+                                                  worker_settings) -> None:
+    source = write_source()
+    message = TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/3")
+    for _ in range(2):
+        crawl.push(source, message)
+        crawl.step(source)
+    collection = records(mongo_server, worker_settings, source)
+    assert collection.count_documents({}) == 1
+    document = collection.find_one()
+    assert document["first_seen_at"] < document["harvested_at"]
+    assert any(index["unique"] for index in collection.list_indexes() if index["name"] == "harvester_output_key")
+
+
+def test_max_new_urls_caps_a_run(write_source, crawl, demo_site, mongo_server, worker_settings) -> None:
+    source = write_source(listing={"link_selectors": ["a.product-link"], "next_page_selectors": ["a.next"],
+                                   "follow": r"^http://127\.0\.0\.1:\d+/product/", "max_depth": 5,
+                                   "max_new_urls": 30})
+    crawl.push(source, TaskMessage(source=source.name, kind="listing", url=f"{demo_site.url}/shop?per_page=20",
+                                   run_id="r1"))
+    run_until_idle(crawl, source)
+    assert records(mongo_server, worker_settings, source).count_documents({}) == 30
+
+
+def test_500_then_success_on_retry(write_source, crawl, demo_site, mongo_server, worker_settings) -> None:
+    source = write_source()
+    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/flaky/batch?fail=1"))
+    reports = run_until_idle(crawl, source)
+    assert [report["outcomes"].get("http_500", 0) for report in reports] == [1, 0]
+    assert records(mongo_server, worker_settings, source).count_documents({}) == 1
+
+
+def test_dead_host_is_retried_then_dead_lettered(write_source, crawl, redis_client) -> None:
+    from harvester.services.ports import free_port
+
+    source = write_source(retries=1)
+    crawl.push(source, TaskMessage(source=source.name, url=f"http://127.0.0.1:{free_port()}/product/1"))
+    reports = run_until_idle(crawl, source)
+    assert len(reports) == 2
+    assert dead_reasons(redis_client, source)[0].startswith("connection_error")
+
+
+def test_429_pauses_the_whole_source(write_source, crawl, demo_site, redis_client, mongo_server,
+                                     worker_settings) -> None:
+    source = write_source()
+    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/ratelimited/batch?retry_after=2"))
+    first = crawl.step(source)
+    assert first["outcomes"] == {"http_429": 1} and first["retried"] == 1
+    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/product/1"))
+    admission = crawl.store.admit(source.name, 10)
+    assert admission.status == "paused" and admission.messages == []
+    assert float(redis_client.get(SourceKeys(source.name).paused_until)) > time.time() + 1
+    run_until_idle(crawl, source, timeout=20)
+    assert records(mongo_server, worker_settings, source).count_documents({}) == 2
+
+
+@pytest.mark.parametrize(("path", "reason"), [
+    ("/redirect-loop/a", "too_many_redirects"),
+    ("/data.json", "parse_error: not an HTML page"),
+    ("/product/99999", "http_404"),
+    ("/js/product/4", "record rejected: sku: missing"),
+])
+def test_permanent_failures_are_dead_lettered_at_once(write_source, crawl, demo_site, redis_client,
+                                                      path, reason) -> None:
+    source = write_source()
+    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}{path}"))
+    assert len(run_until_idle(crawl, source)) == 1
+    assert dead_reasons(redis_client, source)[0].startswith(reason)
+
+
+def test_oversized_malformed_and_mistyped_pages_are_stored_with_gaps_counted(
+        write_source, crawl, demo_site, mongo_server, worker_settings) -> None:
+    source = write_source()
+    for path in ("/huge?mb=2", "/malformed", "/wrong-type/9"):
+        crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}{path}"))
+    run_until_idle(crawl, source)
+    collection = records(mongo_server, worker_settings, source)
+    assert collection.count_documents({}) == 3
+    assert collection.find_one({"url": f"{demo_site.url}/wrong-type/9"})["price"] is None
+    counters = crawl.store.counters(source.name)
+    assert counters["outcome:truncated"] == 1 and counters["outcome:wrong_type:price"] == 1
+
+
+def test_discard_sink_writes_nothing(write_source, crawl, demo_site, mongo_server, worker_settings,
+                                     monkeypatch) -> None:
+    source = write_source()
+    crawl.runner.data.settings = worker_settings.model_copy(update={"output_sink": "discard"})
+    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/product/1"))
+    report = crawl.step(source)
+    assert report["stored"] == 1
+    assert records(mongo_server, worker_settings, source).count_documents({}) == 0
+
+
+def test_duplicate_checker_answers_thousands_in_one_round_trip_and_mongo_is_the_authority(
+        write_source, redis_client, mongo_server, worker_settings, runner) -> None:
+    source = write_source()
+    store = URLStore(redis_client)
+    urls = [f"http://x.example/p/{i}" for i in range(5000)]
+    assert store.filter_new(source, urls[:2500], owner="a") == urls[:2500]
+    assert store.filter_new(source, urls, owner="b") == urls[2500:]
+    assert store.filter_new(source, urls[:10], owner="a") == urls[:10]  # a retry of task a gets its own back
+    ttl = redis_client.ttl(URLStore.key(source.name, urls[0]))
+    assert 0 < ttl <= source.harvesting_lag.total_seconds()
+    runner.data.write(source, [{"url": "http://x.example/stored", "sku": "s"}])
+    collection = runner.data.collection(source)
+    assert store.filter_new(source, ["http://x.example/stored", "http://x.example/new"], authority=collection) == [
+        "http://x.example/new"]
