@@ -124,7 +124,9 @@ class Input(StrictModel):
 
     seeds: list[str] = Field(default_factory=list, description="Absolute http(s) URLs.")
     kind: Literal["listing", "details"] = Field(
-        default="listing", description="What the input URLs are: listing pages or detail pages."
+        default="details",
+        description="What the input URLs are: listing pages or detail pages. "
+                    "Defaults to listing when the source has a listing section, else details.",
     )
     mongo: MongoInput | None = None
 
@@ -238,6 +240,15 @@ class SourceConfig(StrictModel):
         default_factory=lambda: ["image", "font", "media"]
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _input_kind_follows_listing(cls, data: Any) -> Any:
+        """A source with a listing section starts from listing pages unless it says otherwise."""
+        given_input = data.get("input") if isinstance(data, dict) else None
+        if isinstance(given_input, dict) and "kind" not in given_input and data.get("listing") is not None:
+            data = {**data, "input": {**given_input, "kind": "listing"}}
+        return data
+
     @field_validator("harvesting_lag", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
@@ -266,6 +277,8 @@ class SourceConfig(StrictModel):
             raise ValueError("country: a browser source needs a country (its page slots are per country)")
         if self.input.kind == "listing" and self.listing is None:
             raise ValueError("listing: input.kind is listing, so a listing section must say which links to follow")
+        if self.input.kind == "details" and self.listing is not None:
+            raise ValueError("input.kind: the source has a listing section but its input is details pages")
         known = {"url", *self.attributes}
         for field in self.output.key:
             if field not in known:
