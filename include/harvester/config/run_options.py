@@ -35,9 +35,13 @@ class RunOptions(BaseModel):
     def for_run(cls, source: SourceConfig, params: Mapping[str, Any] | None = None) -> RunOptions:
         """The source's batch settings with any trigger params (None or missing means: keep the source's)."""
         params = params or {}
-        values = {
-            "batch_size": params.get(BATCH_SIZE_PARAM) or source.batch.size,
-            "max_packages": params.get(MAX_PACKAGES_PARAM) or source.batch.max_packages,
-            "urls": params.get(URLS_PARAM) or [],
-        }
-        return cls.model_validate(values)
+
+        def given(name: str, default: Any) -> Any:
+            value = params.get(name)
+            return default if value is None else value
+
+        return cls.model_validate({
+            "batch_size": given(BATCH_SIZE_PARAM, source.batch.size),
+            "max_packages": given(MAX_PACKAGES_PARAM, source.batch.max_packages),
+            "urls": given(URLS_PARAM, []),
+        })
