@@ -1,0 +1,66 @@
+"""The data handler: one bulk_write of upserts per batch, keyed by the source's key fields."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from harvester.storage.data_handler import KEY_INDEX_NAME, DataHandler
+
+from tests.fixtures.demo_site import demo_source
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def handler(harvester_settings, mongo_server) -> DataHandler:
+    return DataHandler(harvester_settings, mongo_server.client())
+
+
+def test_upserts_keep_first_seen_and_update_data(handler, harvester_settings) -> None:
+    source = demo_source("http://site", output={"key": ["url"]})
+    first = datetime(2026, 1, 1, tzinfo=UTC)
+    result = handler.write(source, [{"url": f"u{i}", "price": i} for i in range(100)], "run-1", now=first)
+    assert (result.upserted, result.matched, result.stored) == (100, 0, 100)
+    later = first + timedelta(days=1)
+    again = handler.write(source, [{"url": f"u{i}", "price": i + 1} for i in range(100)], "run-2", now=later)
+    assert (again.upserted, again.matched, again.modified) == (0, 100, 100)
+    collection = handler.collection(source)
+    document = collection.find_one({"url": "u7"})
+    assert document["price"] == 8 and document["run_id"] == "run-2"
+    assert document["first_seen_at"].replace(tzinfo=UTC) == first
+    assert document["harvested_at"].replace(tzinfo=UTC) == later
+    assert collection.count_documents({}) == 100
+
+
+def test_compound_key_unique_index_and_unkeyable_records(handler) -> None:
+    source = demo_source("http://site", output={"key": ["sku", "country"], "collection": "by_sku"},
+                         attributes={"sku": {"css": ".sku"}, "country": {"css": ".country"}})
+    records = [{"url": "a", "sku": "S1", "country": "SG"}, {"url": "b", "sku": "S1", "country": "MY"},
+               {"url": "c", "sku": "S1", "country": "SG"}, {"url": "d", "sku": None, "country": "SG"}]
+    result = handler.write(source, records)
+    assert result.upserted == 2 and result.rejected == {3: "output key field(s) missing: sku"}
+    collection = handler.collection(source)
+    assert collection.find_one({"sku": "S1", "country": "SG"})["url"] == "c"  # the last of a key wins
+    index = {index["name"]: index for index in collection.list_indexes()}[KEY_INDEX_NAME]
+    assert index["unique"] and list(index["key"]) == ["sku", "country"]
+
+
+def test_discard_sink_counts_and_writes_nothing(harvester_settings, mongo_server) -> None:
+    handler = DataHandler(harvester_settings.model_copy(update={"output_sink": "discard"}), mongo_server.client())
+    source = demo_source("http://site")
+    result = handler.write(source, [{"url": "a"}, {"url": "b"}])
+    assert result.discarded == 2 and result.stored == 2
+    client = mongo_server.client()
+    assert source.output_collection not in client[harvester_settings.mongo_database].list_collection_names()
+
+
+def test_output_database_and_collection_from_the_source(handler, mongo_server, mongo_database) -> None:
+    source = demo_source("http://site", output={"key": ["url"], "database": f"{mongo_database}_out",
+                                                "collection": "things"})
+    handler.write(source, [{"url": "x"}])
+    client = mongo_server.client()
+    try:
+        assert client[f"{mongo_database}_out"]["things"].count_documents({}) == 1
+    finally:
+        client.drop_database(f"{mongo_database}_out")
