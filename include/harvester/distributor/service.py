@@ -24,18 +24,18 @@ from typing import Any
 import pydantic
 import redis
 from celery import Celery
+from kombu import Queue
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harvester.distributor.intake import RegisteredSource, read_registered_sources
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.store import Admission, RateLimitStore
-from harvester.redis_keys import INTAKE_SIGNAL
+from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys
 from harvester.settings import HarvesterSettings, get_settings
 
 log = logging.getLogger("harvester.distributor")
 
 SCRAPE_TASK = "harvester.scrape_batch"
-EXCHANGE = "harvester"
 SOURCES_REFRESH_SECONDS = 1.0
 BACKPRESSURE_POLL_SECONDS = 0.2  # Celery gives no event when a queue drains: look again this often
 REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, KombuOperationalError)
@@ -62,19 +62,37 @@ class CeleryPublisher:
     def __init__(self, app: Celery, batch_size: int) -> None:
         self.app = app
         self.batch_size = batch_size
+        self._queues: dict[str, Queue] = {}
+
+    def queue(self, name: str) -> Queue:
+        """The queue as celery_app declares its queues: bound to the harvester exchange under its own name.
+
+        Messages are routed with no exchange named, so Celery sends them through the anonymous direct
+        exchange straight to the list named ``name`` (Celery's own default for direct queues). Routing
+        through the "harvester" exchange would depend on kombu's binding set in Redis and on kombu's
+        in-process memory of having declared it: once that set is lost (a flush, a restart without AOF)
+        every message would go to kombu's undeliverable list while the distributor believed it published.
+        """
+        if name not in self._queues:
+            from harvester.workers.celery_app import harvester_exchange
+
+            self._queues[name] = Queue(name, harvester_exchange, routing_key=name, durable=True)
+        return self._queues[name]
 
     def publish(self, work: Iterable[tuple[str, list[dict[str, Any]]]]) -> int:
         """Publish (queue, task dicts of ONE source) pairs in one pipelined batch; returns Celery messages sent."""
-        sent = 0
+        work = list(work)
         with self.app.producer_or_acquire() as producer, producer.batch(max_size=1000):
-            for queue, tasks in work:
-                for start in range(0, len(tasks), self.batch_size):
-                    self.app.send_task(
-                        SCRAPE_TASK, args=[tasks[start:start + self.batch_size]], queue=queue,
-                        routing_key=queue, exchange=EXCHANGE, producer=producer,
-                    )
-                    sent += 1
-        return sent
+            self._send(producer, work)
+        return sum(-(-len(tasks) // self.batch_size) for _, tasks in work)
+
+    def _send(self, producer: Any, work: list[tuple[str, list[dict[str, Any]]]]) -> None:
+        for queue, tasks in work:
+            for start in range(0, len(tasks), self.batch_size):
+                self.app.send_task(
+                    SCRAPE_TASK, args=[tasks[start:start + self.batch_size]], queue=self.queue(queue),
+                    producer=producer,
+                )
 
 
 @dataclass
@@ -189,17 +207,19 @@ class Distributor:
         if not sources:
             return outcome
         ordered = self.fair_order(list(sources.values()), self._round_number)
-        depths = self._queue_depths({source.queue for source in ordered})
+        depths, ready = self._queue_depths_and_ready_work(ordered)
         requests: list[tuple[str, int]] = []
         queue_of: dict[str, str] = {}
         budget = {queue: (self.settings.queue_max_depth - depth) * self.settings.publish_batch_size
                   for queue, depth in depths.items()}
         for source in ordered:
+            if ready[source.name] == 0:
+                continue  # nothing to admit: leave the queue's room to the sources that have work
             room = budget[source.queue]
             if room <= 0:
                 outcome.backpressured = True
                 continue
-            wanted = min(self.settings.admit_batch_size, room)
+            wanted = min(self.settings.admit_batch_size, room, ready[source.name])
             budget[source.queue] -= wanted
             requests.append((source.name, wanted))
             queue_of[source.name] = source.queue
@@ -279,13 +299,25 @@ class Distributor:
             self._sources_read_at = time.monotonic()
         return self._sources
 
-    def _queue_depths(self, queues: set[str]) -> dict[str, int]:
-        """Celery messages waiting in each queue (kombu's Redis transport keeps a queue as a list)."""
-        names = sorted(queues)
+    def _queue_depths_and_ready_work(
+        self, sources: list[RegisteredSource]
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """In one round trip: Celery messages waiting per queue (kombu keeps a queue as a Redis list), and
+        per source the tasks it could have admitted now (intake plus retries due by this machine's clock)."""
+        queues = sorted({source.queue for source in sources})
+        now = time.time()
         pipeline = self.redis.pipeline(transaction=False)
-        for name in names:
+        for name in queues:
             pipeline.llen(name)
-        return dict(zip(names, (int(depth) for depth in pipeline.execute()), strict=True))
+        for source in sources:
+            keys = SourceKeys(source.name)
+            pipeline.llen(keys.intake)
+            pipeline.zcount(keys.delayed, "-inf", now)
+        replies = [int(value) for value in pipeline.execute()]
+        depths = dict(zip(queues, replies[: len(queues)], strict=True))
+        counts = replies[len(queues):]
+        ready = {source.name: counts[2 * i] + counts[2 * i + 1] for i, source in enumerate(sources)}
+        return depths, ready
 
     # -- waiting ----------------------------------------------------------------------------------
     def _wait_seconds(self, outcome: RoundOutcome) -> float:

@@ -1,0 +1,54 @@
+"""Reading what the distributor published: Celery messages in kombu's Redis lists."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import redis
+from harvester.settings import REPOSITORY_ROOT
+
+
+def published_batches(client: redis.Redis, queue: str) -> list[list[dict[str, Any]]]:
+    """The task batches (args[0] of harvester.scrape_batch) waiting in a Celery queue, oldest first."""
+    batches = []
+    for raw in reversed(client.lrange(queue, 0, -1)):  # kombu LPUSHes, workers BRPOP
+        envelope = json.loads(raw)
+        assert envelope["headers"]["task"] == "harvester.scrape_batch"
+        args, _kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
+        batches.append(args[0])
+    return batches
+
+
+def published_tasks(client: redis.Redis, queue: str) -> list[dict[str, Any]]:
+    return [task for batch in published_batches(client, queue) for task in batch]
+
+
+def start_distributor(env: dict[str, str], log_path: Path, **settings: str) -> subprocess.Popen[bytes]:
+    """`harvester distributor` as its own process (own session, so a test can signal just it)."""
+    environment = {**env, **{f"HARVESTER_{key.upper()}": value for key, value in settings.items()}}
+    log = log_path.open("ab")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "harvester.cli", "distributor", "--log-level", "INFO"],
+            env=environment, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=REPOSITORY_ROOT, start_new_session=True,
+        )
+    finally:
+        log.close()
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float = 15) -> int:
+    if process.poll() is None:
+        os.killpg(process.pid, 15)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait(timeout)
+    return int(process.returncode)

@@ -1,0 +1,156 @@
+"""Leases, reaping, retries with backoff, Retry-After and dead letters against a real redis-server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import redis
+from harvester.distributor import DeadLetters, Intake, RateLimitStore, RetryPolicy, TaskMessage
+from harvester.redis_keys import SourceKeys
+from harvester.settings import HarvesterSettings
+
+from tests.distributor.conftest import make_source
+
+pytestmark = pytest.mark.integration
+
+
+def admit_one(store: RateLimitStore, source: str, now: float) -> TaskMessage:
+    admission = store.admit(source, 1, now=now)
+    assert admission.status == "ok", admission
+    return TaskMessage.from_json(admission.messages[0])
+
+
+def test_an_expired_lease_goes_back_to_intake_with_attempt_raised(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    source = make_source("shop", retries=2, rate_limit={"max_active": 1, "per_minute": 100})
+    Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url="http://a.test/1", run_id="r1",
+                                                             package_id=7)])
+    store = RateLimitStore(redis_client, settings)
+    now = store.server_time()
+    lease = settings.lease_seconds
+    task = admit_one(store, "shop", now)
+
+    assert store.reap(now=now + lease - 0.1).reaped == 0  # still leased
+    assert store.heartbeat("shop", [task.task_id], now=now + lease - 0.1) == 1
+    assert store.reap(now=now + lease + 0.5).reaped == 0  # the heartbeat moved the deadline
+    assert store.reap(now=now + 2 * lease).reaped == 1
+    assert store.heartbeat("shop", [task.task_id], now=now + 2 * lease) == 0  # that lease is gone
+
+    again = admit_one(store, "shop", now + 2 * lease)
+    assert (again.task_id, again.attempt, again.run_id, again.package_id) == (task.task_id, 1, "r1", 7)
+    assert store.release("shop", [task.task_id]) == 1  # the first worker's late release frees the new lease
+    assert store.counters("shop")["reaped"] == 1
+
+
+def test_reaped_past_retries_lands_in_dead_letters_with_the_reason(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    source = make_source("shop", retries=1, rate_limit={"max_active": 1, "per_minute": 100})
+    Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url="http://a.test/1", run_id="r9",
+                                                             package_id=3)])
+    store = RateLimitStore(redis_client, settings)
+    now = store.server_time()
+    for attempt in range(2):
+        admit_one(store, "shop", now + attempt * 10)
+        result = store.reap(now=now + attempt * 10 + settings.lease_seconds + 1)
+        assert result.reaped == 1
+    assert list(result.dead_letters) == ["shop"]
+    dead = DeadLetters(redis_client)
+    [entry] = dead.list("shop")
+    assert entry.reason == "lease expired: no worker finished the task (attempt 2 of 2)"
+    assert entry.task_message().run_id == "r9"
+    assert dead.dead_for_run("shop", "r9") == 1 and dead.dead_for_run("shop", "r9", 3) == 1
+    assert store.stats(["shop"])["shop"].dead == 1
+    assert redis_client.llen(SourceKeys("shop").intake) == 0
+
+
+def test_failure_retries_after_exponential_backoff_then_dead_letters(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    source = make_source("shop", retries=2, rate_limit={"max_active": 5, "per_minute": 100})
+    Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url="http://a.test/1", run_id="r1",
+                                                             package_id=1)])
+    store = RateLimitStore(redis_client, settings, RetryPolicy(base_seconds=1.0, max_seconds=3.0, jitter=0))
+    now = store.server_time()
+    expected_delays = [1.0, 2.0]
+    for attempt, delay in enumerate(expected_delays):
+        task = admit_one(store, "shop", now)
+        assert task.attempt == attempt
+        assert store.fail(task, "HTTP 500", now=now) is False
+        [(_, due)] = redis_client.zrange(SourceKeys("shop").delayed, 0, -1, withscores=True)
+        assert due == pytest.approx(now + delay, abs=1e-3)
+        assert store.admit("shop", 1, now=now + delay - 0.01).status == "empty"
+        now += delay
+    last = admit_one(store, "shop", now)
+    assert last.attempt == 2
+    assert store.fail(last, "HTTP 500: server error", now=now) is True
+    [entry] = DeadLetters(redis_client).list("shop")
+    assert (entry.reason, entry.message["attempt"]) == ("HTTP 500: server error", 2)
+    assert store.fail(last, "again", now=now) is False  # no lease held any more: nothing happens twice
+    assert DeadLetters(redis_client).count("shop") == 1
+
+
+def test_retry_after_pauses_the_host_for_every_worker(redis_client: redis.Redis, settings: HarvesterSettings):
+    source = make_source("shop", rate_limit={"max_active": 10, "per_minute": 100})
+    intake = Intake(redis_client, settings)
+    intake.push(source, [TaskMessage(source="shop", url="http://slow.test/1")])
+    store = RateLimitStore(redis_client, settings)
+    now = store.server_time()
+    task = admit_one(store, "shop", now)
+    assert store.fail(task, "HTTP 429", retry_after=30, now=now) is False
+    intake.push(source, [TaskMessage(source="shop", url="http://slow.test/2"),
+                         TaskMessage(source="shop", url="http://fast.test/1")])
+    admitted = store.admit("shop", 10, now=now + 1)
+    assert [TaskMessage.from_json(raw).url for raw in admitted.messages] == ["http://fast.test/1"]
+    assert store.admit("shop", 10, now=now + 2).status == "host_limit"
+    later = store.admit("shop", 10, now=now + 31)
+    assert sorted(TaskMessage.from_json(raw).url for raw in later.messages) == [
+        "http://slow.test/1", "http://slow.test/2"]
+
+
+def test_pause_source_holds_all_admission_and_never_shortens(redis_client: redis.Redis, settings: HarvesterSettings):
+    Intake(redis_client, settings).push(make_source("shop"), [TaskMessage(source="shop", url="http://a.test/")])
+    store = RateLimitStore(redis_client, settings)
+    now = store.server_time()
+    assert store.pause_source("shop", 20, now=now) == pytest.approx(now + 20, abs=1e-3)
+    assert store.pause_source("shop", 5, now=now) == pytest.approx(now + 20, abs=1e-3)
+    paused = store.admit("shop", 1, now=now + 10)
+    assert (paused.status, paused.wait_seconds) == ("paused", pytest.approx(10, abs=1e-3))
+    assert store.admit("shop", 1, now=now + 20.5).status == "ok"
+    store.pause_host("shop", "A.test", 5, now=now)
+    assert redis_client.hget(SourceKeys("shop").host_paused, "a.test") is not None
+
+
+def test_dead_letters_list_requeue_purge_and_the_command(
+    redis_client: redis.Redis, settings: HarvesterSettings, distributor_env: dict[str, str]
+):
+    source = make_source("shop", retries=0, rate_limit={"max_active": 10, "per_minute": 100})
+    intake = Intake(redis_client, settings)
+    intake.push(source, [TaskMessage(source="shop", url=f"http://a.test/{i}", run_id="r1", package_id=1)
+                         for i in range(3)])
+    intake.push_raw("shop", ["garbage"])
+    store = RateLimitStore(redis_client, settings)
+    for raw in store.admit("shop", 10).messages:
+        assert store.fail(TaskMessage.from_json(raw), "HTTP 404") is True
+    dead = DeadLetters(redis_client)
+    assert dead.count("shop") == 4 and dead.dead_for_run("shop", "r1") == 3
+
+    def command(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "harvester.cli", "dead-letters", *args, "--source", "shop"],
+                              env=distributor_env, capture_output=True, text=True, check=True, timeout=60).stdout
+
+    listing = command("list")
+    assert "shop: 4 dead letters" in listing and "HTTP 404" in listing and "malformed message" in listing
+    assert len([json.loads(line) for line in command("list", "--json").splitlines()]) == 4
+
+    assert "2 dead letters re-queued" in command("requeue", "--limit", "3")  # garbage stays
+    assert dead.dead_for_run("shop", "r1") == 1
+    requeued = [TaskMessage.from_json(raw) for raw in redis_client.lrange(SourceKeys("shop").intake, 0, -1)]
+    assert [task.attempt for task in requeued] == [0, 0]
+    assert dead.requeue("shop") == 1 and dead.count("shop") == 1
+    assert "1 dead letters purged" in command("purge")
+    assert dead.count("shop") == 0

@@ -1,0 +1,199 @@
+"""The distributor service: fairness, priority, backpressure, wake-up, shutdown, malformed input, outages."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from harvester.distributor import Intake, RateLimitStore, TaskMessage
+from harvester.distributor.service import Distributor
+from harvester.redis_keys import SourceKeys
+from harvester.services import readiness
+from harvester.settings import HarvesterSettings
+
+from tests.distributor.conftest import make_source
+from tests.distributor.helpers import published_batches, published_tasks, start_distributor, stop
+from tests.fixtures.servers import RedisServer
+
+pytestmark = pytest.mark.integration
+
+
+def tasks(source: str, count: int, **fields: object) -> list[TaskMessage]:
+    return [TaskMessage(source=source, url=f"http://{source}.test/{i}", **fields) for i in range(count)]
+
+
+def test_a_huge_source_does_not_starve_a_tiny_one(redis_client: redis.Redis, settings: HarvesterSettings):
+    intake = Intake(redis_client, settings)
+    intake.push(make_source("huge", rate_limit={"max_active": 10_000, "per_minute": 1_000_000}), tasks("huge", 20_000))
+    intake.push(make_source("tiny", rate_limit={"max_active": 100, "per_minute": 1000}), tasks("tiny", 10))
+    distributor = Distributor(redis_client, settings.model_copy(update={"admit_batch_size": 200}))
+
+    outcome = distributor.run_round()
+    published = published_tasks(redis_client, "default")
+    assert sum(task["source"] == "tiny" for task in published) == 10  # all of it, in the first round
+    assert sum(task["source"] == "huge" for task in published) == 200  # one batch, not the backlog
+    assert outcome.admitted == 210
+    assert all(len({task["source"] for task in batch}) == 1 for batch in published_batches(redis_client, "default"))
+
+
+def test_high_priority_sources_are_admitted_first(redis_client: redis.Redis, settings: HarvesterSettings):
+    limits = {"max_active": 100, "per_minute": 1000}
+    intake = Intake(redis_client, settings)
+    # both browser sources of one country share the queue pageslots.SG, so they compete for its room
+    normal = make_source("aaa_normal", render="browser", country="SG", rate_limit=limits)
+    high = make_source("zzz_high", render="browser", country="SG", priority="high", rate_limit=limits)
+    intake.push(normal, tasks("aaa_normal", 8, country="SG"))
+    intake.push(high, tasks("zzz_high", 8, country="SG"))
+    distributor = Distributor(redis_client, settings.model_copy(
+        update={"queue_max_depth": 1, "publish_batch_size": 4, "admit_batch_size": 4}))
+
+    for _ in range(3):  # the start rotates every round inside a tier, never across tiers
+        redis_client.delete("pageslots.SG")
+        distributor.run_round()
+        [batch] = published_batches(redis_client, "pageslots.SG")
+        assert {task["source"] for task in batch} == {"zzz_high"} or redis_client.llen(
+            SourceKeys("zzz_high").intake) == 0
+    redis_client.delete("pageslots.SG")
+    distributor.run_round()
+    assert {task["source"] for task in published_tasks(redis_client, "pageslots.SG")} == {"aaa_normal"}
+
+
+def test_backpressure_caps_the_celery_queue(redis_client: redis.Redis, settings: HarvesterSettings):
+    Intake(redis_client, settings).push(make_source("shop", rate_limit={"max_active": 1000, "per_minute": 10_000}),
+                                        tasks("shop", 500))
+    distributor = Distributor(redis_client, settings.model_copy(
+        update={"queue_max_depth": 3, "publish_batch_size": 10}))
+    for _ in range(5):
+        outcome = distributor.run_round()
+    assert redis_client.llen("default") == 3 and outcome.backpressured
+    assert RateLimitStore(redis_client, settings).stats(["shop"])["shop"].active == 30
+    redis_client.rpop("default")  # a worker took one message
+    assert distributor.run_round().admitted == 10
+    assert redis_client.llen("default") == 3
+
+
+def test_invalid_message_is_dead_lettered_and_the_rest_published(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    source = make_source("shop", rate_limit={"max_active": 100, "per_minute": 1000})
+    intake = Intake(redis_client, settings)
+    intake.register_source(source)
+    good = tasks("shop", 2)
+    bad = json.dumps({"task_id": "bad1", "source": "shop", "url": "http://shop.test/x", "depth": -1})
+    intake.push_raw("shop", [good[0].to_json(), bad, good[1].to_json()])
+    outcome = Distributor(redis_client, settings).run_round()
+    assert outcome.admitted == 2
+    assert [task["task_id"] for task in published_tasks(redis_client, "default")] == [t.task_id for t in good]
+    [entry] = [json.loads(raw) for raw in redis_client.lrange(SourceKeys("shop").dead_letters, 0, -1)]
+    assert entry["message"]["task_id"] == "bad1" and entry["reason"].startswith("malformed message: depth:")
+    assert RateLimitStore(redis_client, settings).stats(["shop"])["shop"].active == 2  # its lease was freed
+
+
+def wait_for(check, timeout: float = 10.0, what: str = "condition") -> None:
+    readiness.wait_until(check, timeout, what, interval=0.02)
+
+
+def test_service_wakes_on_intake_and_stops_cleanly_on_sigterm(
+    redis_client: redis.Redis, settings: HarvesterSettings, distributor_env: dict[str, str], tmp_path: Path
+):
+    log_path = tmp_path / "distributor.log"
+    # the reap timer is far away: only the intake signal can wake the service quickly
+    process = start_distributor(distributor_env, log_path, reap_interval_seconds="60", publish_batch_size="5")
+    try:
+        wait_for(lambda: "distributor started" in log_path.read_text(), 30, "distributor start")
+        source = make_source("shop", rate_limit={"max_active": 10_000, "per_minute": 1_000_000})
+        intake = Intake(redis_client, settings)
+        time.sleep(0.5)  # let it block on the signal list
+        pushed_at = time.monotonic()
+        intake.push(source, tasks("shop", 3))
+        wait_for(lambda: len(published_tasks(redis_client, "default")) == 3, 5, "first publish")
+        assert time.monotonic() - pushed_at < 1.0
+
+        pushed = 3
+        for round_number in range(20):  # keep intake busy while the signal arrives
+            intake.push(source, tasks("shop", 200, depth=round_number + 1))
+            pushed += 200
+            if round_number == 10:
+                process.send_signal(signal.SIGTERM)
+        process.wait(timeout=15)
+        assert process.returncode == 0
+    finally:
+        stop(process)
+    log = log_path.read_text()
+    assert "distributor stopped" in log and "Traceback" not in log
+    published = published_tasks(redis_client, "default")
+    active = set(RateLimitStore(redis_client, settings).active_task_ids("shop"))
+    # nothing lost: every admitted task was published, the rest still waits in intake
+    assert {task["task_id"] for task in published} == active
+    assert len(published) + redis_client.llen(SourceKeys("shop").intake) == pushed
+
+
+@pytest.fixture
+def restartable_redis(tmp_path: Path) -> RedisServer:
+    """A redis-server of this test's own (AOF, fsync always), so restarting it disturbs no other test."""
+    from harvester.services.ports import LOOPBACK, free_port
+
+    from tests.fixtures.servers import ServerProcess
+
+    port = free_port()
+    url = f"redis://{LOOPBACK}:{port}/0"
+    server = ServerProcess(
+        "redis-server (restartable)",
+        ["redis-server", "--bind", LOOPBACK, "--port", str(port), "--dir", str(tmp_path), "--appendonly", "yes",
+         "--appendfsync", "always", "--save", ""],
+        tmp_path / "redis.log", ready=lambda: readiness.redis_ping(url),
+    )
+    server.start(timeout=20)
+    yield RedisServer(server, port)
+    server.stop()
+
+
+@pytest.mark.slow
+def test_redis_restart_mid_run_loses_nothing(
+    restartable_redis: RedisServer, distributor_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from harvester.settings import get_settings
+
+    env = {**distributor_env, "HARVESTER_REDIS_URL": restartable_redis.url}
+    monkeypatch.setenv("HARVESTER_REDIS_URL", restartable_redis.url)
+    get_settings.cache_clear()
+    settings = get_settings()
+    client = restartable_redis.client()
+    source = make_source("shop", retries=5, rate_limit={"max_active": 50, "per_minute": 100_000})
+    intake = Intake(client, settings)
+    intake.register_source(source)
+    intake.push_raw("shop", ["broken"])  # at the front: the first admission meets it
+    intake.push(source, tasks("shop", 120))
+    log_path = tmp_path / "distributor.log"
+    process = start_distributor(env, log_path)
+    try:
+        wait_for(lambda: len(published_tasks(client, "default")) == 50, 20, "first admissions")
+        before = RateLimitStore(client, settings).stats(["shop"])["shop"]
+        assert (before.active, before.pending, before.dead) == (50, 70, 1)
+
+        restartable_redis.server.stop(signal.SIGKILL)  # a crash, not a clean shutdown
+        time.sleep(1.5)  # the distributor meets the outage
+        restartable_redis.server.start(timeout=20)
+        client = restartable_redis.client()
+        store = RateLimitStore(client, settings)
+        after = store.stats(["shop"])["shop"]
+        assert (after.pending, after.dead) == (70, 1)  # intake and dead letters came back (AOF)
+        assert after.active in (0, 50)  # leases came back too, unless the reaper already took them back
+
+        # no worker ever ran: the leases expire, the tasks return to intake with attempt 1 and are admitted again
+        def readmitted() -> bool:
+            return sum(task["attempt"] == 1 for task in published_tasks(client, "default")) == 50
+        wait_for(readmitted, 30, "re-admission of reaped leases")
+        intake = Intake(client, settings)
+        intake.push(source, tasks("shop", 1, depth=9))  # the service still answers new intake
+        wait_for(lambda: store.stats(["shop"])["shop"].admitted >= 101, 15, "admission after restart")
+    finally:
+        assert stop(process) == 0
+    log = log_path.read_text()
+    assert log.count("Redis unavailable") == 1, log
+    assert log.count("Redis reachable again") == 1, log
+    assert "Traceback" not in log
