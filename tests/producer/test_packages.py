@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pymongo
 import pytest
-from harvester.producer.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
+from harvester.producer.packages import PackageStatus, PackageStore, planned_task_id
 
 pytestmark = pytest.mark.integration
 
@@ -21,8 +21,8 @@ def store(mongo_server, mongo_database: str) -> Iterator[PackageStore]:
     client.close()
 
 
-def _tasks(package_id: int, urls: list[str], run_id: str = "run1") -> list[PackageTask]:
-    return [PackageTask(planned_task_id("shop", run_id, package_id, url), url) for url in urls]
+def _ids(package_id: int, urls: list[str], run_id: str = "run1") -> list[str]:
+    return [planned_task_id("shop", run_id, package_id, url) for url in urls]
 
 
 def test_planned_task_ids_are_deterministic_and_distinct() -> None:
@@ -31,7 +31,7 @@ def test_planned_task_ids_are_deterministic_and_distinct() -> None:
 
 
 def test_create_is_idempotent_through_the_unique_index(store: PackageStore) -> None:
-    packages = [(0, _tasks(0, ["http://a/1", "http://a/2"])), (1, _tasks(1, ["http://a/3"]))]
+    packages = [(0, ["http://a/1", "http://a/2"]), (1, ["http://a/3"])]
     assert store.create_packages("shop", "run1", packages) == 2
     assert store.create_packages("shop", "run1", packages) == 0
     assert store.collection.count_documents({}) == 2
@@ -40,7 +40,7 @@ def test_create_is_idempotent_through_the_unique_index(store: PackageStore) -> N
 
 
 def test_claims_never_hand_the_same_package_to_two_producers(store: PackageStore) -> None:
-    store.create_packages("shop", "run1", [(i, _tasks(i, [f"http://a/{i}"])) for i in range(20)])
+    store.create_packages("shop", "run1", [(i, [f"http://a/{i}"]) for i in range(20)])
     won: list[list[int]] = []
 
     def claimer() -> None:
@@ -60,17 +60,18 @@ def test_claims_never_hand_the_same_package_to_two_producers(store: PackageStore
 
 
 def test_count_down_finishes_once_and_discovered_tasks_keep_it_open(store: PackageStore) -> None:
-    tasks = _tasks(0, ["http://a/list"])
-    store.create_packages("shop", "run1", [(0, tasks)])
+    store.create_packages("shop", "run1", [(0, ["http://a/list"])])
+    tasks = _ids(0, ["http://a/list"])
+    assert store.collection.find_one({"package_id": 0})["pending"] == tasks
     store.claim("shop", "run1", 10)
     store.add_tasks("shop", "run1", 0, ["d1", "d2"])
-    assert store.complete_tasks("shop", "run1", 0, [tasks[0].task_id]) is False
+    assert store.complete_tasks("shop", "run1", 0, [tasks[0]]) is False
     assert store.complete_tasks("shop", "run1", 0, ["d1"]) is False
     assert store.complete_tasks("shop", "run1", 0, ["d2"], failed=True) is True
     assert store.complete_tasks("shop", "run1", 0, ["d2"], failed=True) is False  # only one caller sees True
     document = store.collection.find_one({"package_id": 0})
     assert document["status"] == PackageStatus.FINISHED
-    assert sorted(document["done"]) == sorted([tasks[0].task_id, "d1"])
+    assert sorted(document["done"]) == sorted([tasks[0], "d1"])
     assert document["failed"] == ["d2"]
     # A listing delivered twice re-adds tasks that are already settled: nothing re-opens.
     store.add_tasks("shop", "run1", 0, ["d1", "d2"])
@@ -92,23 +93,23 @@ def test_unknown_package_or_empty_ids_are_ignored(store: PackageStore) -> None:
 
 
 def test_reset_returns_a_stale_package_to_waiting_and_drops_lost_discoveries(store: PackageStore) -> None:
-    tasks = _tasks(0, ["http://a/1", "http://a/2"])
-    store.create_packages("shop", "run1", [(0, tasks)])
+    store.create_packages("shop", "run1", [(0, ["http://a/1", "http://a/2"])])
+    tasks = _ids(0, ["http://a/1", "http://a/2"])
     [claimed] = store.claim("shop", "run1", 1)
     store.add_tasks("shop", "run1", 0, ["lost-detail"])
-    store.complete_tasks("shop", "run1", 0, [tasks[0].task_id])
+    store.complete_tasks("shop", "run1", 0, [tasks[0]])
     assert store.reset_to_waiting("shop", "run1", 0, "someone-else", []) is False  # claim token guards
     assert store.reset_to_waiting("shop", "run1", 0, claimed["claim"], ["lost-detail"]) is True
     document = store.collection.find_one({"package_id": 0})
     assert document["status"] == PackageStatus.WAITING
-    assert document["pending"] == [tasks[1].task_id]
+    assert document["pending"] == [tasks[1]]
     assert document["lost"] == 1
 
 
 def test_settle_dead_counts_dead_letters_as_failed(store: PackageStore) -> None:
-    tasks = _tasks(0, ["http://a/1", "http://a/2"])
-    store.create_packages("shop", "run1", [(0, tasks)])
+    store.create_packages("shop", "run1", [(0, ["http://a/1", "http://a/2"])])
+    tasks = _ids(0, ["http://a/1", "http://a/2"])
     store.claim("shop", "run1", 1)
-    store.complete_tasks("shop", "run1", 0, [tasks[0].task_id])
-    assert store.settle_dead("shop", "run1", {0: {tasks[1].task_id}}) == 1
+    store.complete_tasks("shop", "run1", 0, [tasks[0]])
+    assert store.settle_dead("shop", "run1", {0: {tasks[1]}}) == 1
     assert store.collection.find_one({"package_id": 0})["status"] == PackageStatus.FINISHED

@@ -24,8 +24,8 @@ def _planner(database) -> Planner:
 
 
 def _urls_of_run(database, run_id: str) -> list[str]:
-    return [task["url"] for package in database.packages.find({"run_id": run_id}).sort("package_id", 1)
-            for task in package["tasks"]]
+    return [url for package in database.packages.find({"run_id": run_id}).sort("package_id", 1)
+            for url in package["urls"]]
 
 
 @pytest.mark.unit
@@ -57,7 +57,7 @@ def test_packages_from_seeds_and_mongo_with_bad_input_counted(database, make_sou
     assert len(result.invalid_examples) == 3 and "None" in result.invalid_examples[0]
     assert "skipped 3 input documents without a valid URL" in caplog.text
     assert result.urls_planned == 8 and result.packages_total == 3 and result.packages_created == 3
-    assert [len(p["tasks"]) for p in database.packages.find().sort("package_id", 1)] == [3, 3, 2]
+    assert [len(p["urls"]) for p in database.packages.find().sort("package_id", 1)] == [3, 3, 2]
     assert all(p["status"] == PackageStatus.WAITING for p in database.packages.find())
     assert RunStore(database).get("shop", "run1")["plan"]["urls_planned"] == 8
 

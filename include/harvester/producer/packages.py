@@ -1,14 +1,17 @@
 """Packages: the resumable unit of a producer run (DESIGN.md section 6, seed 001).
 
-One MongoDB document per package ``{source, run_id, package_id, status, tasks, pending, done, failed}``
+One MongoDB document per package ``{source, run_id, package_id, status, urls, pending, done, failed}``
 with a unique index on (source, run_id, package_id), so creating packages twice is harmless.
 Status 0 waiting, -1 running, 1 finished. Every method is one or two single-document atomic
 operations (no multi-document transactions: the MongoDB stand-in is slow and they are not needed).
 
-``tasks`` holds the planned tasks (task id, url, kind, depth) so a package can be pushed again after
-a crash; ``pending`` holds the ids still to store, including detail tasks discovered on listing pages
-(added by workers with :meth:`PackageStore.add_tasks` BEFORE they are pushed, so a package never looks
-finished while discovered work is in flight).
+``urls`` (with the package's ``kind`` and ``depth``) holds the planned pages, so a package can be pushed
+again after a crash; their task ids are derived from (source, run, package, url). Arrays of plain
+strings, not of sub-documents: the MongoDB stand-in rewrites a whole document per update, and
+sub-document arrays made claims and count-downs about five times slower. ``pending`` holds the ids
+still to store, including detail tasks discovered on listing pages (added by workers with
+:meth:`PackageStore.add_tasks` BEFORE they are pushed, so a package never looks finished while
+discovered work is in flight).
 """
 
 from __future__ import annotations
@@ -16,10 +19,9 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
-from typing import Any, Literal
+from typing import Any
 
 from pymongo import ASCENDING, UpdateOne
 from pymongo.collection import Collection
@@ -38,28 +40,11 @@ class PackageStatus(IntEnum):
     FINISHED = 1
 
 
-@dataclass(frozen=True, slots=True)
-class PackageTask:
-    """One planned page of a package: enough to rebuild its TaskMessage after a crash."""
-
-    task_id: str
-    url: str
-    kind: Literal["listing", "details"] = "details"
-    depth: int = 0
-
-    def to_document(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "url": self.url, "kind": self.kind, "depth": self.depth}
-
-    @classmethod
-    def from_document(cls, document: dict[str, Any]) -> PackageTask:
-        return cls(document["task_id"], document["url"], document.get("kind", "details"), document.get("depth", 0))
-
-
 def planned_task_id(source: str, run_id: str, package_id: int, url: str) -> str:
     """Deterministic id of a planned task: re-planning or re-pushing a package reuses the same ids,
     so a late duplicate delivery counts down the same pending entry instead of a phantom one."""
     digest = hashlib.sha1(f"{source}\x1f{run_id}\x1f{package_id}\x1f{url}".encode(), usedforsecurity=False)
-    return digest.hexdigest()[:32]
+    return digest.hexdigest()[:24]
 
 
 def _now() -> datetime:
@@ -88,8 +73,9 @@ class PackageStore:
 
     # Planning -------------------------------------------------------------------------------
 
-    def create_packages(self, source: str, run_id: str, packages: Iterable[tuple[int, list[PackageTask]]]) -> int:
-        """Insert waiting packages; ones that already exist (same source, run, id) are left untouched.
+    def create_packages(self, source: str, run_id: str, packages: Iterable[tuple[int, list[str]]],
+                        kind: str = "details", depth: int = 0) -> int:
+        """Insert waiting packages of URLs; ones that already exist (same source, run, id) are left untouched.
 
         Returns how many were new. Idempotent through the unique index, so a planner that died
         half-way can simply run again.
@@ -99,8 +85,10 @@ class PackageStore:
             {
                 **self._key(source, run_id, package_id),
                 "status": int(PackageStatus.WAITING),
-                "tasks": [task.to_document() for task in tasks],
-                "pending": [task.task_id for task in tasks],
+                "kind": kind,
+                "depth": depth,
+                "urls": urls,
+                "pending": [planned_task_id(source, run_id, package_id, url) for url in urls],
                 "done": [],
                 "failed": [],
                 "discovered": 0,
@@ -108,7 +96,7 @@ class PackageStore:
                 "created_at": now,
                 "updated_at": now,
             }
-            for package_id, tasks in packages
+            for package_id, urls in packages
         ]
         if not documents:
             return 0
@@ -130,8 +118,8 @@ class PackageStore:
     def planned_urls(self, source: str, run_id: str) -> set[str]:
         """URLs already planned in this run (bounded by the batch limit), to continue a half-done plan."""
         urls: set[str] = set()
-        for document in self.collection.find({"source": source, "run_id": run_id}, {"tasks.url": 1}):
-            urls.update(task["url"] for task in document.get("tasks", []))
+        for document in self.collection.find({"source": source, "run_id": run_id}, {"urls": 1}):
+            urls.update(document.get("urls", []))
         return urls
 
     # Producing ------------------------------------------------------------------------------
@@ -158,7 +146,9 @@ class PackageStore:
                       "updated_at": _now()},
              "$inc": {"claims": 1}},
         )
-        return list(self.collection.find({"_id": {"$in": candidates}, "claim": token}).sort("package_id", 1))
+        return list(self.collection.find({"_id": {"$in": candidates}, "claim": token},
+                                         {"package_id": 1, "urls": 1, "kind": 1, "depth": 1, "pending": 1, "claim": 1}
+                                         ).sort("package_id", 1))
 
     # Called by workers ----------------------------------------------------------------------
 
@@ -219,7 +209,7 @@ class PackageStore:
     def running(self, source: str, run_id: str) -> Iterator[dict[str, Any]]:
         yield from self.collection.find(
             {"source": source, "run_id": run_id, "status": int(PackageStatus.RUNNING)},
-            {"package_id": 1, "pending": 1, "tasks": 1, "claim": 1},
+            {"package_id": 1, "pending": 1, "urls": 1, "claim": 1},
         )
 
     def reset_to_waiting(self, source: str, run_id: str, package_id: int, claim: str | None,
@@ -270,9 +260,9 @@ class PackageStore:
     def task_counts(self, source: str, run_id: str) -> dict[str, int]:
         """Planned, discovered, pending, done and failed tasks of a run, summed over its packages."""
         totals = {"planned": 0, "discovered": 0, "pending": 0, "done": 0, "failed": 0, "lost": 0}
-        projection = {"tasks.task_id": 1, "pending": 1, "done": 1, "failed": 1, "discovered": 1, "lost": 1}
+        projection = {"urls": 1, "pending": 1, "done": 1, "failed": 1, "discovered": 1, "lost": 1}
         for document in self.collection.find({"source": source, "run_id": run_id}, projection):
-            totals["planned"] += len(document.get("tasks", []))
+            totals["planned"] += len(document.get("urls", []))
             totals["discovered"] += int(document.get("discovered", 0))
             totals["pending"] += len(document.get("pending", []))
             totals["done"] += len(document.get("done", []))

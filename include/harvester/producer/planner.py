@@ -13,18 +13,20 @@ planning finished, and a plan that died half-way continues after the packages it
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
+from pymongo.collection import Collection
 from pymongo.database import Database
 
 from harvester.config.model import SourceConfig
 from harvester.config.run_options import RunOptions
-from harvester.producer.packages import PackageStore, PackageTask, planned_task_id
+from harvester.producer.packages import PackageStore
 from harvester.producer.runs import RunStore
+from harvester.producer.streams import prefetch
 
 log = logging.getLogger(__name__)
 
@@ -70,18 +72,18 @@ class PlanResult:
         return asdict(self)
 
 
+_HTTP_URL = re.compile(r"(?i:https?)://(?:[^\s/?#@]+@)?[^\s/?#:@]+(?::\d{1,5})?(?:[/?#]\S*)?")
+
+
 def valid_url(value: Any) -> str | None:
-    """The URL stripped, when it is an absolute http(s) URL with a host; otherwise None."""
+    """The URL stripped, when it is an absolute http(s) URL with a host and no whitespace; else None.
+
+    A regular expression rather than urlsplit: it runs once per input document (200k per run).
+    """
     if not isinstance(value, str):
         return None
     url = value.strip()
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return None
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
-        return None
-    return url
+    return url if _HTTP_URL.fullmatch(url) else None
 
 
 def _dotted(document: dict[str, Any], path: str) -> Any:
@@ -91,6 +93,19 @@ def _dotted(document: dict[str, Any], path: str) -> Any:
             return None
         value = value.get(part)
     return value
+
+
+def _cursor_batches(collection: Collection, query: dict[str, Any], projection: dict[str, Any], batch_size: int
+                    ) -> Iterator[list[dict[str, Any]]]:
+    with collection.find(query, projection, batch_size=batch_size) as cursor:
+        batch: list[dict[str, Any]] = []
+        for document in cursor:
+            batch.append(document)
+            if len(batch) >= batch_size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
 
 class Planner:
@@ -143,8 +158,8 @@ class Planner:
         check_lag = options.urls is None and kind == "details" and source.harvesting_lag > timedelta(0)
         cutoff = now - source.harvesting_lag
 
-        current: list[PackageTask] = []
-        ready: list[tuple[int, list[PackageTask]]] = []
+        current: list[str] = []
+        ready: list[tuple[int, list[str]]] = []
         ready_tasks = 0
         packages_made = 0
         for chunk in self._due_chunks(source, options, result, check_lag, cutoff):
@@ -155,7 +170,7 @@ class Planner:
                 if packages_made >= room:
                     result.batch_limit_reached = True
                     break
-                current.append(PackageTask(planned_task_id(source.name, run_id, next_package_id, url), url, kind))
+                current.append(url)
                 if len(current) >= options.batch_size:
                     ready.append((next_package_id, current))
                     ready_tasks += len(current)
@@ -164,7 +179,7 @@ class Planner:
                     packages_made += 1
                     current = []
                     if ready_tasks >= INSERT_CHUNK_TASKS:
-                        result.packages_created += self.packages.create_packages(source.name, run_id, ready)
+                        result.packages_created += self.packages.create_packages(source.name, run_id, ready, kind)
                         ready, ready_tasks = [], 0
             if result.batch_limit_reached:
                 break
@@ -172,7 +187,7 @@ class Planner:
             ready.append((next_package_id, current))
             result.urls_planned += len(current)
             next_package_id += 1
-        result.packages_created += self.packages.create_packages(source.name, run_id, ready)
+        result.packages_created += self.packages.create_packages(source.name, run_id, ready, kind)
         result.packages_total = next_package_id
         result.urls_planned += len(already_planned)
         if result.skipped_invalid:
@@ -196,14 +211,12 @@ class Planner:
             return
         if self.input_database is None:
             raise ValueError(f"source {source.name} reads input from MongoDB but no input database was given")
-        cursor = self.input_database[mongo.collection].find(
-            mongo.filter, {mongo.url_field: 1}, batch_size=self.cursor_batch_size
-        )
-        try:
-            for document in cursor:
+        collection = self.input_database[mongo.collection]
+        # The server builds the next batches while this thread plans the current one.
+        batches = _cursor_batches(collection, mongo.filter, {mongo.url_field: 1}, self.cursor_batch_size)
+        for batch in prefetch(batches, ahead=2):
+            for document in batch:
                 yield f"_id={document.get('_id')!r}", _dotted(document, mongo.url_field)
-        finally:
-            cursor.close()
 
     def _valid_chunks(self, source: SourceConfig, options: PlanOptions, result: PlanResult) -> Iterator[list[str]]:
         chunk: dict[str, None] = {}
