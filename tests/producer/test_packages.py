@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pymongo
 import pytest
-from harvester.producer.packages import PackageStatus, PackageStore, planned_task_id
+from harvester.producer.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
 
 pytestmark = pytest.mark.integration
 
@@ -113,3 +113,10 @@ def test_settle_dead_counts_dead_letters_as_failed(store: PackageStore) -> None:
     store.complete_tasks("shop", "run1", 0, [tasks[0]])
     assert store.settle_dead("shop", "run1", {0: {tasks[1]}}) == 1
     assert store.collection.find_one({"package_id": 0})["status"] == PackageStatus.FINISHED
+
+
+def test_packages_built_by_hand_from_package_tasks(store: PackageStore) -> None:
+    seed = PackageTask(planned_task_id("shop", "run1", 0, "http://a/shop"), "http://a/shop", "listing", 0)
+    assert store.create_packages("shop", "run1", [(0, [seed])]) == 1
+    document = store.collection.find_one({"package_id": 0})
+    assert (document["kind"], document["urls"], document["pending"]) == ("listing", ["http://a/shop"], [seed.task_id])

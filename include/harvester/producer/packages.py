@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any
@@ -47,6 +48,19 @@ def planned_task_id(source: str, run_id: str, package_id: int, url: str) -> str:
     return digest.hexdigest()[:24]
 
 
+@dataclass(frozen=True, slots=True)
+class PackageTask:
+    """A planned page with its kind and depth, for callers that build packages by hand (tests, tools).
+
+    The planner passes plain URL strings; both forms make the same document.
+    """
+
+    task_id: str
+    url: str
+    kind: str = "details"
+    depth: int = 0
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -73,31 +87,38 @@ class PackageStore:
 
     # Planning -------------------------------------------------------------------------------
 
-    def create_packages(self, source: str, run_id: str, packages: Iterable[tuple[int, list[str]]],
+    def create_packages(self, source: str, run_id: str, packages: Iterable[tuple[int, list[str] | list[PackageTask]]],
                         kind: str = "details", depth: int = 0) -> int:
         """Insert waiting packages of URLs; ones that already exist (same source, run, id) are left untouched.
 
         Returns how many were new. Idempotent through the unique index, so a planner that died
-        half-way can simply run again.
+        half-way can simply run again. Entries may be URLs (of ``kind`` and ``depth``) or PackageTasks.
         """
         now = _now()
-        documents = [
-            {
+        documents = []
+        for package_id, entries in packages:
+            package_kind, package_depth = kind, depth
+            if entries and isinstance(entries[0], PackageTask):
+                package_kind, package_depth = entries[0].kind, entries[0].depth
+                urls = [entry.url for entry in entries]  # type: ignore[union-attr]
+                pending = [entry.task_id for entry in entries]  # type: ignore[union-attr]
+            else:
+                urls = list(entries)  # type: ignore[arg-type]
+                pending = [planned_task_id(source, run_id, package_id, url) for url in urls]
+            documents.append({
                 **self._key(source, run_id, package_id),
                 "status": int(PackageStatus.WAITING),
-                "kind": kind,
-                "depth": depth,
+                "kind": package_kind,
+                "depth": package_depth,
                 "urls": urls,
-                "pending": [planned_task_id(source, run_id, package_id, url) for url in urls],
+                "pending": pending,
                 "done": [],
                 "failed": [],
                 "discovered": 0,
                 "claims": 0,
                 "created_at": now,
                 "updated_at": now,
-            }
-            for package_id, urls in packages
-        ]
+            })
         if not documents:
             return 0
         try:
