@@ -89,9 +89,12 @@ class CeleryPublisher:
     def _send(self, producer: Any, work: list[tuple[str, list[dict[str, Any]]]]) -> None:
         for queue, tasks in work:
             for start in range(0, len(tasks), self.batch_size):
+                batch = tasks[start:start + self.batch_size]
                 self.app.send_task(
-                    SCRAPE_TASK, args=[tasks[start:start + self.batch_size]], queue=self.queue(queue),
-                    producer=producer,
+                    SCRAPE_TASK, args=[batch], queue=self.queue(queue), producer=producer,
+                    # a short argsrepr: Celery's default saferepr of the batch costs more than the rest
+                    # of the publish put together, and logs/Flower only need to know what it holds
+                    argsrepr=f"[<{len(batch)} tasks of {batch[0]['source']}>]", kwargsrepr="{}",
                 )
 
 
