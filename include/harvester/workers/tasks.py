@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery.signals import worker_process_init
+
 from harvester.workers.celery_app import app
+
+
+@worker_process_init.connect
+def _prepare_process(**_: Any) -> None:
+    """Build the process's clients and import the scraping stack before the first task, not during it."""
+    from harvester.workers.batch import batch_runner
+
+    batch_runner()
 
 
 @app.task(name="harvester.ping")

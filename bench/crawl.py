@@ -1,0 +1,299 @@
+"""Crawl throughput: Harvester's whole path against Scrapy on the demo site, in one run.
+
+Starts its own redis-server, MongoDB (HARVESTER_MONGO_URI, else mongod, else the SecantusDB stand-in)
+and demo site on free loopback ports, and installs the Scrapy peer from bench/requirements.txt into
+.venv when it is missing. Both crawlers run the same listing -> details crawl with the same concurrency
+and the same link discovery and extraction code; pages are counted by the demo site itself.
+
+- (a) crawl only: Harvester (distributor + Celery workers) with ``output_sink=discard`` against Scrapy
+  with no item pipeline -> ``pages_per_s``, ``scrapy_pages_per_s``, ``ratio`` (goal >= 1);
+- (b) end to end with MongoDB: Harvester's data handler against Scrapy with a batched bulk-upsert item
+  pipeline into the same MongoDB -> ``end_to_end_pages_per_s``, ``scrapy_end_to_end_pages_per_s``,
+  ``end_to_end_ratio`` (goal >= 1);
+- (c) the data handler's records/s against one ``insert_one`` per record -> ``bulk_vs_insert_one``
+  (goal >= 10).
+
+Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
+       [--latency-ms 20] [--workers 2] [--records 3000]
+The JSON object on the last line carries every figure and ``mongo`` (which server answered).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pymongo
+import redis
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def ensure_scrapy() -> str:
+    """Install the Scrapy peer (exact pin, constrained by the lock so nothing of ours moves)."""
+    try:
+        import scrapy
+    except ImportError:
+        subprocess.run([str(BIN / "pip"), "install", "-q", "-c", str(ROOT / "requirements.lock"),
+                        "-r", str(ROOT / "bench" / "requirements.txt")], check=True)
+        import scrapy
+    return scrapy.__version__
+
+
+class Processes:
+    """Every process this bench starts, stopped (by pid, in reverse order) at the end."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, name: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = (self.directory / f"{name}.log").open("ab")
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=env or dict(os.environ), cwd=ROOT, start_new_session=True)
+        log.close()
+        self.started.append(process)
+        return process
+
+    def stop(self, process: subprocess.Popen) -> None:
+        if process.poll() is None:
+            os.killpg(process.pid, 15)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, 9)
+                process.wait()
+        if process in self.started:
+            self.started.remove(process)
+
+    def stop_all(self) -> None:
+        for process in reversed(list(self.started)):
+            self.stop(process)
+
+
+def site_stats(site_url: str, client: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{site_url}/_stats", timeout=10) as response:
+        return json.load(response)["clients"].get(client, {"total": 0, "max_concurrent": 0})
+
+
+def write_source(directory: Path, name: str, site_url: str, per_page: int, concurrency: int) -> Path:
+    document = {
+        "name": name,
+        "input": {"seeds": [f"{site_url}/shop?per_page={per_page}"], "kind": "listing"},
+        "listing": {"link_selectors": ["a.product-link", "a.more"], "next_page_selectors": ["a.next"],
+                    "follow": r"^http://127\.0\.0\.1:\d+/product/\d+$", "max_depth": 50, "max_new_urls": 1_000_000},
+        "attributes": {
+            "sku": {"css": ".sku", "required": True}, "title": {"css": "h1.title"},
+            "price": {"css": ".price", "type": "float"}, "stock": {"css": ".stock", "type": "int"},
+            "in_stock": {"css": ".in-stock", "type": "bool"},
+            "released": {"css": "time.released::attr(datetime)", "type": "date"},
+            "image": {"css": "img.photo::attr(src)", "type": "url"},
+            "tags": {"css": "li.tag", "type": "list[str]"}, "ratings": {"css": "li.rating", "type": "list[int]"},
+            "description": {"css": ".description"},
+        },
+        "rate_limit": {"max_active": concurrency, "per_minute": 1_000_000},
+        "headers": {"X-Demo-Client": name},
+        "retries": 2, "timeout": 30,
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, site_url: str,
+                  expected_pages: int, workers: int, timeout: float = 900) -> dict[str, Any]:
+    """Distributor + Celery workers; time from pushing the seed until the site served every page."""
+    from harvester.config.loader import load_source_file
+    from harvester.distributor import Intake, RateLimitStore, TaskMessage
+    from harvester.settings import HarvesterSettings
+
+    settings = HarvesterSettings(**{key[len("HARVESTER_"):].lower(): value for key, value in env.items()
+                                    if key.startswith("HARVESTER_")})
+    source = load_source_file(source_path)
+    client = redis.Redis.from_url(settings.redis_url)
+    client.flushall()
+    name = source.name
+    worker = processes.start(f"celery-{name}", [
+        str(BIN / "celery"), "-A", "harvester.workers.celery_app", "worker", "-Q", "default", "-n", f"{name}@%h",
+        "--concurrency", str(workers), "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
+        "--without-heartbeat"], env)
+    distributor = processes.start(f"distributor-{name}", [str(BIN / "harvester"), "distributor"], env)
+    time.sleep(4)  # workers and the distributor start (not part of the measurement)
+    store = RateLimitStore(client, settings)
+    started = time.perf_counter()
+    Intake(client, settings).push(source, [TaskMessage(source=name, kind="listing", url=source.input.seeds[0])])
+    deadline = started + timeout
+    while time.perf_counter() < deadline:
+        stats = store.stats([name])[name]
+        if stats.pending == 0 and stats.active == 0 and stats.delayed == 0 and \
+                site_stats(site_url, name)["total"] >= expected_pages:
+            break
+        time.sleep(0.05)
+    seconds = time.perf_counter() - started
+    observed = site_stats(site_url, name)
+    counters = store.counters(name)
+    processes.stop(distributor)
+    processes.stop(worker)
+    client.close()
+    return {"pages": observed["total"], "seconds": seconds, "max_concurrent": observed["max_concurrent"],
+            "records": counters.get("outcome:records_stored", 0)}
+
+
+def run_scrapy(source_path: Path, site_url: str, name: str, concurrency: int, mongo: tuple[str, str] | None,
+               log_dir: Path) -> dict[str, Any]:
+    command = [sys.executable, str(ROOT / "bench" / "scrapy_peer.py"), "--source-file", str(source_path),
+               "--concurrency", str(concurrency)]
+    if mongo is not None:
+        command += ["--mongo-uri", mongo[0], "--database", mongo[1], "--collection", name]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    (log_dir / f"scrapy-{name}.log").write_text(completed.stderr)
+    if completed.returncode != 0:
+        raise RuntimeError(f"the Scrapy peer failed:\n{completed.stderr[-3000:]}")
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    observed = site_stats(site_url, name)
+    return {**result, "pages": observed["total"], "max_concurrent": observed["max_concurrent"]}
+
+
+def bulk_against_insert_one(settings: Any, records: int) -> dict[str, float]:
+    """(c) The data handler (one bulk_write per batch of 500) against insert_one per record."""
+    from harvester.config.model import SourceConfig
+    from harvester.storage.data_handler import DataHandler
+
+    source = SourceConfig.model_validate({"name": "bench_records", "input": {"seeds": ["http://127.0.0.1/"]},
+                                          "attributes": {"sku": {"css": ".sku"}}})
+    client = pymongo.MongoClient(settings.mongo_uri)
+    handler = DataHandler(settings, client)
+    documents = [{"url": f"http://127.0.0.1/product/{i}", "sku": f"SKU-{i:05d}", "price": i / 100,
+                  "tags": ["a", "b"], "released": datetime(2024, 1, 1, tzinfo=UTC)} for i in range(records)]
+    handler.collection(source)  # the unique index exists before timing, as in a running harvest
+    started = time.perf_counter()
+    for start in range(0, records, 500):
+        handler.write(source, documents[start:start + 500], "bench")
+    bulk_seconds = time.perf_counter() - started
+    single = client[settings.mongo_database]["bench_insert_one"]
+    single.create_index("url", unique=True)
+    one_by_one = documents[: max(200, records // 5)]  # enough for a stable rate without minutes of waiting
+    started = time.perf_counter()
+    for document in one_by_one:
+        single.insert_one({**document, "harvested_at": datetime.now(UTC)})
+    single_seconds = time.perf_counter() - started
+    client.close()
+    bulk_rate, single_rate = records / bulk_seconds, len(one_by_one) / single_seconds
+    return {"bulk_records_per_s": bulk_rate, "insert_one_records_per_s": single_rate,
+            "bulk_vs_insert_one": bulk_rate / single_rate}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--products", type=int, default=2000)
+    parser.add_argument("--per-page", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument("--records", type=int, default=3000, help="records for the bulk vs insert_one part")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
+    args = parser.parse_args()
+
+    from harvester.services import readiness
+    from harvester.services.mongo import choose_mongo
+    from harvester.services.ports import LOOPBACK, free_port
+    from harvester.settings import HarvesterSettings
+
+    scrapy_version = ensure_scrapy()
+    directory = Path(tempfile.mkdtemp(prefix="harvester-bench-crawl-"))
+    sources = directory / "sources"
+    sources.mkdir()
+    processes = Processes(directory)
+    try:
+        redis_port = free_port()
+        redis_url = f"redis://{LOOPBACK}:{redis_port}/0"
+        processes.start("redis", ["redis-server", "--bind", LOOPBACK, "--port", str(redis_port), "--save", "",
+                                  "--appendonly", "no", "--dir", str(directory)])
+        readiness.wait_until(lambda: readiness.redis_ping(redis_url), 20, "redis-server")
+        choice = choose_mongo(free_port(), directory)
+        if choice.command is not None:
+            (directory / "mongod").mkdir()
+            processes.start("mongo", choice.command)
+            readiness.wait_until(lambda: readiness.mongo_ping(choice.uri), 90, choice.kind)
+        site_port = free_port()
+        site_url = f"http://{LOOPBACK}:{site_port}"
+        processes.start("demo-site", [str(BIN / "harvester"), "demo-site", "--port", str(site_port),
+                                      "--products", str(args.products), "--per-page", str(args.per_page),
+                                      "--latency-ms", str(args.latency_ms), "--slow-every", "0"])
+        readiness.wait_until(lambda: readiness.tcp_open(LOOPBACK, site_port), 30, "demo site")
+        listing_pages = -(-args.products // args.per_page)
+        expected = args.products + listing_pages
+        database = "harvester_bench_crawl"
+        publish_batch = max(1, args.concurrency // args.workers)
+        env = {**os.environ, "HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": choice.uri,
+               "HARVESTER_MONGO_DATABASE": database, "HARVESTER_SOURCES_DIR": str(sources),
+               "HARVESTER_PUBLISH_BATCH_SIZE": str(publish_batch)}
+        settings = HarvesterSettings(redis_url=redis_url, mongo_uri=choice.uri, mongo_database=database)
+        pymongo.MongoClient(choice.uri).drop_database(database)
+        print(f"MongoDB: {choice.describe()}", file=sys.stderr)
+        print(f"demo site: {args.products} products, {listing_pages} listing pages, {args.latency_ms:g} ms/page; "
+              f"concurrency {args.concurrency}; Scrapy {scrapy_version}", file=sys.stderr)
+
+        def source(name: str) -> Path:
+            return write_source(sources, name, site_url, args.per_page, args.concurrency)
+
+        ours = run_harvester(processes, {**env, "HARVESTER_OUTPUT_SINK": "discard"}, source("ours_discard"),
+                             site_url, expected, args.workers)
+        peer = run_scrapy(source("scrapy_plain"), site_url, "scrapy_plain", args.concurrency, None, directory)
+        ours_e2e = run_harvester(processes, {**env, "HARVESTER_OUTPUT_SINK": "mongo"}, source("ours_mongo"),
+                                 site_url, expected, args.workers)
+        peer_e2e = run_scrapy(source("scrapy_mongo"), site_url, "scrapy_mongo", args.concurrency,
+                              (choice.uri, database), directory)
+        stored = pymongo.MongoClient(choice.uri)[database]
+        ours_records = stored["ours_mongo"].count_documents({})
+        peer_records = stored["scrapy_mongo"].count_documents({})
+        records = bulk_against_insert_one(settings, args.records)
+        rate = {name: run["pages"] / run["seconds"] for name, run in
+                {"ours": ours, "peer": peer, "ours_e2e": ours_e2e, "peer_e2e": peer_e2e}.items()}
+        for label, run in (("Harvester, discard sink", ours), ("Scrapy, no pipeline", peer),
+                           ("Harvester, MongoDB", ours_e2e), ("Scrapy, bulk-upsert pipeline", peer_e2e)):
+            print(f"{label:32s} {run['pages']:6d} pages in {run['seconds']:7.2f} s = "
+                  f"{run['pages'] / run['seconds']:8.1f} pages/s (max {run['max_concurrent']} in flight)",
+                  file=sys.stderr)
+        print(f"records stored: Harvester {ours_records}, Scrapy {peer_records} (expected {args.products})",
+              file=sys.stderr)
+        print(f"data handler {records['bulk_records_per_s']:.0f} records/s, insert_one "
+              f"{records['insert_one_records_per_s']:.0f} records/s", file=sys.stderr)
+        result = {
+            "bench": "crawl", "products": args.products, "concurrency": args.concurrency,
+            "latency_ms": args.latency_ms, "workers": args.workers, "scrapy": scrapy_version,
+            "pages_per_s": round(rate["ours"], 1), "scrapy_pages_per_s": round(rate["peer"], 1),
+            "ratio": round(rate["ours"] / rate["peer"], 3),
+            "end_to_end_pages_per_s": round(rate["ours_e2e"], 1),
+            "scrapy_end_to_end_pages_per_s": round(rate["peer_e2e"], 1),
+            "end_to_end_ratio": round(rate["ours_e2e"] / rate["peer_e2e"], 3),
+            "max_concurrent_observed": max(ours["max_concurrent"], ours_e2e["max_concurrent"]),
+            "records_stored": ours_records, "scrapy_records_stored": peer_records,
+            "bulk_records_per_s": round(records["bulk_records_per_s"], 1),
+            "insert_one_records_per_s": round(records["insert_one_records_per_s"], 1),
+            "bulk_vs_insert_one": round(records["bulk_vs_insert_one"], 2),
+            "mongo": choice.kind,
+        }
+        print(json.dumps(result))
+    finally:
+        processes.stop_all()
+        if not args.keep:
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            print(f"logs kept in {directory}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
