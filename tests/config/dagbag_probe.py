@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
+import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 FORBIDDEN: list[str] = []
 
@@ -59,6 +63,26 @@ def _guard_airflow_lookups() -> None:
         FORBIDDEN.append("metadata database connection")
 
 
+def parse_dag_folder(dags_folder: Path, airflow_home: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run this probe in a fresh interpreter (as Airflow's DAG processor does) and return its report."""
+    airflow_home.mkdir(parents=True, exist_ok=True)
+    process_env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        **(env or {}),
+    }
+    result = subprocess.run(
+        [sys.executable, __file__, str(dags_folder)], env=process_env, capture_output=True, text=True,
+        timeout=180, check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"DagBag probe failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("dags_folder")
@@ -83,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             "retries": [task.retries for task in dag.tasks],
             "schedule": None if dag.schedule is None else str(dag.schedule),
             "params": {key: dag.params[key] for key in dag.params},
+            "param_schemas": {key: dag.params.get_param(key).schema for key in dag.params},
             "tasks": sorted(dag.task_ids),
             "doc_md": dag.doc_md,
             "max_active_runs": dag.max_active_runs,

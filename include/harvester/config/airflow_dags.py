@@ -1,10 +1,10 @@
-"""Airflow adapter: one producer DAG per source file (what ``dags/harvest_sources.py`` declares).
+"""Airflow adapter: one producer DAG per source file, and an import error for the files that do not load.
 
-A bad source file must not take the other sources down with it, yet it must show in the Airflow
-UI as an import error naming the file, the line and the field. The DagBag bags each DAG of a file
-separately and records an import error for the file when a DAG's ``validate()`` raises, so every
-bad file is carried by one extra DAG whose ``validate()`` raises :class:`InvalidSourceFiles` with
-all the problems: that DAG is never bagged, the others are.
+``dags/harvest_sources.py`` declares the DAGs of the valid files; ``dags/harvest_source_errors.py``
+raises :class:`InvalidSourceFiles` naming each bad file, line and field, so the Airflow UI shows it
+as an import error. The error lives in a file of its own on purpose: Airflow marks every DAG of a
+file with an import error as stale (no longer scheduled), so an error raised by the factory file
+would stop every source because of one typo.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from harvester.config.model import MAX_BATCH_SIZE, SourceConfig, format_duration
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM
 
 DAG_ID_PREFIX = "harvest_"
-ERRORS_DAG_ID = "harvest_sources_invalid"
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 TASK_RETRY_DELAY = timedelta(minutes=1)
 # Airflow validates every Param of a scheduled DAG at parse time with jsonschema, which checks the
@@ -30,16 +29,7 @@ _PARAM_DIALECT = {"$schema": "http://json-schema.org/draft-07/schema#"}
 
 
 class InvalidSourceFiles(ValueError):
-    """Raised at DagBag validation for the source files that did not load (one line per problem)."""
-
-
-class _InvalidSourcesDag(DAG):
-    """Carries the errors of bad source files into the DagBag's import errors (see module docstring)."""
-
-    harvester_errors: str = ""
-
-    def validate(self) -> None:
-        raise InvalidSourceFiles(self.harvester_errors)
+    """The source files that did not load, one ``file:line: field: reason`` line per problem."""
 
 
 def dag_id_for(source_name: str) -> str:
@@ -123,35 +113,24 @@ def build_source_dag(source: SourceConfig, file: Path | None = None) -> DAG:
     return dag
 
 
-def build_errors_dag(errors: Iterable[SourceConfigError]) -> DAG | None:
-    """The DAG that turns bad source files into one DagBag import error, or None when all are fine."""
+def invalid_sources_message(errors: Iterable[SourceConfigError]) -> str | None:
+    """What the import error says, or None when every file loaded."""
     problems = [str(problem) for error in errors for problem in error.problems]
     if not problems:
         return None
-    dag = _InvalidSourcesDag(dag_id=ERRORS_DAG_ID, schedule=None, start_date=START_DATE, tags=["harvester"])
-    files = {line.split(":", 1)[0] for line in problems}
-    dag.harvester_errors = (
-        f"{len(files)} source file(s) could not be loaded; every other source has its DAG.\n"
-        + "\n".join(problems)
-    )
-    return dag
+    files = {error.file for error in errors}
+    return (f"{len(files)} source file(s) could not be loaded (every other source has its DAG):\n"
+            + "\n".join(problems))
+
+
+def raise_for_invalid_sources(sources: SourceSet | None = None) -> None:
+    """Raise :class:`InvalidSourceFiles` when any source file is bad (what the errors DAG file does)."""
+    sources = sources if sources is not None else load_sources()
+    if (message := invalid_sources_message(sources.errors)) is not None:
+        raise InvalidSourceFiles(message)
 
 
 def build_source_dags(sources: SourceSet | None = None) -> list[DAG]:
-    """Every valid source's DAG, plus the carrier of the errors of the others (if any)."""
+    """The DAG of every valid source; bad files are left to :func:`raise_for_invalid_sources`."""
     sources = sources if sources is not None else load_sources()
-    dags: list[DAG] = []
-    errors = list(sources.errors)
-    for name, source in sources.sources.items():
-        file = sources.files.get(name)
-        try:
-            dags.append(build_source_dag(source, file))
-        except Exception as error:  # one source's tasks failing to build must not hide the others
-            from harvester.config.loader import Problem
-
-            errors.append(SourceConfigError([Problem(
-                str(file or name), 1, "(dag)", f"building the DAG failed: {type(error).__name__}: {error}"
-            )]))
-    if (errors_dag := build_errors_dag(errors)) is not None:
-        dags.append(errors_dag)
-    return dags
+    return [build_source_dag(source, sources.files.get(name)) for name, source in sources.sources.items()]

@@ -1,0 +1,128 @@
+"""The DAG factory through a real Airflow DagBag (and, once, a real metadata database).
+
+Each parse runs in a fresh interpreter with a scratch AIRFLOW_HOME, as Airflow's DAG processor
+parses each file in a process of its own; see tests/config/dagbag_probe.py for the guards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from harvester.settings import REPOSITORY_ROOT
+
+from tests.config.dagbag_probe import parse_dag_folder
+from tests.config.helpers import MINIMAL
+
+pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+
+DAGS = REPOSITORY_ROOT / "dags"
+FACTORY = DAGS / "harvest_sources.py"
+ERRORS_FILE = DAGS / "harvest_source_errors.py"
+EXAMPLES = REPOSITORY_ROOT / "include" / "sources"
+
+
+def sources_dir(tmp_path: Path, files: dict[str, str]) -> Path:
+    directory = tmp_path / "sources"
+    directory.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(textwrap.dedent(text))
+    return directory
+
+
+def test_every_example_source_gets_its_dag(tmp_path: Path) -> None:
+    report = parse_dag_folder(DAGS, tmp_path / "airflow", {"HARVESTER_DEMO_SITE_URL": "http://127.0.0.1:1"})
+    assert report["import_errors"] == {} and report["forbidden"] == []
+    dags = report["dags"]
+    assert {"harvest_demo_shop", "harvest_demo_shop_browser", "harvest_demo_shop_from_mongo"} <= set(dags)
+
+    shop = dags["harvest_demo_shop"]
+    assert shop["fileloc"].endswith("harvest_sources.py")
+    assert shop["schedule"] == "0 */6 * * *"
+    assert shop["tags"] == ["harvester", "high", "http"]
+    assert shop["owner"] == "data-engineering"
+    assert shop["default_args"]["retries"] == "3" and set(shop["retries"]) == {3}
+    assert shop["max_active_runs"] == 1 and shop["catchup"] is False
+    assert "plan" in shop["tasks"]
+    assert shop["params"] == {"batch_size": 50, "max_packages": 20, "urls": []}
+    assert shop["param_schemas"]["batch_size"]["type"] == "integer"
+    assert shop["param_schemas"]["urls"]["type"] == "array"
+    doc = shop["doc_md"]
+    assert doc.startswith("Products of the local demo shop")
+    for fact in ("`priority`", "8 in flight, 600 per minute", "50 URLs per package, at most 20 packages", "6h",
+                 "demo_shop_products", "keyed by sku", "demo_shop.yaml"):
+        assert fact in doc
+
+    browser = dags["harvest_demo_shop_browser"]
+    assert browser["tags"] == ["SG", "browser", "harvester", "normal"] and "pageslots.SG" in browser["doc_md"]
+    assert dags["harvest_demo_shop_from_mongo"]["schedule"] == "30 2 * * *"
+
+
+def test_a_broken_file_is_an_import_error_and_the_others_still_load(tmp_path: Path) -> None:
+    directory = sources_dir(tmp_path, {
+        "good.yaml": MINIMAL.replace("shop", "good"),
+        "other.yaml": MINIMAL.replace("shop", "other"),
+        "typo.yaml": MINIMAL.replace("shop", "typo") + "rate_limit:\n  max_actve: 3\n",
+        "unparsable.yaml": "name: [unclosed\n",
+        "secret.yaml": MINIMAL.replace("shop", "secret") + "output:\n  password: hunter2\n",
+        "zz_copy.yaml": MINIMAL.replace("shop", "good"),
+    })
+    report = parse_dag_folder(DAGS, tmp_path / "airflow", {"HARVESTER_SOURCES_DIR": str(directory)})
+    assert sorted(report["dags"]) == ["harvest_good", "harvest_other"]
+    assert report["forbidden"] == []
+    assert [Path(key).name for key in report["import_errors"]] == [ERRORS_FILE.name]
+    error = next(iter(report["import_errors"].values()))
+    assert "InvalidSourceFiles: 4 source file(s) could not be loaded" in error
+    assert f"{directory / 'typo.yaml'}:7: rate_limit.max_actve: unknown key" in error
+    assert f"{directory / 'unparsable.yaml'}:2: (source): not valid YAML" in error
+    assert f"{directory / 'secret.yaml'}:7: output.password: credentials never go in source YAML" in error
+    assert f"{directory / 'zz_copy.yaml'}:1: name: duplicate source name 'good': also defined in " \
+           f"{directory / 'good.yaml'}" in error
+
+
+def test_an_edited_or_added_file_shows_on_the_next_parse(tmp_path: Path) -> None:
+    directory = sources_dir(tmp_path, {"shop.yaml": MINIMAL})
+    env = {"HARVESTER_SOURCES_DIR": str(directory)}
+    first = parse_dag_folder(DAGS, tmp_path / "airflow", env)
+    assert first["dags"]["harvest_shop"]["schedule"] == "@daily"
+
+    (directory / "shop.yaml").write_text(MINIMAL + 'schedule: "*/30 * * * *"\nbatch: {size: 7}\n')
+    (directory / "new.yaml").write_text(MINIMAL.replace("shop", "new"))
+    second = parse_dag_folder(DAGS, tmp_path / "airflow", env)
+    assert sorted(second["dags"]) == ["harvest_new", "harvest_shop"]
+    assert second["dags"]["harvest_shop"]["schedule"] == "*/30 * * * *"
+    assert second["dags"]["harvest_shop"]["params"]["batch_size"] == 7
+
+
+@pytest.mark.slow
+def test_the_metadata_database_shows_the_error_and_keeps_the_good_dags_scheduled(tmp_path: Path) -> None:
+    """What the UI reads: import errors from `airflow dags list-import-errors`, DAG rows not stale."""
+    directory = sources_dir(tmp_path, {
+        "good.yaml": MINIMAL.replace("shop", "good"),
+        "bad.yaml": MINIMAL.replace("shop", "bad") + "retries: -1\n",
+    })
+    home = tmp_path / "airflow"
+    home.mkdir()
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS), "HARVESTER_SOURCES_DIR": str(directory)}
+    airflow = [str(Path(sys.executable).parent / "airflow")]
+
+    def run(*args: str, expected_returncode: int = 0) -> str:
+        result = subprocess.run([*airflow, *args], env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == expected_returncode, result.stderr[-3000:]
+        return result.stdout
+
+    run("db", "migrate")
+    run("dags", "reserialize")
+    errors = json.loads(run("dags", "list-import-errors", "-o", "json", expected_returncode=1).strip().splitlines()[-1])
+    assert [error["filepath"] for error in errors] == [ERRORS_FILE.name]
+    assert f"{directory / 'bad.yaml'}:6: retries: Input should be greater than or equal to 0" in errors[0]["error"]
+    with sqlite3.connect(home / "airflow.db") as database:
+        rows = database.execute("select dag_id, is_stale, has_import_errors from dag").fetchall()
+    assert rows == [("harvest_good", 0, 0)]
