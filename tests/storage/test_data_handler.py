@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from harvester.storage.data_handler import KEY_INDEX_NAME, DataHandler
+from harvester.storage.data_handler import KEY_INDEX_NAME, URL_INDEX_NAME, DataHandler
 
 from tests.fixtures.demo_site import demo_source
 
@@ -31,6 +31,7 @@ def test_upserts_keep_first_seen_and_update_data(handler, harvester_settings) ->
     assert document["first_seen_at"].replace(tzinfo=UTC) == first
     assert document["harvested_at"].replace(tzinfo=UTC) == later
     assert collection.count_documents({}) == 100
+    assert {index["name"] for index in collection.list_indexes()} == {"_id_", KEY_INDEX_NAME}
 
 
 def test_compound_key_unique_index_and_unkeyable_records(handler) -> None:
@@ -42,8 +43,9 @@ def test_compound_key_unique_index_and_unkeyable_records(handler) -> None:
     assert result.upserted == 2 and result.rejected == {3: "output key field(s) missing: sku"}
     collection = handler.collection(source)
     assert collection.find_one({"sku": "S1", "country": "SG"})["url"] == "c"  # the last of a key wins
-    index = {index["name"]: index for index in collection.list_indexes()}[KEY_INDEX_NAME]
-    assert index["unique"] and list(index["key"]) == ["sku", "country"]
+    indexes = {index["name"]: index for index in collection.list_indexes()}
+    assert indexes[KEY_INDEX_NAME]["unique"] and list(indexes[KEY_INDEX_NAME]["key"]) == ["sku", "country"]
+    assert list(indexes[URL_INDEX_NAME]["key"]) == ["url"]  # for the duplicate-URL checker's authority
 
 
 def test_discard_sink_counts_and_writes_nothing(harvester_settings, mongo_server) -> None:
