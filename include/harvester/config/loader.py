@@ -28,6 +28,8 @@ CONNECTIONS_HINT = (
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 _PLACEHOLDER = re.compile(r"\$\{(HARVESTER_[A-Z0-9_]+)\}")
 _SECRET_KEY = re.compile(
     r"(^|[_-])(password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?)($|[_-])",
@@ -231,10 +233,11 @@ class _Document:
     def _value(self, loader: Any, node: yaml.Node, location: Location) -> Any:
         self.lines.setdefault(location, node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
-            loader.flatten_mapping(node)
+            if any(key_node.tag == _MERGE_TAG for key_node, _ in node.value):
+                loader.flatten_mapping(node)
             mapping: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = loader.construct_object(key_node, deep=True)
+                key = key_node.value if key_node.tag == _STR_TAG else loader.construct_object(key_node, deep=True)
                 if not isinstance(key, str | int | float | bool) or key is None:
                     self.problem(location, "mapping keys must be plain names", key_node.start_mark.line + 1)
                     continue
@@ -248,7 +251,8 @@ class _Document:
             return mapping
         if isinstance(node, yaml.SequenceNode):
             return [self._value(loader, item, (*location, index)) for index, item in enumerate(node.value)]
-        value = loader.construct_object(node, deep=True)
+        # Plain strings are most scalars: skip the constructor's dispatch for them.
+        value = node.value if node.tag == _STR_TAG else loader.construct_object(node, deep=True)
         if isinstance(value, str) and "${" in value:
             value = self._expand(value, location)
         return value
