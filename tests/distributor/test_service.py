@@ -132,6 +132,21 @@ def test_service_wakes_on_intake_and_stops_cleanly_on_sigterm(
     assert len(published) + redis_client.llen(SourceKeys("shop").intake) == pushed
 
 
+def test_service_blocked_while_idle_exits_at_once_on_sigterm(distributor_env: dict[str, str], tmp_path: Path):
+    log_path = tmp_path / "distributor.log"
+    process = start_distributor(distributor_env, log_path, reap_interval_seconds="60")
+    try:
+        wait_for(lambda: "distributor started" in log_path.read_text(), 30, "distributor start")
+        time.sleep(0.5)  # now blocked in BLPOP with a long timeout
+        signalled_at = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+        assert process.returncode == 0 and time.monotonic() - signalled_at < 2.0
+    finally:
+        stop(process)
+    assert "distributor stopped" in log_path.read_text() and "Traceback" not in log_path.read_text()
+
+
 @pytest.fixture
 def restartable_redis(tmp_path: Path) -> RedisServer:
     """A redis-server of this test's own (AOF, fsync always), so restarting it disturbs no other test."""

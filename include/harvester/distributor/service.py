@@ -37,6 +37,7 @@ log = logging.getLogger("harvester.distributor")
 
 SCRAPE_TASK = "harvester.scrape_batch"
 SOURCES_REFRESH_SECONDS = 1.0
+MAX_WAIT_SECONDS = 30.0  # a blocking wait never outlasts the blocking connection's socket timeout
 BACKPRESSURE_POLL_SECONDS = 0.2  # Celery gives no event when a queue drains: look again this often
 REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, KombuOperationalError)
 
@@ -131,7 +132,7 @@ class Distributor:
         self.redis = redis_client
         self.blocking = blocking_client or redis.Redis(
             connection_pool=redis.ConnectionPool(**{
-                **redis_client.connection_pool.connection_kwargs, "socket_timeout": None,
+                **redis_client.connection_pool.connection_kwargs, "socket_timeout": MAX_WAIT_SECONDS + 10,
             }),
         )
         self.store = RateLimitStore(redis_client, self.settings)
@@ -331,7 +332,7 @@ class Distributor:
             candidates.append(BACKPRESSURE_POLL_SECONDS)
         if not self._sources:
             candidates.append(SOURCES_REFRESH_SECONDS * 5)
-        return max(0.005, min(candidates))
+        return max(0.005, min(MAX_WAIT_SECONDS, *candidates))
 
     def wait_for_work(self, seconds: float) -> bool:
         """Block until a wake-up token arrives (new intake, a released lease) or ``seconds`` pass."""
