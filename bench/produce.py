@@ -45,6 +45,14 @@ def _source(collection: str, batch_size: int, max_packages: int):
     })
 
 
+def _peak_rss_kb() -> int:
+    """This process's own peak RSS. Not ru_maxrss: Linux carries that across fork+exec from the parent."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def child(args: argparse.Namespace) -> None:
     """Plan and produce one run in this fresh process; print elapsed time and peak RSS."""
     from harvester.distributor.intake import Intake
@@ -67,7 +75,7 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps({
         "urls": plan.urls_planned, "pushed": produced.tasks_pushed, "packages": plan.packages_total,
         "seconds": finished - started, "plan_seconds": planned - started, "produce_seconds": finished - planned,
-        "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "peak_rss_kb": _peak_rss_kb(),
     }))
 
 
