@@ -93,6 +93,20 @@ def test_invalid_message_is_dead_lettered_and_the_rest_published(
     assert RateLimitStore(redis_client, settings).stats(["shop"])["shop"].active == 2  # its lease was freed
 
 
+def test_a_retry_is_published_when_due_not_at_the_next_reap(redis_client: redis.Redis, settings: HarvesterSettings):
+    Intake(redis_client, settings).push(make_source("shop"), tasks("shop", 1))
+    distributor = Distributor(redis_client, settings.model_copy(update={"reap_interval_seconds": 60}))
+    distributor.run_round()
+    [task] = published_tasks(redis_client, "default")
+    redis_client.delete("default")
+    assert RateLimitStore(redis_client, settings).fail(TaskMessage(**task), "HTTP 503", retry_after=0.5) is False
+    started = time.monotonic()
+    distributor.run(max_seconds=3)  # the failure woke it; it then sleeps exactly until the retry is due
+    [retry] = published_tasks(redis_client, "default")
+    assert (retry["task_id"], retry["attempt"]) == (task["task_id"], 1)
+    assert distributor.totals.admitted == 2 and time.monotonic() - started >= 0.5
+
+
 def wait_for(check, timeout: float = 10.0, what: str = "condition") -> None:
     readiness.wait_until(check, timeout, what, interval=0.02)
 

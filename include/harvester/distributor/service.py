@@ -37,6 +37,7 @@ log = logging.getLogger("harvester.distributor")
 
 SCRAPE_TASK = "harvester.scrape_batch"
 SOURCES_REFRESH_SECONDS = 1.0
+SUMMARY_SECONDS = 60.0
 MAX_WAIT_SECONDS = 30.0  # a blocking wait never outlasts the blocking connection's socket timeout
 BACKPRESSURE_POLL_SECONDS = 0.2  # Celery gives no event when a queue drains: look again this often
 REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, KombuOperationalError)
@@ -168,11 +169,13 @@ class Distributor:
         ends_at = None if max_seconds is None else time.monotonic() + max_seconds
         backoff = 0.1
         log.info("distributor started (redis %s)", self._redis_location())
+        summary = (time.monotonic(), DistributorTotals())
         while not self.stopping and (ends_at is None or time.monotonic() < ends_at):
             try:
                 outcome = self.run_round()
                 self._back_online()
                 backoff = 0.1
+                summary = self._log_summary(*summary)
                 if outcome.admitted == 0 and not self.stopping:
                     wait = self._wait_seconds(outcome)
                     if ends_at is not None:
@@ -187,6 +190,18 @@ class Distributor:
         self._flush_on_stop()
         log.info("distributor stopped: %s", self.totals)
         return self.totals
+
+    def _log_summary(self, since: float, before: DistributorTotals) -> tuple[float, DistributorTotals]:
+        """One line a minute while work flows, so an operator sees the rate without a metrics stack."""
+        if time.monotonic() - since < SUMMARY_SECONDS:
+            return since, before
+        now = DistributorTotals(**vars(self.totals))
+        if now.admitted != before.admitted or now.reaped != before.reaped:
+            log.info("last %.0fs: admitted %d tasks in %d Celery messages, reaped %d leases, %d malformed",
+                     time.monotonic() - since, now.admitted - before.admitted,
+                     now.published_messages - before.published_messages, now.reaped - before.reaped,
+                     now.malformed - before.malformed)
+        return time.monotonic(), now
 
     def _flush_on_stop(self) -> None:
         """Publish what was admitted but not yet sent; if Redis is down, the leases bring it back later."""
@@ -211,7 +226,8 @@ class Distributor:
         if not sources:
             return outcome
         ordered = self.fair_order(list(sources.values()), self._round_number)
-        depths, ready = self._queue_depths_and_ready_work(ordered)
+        depths, ready, retry_due_in = self._queue_depths_and_ready_work(ordered)
+        waits: list[float] = [due for due in retry_due_in.values() if due is not None]
         requests: list[tuple[str, int]] = []
         queue_of: dict[str, str] = {}
         budget = {queue: (self.settings.queue_max_depth - depth) * self.settings.publish_batch_size
@@ -228,10 +244,10 @@ class Distributor:
             requests.append((source.name, wanted))
             queue_of[source.name] = source.queue
         if not requests:
+            outcome.wait_seconds = min(waits) if waits else None
             return outcome
         admissions = self.store.admit_many(requests)
         work: list[tuple[str, list[dict[str, Any]]]] = []
-        waits: list[float] = []
         for admission in admissions:
             outcome.malformed += admission.malformed
             if admission.messages:
@@ -305,9 +321,10 @@ class Distributor:
 
     def _queue_depths_and_ready_work(
         self, sources: list[RegisteredSource]
-    ) -> tuple[dict[str, int], dict[str, int]]:
-        """In one round trip: Celery messages waiting per queue (kombu keeps a queue as a Redis list), and
-        per source the tasks it could have admitted now (intake plus retries due by this machine's clock)."""
+    ) -> tuple[dict[str, int], dict[str, int], dict[str, float | None]]:
+        """In one round trip: Celery messages waiting per queue (kombu keeps a queue as a Redis list); per
+        source the tasks it could have admitted now (intake plus retries due by this machine's clock); and
+        per source with nothing ready, the seconds until its earliest retry is due (so we wake for it)."""
         queues = sorted({source.queue for source in sources})
         now = time.time()
         pipeline = self.redis.pipeline(transaction=False)
@@ -317,11 +334,19 @@ class Distributor:
             keys = SourceKeys(source.name)
             pipeline.llen(keys.intake)
             pipeline.zcount(keys.delayed, "-inf", now)
-        replies = [int(value) for value in pipeline.execute()]
-        depths = dict(zip(queues, replies[: len(queues)], strict=True))
-        counts = replies[len(queues):]
-        ready = {source.name: counts[2 * i] + counts[2 * i + 1] for i, source in enumerate(sources)}
-        return depths, ready
+            pipeline.zrange(keys.delayed, 0, 0, withscores=True)
+        replies = pipeline.execute()
+        depths = {queue: int(depth) for queue, depth in zip(queues, replies[: len(queues)], strict=True)}
+        per_source = replies[len(queues):]
+        ready: dict[str, int] = {}
+        retry_due_in: dict[str, float | None] = {}
+        for i, source in enumerate(sources):
+            pending, due_now, earliest = per_source[3 * i: 3 * i + 3]
+            ready[source.name] = int(pending) + int(due_now)
+            retry_due_in[source.name] = (
+                max(0.0, float(earliest[0][1]) - now) if earliest and ready[source.name] == 0 else None
+            )
+        return depths, ready, retry_due_in
 
     # -- waiting ----------------------------------------------------------------------------------
     def _wait_seconds(self, outcome: RoundOutcome) -> float:

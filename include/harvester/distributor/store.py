@@ -173,10 +173,11 @@ class RateLimitStore:
         """
         return self._fail(message.source, message.task_id, message, message.to_json(), reason, retry_after, now)
 
-    def reject(self, source: str, raw_message: str, reason: str, now: float | None = None) -> None:
-        """An admitted message that is not a valid task: free its lease and dead-letter it at once."""
+    def reject(self, source: str, raw_message: str, reason: str, now: float | None = None) -> bool:
+        """Dead-letter an admitted task at once, whatever its retries (a malformed message, or a failure
+        retrying cannot fix). True when done; False when the lease was no longer held (already reaped)."""
         task_id = str(json.loads(raw_message).get("task_id", ""))
-        self._fail(source, task_id, None, raw_message, reason, None, now, force_dead=True)
+        return self._fail(source, task_id, None, raw_message, reason, None, now, force_dead=True)
 
     def _fail(
         self, source: str, task_id: str, message: TaskMessage | None, original_json: str, reason: str,
