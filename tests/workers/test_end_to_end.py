@@ -20,12 +20,35 @@ MAX_ACTIVE = 4
 
 
 @pytest.fixture
-def distributor(worker_settings, tmp_path):
-    server = ServerProcess("distributor", [str(VENV_BIN / "harvester"), "distributor"],
-                           tmp_path / "distributor.log", ready=lambda: True, env=dict(os.environ))
-    server.start(timeout=30)
-    yield server
-    server.stop()
+def start_distributor(worker_settings, tmp_path):
+    """Start `harvester distributor` with the environment as it is when called."""
+    started: list[ServerProcess] = []
+
+    def start() -> ServerProcess:
+        server = ServerProcess("distributor", [str(VENV_BIN / "harvester"), "distributor"],
+                               tmp_path / "distributor.log", ready=lambda: True, env=dict(os.environ))
+        server.start(timeout=30)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def distributor(start_distributor):
+    return start_distributor()
+
+
+def wait_idle(store: RateLimitStore, source: str, timeout: float, condition=lambda: True) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stats = store.stats([source])[source]
+        if stats.pending == 0 and stats.active == 0 and stats.delayed == 0 and condition():
+            return
+        time.sleep(0.3)
+    pytest.fail(f"{source} not idle after {timeout}s: {store.stats([source])}")
 
 
 def test_listing_to_details_crawl_of_500_pages(write_source, worker_settings, demo_site, mongo_server,
@@ -62,3 +85,75 @@ def test_listing_to_details_crawl_of_500_pages(write_source, worker_settings, de
     assert 2 <= observed["max_concurrent"] <= MAX_ACTIVE, observed
     stats = store.stats([source.name])[source.name]
     assert stats.active == 0 and stats.pending == 0 and stats.dead == 0
+
+
+def test_every_fault_ends_stored_retried_or_dead_lettered_and_no_worker_crashes(
+        write_source, worker_settings, demo_site, mongo_server, redis_client, celery_worker_factory,
+        distributor) -> None:
+    from harvester.distributor import DeadLetters
+    from harvester.services.ports import free_port
+
+    source = write_source("e2e_faults", retries=1, timeout=1,
+                          listing={"link_selectors": ["a.product-link"], "next_page_selectors": ["a.next"],
+                                   "follow": r"^http://127\.0\.0\.1:\d+/product/\d+$", "max_depth": 0})
+    worker = celery_worker_factory(queues="default", concurrency=1)
+    site = demo_site.url
+    stored_paths = ["/product/1", "/flaky/e2e?fail=1", "/ratelimited/e2e?retry_after=1", "/huge?mb=2",
+                    "/malformed", "/wrong-type/2"]
+    dead_paths = {"/redirect-loop/a": "too_many_redirects", "/data.json": "parse_error",
+                  "/slow/3?delay=5": "timeout", "/js/product/4": "record rejected: sku: missing",
+                  "/product/99999": "http_404", "/blocked": "blocked"}
+    messages = [TaskMessage(source=source.name, url=f"{site}{path}") for path in [*stored_paths, *dead_paths]]
+    dead_host = f"http://127.0.0.1:{free_port()}/product/1"
+    messages.append(TaskMessage(source=source.name, url=dead_host))
+    messages.append(TaskMessage(source=source.name, kind="listing", url=f"{site}/shop?page=2&per_page=3"))
+    Intake(redis_client, worker_settings).push(source, messages)
+    store = RateLimitStore(redis_client, worker_settings)
+    wait_idle(store, source.name, timeout=120)
+
+    collection = mongo_server.client()[worker_settings.mongo_database][source.output_collection]
+    stored = {document["url"] for document in collection.find({}, {"url": 1})}
+    # the listing page leads to products 4 to 6 (canonicalised, tracking parameters dropped)
+    assert {f"{site}{path}" for path in stored_paths if "?" not in path} <= stored
+    assert f"{site}/flaky/e2e?fail=1" in stored and f"{site}/ratelimited/e2e?retry_after=1" in stored
+    assert f"{site}/huge?mb=2" in stored and {f"{site}/product/{n}" for n in (4, 5, 6)} <= stored
+    assert len(stored) == len(stored_paths) + 3
+    reasons = {entry.message["url"]: entry.reason for entry in DeadLetters(redis_client).list(source.name)}
+    for path, reason in dead_paths.items():
+        assert reasons[f"{site}{path}"].startswith(reason), reasons
+    assert reasons[dead_host].startswith("connection_error")
+    assert len(reasons) == len(dead_paths) + 1
+    counters = store.counters(source.name)
+    assert counters["outcome:http_500"] == 1 and counters["outcome:http_429"] == 1
+    assert counters["outcome:links_ignored:not_http"] == 3  # javascript:, mailto:, file:
+    assert counters["outcome:links_ignored:not_followed"] == 1  # the off-site link
+    assert counters["outcome:links_ignored:beyond_max_depth"] == 1  # the next page (max_depth 0)
+    assert worker.alive()
+
+
+def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
+        write_source, worker_settings, demo_site, mongo_server, redis_client, celery_worker_factory,
+        start_distributor, monkeypatch) -> None:
+    for key, value in {"HARVESTER_LEASE_SECONDS": "3", "HARVESTER_REAP_INTERVAL_SECONDS": "0.5",
+                       "HARVESTER_HEARTBEAT_SECONDS": "0.5"}.items():
+        monkeypatch.setenv(key, value)
+    source = write_source("e2e_killed", input={"seeds": [f"{demo_site.url}/shop?per_page=50"], "kind": "listing"},
+                          listing={"link_selectors": ["a.product-link"], "next_page_selectors": ["a.next"],
+                                   "follow": r"^http://127\.0\.0\.1:\d+/product/\d+$", "max_depth": 1},
+                          rate_limit={"max_active": 4, "per_minute": 100_000})
+    start_distributor()
+    first = celery_worker_factory(queues="default", concurrency=1)
+    Intake(redis_client, worker_settings).push(source, [TaskMessage(
+        source=source.name, kind="listing", url=source.input.seeds[0])])
+    collection = mongo_server.client()[worker_settings.mongo_database][source.output_collection]
+    deadline = time.monotonic() + 60
+    while collection.count_documents({}) < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.kill()  # SIGKILL mid-crawl: leases of its batch expire and the reaper re-queues them
+    celery_worker_factory(queues="default", concurrency=1)
+    store = RateLimitStore(redis_client, worker_settings)
+    wait_idle(store, source.name, timeout=120, condition=lambda: collection.count_documents({}) >= 100)
+    assert collection.count_documents({}) == 100
+    assert len(collection.distinct("url")) == 100
+    assert store.stats([source.name])[source.name].dead == 0
+    assert store.counters(source.name).get("reaped", 0) >= 1  # the killed batch came back through its leases
