@@ -169,5 +169,7 @@ def test_stats_of_many_sources_in_one_round_trip(redis_client: redis.Redis, sett
         3, 1, 2, 1)
     assert (stats["two"].failed, stats["two"].dead, stats["two"].pending) == (1, 1, 0)
     assert stats["never"].pending == 0
+    assert set(store.stats_all()) == {"one", "two"}
+    assert store.admit("one", 0).messages == []
     store.count_outcomes("one", {"stored": 3, "http_404": 1})
     assert store.counters("one")["outcome:stored"] == 3

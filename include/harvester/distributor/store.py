@@ -263,6 +263,10 @@ class RateLimitStore:
             for name, r in zip(sources, replies, strict=True)
         }
 
+    def stats_all(self) -> dict[str, SourceStats]:
+        """:meth:`stats` of every registered source (two round trips)."""
+        return self.stats(self.registered_sources())
+
     def count_outcomes(self, source: str, outcomes: Mapping[str, int]) -> None:
         """Add to the source's per-outcome counters (``outcome:<name>`` in its counters hash)."""
         if not outcomes:

@@ -50,6 +50,8 @@ local max_active, per_minute = tonumber(limits[1]), tonumber(limits[2])
 local per_host = tonumber(limits[3]) or 0
 if not max_active or not per_minute then return answer('unregistered', '-1', 0) end
 
+if wanted <= 0 then return answer('ok', '0', 0) end
+
 local paused = tonumber(redis.call('GET', paused_until) or '0')
 if paused > now then return answer('paused', string.format('%.6f', paused - now), 0) end
 
