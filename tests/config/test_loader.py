@@ -198,3 +198,23 @@ def test_the_committed_example_sources_are_valid() -> None:
     assert shop.render == "http" and shop.input.kind == "listing" and shop.listing is not None
     assert browser.render == "browser" and browser.country == "SG" and browser.queue == "pageslots.SG"
     assert mongo.input.mongo is not None and not mongo.input.seeds
+
+
+def test_paths_inside_the_working_directory_are_shown_relative(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sources").mkdir()
+    path = write(tmp_path / "sources", "shop.yaml", with_lines("retries: -1"))
+    with pytest.raises(SourceConfigError) as caught:
+        load_source_file(path)
+    assert caught.value.file == "sources/shop.yaml"
+    assert str(caught.value).startswith("sources/shop.yaml:6: retries: ")
+
+
+def test_get_source_reads_name_yaml_alone_and_else_scans(tmp_path: Path) -> None:
+    write(tmp_path, "shop.yaml", MINIMAL)
+    write(tmp_path, "broken.yaml", "name: [\n")
+    write(tmp_path, "misnamed.yaml", MINIMAL.replace("shop", "elsewhere"))
+    assert get_source("shop", tmp_path).name == "shop"
+    assert get_source("elsewhere", tmp_path).name == "elsewhere"

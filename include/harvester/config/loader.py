@@ -8,6 +8,7 @@ during one DAG parse. Nothing is cached between calls: an edited file is seen on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -111,10 +112,18 @@ def source_files(paths: Iterable[str | Path]) -> list[Path]:
     return found
 
 
+def display_path(path: Path) -> str:
+    """A path as messages show it: relative to the working directory when inside it."""
+    if path.is_absolute():
+        with contextlib.suppress(ValueError):
+            return str(path.relative_to(Path.cwd()))
+    return str(path)
+
+
 def load_source_file(path: str | Path) -> SourceConfig:
     """Read and validate one source file; raises :class:`SourceConfigError` naming file, line and field."""
     path = Path(path)
-    display = str(path)
+    display = display_path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -159,8 +168,8 @@ def load_source_paths(paths: Iterable[str | Path]) -> SourceSet:
             continue
         if (first := result.files.get(source.name)) is not None:
             result.errors.append(SourceConfigError([Problem(
-                str(path), _name_line(path), "name",
-                f"duplicate source name {source.name!r}: also defined in {first}",
+                display_path(path), _name_line(path), "name",
+                f"duplicate source name {source.name!r}: also defined in {display_path(first)}",
             )]))
             continue
         result.sources[source.name] = source
@@ -169,14 +178,22 @@ def load_source_paths(paths: Iterable[str | Path]) -> SourceSet:
 
 
 def get_source(name: str, directory: str | Path | None = None) -> SourceConfig:
-    """One source by name (workers and producers that only have the name)."""
-    sources = load_sources(directory)
+    """One source by name (workers and producers that only have the name).
+
+    The usual layout, ``<name>.yaml``, is read alone; otherwise every file is scanned.
+    """
+    folder = Path(directory) if directory is not None else default_directory()
+    for suffix in SOURCE_SUFFIXES:
+        path = folder / f"{name}{suffix}"
+        if path.is_file() and (source := load_source_file(path)).name == name:
+            return source
+    sources = load_sources(folder)
     if name in sources.sources:
         return sources.sources[name]
     for error in sources.errors:
         if Path(error.file).stem == name:
             raise error
-    raise KeyError(f"no source named {name!r} in {directory or default_directory()}")
+    raise KeyError(f"no source named {name!r} in {folder}")
 
 
 def _name_line(path: Path) -> int:
