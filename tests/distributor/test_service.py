@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -144,6 +145,29 @@ def test_service_wakes_on_intake_and_stops_cleanly_on_sigterm(
     # nothing lost: every admitted task was published, the rest still waits in intake
     assert {task["task_id"] for task in published} == active
     assert len(published) + redis_client.llen(SourceKeys("shop").intake) == pushed
+
+
+def test_two_distributors_share_the_work_without_duplicates(
+    redis_client: redis.Redis, settings: HarvesterSettings, distributor_env: dict[str, str], tmp_path: Path
+):
+    processes = [start_distributor(distributor_env, tmp_path / f"distributor-{i}.log", admit_batch_size="50")
+                 for i in range(2)]
+    try:
+        for i in range(2):
+            wait_for(lambda i=i: "distributor started" in (tmp_path / f"distributor-{i}.log").read_text(), 30,
+                     "distributor start")
+        pushed = tasks("shop", 2000)
+        Intake(redis_client, settings).push(
+            make_source("shop", rate_limit={"max_active": 10_000, "per_minute": 1_000_000}), pushed)
+        wait_for(lambda: len(published_tasks(redis_client, "default")) >= 2000, 30, "all published")
+        time.sleep(0.3)
+    finally:
+        assert [stop(process) for process in processes] == [0, 0]
+    published = [task["task_id"] for task in published_tasks(redis_client, "default")]
+    assert sorted(published) == sorted(task.task_id for task in pushed)  # each exactly once
+    admitted_by_each = [int(re.search(r"stopped: .*?admitted=(\d+)", (tmp_path / f"distributor-{i}.log").read_text())
+                            .group(1)) for i in range(2)]
+    assert sum(admitted_by_each) == 2000
 
 
 def test_service_blocked_while_idle_exits_at_once_on_sigterm(distributor_env: dict[str, str], tmp_path: Path):
