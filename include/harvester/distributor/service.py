@@ -176,7 +176,7 @@ class Distributor:
                 self._back_online()
                 backoff = 0.1
                 summary = self._log_summary(*summary)
-                if outcome.admitted == 0 and not self.stopping:
+                if outcome.admitted == 0 and outcome.malformed == 0 and not self.stopping:
                     wait = self._wait_seconds(outcome)
                     if ends_at is not None:
                         wait = min(wait, max(0.0, ends_at - time.monotonic()))
