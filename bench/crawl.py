@@ -83,6 +83,22 @@ class Processes:
             self.stop(process)
 
 
+def tree_cpu_seconds(processes: list[subprocess.Popen]) -> float:
+    """User + system CPU of processes and all their children (Celery's pool) so far."""
+    import psutil
+
+    total = 0.0
+    for process in processes:
+        try:
+            root = psutil.Process(process.pid)
+            for member in [root, *root.children(recursive=True)]:
+                times = member.cpu_times()
+                total += times.user + times.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
 def site_stats(site_url: str, client: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{site_url}/_stats", timeout=10) as response:
         return json.load(response)["clients"].get(client, {"total": 0, "max_concurrent": 0})
@@ -132,6 +148,7 @@ def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, 
     distributor = processes.start(f"distributor-{name}", [str(BIN / "harvester"), "distributor"], env)
     time.sleep(4)  # workers and the distributor start (not part of the measurement)
     store = RateLimitStore(client, settings)
+    cpu_before = tree_cpu_seconds([worker, distributor])
     started = time.perf_counter()
     Intake(client, settings).push(source, [TaskMessage(source=name, kind="listing", url=source.input.seeds[0])])
     deadline = started + timeout
@@ -142,13 +159,14 @@ def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, 
             break
         time.sleep(0.05)
     seconds = time.perf_counter() - started
+    cpu_seconds = tree_cpu_seconds([worker, distributor]) - cpu_before
     observed = site_stats(site_url, name)
     counters = store.counters(name)
     processes.stop(distributor)
     processes.stop(worker)
     client.close()
     return {"pages": observed["total"], "seconds": seconds, "max_concurrent": observed["max_concurrent"],
-            "records": counters.get("outcome:records_stored", 0)}
+            "records": counters.get("outcome:records_stored", 0), "cpu_seconds": cpu_seconds}
 
 
 def run_scrapy(source_path: Path, site_url: str, name: str, concurrency: int, mongo: tuple[str, str] | None,
@@ -265,7 +283,8 @@ def main() -> None:
         for label, run in (("Harvester, discard sink", ours), ("Scrapy, no pipeline", peer),
                            ("Harvester, MongoDB", ours_e2e), ("Scrapy, bulk-upsert pipeline", peer_e2e)):
             print(f"{label:32s} {run['pages']:6d} pages in {run['seconds']:7.2f} s = "
-                  f"{run['pages'] / run['seconds']:8.1f} pages/s (max {run['max_concurrent']} in flight)",
+                  f"{run['pages'] / run['seconds']:8.1f} pages/s (max {run['max_concurrent']} in flight), "
+                  f"{1000 * run['cpu_seconds'] / run['pages']:5.2f} ms CPU/page",
                   file=sys.stderr)
         print(f"records stored: Harvester {ours_records}, Scrapy {peer_records} (expected {args.products})",
               file=sys.stderr)
@@ -280,6 +299,8 @@ def main() -> None:
             "scrapy_end_to_end_pages_per_s": round(rate["peer_e2e"], 1),
             "end_to_end_ratio": round(rate["ours_e2e"] / rate["peer_e2e"], 3),
             "max_concurrent_observed": max(ours["max_concurrent"], ours_e2e["max_concurrent"]),
+            "cpu_ms_per_page": round(1000 * ours["cpu_seconds"] / ours["pages"], 2),
+            "scrapy_cpu_ms_per_page": round(1000 * peer["cpu_seconds"] / peer["pages"], 2),
             "records_stored": ours_records, "scrapy_records_stored": peer_records,
             "bulk_records_per_s": round(records["bulk_records_per_s"], 1),
             "insert_one_records_per_s": round(records["insert_one_records_per_s"], 1),

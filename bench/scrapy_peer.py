@@ -70,10 +70,12 @@ class PeerSpider(scrapy.Spider):
 
     async def start(self) -> Any:
         TIMES["opened"] = time.perf_counter()
+        TIMES["cpu_opened"] = time.process_time()
         yield scrapy.Request(self.seed, callback=self.parse_listing, cb_kwargs={"depth": 0})
 
     def closed(self, reason: str) -> None:
         TIMES["closed"] = time.perf_counter()
+        TIMES["cpu_closed"] = time.process_time()
 
     def parse_listing(self, response: Any, depth: int) -> Any:
         COUNTS["pages"] += 1
@@ -115,7 +117,8 @@ def main() -> None:
     process = CrawlerProcess(settings)
     process.crawl(PeerSpider, seed=SOURCE.input.seeds[0])
     process.start()
-    print(json.dumps({**COUNTS, "seconds": TIMES["closed"] - TIMES["opened"]}))
+    print(json.dumps({**COUNTS, "seconds": TIMES["closed"] - TIMES["opened"],
+                      "cpu_seconds": TIMES["cpu_closed"] - TIMES["cpu_opened"]}))
 
 
 if __name__ == "__main__":

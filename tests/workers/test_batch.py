@@ -162,3 +162,20 @@ def test_duplicate_checker_answers_thousands_in_one_round_trip_and_mongo_is_the_
     collection = runner.data.collection(source)
     assert store.filter_new(source, ["http://x.example/stored", "http://x.example/new"], authority=collection) == [
         "http://x.example/new"]
+
+
+def test_pages_fetched_elsewhere_finish_the_same_way(write_source, crawl, demo_site, mongo_server,
+                                                     worker_settings) -> None:
+    """What a page slot calls after rendering in its browser: same extraction, storage and release."""
+    from harvester.demo_site.app import page, product_body
+    from harvester.scraping.fetcher import FetchResult
+
+    source = write_source()
+    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/js/product/6"))
+    admission = crawl.store.admit(source.name, 1)
+    message = TaskMessage.from_json(admission.messages[0])
+    rendered = FetchResult(message.url, "ok", final_url=message.url, status=200, text=page("p", product_body(6)))
+    report = crawl.runner.finish(source, [message], [rendered])
+    assert report.stored == 1
+    assert records(mongo_server, worker_settings, source).find_one()["sku"] == "SKU-00006"
+    assert crawl.store.stats([source.name])[source.name].active == 0

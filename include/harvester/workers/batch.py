@@ -157,6 +157,18 @@ class BatchRunner:
         self._count(name, report)
         return report
 
+    def finish(self, source: SourceConfig, messages: list[TaskMessage], fetches: list[FetchResult]) -> BatchReport:
+        """Extract, store, release and count down pages fetched elsewhere (a page slot's browser).
+
+        The same ending as :meth:`run_source`, so browser tasks obey the same order and outcomes.
+        """
+        report = BatchReport(source=source.name, tasks=len(messages))
+        pages = [process_page(source, m.kind, m.url, m.depth, fetch)
+                 for m, fetch in zip(messages, fetches, strict=True)]
+        self._settle(source, messages, pages, report)
+        self._count(source.name, report)
+        return report
+
     async def _fetch_all(self, source: SourceConfig, messages: list[TaskMessage]) -> list[PageResult]:
         heartbeat = asyncio.ensure_future(self._heartbeat(source.name, [m.task_id for m in messages]))
         try:
