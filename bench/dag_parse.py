@@ -98,13 +98,13 @@ def child(measure_memory: bool) -> None:
 
     if measure_memory:
         tracemalloc.start()
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     bag = DagBag(dag_folder=str(DAG_FILE), safe_mode=True)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
     peak = tracemalloc.get_traced_memory()[1] if measure_memory else 0
     max_rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({
-        "parse_s": elapsed, "dags": len(bag.dags), "import_errors": len(bag.import_errors),
+        "parse_s": elapsed, "parse_cpu_s": cpu, "dags": len(bag.dags), "import_errors": len(bag.import_errors),
         "peak_bytes": peak, "max_rss_kb": max_rss_kb, **({} if measure_memory else breakdown()),
     }))
 
@@ -168,10 +168,12 @@ def main() -> None:
     if dags != args.sources or timings[0]["import_errors"]:
         raise SystemExit(f"expected {args.sources} DAGs and no import errors, got {timings[0]}")
     parse_s = statistics.median(parse_times)
+    parse_cpu_s = statistics.median(timing["parse_cpu_s"] for timing in timings)
     peak_mb = memory["peak_bytes"] / 1024 / 1024
     print(f"{args.sources} sources -> {dags} DAGs; DagBag parse of {DAG_FILE.name}: "
           f"median {parse_s:.3f} s over {args.runs} fresh processes (all: "
-          f"{', '.join(f'{value:.3f}' for value in parse_times)}); goal < {GOAL_SECONDS} s")
+          f"{', '.join(f'{value:.3f}' for value in parse_times)}); CPU time {parse_cpu_s:.3f} s "
+          f"(wall minus waiting for a core on a shared machine); goal < {GOAL_SECONDS} s")
     parts = {key: round(statistics.median(timing[key] for timing in timings), 3)
              for key in ("load_s", "bare_dags_s", "producer_tasks_s")}
     print(f"where the time goes (warm, median): loading and validating YAML {parts['load_s']} s, "
@@ -181,6 +183,7 @@ def main() -> None:
     print(json.dumps({
         "bench": "dag_parse", "sources": args.sources, "dags": dags, "runs": args.runs,
         "parse_s": round(parse_s, 3), "parse_s_all": [round(value, 3) for value in parse_times],
+        "parse_cpu_s": round(parse_cpu_s, 3),
         "peak_mb": round(peak_mb, 1), "max_rss_mb": round(timings[0]["max_rss_kb"] / 1024, 1),
         "breakdown_s": parts, "load_avg_1m": round(os.getloadavg()[0], 2),
         "goal": GOAL_SECONDS, "ok": parse_s < GOAL_SECONDS,
