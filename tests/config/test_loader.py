@@ -218,3 +218,10 @@ def test_get_source_reads_name_yaml_alone_and_else_scans(tmp_path: Path) -> None
     write(tmp_path, "misnamed.yaml", MINIMAL.replace("shop", "elsewhere"))
     assert get_source("shop", tmp_path).name == "shop"
     assert get_source("elsewhere", tmp_path).name == "elsewhere"
+
+
+def test_mongo_filter_fields_that_look_like_secrets_are_fine_but_passwords_in_values_are_not() -> None:
+    text = MINIMAL.replace('  seeds: ["https://shop.example.com/product/1"]',
+                           '  mongo: {collection: c, filter: {$and: [{token_count: 1}, {secret: false}]}}')
+    assert source(text).input.mongo is not None
+    assert "carries a password" in one_problem(text.replace("{secret: false}", "{uri: 'redis://:pw@h:1/0'}")).reason

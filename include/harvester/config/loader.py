@@ -38,8 +38,8 @@ _SECRET_KEY = re.compile(
 )
 _SECRET_HEADERS = {"authorization", "proxy-authorization", "cookie"}
 _URI_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@", re.IGNORECASE)
-# Keys that name data (record fields, query fields), not settings: never mistaken for credentials.
-_DATA_KEY_PARENTS = {("attributes",), ("input", "mongo", "filter")}
+# Keys that name data (record fields; anything in a Mongo query), not settings: never taken for credentials.
+_MONGO_FILTER = ("input", "mongo", "filter")
 
 Location = tuple[str | int, ...]
 
@@ -294,7 +294,7 @@ class _Document:
         if isinstance(value, dict):
             for key, child in value.items():
                 child_location = (*location, str(key))
-                if location not in _DATA_KEY_PARENTS:
+                if location != ("attributes",) and location[:3] != _MONGO_FILTER:
                     in_headers = location == ("headers",)
                     if _SECRET_KEY.search(str(key)) or (in_headers and str(key).lower() in _SECRET_HEADERS):
                         self.problem(child_location, CONNECTIONS_HINT)
