@@ -167,9 +167,9 @@ class PackageStore:
                       "updated_at": _now()},
              "$inc": {"claims": 1}},
         )
-        return list(self.collection.find({"_id": {"$in": candidates}, "claim": token},
-                                         {"package_id": 1, "urls": 1, "kind": 1, "depth": 1, "pending": 1, "claim": 1}
-                                         ).sort("package_id", 1))
+        projection = {"package_id": 1, "urls": 1, "kind": 1, "depth": 1, "pending": 1, "discovered": 1, "claim": 1}
+        won = self.collection.find({"_id": {"$in": candidates}, "claim": token}, projection)
+        return list(won.sort("package_id", 1))
 
     # Called by workers ----------------------------------------------------------------------
 

@@ -199,7 +199,8 @@ class Planner:
     # Input ----------------------------------------------------------------------------------
 
     def _raw_urls(self, source: SourceConfig, options: PlanOptions) -> Iterator[tuple[Any, Any]]:
-        """(where it came from, raw value) pairs, streamed."""
+        """(where it came from, raw value) pairs, streamed. For input documents "where" is the document
+        itself: formatting its _id costs more than the rest of planning, so only bad input gets it."""
         if options.urls is not None:
             for index, url in enumerate(options.urls):
                 yield f"params.urls[{index}]", url
@@ -214,9 +215,11 @@ class Planner:
         collection = self.input_database[mongo.collection]
         # The server builds the next batches while this thread plans the current one.
         batches = _cursor_batches(collection, mongo.filter, {mongo.url_field: 1}, self.cursor_batch_size)
+        field = mongo.url_field
+        nested = "." in field
         for batch in prefetch(batches, ahead=2):
             for document in batch:
-                yield f"_id={document.get('_id')!r}", _dotted(document, mongo.url_field)
+                yield document, (_dotted(document, field) if nested else document.get(field))
 
     def _valid_chunks(self, source: SourceConfig, options: PlanOptions, result: PlanResult) -> Iterator[list[str]]:
         chunk: dict[str, None] = {}
@@ -226,7 +229,8 @@ class Planner:
             if url is None:
                 result.skipped_invalid += 1
                 if len(result.invalid_examples) < INVALID_EXAMPLES:
-                    result.invalid_examples.append(f"{origin}: {raw!r}"[:200])
+                    where = f"_id={origin.get('_id')!r}" if isinstance(origin, dict) else origin
+                    result.invalid_examples.append(f"{where}: {raw!r}"[:200])
                 continue
             if url in chunk:
                 result.skipped_duplicate += 1

@@ -155,15 +155,20 @@ class Producer:
         value comes from the validated source and plan, and at 200k tasks per run validation was the
         producer's largest cost. tests/producer checks that each message parses as a TaskMessage.
         """
-        pending = set(package.get("pending", []))
+        urls: list[str] = package.get("urls", [])
+        pending_list: list[str] = package.get("pending", [])
         package_id = int(package["package_id"])
-        common = {"source": source.name, "kind": package.get("kind", "details"),
-                  "depth": int(package.get("depth", 0)), "run_id": run_id, "package_id": package_id,
-                  "attempt": 0, "country": source.country}
-        enqueued_at = time.time()
-        for url in package.get("urls", []):
-            task_id = planned_task_id(source.name, run_id, package_id, url)
-            if task_id not in pending:
-                continue  # stored already before a crash
-            yield json.dumps({"task_id": task_id, "url": url, **common, "enqueued_at": enqueued_at},
-                             separators=(",", ":"))
+        head = json.dumps({"source": source.name, "kind": package.get("kind", "details"),
+                           "depth": int(package.get("depth", 0)), "run_id": run_id, "package_id": package_id,
+                           "attempt": 0, "country": source.country, "enqueued_at": time.time()},
+                          separators=(",", ":"))[1:-1]
+        if not package.get("discovered") and len(pending_list) == len(urls):
+            # Untouched package (the usual case): nothing discovered and nothing settled, so pending still
+            # holds exactly the planned ids in the order of urls; no hashing needed.
+            pairs: Iterable[tuple[str, str]] = zip(urls, pending_list, strict=True)
+        else:
+            pending = set(pending_list)
+            pairs = ((url, task_id) for url in urls
+                     if (task_id := planned_task_id(source.name, run_id, package_id, url)) in pending)
+        for url, task_id in pairs:
+            yield f'{{"task_id":"{task_id}","url":{json.dumps(url)},{head}}}'
