@@ -216,15 +216,15 @@ class BatchRunner:
 
         if to_store and not self._store(source, to_store, report):
             to_store = []
-        try:
-            for message, page in listings:
+        followed: list[TaskMessage] = []
+        for message, page in listings:
+            try:
                 self._follow_links(source, message, page, report)
-        except Exception as error:  # Redis or MongoDB down: the listings go back for a retry
-            log.exception("following links of %s failed", source.name)
-            for message, _ in listings:
+                followed.append(message)
+            except Exception as error:  # Redis or MongoDB down: this listing goes back for a retry
+                log.exception("following the links of %s failed", message.url)
                 self._fail(message, f"link discovery failed: {type(error).__name__}: {error}", None, report)
-            listings = []
-        done = finished + [message for message, _ in to_store] + [message for message, _ in listings]
+        done = finished + [message for message, _ in to_store] + followed
         self._complete(source, done, report)
 
     def _store(self, source: SourceConfig, items: list[tuple[TaskMessage, PageResult]],
@@ -256,11 +256,16 @@ class BatchRunner:
 
     def _follow_links(self, source: SourceConfig, message: TaskMessage, page: PageResult,
                       report: BatchReport) -> None:
+        """Next listing pages first (they are the crawl's critical path: each one leads to the next),
+        then the detail pages that pass the duplicate-URL checker and the run's cap."""
         discovery = page.discovery
         if discovery is None or source.listing is None:
             return
         for reason, amount in discovery.ignored.items():
             report.outcomes[f"links_ignored:{reason}"] += amount
+        listings = self.frontier.new_listing_pages(source.name, message.run_id, discovery.listings,
+                                                   owner=message.task_id)
+        self._queue(source, message, [self._child(source, message, url, "listing") for url in listings], report)
         authority = None if self.data.discarding else self.data.collection(source)
         details = self.urls.filter_new(source, discovery.details, owner=message.task_id, authority=authority)
         report.outcomes["links_duplicate"] += len(discovery.details) - len(details)
@@ -270,18 +275,19 @@ class BatchRunner:
             report.outcomes["links_over_max_new_urls"] += len(details) - granted
             self.urls.forget(source, details[granted:])
             details = details[:granted]
-        listings = self.frontier.new_listing_pages(source.name, message.run_id, discovery.listings,
-                                                   owner=message.task_id)
-        new_messages = [self._child(source, message, url, "details") for url in details]
-        new_messages += [self._child(source, message, url, "listing") for url in listings]
-        if not new_messages:
+        self._queue(source, message, [self._child(source, message, url, "details") for url in details], report)
+
+    def _queue(self, source: SourceConfig, parent: TaskMessage, children: list[TaskMessage],
+               report: BatchReport) -> None:
+        """Add discovered tasks to the parent's package, then push them to intake (in that order)."""
+        if not children:
             return
-        if message.run_id is not None and message.package_id is not None:
-            self.packages.add_tasks(source.name, message.run_id, message.package_id,
-                                    [child.task_id for child in new_messages])
-        self.intake.push(source, new_messages)
-        report.discovered += len(new_messages)
-        report.outcomes["links_new"] += len(new_messages)
+        if parent.run_id is not None and parent.package_id is not None:
+            self.packages.add_tasks(source.name, parent.run_id, parent.package_id,
+                                    [child.task_id for child in children])
+        self.intake.push(source, children)
+        report.discovered += len(children)
+        report.outcomes["links_new"] += len(children)
 
     @staticmethod
     def _child(source: SourceConfig, parent: TaskMessage, url: str, kind: str) -> TaskMessage:
