@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -39,16 +39,18 @@ class MongoUnavailableError(RuntimeError):
 
 @dataclass(frozen=True)
 class MongoTarget:
-    """Where one connection id points: its URI (for the triggerer) and how it was found."""
+    """Where one connection id points: its URI and client options (also handed to the triggerer)."""
 
     connection_id: str
     uri: str
     via: str
+    options: dict[str, Any] = field(default_factory=dict)
 
     def client(self, settings: HarvesterSettings) -> pymongo.MongoClient:
         import pymongo
 
-        return pymongo.MongoClient(self.uri, serverSelectionTimeoutMS=settings.producer_mongo_timeout_ms)
+        options = {"serverSelectionTimeoutMS": settings.producer_mongo_timeout_ms, **self.options}
+        return pymongo.MongoClient(self.uri, **options)
 
 
 def resolve_mongo(connection_id: str, settings: HarvesterSettings | None = None) -> MongoTarget:
@@ -58,7 +60,10 @@ def resolve_mongo(connection_id: str, settings: HarvesterSettings | None = None)
         from airflow.providers.mongo.hooks.mongo import MongoHook
 
         hook = MongoHook(mongo_conn_id=connection_id)
-        return MongoTarget(connection_id, hook.uri, f"Airflow connection {connection_id}")
+        options = dict(hook.extras)  # what MongoHook.get_conn passes to MongoClient
+        if hook.allow_insecure:
+            options["tlsAllowInvalidCertificates"] = True
+        return MongoTarget(connection_id, hook.uri, f"Airflow connection {connection_id}", options)
     except Exception as error:  # AirflowNotFoundException lives in different modules across versions
         if type(error).__name__ != "AirflowNotFoundException":
             raise
@@ -108,9 +113,10 @@ class _Connections:
         self._redis: redis.Redis | None = None
 
     def database(self, target: MongoTarget, name: str) -> pymongo.database.Database:
-        if target.uri not in self._clients:
-            self._clients[target.uri] = target.client(self.settings)
-        return self._clients[target.uri][name]
+        key = f"{target.uri} {sorted(target.options.items())}"
+        if key not in self._clients:
+            self._clients[key] = target.client(self.settings)
+        return self._clients[key][name]
 
     @property
     def redis(self) -> redis.Redis:
@@ -236,8 +242,9 @@ class HarvestSensor(BaseSensorOperator):
             trigger=HarvestProgressTrigger(
                 source=self.source.name, run_id=self._run_id(context),
                 output_collection=self.source.output_collection,
-                mongo_uri=main.uri, database=settings.mongo_database,
+                mongo_uri=main.uri, database=settings.mongo_database, mongo_options=main.options,
                 output_mongo_uri=output.uri, output_database=output_database_name(self.source, settings),
+                output_mongo_options=output.options,
                 redis_url=settings.redis_url, poll_seconds=float(self.poke_interval),
                 deadline=time.time() + float(self.timeout), mongo_timeout_ms=settings.producer_mongo_timeout_ms,
             ),

@@ -23,7 +23,8 @@ class HarvestProgressTrigger(BaseTrigger):
 
     def __init__(self, source: str, run_id: str, output_collection: str, mongo_uri: str, database: str,
                  output_mongo_uri: str, output_database: str, redis_url: str, poll_seconds: float,
-                 deadline: float, mongo_timeout_ms: int = 10_000) -> None:
+                 deadline: float, mongo_timeout_ms: int = 10_000, mongo_options: dict[str, Any] | None = None,
+                 output_mongo_options: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.source = source
         self.run_id = run_id
@@ -36,6 +37,8 @@ class HarvestProgressTrigger(BaseTrigger):
         self.poll_seconds = poll_seconds
         self.deadline = deadline
         self.mongo_timeout_ms = mongo_timeout_ms
+        self.mongo_options = dict(mongo_options or {})
+        self.output_mongo_options = dict(output_mongo_options or {})
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -45,7 +48,8 @@ class HarvestProgressTrigger(BaseTrigger):
                 "mongo_uri": self.mongo_uri, "database": self.database, "output_mongo_uri": self.output_mongo_uri,
                 "output_database": self.output_database, "redis_url": self.redis_url,
                 "poll_seconds": self.poll_seconds, "deadline": self.deadline,
-                "mongo_timeout_ms": self.mongo_timeout_ms,
+                "mongo_timeout_ms": self.mongo_timeout_ms, "mongo_options": self.mongo_options,
+                "output_mongo_options": self.output_mongo_options,
             },
         )
 
@@ -75,11 +79,12 @@ class HarvestProgressTrigger(BaseTrigger):
                 client.close()
 
     def _monitor(self, clients: list[Any]) -> RunMonitor:
-        mongo = pymongo.MongoClient(self.mongo_uri, serverSelectionTimeoutMS=self.mongo_timeout_ms)
+        timeout = {"serverSelectionTimeoutMS": self.mongo_timeout_ms}
+        mongo = pymongo.MongoClient(self.mongo_uri, **{**timeout, **self.mongo_options})
         clients.append(mongo)
         output = mongo
-        if self.output_mongo_uri != self.mongo_uri:
-            output = pymongo.MongoClient(self.output_mongo_uri, serverSelectionTimeoutMS=self.mongo_timeout_ms)
+        if (self.output_mongo_uri, self.output_mongo_options) != (self.mongo_uri, self.mongo_options):
+            output = pymongo.MongoClient(self.output_mongo_uri, **{**timeout, **self.output_mongo_options})
             clients.append(output)
         redis_client = redis.Redis.from_url(self.redis_url)
         clients.append(redis_client)
