@@ -120,3 +120,13 @@ def test_packages_built_by_hand_from_package_tasks(store: PackageStore) -> None:
     assert store.create_packages("shop", "run1", [(0, [seed])]) == 1
     document = store.collection.find_one({"package_id": 0})
     assert (document["kind"], document["urls"], document["pending"]) == ("listing", ["http://a/shop"], [seed.task_id])
+
+
+def test_settle_dead_touches_only_tasks_still_pending(store: PackageStore) -> None:
+    tasks = _ids(0, ["http://a/1", "http://a/2", "http://a/3"])
+    store.create_packages("shop", "run1", [(0, ["http://a/1", "http://a/2", "http://a/3"])])
+    store.complete_tasks("shop", "run1", 0, [tasks[0]])
+    assert store.settle_dead("shop", "run1", {0: {tasks[0], tasks[1]}, 7: {"unknown"}}) == 1
+    document = store.collection.find_one({"package_id": 0})
+    assert document["failed"] == [tasks[1]] and document["done"] == [tasks[0]] and document["pending"] == [tasks[2]]
+    assert store.settle_dead("shop", "run1", {0: {tasks[1]}}) == 0  # already settled: no write

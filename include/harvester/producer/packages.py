@@ -255,38 +255,65 @@ class PackageStore:
         return result.modified_count == 1
 
     def settle_dead(self, source: str, run_id: str, dead_by_package: dict[int, set[str]]) -> int:
-        """Count dead-lettered tasks as failed, in one bulk write; returns packages touched."""
+        """Count dead-lettered tasks that are still pending as failed, in one bulk write.
+
+        Returns the packages touched. Called every poll by the sensor's trigger, so tasks already
+        settled cost one read, no write.
+        """
+        if not dead_by_package:
+            return 0
+        still_pending: dict[int, list[str]] = {}
+        for document in self.collection.find(
+            {"source": source, "run_id": run_id, "package_id": {"$in": [int(p) for p in dead_by_package]},
+             "status": {"$ne": int(PackageStatus.FINISHED)}},
+            {"package_id": 1, "pending": 1},
+        ):
+            pending = set(document.get("pending", []))
+            if ids := sorted(pending & dead_by_package.get(int(document["package_id"]), set())):
+                still_pending[int(document["package_id"])] = ids
         operations = [
             UpdateOne(self._key(source, run_id, package_id),
-                      {"$pull": {"pending": {"$in": sorted(ids)}}, "$addToSet": {"failed": {"$each": sorted(ids)}}})
-            for package_id, ids in dead_by_package.items() if ids
+                      {"$pull": {"pending": {"$in": ids}}, "$addToSet": {"failed": {"$each": ids}},
+                       "$set": {"updated_at": _now()}})
+            for package_id, ids in still_pending.items()
         ]
         if not operations:
             return 0
         self.collection.bulk_write(operations, ordered=False)
-        for package_id in dead_by_package:
+        for package_id in still_pending:
             self._finish_if_empty(self._key(source, run_id, package_id))
         return len(operations)
 
     # Figures --------------------------------------------------------------------------------
 
+    def summary(self, source: str, run_id: str) -> tuple[dict[PackageStatus, int], dict[str, int]]:
+        """Packages per status and task totals of a run, in one server-side aggregation.
+
+        (Summed on the server: reading every package's id arrays each poll would move them all.)
+        """
+        statuses = dict.fromkeys(PackageStatus, 0)
+        totals = {"planned": 0, "discovered": 0, "pending": 0, "done": 0, "failed": 0, "lost": 0}
+        pipeline = [
+            {"$match": {"source": source, "run_id": run_id}},
+            {"$group": {
+                "_id": "$status", "packages": {"$sum": 1},
+                "planned": {"$sum": {"$size": {"$ifNull": ["$urls", []]}}},
+                "pending": {"$sum": {"$size": {"$ifNull": ["$pending", []]}}},
+                "done": {"$sum": {"$size": {"$ifNull": ["$done", []]}}},
+                "failed": {"$sum": {"$size": {"$ifNull": ["$failed", []]}}},
+                "discovered": {"$sum": {"$ifNull": ["$discovered", 0]}},
+                "lost": {"$sum": {"$ifNull": ["$lost", 0]}},
+            }},
+        ]
+        for group in self.collection.aggregate(pipeline):
+            statuses[PackageStatus(int(group["_id"]))] = int(group["packages"])
+            for name in totals:
+                totals[name] += int(group[name])
+        return statuses, totals
+
     def status_counts(self, source: str, run_id: str) -> dict[PackageStatus, int]:
-        counts = dict.fromkeys(PackageStatus, 0)
-        for status in PackageStatus:
-            counts[status] = self.collection.count_documents(
-                {"source": source, "run_id": run_id, "status": int(status)}
-            )
-        return counts
+        return self.summary(source, run_id)[0]
 
     def task_counts(self, source: str, run_id: str) -> dict[str, int]:
         """Planned, discovered, pending, done and failed tasks of a run, summed over its packages."""
-        totals = {"planned": 0, "discovered": 0, "pending": 0, "done": 0, "failed": 0, "lost": 0}
-        projection = {"urls": 1, "pending": 1, "done": 1, "failed": 1, "discovered": 1, "lost": 1}
-        for document in self.collection.find({"source": source, "run_id": run_id}, projection):
-            totals["planned"] += len(document.get("urls", []))
-            totals["discovered"] += int(document.get("discovered", 0))
-            totals["pending"] += len(document.get("pending", []))
-            totals["done"] += len(document.get("done", []))
-            totals["failed"] += len(document.get("failed", []))
-            totals["lost"] += int(document.get("lost", 0))
-        return totals
+        return self.summary(source, run_id)[1]

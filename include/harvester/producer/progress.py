@@ -70,6 +70,7 @@ class RunProgress:
     tasks_pending: int = 0
     tasks_done: int = 0
     tasks_failed: int = 0
+    tasks_lost: int = 0
     records_stored: int = 0
     failures_by_reason: dict[str, int] = field(default_factory=dict)
 
@@ -108,8 +109,7 @@ class RunMonitor:
 
     def measure(self, source: str, output_collection: str, run_id: str) -> RunProgress:
         dead = self.settle_dead_letters(source, run_id)
-        statuses = self.packages.status_counts(source, run_id)
-        tasks = self.packages.task_counts(source, run_id)
+        statuses, tasks = self.packages.summary(source, run_id)
         return RunProgress(
             source=source, run_id=run_id,
             packages_total=sum(statuses.values()),
@@ -117,7 +117,7 @@ class RunMonitor:
             packages_running=statuses[PackageStatus.RUNNING],
             packages_finished=statuses[PackageStatus.FINISHED],
             tasks_planned=tasks["planned"], tasks_discovered=tasks["discovered"], tasks_pending=tasks["pending"],
-            tasks_done=tasks["done"], tasks_failed=tasks["failed"],
+            tasks_done=tasks["done"], tasks_failed=tasks["failed"], tasks_lost=tasks["lost"],
             records_stored=self.output_database[output_collection].count_documents({"run_id": run_id}),
             failures_by_reason=dict(dead.reasons),
         )
@@ -136,9 +136,8 @@ class RunMonitor:
         )
         plan = run.get("plan", {})
         failures = dict(progress.failures_by_reason)
-        lost = self.packages.task_counts(source, run_id)["lost"]
-        if lost:
-            failures["lost"] = lost
+        if progress.tasks_lost:
+            failures["lost"] = progress.tasks_lost
         report = {
             "source": source,
             "run_id": run_id,
