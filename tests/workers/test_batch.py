@@ -179,3 +179,35 @@ def test_pages_fetched_elsewhere_finish_the_same_way(write_source, crawl, demo_s
     assert report.stored == 1
     assert records(mongo_server, worker_settings, source).find_one()["sku"] == "SKU-00006"
     assert crawl.store.stats([source.name])[source.name].active == 0
+
+
+def test_leases_are_heartbeaten_while_a_slow_batch_runs(write_source, demo_site, redis_client, monkeypatch,
+                                                        mongo_server) -> None:
+    import json
+    import threading
+
+    from harvester.settings import get_settings
+    from harvester.workers.batch import BatchRunner
+
+    from tests.workers.conftest import Crawl
+
+    monkeypatch.setenv("HARVESTER_LEASE_SECONDS", "1")
+    monkeypatch.setenv("HARVESTER_HEARTBEAT_SECONDS", "0.2")
+    get_settings.cache_clear()
+    runner = BatchRunner(get_settings())
+    try:
+        crawl = Crawl(runner, redis_client)
+        source = write_source()
+        crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/slow/1?delay=2.5"))
+        admitted = [json.loads(raw) for raw in crawl.store.admit(source.name, 1).messages]
+        worker = threading.Thread(target=runner.run, args=(admitted,))
+        worker.start()
+        reaped = 0
+        while worker.is_alive():
+            reaped += crawl.store.reap().reaped  # what the distributor does every reap interval
+            time.sleep(0.1)
+        assert reaped == 0
+        stats = crawl.store.stats([source.name])[source.name]
+        assert (stats.active, stats.pending, stats.delayed) == (0, 0, 0)
+    finally:
+        runner.close()

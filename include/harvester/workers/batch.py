@@ -72,6 +72,32 @@ class BatchReport:
                 "dead": self.dead, "discovered": self.discovered, "outcomes": dict(self.outcomes)}
 
 
+class LeaseHeartbeat:
+    """Extends the batch's leases every ``interval`` seconds from a thread, for as long as the batch runs
+    (fetching AND storing: a slow bulk_write must not let the reaper hand the tasks to another worker).
+    Heartbeating a released task does nothing, so it may run until the very end."""
+
+    def __init__(self, store: RateLimitStore, source: str, task_ids: list[str], interval: float) -> None:
+        self.store, self.source, self.task_ids, self.interval = store, source, task_ids, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{source}", daemon=True)
+
+    def __enter__(self) -> LeaseHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.store.heartbeat(self.source, self.task_ids)
+            except redis.RedisError as error:
+                log.warning("heartbeat of %s failed: %s", self.source, error)
+
+
 class SourceCache:
     """Source configs read from YAML, re-read after a short time so edits reach running workers."""
 
@@ -152,8 +178,10 @@ class BatchRunner:
                 self._fail(message, reason, None, report, counter="config_error")
             self._count(name, report)
             return report
-        pages = self.loop.run_until_complete(self._fetch_all(source, messages))
-        self._settle(source, messages, pages, report)
+        with LeaseHeartbeat(self.store, name, [message.task_id for message in messages],
+                            self.settings.heartbeat_seconds):
+            pages = self.loop.run_until_complete(self._fetch_all(source, messages))
+            self._settle(source, messages, pages, report)
         self._count(name, report)
         return report
 
@@ -163,30 +191,18 @@ class BatchRunner:
         The same ending as :meth:`run_source`, so browser tasks obey the same order and outcomes.
         """
         report = BatchReport(source=source.name, tasks=len(messages))
-        pages = [process_page(source, m.kind, m.url, m.depth, fetch)
-                 for m, fetch in zip(messages, fetches, strict=True)]
-        self._settle(source, messages, pages, report)
+        with LeaseHeartbeat(self.store, source.name, [message.task_id for message in messages],
+                            self.settings.heartbeat_seconds):
+            pages = [process_page(source, m.kind, m.url, m.depth, fetch)
+                     for m, fetch in zip(messages, fetches, strict=True)]
+            self._settle(source, messages, pages, report)
         self._count(source.name, report)
         return report
 
     async def _fetch_all(self, source: SourceConfig, messages: list[TaskMessage]) -> list[PageResult]:
-        heartbeat = asyncio.ensure_future(self._heartbeat(source.name, [m.task_id for m in messages]))
-        try:
-            fetches = await asyncio.gather(*(self.fetcher.fetch(m.url, source) for m in messages))
-        finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+        fetches = await asyncio.gather(*(self.fetcher.fetch(m.url, source) for m in messages))
         return [process_page(source, m.kind, m.url, m.depth, fetch)
                 for m, fetch in zip(messages, fetches, strict=True)]
-
-    async def _heartbeat(self, source: str, task_ids: list[str]) -> None:
-        while True:
-            await asyncio.sleep(self.settings.heartbeat_seconds)
-            try:
-                await asyncio.to_thread(self.store.heartbeat, source, task_ids)
-            except redis.RedisError as error:
-                log.warning("heartbeat of %s failed: %s", source, error)
 
     # -- after fetching ----------------------------------------------------------------------------
     def _settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
