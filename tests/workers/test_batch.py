@@ -211,3 +211,13 @@ def test_leases_are_heartbeaten_while_a_slow_batch_runs(write_source, demo_site,
         assert (stats.active, stats.pending, stats.delayed) == (0, 0, 0)
     finally:
         runner.close()
+
+
+def test_not_modified_releases_without_writing(write_source, crawl, demo_site, mongo_server, worker_settings,
+                                               redis_client) -> None:
+    source = write_source()
+    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/status/304"))
+    report = crawl.step(source)
+    assert report["outcomes"] == {"not_modified": 1} and report["stored"] == 0 and report["dead"] == 0
+    assert records(mongo_server, worker_settings, source).count_documents({}) == 0
+    assert crawl.store.stats([source.name])[source.name].active == 0 and dead_reasons(redis_client, source) == []
