@@ -61,7 +61,8 @@ async def try_page(source: Any, url: str, kind: str, depth: int) -> dict[str, An
     page = process_page(source, kind, url, depth, fetch)
     report: dict[str, Any] = {
         "source": source.name, "url": page.url, "kind": kind, "render": source.render,
-        "outcome": fetch.counter, "status": fetch.status, "final_url": fetch.final_url,
+        "outcome": fetch.counter, "status": fetch.status, "http_version": fetch.http_version or None,
+        "final_url": fetch.final_url,
         "elapsed_s": round(fetch.elapsed, 3), "bytes": fetch.size, "truncated": fetch.truncated,
         "reason": fetch.reason or None, "retryable": fetch.retryable if not fetch.ok else None,
     }
@@ -78,7 +79,8 @@ async def try_page(source: Any, url: str, kind: str, depth: int) -> dict[str, An
 
 def _print_text(report: dict[str, Any]) -> None:
     print(f"{report['source']}  {report['kind']}  {report['url']}")
-    line = f"  fetch: {report['outcome']} (HTTP {report['status']}) in {report['elapsed_s']}s, {report['bytes']} bytes"
+    line = (f"  fetch: {report['outcome']} (status {report['status']}, {report['http_version']}) "
+            f"in {report['elapsed_s']}s, {report['bytes']} bytes")
     print(line + (" [cut at the size cap]" if report["truncated"] else ""))
     if report["reason"]:
         print(f"  reason: {report['reason']}" + ("  (would be retried)" if report["retryable"] else ""))

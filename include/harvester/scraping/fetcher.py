@@ -48,6 +48,7 @@ class FetchResult:
     reason: str = ""
     elapsed: float = 0.0
     saved_bytes: int = 0
+    http_version: str = ""
 
     @property
     def ok(self) -> bool:
@@ -136,7 +137,7 @@ class Fetcher:
             status = response.status_code
             content_type = response.headers.get("content-type", "")
             result = FetchResult(url, "ok", final_url=str(response.url), status=status,
-                                 content_type=content_type)
+                                 content_type=content_type, http_version=response.http_version)
             if status == 304:
                 result.outcome = "not_modified"
                 return result
