@@ -221,3 +221,17 @@ def test_not_modified_releases_without_writing(write_source, crawl, demo_site, m
     assert report["outcomes"] == {"not_modified": 1} and report["stored"] == 0 and report["dead"] == 0
     assert records(mongo_server, worker_settings, source).count_documents({}) == 0
     assert crawl.store.stats([source.name])[source.name].active == 0 and dead_reasons(redis_client, source) == []
+
+
+def test_a_stuck_batch_stops_being_vouched_for(redis_client, worker_settings) -> None:
+    """Heartbeats end after max_seconds, so a batch hung past every timeout loses its leases."""
+    from harvester.distributor import RateLimitStore
+    from harvester.workers.batch import LeaseHeartbeat
+
+    store = RateLimitStore(redis_client, worker_settings)
+    beats: list[float] = []
+    original = store.heartbeat
+    store.heartbeat = lambda source, task_ids: beats.append(time.monotonic()) or original(source, task_ids)
+    with LeaseHeartbeat(store, "stuck", ["t1"], interval=0.05, max_seconds=0.3):
+        time.sleep(0.8)
+    assert 3 <= len(beats) <= 7 and beats[-1] - beats[0] < 0.4

@@ -21,6 +21,7 @@ def mongo_client(settings: HarvesterSettings) -> pymongo.MongoClient:
     with _lock:
         client = _clients.get(key)
         if client is None:
-            client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=10_000, tz_aware=True)
+            client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=10_000, connectTimeoutMS=10_000,
+                                         socketTimeoutMS=120_000, tz_aware=True)
             _clients[key] = client
     return client

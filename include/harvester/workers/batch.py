@@ -77,8 +77,10 @@ class LeaseHeartbeat:
     (fetching AND storing: a slow bulk_write must not let the reaper hand the tasks to another worker).
     Heartbeating a released task does nothing, so it may run until the very end."""
 
-    def __init__(self, store: RateLimitStore, source: str, task_ids: list[str], interval: float) -> None:
+    def __init__(self, store: RateLimitStore, source: str, task_ids: list[str], interval: float,
+                 max_seconds: float | None = None) -> None:
         self.store, self.source, self.task_ids, self.interval = store, source, task_ids, interval
+        self.max_seconds = max_seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{source}", daemon=True)
 
@@ -91,7 +93,14 @@ class LeaseHeartbeat:
         self._thread.join(timeout=5)
 
     def _beat(self) -> None:
+        """Beat until stopped, or until ``max_seconds``: a batch stuck past every timeout stops being
+        vouched for, so its leases expire and the reaper gives the tasks to another worker."""
+        deadline = None if self.max_seconds is None else time.monotonic() + self.max_seconds
         while not self._stop.wait(self.interval):
+            if deadline is not None and time.monotonic() > deadline:
+                log.warning("batch of %s still running after %.0fs: no more heartbeats", self.source,
+                            self.max_seconds)
+                return
             try:
                 self.store.heartbeat(self.source, self.task_ids)
             except redis.RedisError as error:
@@ -129,7 +138,7 @@ class BatchRunner:
 
     def __init__(self, settings: HarvesterSettings | None = None) -> None:
         self.settings = settings or get_settings()
-        self.redis = redis.Redis.from_url(self.settings.redis_url)
+        self.redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=30, socket_connect_timeout=10)
         self.store = RateLimitStore(self.redis, self.settings)
         self.intake = Intake(self.redis, self.settings)
         self.urls = URLStore(self.redis)
@@ -179,7 +188,7 @@ class BatchRunner:
             self._count(name, report)
             return report
         with LeaseHeartbeat(self.store, name, [message.task_id for message in messages],
-                            self.settings.heartbeat_seconds):
+                            self.settings.heartbeat_seconds, self.batch_deadline(source)):
             pages = self.loop.run_until_complete(self._fetch_all(source, messages))
             self._settle(source, messages, pages, report)
         self._count(name, report)
@@ -192,12 +201,17 @@ class BatchRunner:
         """
         report = BatchReport(source=source.name, tasks=len(messages))
         with LeaseHeartbeat(self.store, source.name, [message.task_id for message in messages],
-                            self.settings.heartbeat_seconds):
+                            self.settings.heartbeat_seconds, self.batch_deadline(source)):
             pages = [process_page(source, m.kind, m.url, m.depth, fetch)
                      for m, fetch in zip(messages, fetches, strict=True)]
             self._settle(source, messages, pages, report)
         self._count(source.name, report)
         return report
+
+    def batch_deadline(self, source: SourceConfig) -> float:
+        """How long a batch may be vouched for: every fetch ends by ``source.timeout``, and storing
+        gets two leases' worth on top."""
+        return source.timeout + 2 * self.settings.lease_seconds
 
     async def _fetch_all(self, source: SourceConfig, messages: list[TaskMessage]) -> list[PageResult]:
         fetches = await asyncio.gather(*(self.fetcher.fetch(m.url, source) for m in messages))
