@@ -130,7 +130,7 @@ def test_full_run_then_killed_run_resumes_and_lands_every_record_once(
     log_path = tmp_path / "dags-test-2.log"
     process = _dags_test(airflow_home, f"harvest_{name}", log_path, wait=False)
     deadline = time.monotonic() + 180
-    while output.count_documents({}) < 100:
+    while output.count_documents({}) < 50:
         assert process.poll() is None, log_path.read_text(errors="replace")[-5000:]
         assert time.monotonic() < deadline, "the second run stored nothing"
         time.sleep(0.2)
@@ -189,3 +189,12 @@ def test_harvesting_lag_skips_fresh_urls_and_batch_limit_defers_the_rest(
     assert output.count_documents({}) == 20 and len(output.distinct("url")) == 20
     assert output.count_documents({"sku": "FRESH"}) == 4
     assert demo_site.client_stats(name)["total"] == 16
+
+    # A manual trigger's params: harvest one given URL now, whatever its age, in packages of 1.
+    _dags_test(airflow_home, f"harvest_{name}", tmp_path / "dags-test-3.log",
+               conf={"urls": [urls[0]], "batch_size": 1})
+    manual = _report(database, name)
+    assert manual["run_id"] not in (first["run_id"], second["run_id"])
+    assert (manual["urls_planned"], manual["urls_skipped_fresh"], manual["records_stored"]) == (1, 0, 1), manual
+    assert output.find_one({"url": urls[0]})["sku"] != "FRESH"
+    assert output.count_documents({"sku": "FRESH"}) == 3 and output.count_documents({}) == 20
