@@ -13,6 +13,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harvester.demo_site.commands",
     "harvester.scraping.commands",
     "harvester.distributor.commands",
+    "harvester.producer.commands",
 )
 
 

@@ -98,3 +98,22 @@ def test_dead_letters_settle_packages_and_show_in_progress(database, redis_clien
     report = monitor.report("shop", "shop", "run1")
     assert report["records_stored"] == 9 and report["failures_by_reason"] == {"http 404": 1}
     assert database.runs.find_one({"run_id": "run1"})["status"] == "reported"
+
+
+def test_runs_command_lists_and_shows_a_run(database, redis_client, harvester_settings, planned, tmp_path,
+                                            monkeypatch, capsys) -> None:
+    import yaml
+    from harvester.cli import main
+    from harvester.settings import get_settings
+
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    (sources / "shop.yaml").write_text(yaml.safe_dump({
+        "name": "shop", "input": {"kind": "details", "mongo": {"collection": "shop_input"}},
+        "attributes": {"title": {"css": "h1::text"}}, "batch": {"size": 3}}))
+    monkeypatch.setenv("HARVESTER_SOURCES_DIR", str(sources))
+    get_settings.cache_clear()
+    assert main(["runs", "list", "--source", "shop"]) == 0
+    assert "run1  planned  10 URLs in 4 packages" in capsys.readouterr().out
+    assert main(["runs", "show", "--source", "shop"]) == 0
+    assert "shop run1: packages 0/4 done (0 running, 4 waiting)" in capsys.readouterr().out

@@ -1,0 +1,76 @@
+"""`harvester runs`: a source's harvest runs and their progress, without opening Airflow.
+
+Reads the ``runs`` and ``packages`` collections (HARVESTER_MONGO_URI) and the dead letters in
+Redis (HARVESTER_REDIS_URL), like the sensor's trigger does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    runs = subparsers.add_parser("runs", help="list a source's harvest runs, or show one run's progress")
+    runs.add_argument("action", choices=["list", "show"])
+    runs.add_argument("--source", required=True)
+    runs.add_argument("--run-id", default=None, help="show: this run (default: the latest)")
+    runs.add_argument("--limit", type=int, default=10, help="list: runs shown, newest first")
+    runs.add_argument("--json", action="store_true")
+    runs.set_defaults(handler=_runs)
+
+
+def _runs(args: argparse.Namespace) -> int:
+    import pymongo
+    import redis
+
+    from harvester.config.loader import get_source
+    from harvester.producer.progress import RunMonitor
+    from harvester.producer.runs import RunStore
+    from harvester.settings import get_settings
+
+    settings = get_settings()
+    if not settings.mongo_uri:
+        print("HARVESTER_MONGO_URI is not set")
+        return 2
+    client: pymongo.MongoClient = pymongo.MongoClient(settings.mongo_uri,
+                                                      serverSelectionTimeoutMS=settings.producer_mongo_timeout_ms)
+    try:
+        database = client[settings.mongo_database]
+        runs = RunStore(database)
+        if args.action == "list":
+            documents = list(runs.collection.find({"source": args.source}, {"_id": 0})
+                             .sort("started_at", -1).limit(args.limit))
+            for document in documents:
+                print(json.dumps(document, default=str) if args.json else _run_line(document))
+            if not documents and not args.json:
+                print(f"{args.source}: no runs")
+            return 0
+        run = (runs.get(args.source, args.run_id) if args.run_id
+               else runs.collection.find_one({"source": args.source}, {"_id": 0}, sort=[("started_at", -1)]))
+        if run is None:
+            print(f"{args.source}: no run {args.run_id or ''}".rstrip())
+            return 1
+        source = get_source(args.source)
+        output = client[source.output.database or settings.mongo_database]
+        progress = RunMonitor(database, output, redis.Redis.from_url(settings.redis_url)).measure(
+            args.source, source.output_collection, run["run_id"])
+        if args.json:
+            print(json.dumps({"run": run, "progress": progress.to_dict()}, default=str))
+        else:
+            print(_run_line(run))
+            print(progress.line())
+        return 0
+    finally:
+        client.close()
+
+
+def _run_line(run: dict[str, Any]) -> str:
+    plan = run.get("plan") or {}
+    report = run.get("report") or {}
+    figures = f"{plan.get('urls_planned', '?')} URLs in {plan.get('packages_total', '?')} packages"
+    if report:
+        figures += (f", {report.get('records_stored')} records ({report.get('records_new')} new), "
+                    f"{report.get('tasks_failed')} failed, {report.get('duration_seconds')} s")
+    return f"{run.get('started_at')}  {run['run_id']}  {run.get('status', '?')}  {figures}"
