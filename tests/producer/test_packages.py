@@ -130,3 +130,19 @@ def test_settle_dead_touches_only_tasks_still_pending(store: PackageStore) -> No
     document = store.collection.find_one({"package_id": 0})
     assert document["failed"] == [tasks[1]] and document["done"] == [tasks[0]] and document["pending"] == [tasks[2]]
     assert store.settle_dead("shop", "run1", {0: {tasks[1]}}) == 0  # already settled: no write
+
+
+def test_a_package_left_with_nothing_pending_is_finished_not_stuck(store: PackageStore) -> None:
+    tasks = _ids(0, ["http://a/1"])
+    store.create_packages("shop", "run1", [(0, ["http://a/1"]), (1, ["http://a/2"])])
+    [first, _] = store.claim("shop", "run1", 2)
+    # A worker died between pulling its last task and marking the package finished.
+    store.collection.update_one({"package_id": 0}, {"$set": {"pending": [], "done": tasks}})
+    assert store.finish_empty("shop", "run1") == 1
+    assert store.collection.find_one({"package_id": 0})["status"] == PackageStatus.FINISHED
+    # Resume of a running package with nothing pending finishes it instead of re-queueing nothing.
+    store.collection.update_one({"package_id": 1}, {"$set": {"pending": []}})
+    second = store.collection.find_one({"package_id": 1})
+    assert store.reset_to_waiting("shop", "run1", 1, second["claim"], []) is True
+    assert store.collection.find_one({"package_id": 1})["status"] == PackageStatus.FINISHED
+    assert first["package_id"] == 0

@@ -250,9 +250,18 @@ class PackageStore:
         result = self.collection.update_one(
             {**key, "status": int(PackageStatus.RUNNING), "claim": claim}, update
         )
-        if result.modified_count and lost_ids:
-            self._finish_if_empty(key)
+        if result.modified_count:
+            self._finish_if_empty(key)  # nothing left to push: it is finished, not waiting
         return result.modified_count == 1
+
+    def finish_empty(self, source: str, run_id: str) -> int:
+        """Finish packages with nothing pending (a count-down that died between its two updates)."""
+        result = self.collection.update_many(
+            {"source": source, "run_id": run_id, "pending": {"$size": 0},
+             "status": {"$ne": int(PackageStatus.FINISHED)}},
+            {"$set": {"status": int(PackageStatus.FINISHED), "finished_at": _now()}},
+        )
+        return result.modified_count
 
     def settle_dead(self, source: str, run_id: str, dead_by_package: dict[int, set[str]]) -> int:
         """Count dead-lettered tasks that are still pending as failed, in one bulk write.

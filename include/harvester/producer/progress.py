@@ -109,6 +109,7 @@ class RunMonitor:
 
     def measure(self, source: str, output_collection: str, run_id: str) -> RunProgress:
         dead = self.settle_dead_letters(source, run_id)
+        self.packages.finish_empty(source, run_id)
         statuses, tasks = self.packages.summary(source, run_id)
         return RunProgress(
             source=source, run_id=run_id,
