@@ -135,3 +135,6 @@ def test_a_new_run_continues_an_unfinished_one(database, make_source) -> None:
     RunStore(database).record_report("shop", "manual__1", {})
     third = _planner(database).plan(source, "scheduled__3", PlanOptions.for_source(source))
     assert third.run_id == "scheduled__3" and not third.resumed
+    # Clearing an old run's tasks comes back to that run, even while a newer one is unfinished.
+    assert _planner(database).plan(source, "manual__1", PlanOptions.for_source(source)).run_id == "manual__1"
+    assert _planner(database).plan(source, "scheduled__2", PlanOptions.for_source(source)).run_id == "manual__1"

@@ -131,7 +131,9 @@ class Planner:
         self.packages.ensure_indexes()
         self.runs.ensure_indexes()
         run_id = airflow_run_id
-        if options.urls is None and (unfinished := self.runs.find_open(source.name, airflow_run_id)):
+        if own := self.runs.of_airflow_run(source.name, airflow_run_id):
+            run_id = own["run_id"]  # a cleared or retried task of a run that already planned (or adopted)
+        elif options.urls is None and (unfinished := self.runs.find_open(source.name, airflow_run_id)):
             run_id = unfinished["run_id"]
             log.info("continuing the unfinished run %s of %s (started %s)", run_id, source.name,
                      unfinished.get("started_at"))

@@ -26,6 +26,10 @@ class RunStore:
     def get(self, source: str, run_id: str) -> dict[str, Any] | None:
         return self.collection.find_one({"source": source, "run_id": run_id}, {"_id": 0})
 
+    def of_airflow_run(self, source: str, airflow_run_id: str) -> dict[str, Any] | None:
+        """The harvest run an Airflow run already worked on (a cleared task instance comes back to it)."""
+        return self.collection.find_one({"source": source, "airflow_run_ids": airflow_run_id}, {"_id": 0})
+
     def find_open(self, source: str, exclude_run_id: str) -> dict[str, Any] | None:
         """The latest earlier run of the source that never reported: a new run continues it."""
         return self.collection.find_one(
