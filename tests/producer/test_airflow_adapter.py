@@ -114,3 +114,35 @@ def test_trigger_serialises_and_fires_when_every_package_is_finished(tmp_path, h
     assert answer["status"] == "complete" and answer["done"] == 1 and answer["waited"] >= 0.9
     assert answer["late"] == "timeout"
     assert "packages 0/1 done" in result.stdout + result.stderr  # progress logged while waiting
+
+
+def test_dag_shape_asset_and_sensor_timeout(tmp_path) -> None:
+    result = _run("""
+        import json
+        from airflow.sdk import DAG
+        from airflow.sdk.exceptions import AirflowSensorTimeout
+        from harvester.config.model import SourceConfig
+        from harvester.producer.airflow_tasks import HarvestSensor, add_producer_tasks, output_asset
+        source = SourceConfig.model_validate({"name": "shop", "attributes": {"t": "h1"},
+                                              "input": {"kind": "details", "seeds": ["http://a.example/1"]},
+                                              "output": {"collection": "products"}})
+        with DAG(dag_id="harvest_shop", schedule=None) as dag:
+            add_producer_tasks(source)
+        edges = {task.task_id: sorted(task.downstream_task_ids) for task in dag.tasks}
+        sensor = dag.get_task("wait_for_harvest")
+        try:
+            sensor.execute_complete({}, {"status": "timeout", "progress": {"run_id": "r", "packages_finished": 1,
+                                                                           "packages_total": 3}})
+            timed_out = None
+        except AirflowSensorTimeout as error:
+            timed_out = str(error)
+        print(json.dumps({"edges": edges, "outlets": [o.uri for o in dag.get_task("report").outlets],
+                          "asset": output_asset(source).uri, "deferrable": sensor.deferrable,
+                          "timed_out": timed_out}))
+    """, tmp_path, HARVESTER_MONGO_DATABASE="harvest_db")
+    answer = _last_json(result)
+    assert answer["edges"] == {"plan": ["produce"], "produce": ["wait_for_harvest"],
+                               "wait_for_harvest": ["report"], "report": []}
+    assert answer["outlets"] == [answer["asset"]] == ["mongodb://mongo_default:27017/harvest_db/products"]
+    assert answer["deferrable"] is True
+    assert "did not finish" in answer["timed_out"] and "1/3 packages" in answer["timed_out"]
