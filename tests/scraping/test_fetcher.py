@@ -135,3 +135,13 @@ def test_harvester_try_renders_browser_sources_in_chromium(demo_site, tmp_path) 
     report = yaml.safe_load(rendered.stdout.splitlines()[-1])
     assert rendered.returncode == 0, rendered.stderr
     assert report["record"]["sku"] == "SKU-00008"
+
+
+def test_harvester_try_names_the_config_error(tmp_path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: broken\ninput: {seeds: [http://127.0.0.1:9/]}\n"
+                    "attributes: {sku: {css: '.sku', type: money}}\n")
+    completed = subprocess.run([sys.executable, "-m", "harvester.cli", "try", str(path)],
+                               capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 2
+    assert "broken.yaml" in completed.stderr and "attributes.sku.type" in completed.stderr
