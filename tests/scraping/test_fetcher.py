@@ -135,6 +135,7 @@ def test_harvester_try_renders_browser_sources_in_chromium(demo_site, tmp_path) 
     report = yaml.safe_load(rendered.stdout.splitlines()[-1])
     assert rendered.returncode == 0, rendered.stderr
     assert report["record"]["sku"] == "SKU-00008"
+    assert report["blocked_requests"] >= 2  # the product photo and the font (images and fonts are blocked)
 
 
 def test_harvester_try_names_the_config_error(tmp_path) -> None:

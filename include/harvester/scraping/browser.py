@@ -58,7 +58,7 @@ async def render_page(url: str, source: SourceConfig, settings: HarvesterSetting
                 result.outcome, result.reason = "blocked", f"HTTP {status}: the site refused us"
             elif status >= 400:
                 result.outcome, result.reason = "http_error", f"HTTP {status}"
-            result.saved_bytes = counts["blocked"]  # requests blocked (their bytes never came)
+            result.blocked_requests = counts["blocked"]
             result.elapsed = time.monotonic() - started
             return result
         finally:

@@ -64,6 +64,7 @@ async def try_page(source: Any, url: str, kind: str, depth: int) -> dict[str, An
         "outcome": fetch.counter, "status": fetch.status, "http_version": fetch.http_version or None,
         "final_url": fetch.final_url,
         "elapsed_s": round(fetch.elapsed, 3), "bytes": fetch.size, "truncated": fetch.truncated,
+        "blocked_requests": fetch.blocked_requests if source.render == "browser" else None,
         "reason": fetch.reason or None, "retryable": fetch.retryable if not fetch.ok else None,
     }
     if page.extraction is not None:

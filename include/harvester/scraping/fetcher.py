@@ -47,7 +47,7 @@ class FetchResult:
     retry_after: float | None = None
     reason: str = ""
     elapsed: float = 0.0
-    saved_bytes: int = 0
+    blocked_requests: int = 0  # browser renders: requests aborted by resource-type blocking
     http_version: str = ""
 
     @property
