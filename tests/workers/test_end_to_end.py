@@ -147,9 +147,11 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
         source=source.name, kind="listing", url=source.input.seeds[0])])
     collection = mongo_server.client()[worker_settings.mongo_database][source.output_collection]
     deadline = time.monotonic() + 60
-    while collection.count_documents({}) < 20 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    first.kill()  # SIGKILL mid-crawl: leases of its batch expire and the reaper re-queues them
+    while time.monotonic() < deadline:  # mid-crawl AND mid-batch: the site is serving this worker now
+        if collection.count_documents({}) >= 20 and demo_site.client_stats(source.name)["current"] > 0:
+            break
+        time.sleep(0.01)
+    first.kill()  # SIGKILL: the leases of its batch expire and the reaper re-queues the tasks
     celery_worker_factory(queues="default", concurrency=1)
     store = RateLimitStore(redis_client, worker_settings)
     wait_idle(store, source.name, timeout=120, condition=lambda: collection.count_documents({}) >= 100)
