@@ -99,11 +99,14 @@ def test_reset_returns_a_stale_package_to_waiting_and_drops_lost_discoveries(sto
     store.add_tasks("shop", "run1", 0, ["lost-detail"])
     store.complete_tasks("shop", "run1", 0, [tasks[0]])
     assert store.reset_to_waiting("shop", "run1", 0, "someone-else", []) is False  # claim token guards
-    assert store.reset_to_waiting("shop", "run1", 0, claimed["claim"], ["lost-detail"]) is True
+    assert store.reset_to_waiting("shop", "run1", 0, claimed["claim"], ["lost-detail"], [tasks[0]]) is True
     document = store.collection.find_one({"package_id": 0})
     assert document["status"] == PackageStatus.WAITING
-    assert document["pending"] == [tasks[1]]
-    assert document["lost"] == 1
+    assert sorted(document["pending"]) == sorted(tasks) and document["done"] == []  # the listing goes again
+    assert document["lost"] == 1 and document["failed"] == []
+    # Rediscovered, the lost task is taken again (it never failed).
+    store.add_tasks("shop", "run1", 0, ["lost-detail"])
+    assert "lost-detail" in store.collection.find_one({"package_id": 0})["pending"]
 
 
 def test_settle_dead_counts_dead_letters_as_failed(store: PackageStore) -> None:

@@ -117,3 +117,22 @@ def test_runs_command_lists_and_shows_a_run(database, redis_client, harvester_se
     assert "run1  planned  10 URLs in 4 packages" in capsys.readouterr().out
     assert main(["runs", "show", "--source", "shop"]) == 0
     assert "shop run1: packages 0/4 done (0 running, 4 waiting)" in capsys.readouterr().out
+
+
+def test_resume_after_redis_lost_discovered_tasks_fetches_their_listing_again(database, redis_client,
+                                                                               harvester_settings, make_source) -> None:
+    source = make_source(input={"kind": "listing", "seeds": ["http://shop.example/list"]},
+                         listing={"link_selectors": ["a"]})
+    Planner(database, database, database).plan(source, "run1", PlanOptions.for_source(source))
+    producer = Producer(database, redis_client, Intake(redis_client, harvester_settings))
+    producer.produce(source, "run1")
+    [seed] = _intake_messages(redis_client, "shop")
+    store = PackageStore(database)
+    store.add_tasks("shop", "run1", 0, ["detail-1", "detail-2"])  # discovered and pushed ...
+    store.complete_tasks("shop", "run1", 0, [seed.task_id])  # ... the listing stored ...
+    store.complete_tasks("shop", "run1", 0, ["detail-1"])
+    redis_client.flushall()  # ... then Redis lost its data (detail-2 with it)
+    result = producer.produce(source, "run1")
+    assert (result.packages_reset, result.tasks_lost, result.tasks_pushed) == (1, 1, 1)
+    [again] = _intake_messages(redis_client, "shop")
+    assert (again.task_id, again.kind, again.url) == (seed.task_id, "listing", "http://shop.example/list")

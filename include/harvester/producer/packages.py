@@ -234,25 +234,32 @@ class PackageStore:
         )
 
     def reset_to_waiting(self, source: str, run_id: str, package_id: int, claim: str | None,
-                         lost_ids: list[str]) -> bool:
+                         lost_ids: list[str], repush_ids: list[str] | None = None) -> bool:
         """Put a stale running package back to waiting (only if nobody re-claimed it meanwhile).
 
-        ``lost_ids`` are discovered tasks that are gone from Redis and cannot be rebuilt (the package
-        only keeps planned tasks' URLs): they are counted as failed so the package can still finish.
+        ``lost_ids`` are discovered tasks that are gone from Redis; the package keeps only planned
+        URLs, so they cannot be rebuilt here: they leave ``pending`` (counted in ``lost``, not as
+        failed, so :meth:`add_tasks` takes them again). ``repush_ids`` are planned tasks to push
+        again although stored already: the listing pages that discover them once more.
         """
         key = self._key(source, run_id, package_id)
         update: dict[str, Any] = {"$set": {"status": int(PackageStatus.WAITING), "updated_at": _now()},
                                   "$unset": {"claim": ""}}
         if lost_ids:
             update["$pull"] = {"pending": {"$in": lost_ids}}
-            update["$addToSet"] = {"failed": {"$each": lost_ids}}
             update["$inc"] = {"lost": len(lost_ids)}
         result = self.collection.update_one(
             {**key, "status": int(PackageStatus.RUNNING), "claim": claim}, update
         )
-        if result.modified_count:
-            self._finish_if_empty(key)  # nothing left to push: it is finished, not waiting
-        return result.modified_count == 1
+        if not result.modified_count:
+            return False
+        if repush_ids:
+            self.collection.update_one(
+                {**key, "status": int(PackageStatus.WAITING)},
+                {"$addToSet": {"pending": {"$each": repush_ids}}, "$pull": {"done": {"$in": repush_ids}}},
+            )
+        self._finish_if_empty(key)  # nothing left to push: it is finished, not waiting
+        return True
 
     def finish_empty(self, source: str, run_id: str) -> int:
         """Finish packages with nothing pending (a count-down that died between its two updates)."""

@@ -110,19 +110,21 @@ class Producer:
             pending = set(package.get("pending", []))
             if pending & live:
                 continue
-            planned = {planned_task_id(source.name, run_id, package["package_id"], url)
-                       for url in package.get("urls", [])}
-            lost_ids = sorted(pending - planned)
+            planned = [planned_task_id(source.name, run_id, package["package_id"], url)
+                       for url in package.get("urls", [])]
+            lost_ids = sorted(pending - set(planned))
+            # Discovered tasks gone from Redis come back only by fetching their listing pages again.
+            repush = [task_id for task_id in planned if task_id not in pending] if lost_ids else []
             if self.packages.reset_to_waiting(source.name, run_id, package["package_id"], package.get("claim"),
-                                              lost_ids):
+                                              lost_ids, repush):
                 reset += 1
                 lost += len(lost_ids)
         if reset:
             log.info("resume: %s running package(s) of run %s had no live task and went back to waiting", reset,
                      run_id)
         if lost:
-            log.warning("resume: %s discovered task(s) of run %s were gone from Redis; counted as failed", lost,
-                        run_id)
+            log.warning("resume: %s discovered task(s) of run %s were gone from Redis; their listing pages are "
+                        "fetched again to rediscover them", lost, run_id)
         return reset, lost
 
     def produce(self, source: SourceConfig, run_id: str) -> ProduceResult:

@@ -137,8 +137,6 @@ class RunMonitor:
         )
         plan = run.get("plan", {})
         failures = dict(progress.failures_by_reason)
-        if progress.tasks_lost:
-            failures["lost"] = progress.tasks_lost
         report = {
             "source": source,
             "run_id": run_id,
@@ -152,6 +150,7 @@ class RunMonitor:
             "tasks_discovered": progress.tasks_discovered,
             "tasks_stored": progress.tasks_done,
             "tasks_failed": progress.tasks_failed,
+            "tasks_lost_at_resume": progress.tasks_lost,
             "records_stored": progress.records_stored,
             "records_new": new_records,
             "records_updated": progress.records_stored - new_records,
