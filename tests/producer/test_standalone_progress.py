@@ -32,7 +32,7 @@ def standalone_settings(harvester_settings: HarvesterSettings, tmp_path: Path,
     for key, value in {"HARVESTER_SOURCES_DIR": str(sources), "HARVESTER_PRODUCER_POLL_SECONDS": "1",
                        "HARVESTER_PRODUCER_WAIT_TIMEOUT_SECONDS": "300", "HARVESTER_LEASE_SECONDS": "20",
                        "HARVESTER_HEARTBEAT_SECONDS": "2",
-                       # 4 pages per 4-second window: the 20 pages take ~20 s, long enough to watch.
+                       # 4 pages per 4-second window: the 12 pages take ~10 s, long enough to watch.
                        "HARVESTER_RATE_WINDOW_SECONDS": "4"}.items():
         monkeypatch.setenv(key, value)
     get_settings.cache_clear()
@@ -48,10 +48,10 @@ def _get(client: httpx.Client, path: str, **params: Any) -> Any:
 def test_sensor_log_shows_progress_through_the_rest_api(
         standalone_settings, demo_site, mongo_server, celery_worker_factory, tmp_path) -> None:
     name = "e2e_progress"
-    document = demo_source_document(demo_site.url, name, batch={"size": 5, "max_packages": 100},
+    document = demo_source_document(demo_site.url, name, batch={"size": 3, "max_packages": 100},
                                     harvesting_lag=0, rate_limit={"max_active": 2, "per_minute": 4},
                                     schedule=None)
-    document["input"] = {"kind": "details", "seeds": [f"{demo_site.url}/product/{i}" for i in range(1, 21)]}
+    document["input"] = {"kind": "details", "seeds": [f"{demo_site.url}/product/{i}" for i in range(1, 13)]}
     document.pop("listing")
     (standalone_settings.sources_dir / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     celery_worker_factory(queues="default,priority", concurrency=2)
@@ -127,7 +127,7 @@ def test_sensor_log_shows_progress_through_the_rest_api(
             report = _get(client, f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/report/xcomEntries/return_value")
             value = report["value"]
             value = json.loads(value) if isinstance(value, str) else value
-            assert value["records_stored"] == 20 and value["complete"], value
+            assert value["records_stored"] == 12 and value["complete"], value
             events = _get(client, "/assets/events", source_dag_id=dag_id)
             assert events["total_entries"] >= 1
     finally:
