@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from harvester.services import readiness
-from harvester.services.mongo import choose_mongo, redact
+from harvester.services.mongo import airflow_connection_uri, choose_mongo, redact
 from harvester.services.pidfiles import PidFile, process_alive, stop_process_group
 from harvester.services.ports import free_port, is_port_free
 from harvester.services.stack import LocalStack, Ports
@@ -99,3 +99,13 @@ def test_stack_ports_move_with_environment_and_stay_on_loopback(tmp_path: Path) 
     for service in stack.services():
         if service.port is not None:
             assert "0.0.0.0" not in " ".join(service.command)
+
+
+def test_airflow_connection_uri_has_the_conn_type_mongo_hook_accepts() -> None:
+    from airflow.models.connection import Connection
+
+    local = Connection(uri=airflow_connection_uri("mongodb://127.0.0.1:27017/?directConnection=true"))
+    assert (local.conn_type, local.host, local.port) == ("mongo", "127.0.0.1", 27017)
+    assert str(local.extra_dejson["directConnection"]).lower() == "true"
+    srv = Connection(uri=airflow_connection_uri("mongodb+srv://u:p@cluster.example.net/db"))
+    assert srv.conn_type == "mongo" and str(srv.extra_dejson.get("srv")).lower() == "true" and srv.password == "p"

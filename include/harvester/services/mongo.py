@@ -52,3 +52,15 @@ def choose_mongo(port: int, data_dir: Path, environ: dict[str, str] | None = Non
         "--host", "127.0.0.1", "--port", str(port), "--storage-path", str(data_dir / "secantusdb"),
     ]
     return MongoChoice("secantusdb", local_uri, command)
+
+
+def airflow_connection_uri(uri: str) -> str:
+    """The Airflow connection URI of a MongoDB URI: MongoHook wants conn_type 'mongo' (and srv=true
+    in the extras instead of a mongodb+srv scheme)."""
+    if uri.startswith("mongodb+srv://"):
+        rest = uri.removeprefix("mongodb+srv://")
+        separator = "&" if "?" in rest else ("?" if rest.count("/") else "/?")
+        return f"mongo://{rest}{separator}srv=true"
+    if uri.startswith("mongodb://"):
+        return "mongo://" + uri.removeprefix("mongodb://")
+    return uri

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harvester.services import readiness
-from harvester.services.mongo import MongoChoice, choose_mongo, redact
+from harvester.services.mongo import MongoChoice, airflow_connection_uri, choose_mongo, redact
 from harvester.services.pidfiles import PidFile, stop_process_group
 from harvester.services.ports import LOOPBACK, is_port_free
 from harvester.settings import REPOSITORY_ROOT
@@ -223,7 +223,7 @@ class LocalStack:
 
     def create_connections(self, env: dict[str, str]) -> None:
         step("airflow: creating connections mongo_default and redis_default")
-        connections = {"mongo_default": self.mongo.uri, "redis_default": self.redis_url}
+        connections = {"mongo_default": airflow_connection_uri(self.mongo.uri), "redis_default": self.redis_url}
         for conn_id, uri in connections.items():
             self.airflow(env, "connections", "delete", conn_id, check=False)
             result = self.airflow(env, "connections", "add", conn_id, "--conn-uri", uri, check=False)
