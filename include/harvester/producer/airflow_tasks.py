@@ -279,34 +279,34 @@ class PlanOperator(BaseOperator):
         return plan_run(self.source, context["run_id"], context.get("params"))
 
 
-class ProduceOperator(BaseOperator):
+class _AfterPlanOperator(BaseOperator):
+    """A step that works on the harvest run the ``plan`` task chose (read from its XCom)."""
+
+    def __init__(self, *, source: SourceConfig, plan_task_id: str = "plan", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source = source
+        self.plan_task_id = plan_task_id
+
+    def planned_run_id(self, context: Any) -> str:
+        return str(context["ti"].xcom_pull(task_ids=self.plan_task_id)["run_id"])
+
+
+class ProduceOperator(_AfterPlanOperator):
     """Claim waiting packages and push their tasks into the distributor intake."""
 
     ui_color = "#fdf3e8"
 
-    def __init__(self, *, source: SourceConfig, plan_task_id: str = "plan", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.source = source
-        self.plan_task_id = plan_task_id
-
     def execute(self, context: Any) -> dict[str, Any]:
-        planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
-        return produce_run(self.source, str(planned["run_id"]))
+        return produce_run(self.source, self.planned_run_id(context))
 
 
-class ReportOperator(BaseOperator):
+class ReportOperator(_AfterPlanOperator):
     """The run's figures, returned (XCom), logged and stored in the runs collection."""
 
     ui_color = "#e9fde8"
 
-    def __init__(self, *, source: SourceConfig, plan_task_id: str = "plan", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.source = source
-        self.plan_task_id = plan_task_id
-
     def execute(self, context: Any) -> dict[str, Any]:
-        planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
-        return report_run(self.source, str(planned["run_id"]))
+        return report_run(self.source, self.planned_run_id(context))
 
 
 def add_producer_tasks(source: SourceConfig) -> None:
