@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap run stop status test test-unit lint schema bench clean
+.PHONY: bootstrap run stop status test test-unit lint schema validate clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -25,6 +25,12 @@ test-unit: bootstrap
 
 lint: bootstrap
 	@.venv/bin/ruff check include dags plugins tests bench
+
+schema: bootstrap
+	@.venv/bin/harvester schema
+
+validate: bootstrap
+	@.venv/bin/harvester validate
 
 clean: stop
 	rm -rf var
