@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -44,13 +45,33 @@ def test_airflow_runs_the_celery_executor_on_postgres() -> None:
         "HARVESTER_REDIS_URL"].rsplit("/", 1)[1]
 
 
+def worker_command(name: str) -> list[str]:
+    """A worker's argv; a `bash -c` command is split as the shell would (compose's $$ is a literal $)."""
+    command = SERVICES[name]["command"]
+    if command[:2] == ["bash", "-c"]:
+        command = shlex.split(command[2].replace("$$", "$"))
+        assert command[0] == "exec"
+        command = command[1:]
+    return command
+
+
 def test_worker_services_consume_declared_queues_of_the_one_celery_app() -> None:
     declared = {queue.name for queue in declared_queues()}
     for name in ("worker-priority", "worker-default", "worker-pageslots"):
-        command = SERVICES[name]["command"]
+        command = worker_command(name)
+        assert command[0] == "celery"
         app_module = command[command.index("-A") + 1]
         assert hasattr(importlib.import_module(app_module), "app")
-        assert command[command.index("-Q") + 1] in declared
+        if name != "worker-pageslots":
+            assert command[command.index("-Q") + 1] in declared
+
+
+def test_pageslots_worker_consumes_every_country_queue_in_one_long_lived_process() -> None:
+    command = worker_command("worker-pageslots")
+    assert command[command.index("-Q") + 1] == "$(harvester pageslots-queues)"
+    assert "pageslots-queues" in harvester_subcommands()
+    assert command[command.index("--pool") + 1] == "solo"
+    assert command[command.index("--concurrency") + 1] == "1"
 
 
 def test_harvester_commands_exist() -> None:

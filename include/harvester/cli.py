@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harvester.scraping.commands",
     "harvester.distributor.commands",
     "harvester.producer.commands",
+    "harvester.pageslots.commands",
 )
 
 

@@ -68,6 +68,12 @@ class HarvesterSettings(BaseSettings):
     max_page_slots: int = Field(default=4, ge=0)
     min_scraping_tasks_by_pageslot: Fraction = Fraction(1, 3)
     page_slot_idle_seconds: float = 60.0
+    page_slot_relaunch_after_failures: int = Field(
+        default=4, ge=1, description="Consecutive failed page loads after which the slot's browser is re-launched.")
+    page_slot_give_up_after_failures: int = Field(
+        default=7, ge=1, description="Consecutive failed page loads after which the slot gives the task up.")
+    page_slot_retry_delay_seconds: float = Field(
+        default=1.0, ge=0, description="Pause before a failed page load is tried again in a re-opened page.")
     page_slot_starving_seconds: float = 50.0
     allocation_sample_size: int = 3000
 

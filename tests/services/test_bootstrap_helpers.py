@@ -96,6 +96,9 @@ def test_stack_ports_move_with_environment_and_stay_on_loopback(tmp_path: Path) 
     names = [service.name for service in stack.services()]
     assert names[:2] == ["redis", "mongo"]
     assert {"worker-priority", "worker-default", "worker-pageslots", "airflow", "distributor"} <= set(names)
+    pageslots = next(service.command for service in stack.services() if service.name == "worker-pageslots")
+    assert pageslots[pageslots.index("-Q") + 1] == "pageslots"  # no sources in tmp_path: no country queues
+    assert pageslots[pageslots.index("--pool") + 1] == "solo"
     for service in stack.services():
         if service.port is not None:
             assert "0.0.0.0" not in " ".join(service.command)

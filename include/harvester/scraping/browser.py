@@ -1,65 +1,159 @@
-"""Render one page in Chromium through Playwright (for `harvester try` on ``render: browser`` sources).
+"""Loading pages in Chromium through Playwright: launch flags, resource blocking and one page load.
 
-Long-lived browsers for the harvest itself are the page slots' job (``harvester.pageslots``); this is
-a one-shot render with the same launch flags and the same resource blocking.
+The harvest's long-lived browsers are hosted by the page slots (``harvester.pageslots.host``);
+:func:`render_page` is the one-shot render of `harvester try`. Both use the helpers here, so a page
+loads, blocks and reports the same way in either.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from harvester.config.model import SourceConfig
-from harvester.scraping.fetcher import FetchResult, request_headers
+from harvester.scraping.fetcher import BLOCKED_STATUSES, FetchResult, parse_retry_after, request_headers
 from harvester.settings import HarvesterSettings
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, Page, Playwright, Request, Route
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
 
 
-async def render_page(url: str, source: SourceConfig, settings: HarvesterSettings) -> FetchResult:
-    """Load ``url`` headless, blocking ``source.blocked_resource_types``; the DOM after load is the text."""
-    from playwright.async_api import Error as PlaywrightError
-    from playwright.async_api import Route, async_playwright
-    from playwright.async_api import TimeoutError as PlaywrightTimeout
+async def launch_chromium(playwright: Playwright, settings: HarvesterSettings) -> Browser:
+    """Headless Chromium from ``settings.chromium_executable`` (the OS package, or the image's own)."""
+    return await playwright.chromium.launch(
+        executable_path=str(settings.chromium_executable), headless=True, args=CHROMIUM_ARGS)
 
-    started = time.monotonic()
-    blocked_types = set(source.blocked_resource_types)
-    counts = {"blocked": 0}
+
+def user_agent_and_headers(source: SourceConfig, settings: HarvesterSettings) -> tuple[str, dict[str, str]]:
+    """The browser context's user agent, and the extra headers every request of the source carries."""
     headers = request_headers(source, settings)
-    user_agent = headers.pop("User-Agent")
+    return headers.pop("User-Agent"), headers
 
-    async def intercept(route: Route) -> None:
-        if route.request.resource_type in blocked_types:
-            counts["blocked"] += 1
+
+def first_line(error: BaseException) -> str:
+    """Playwright errors carry a call log after the first line; the first line is the reason."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+class ResourceBlocker:
+    """Aborts requests of the blocked resource types and measures what the page did fetch.
+
+    Attached once to a page and re-armed per load with :meth:`begin`. What a blocked request would
+    have cost is unknowable (it never reaches the server), so we count blocked requests per type and
+    the bytes actually transferred (headers and bodies of finished requests), never an estimate.
+    """
+
+    def __init__(self) -> None:
+        self.blocked_types: frozenset[str] = frozenset()
+        self.blocked: Counter[str] = Counter()
+        self._finished: list[Request] = []
+
+    async def attach(self, page: Page) -> None:
+        await page.route("**/*", self._intercept)
+        page.on("requestfinished", self._request_finished)
+
+    def begin(self, blocked_types: list[str]) -> None:
+        self.blocked_types = frozenset(blocked_types)
+        self.blocked = Counter()
+        self._finished = []
+
+    def _request_finished(self, request: Request) -> None:
+        self._finished.append(request)
+
+    async def _intercept(self, route: Route) -> None:
+        resource_type = route.request.resource_type
+        if resource_type in self.blocked_types:
+            self.blocked[resource_type] += 1
             await route.abort("blockedbyclient")
         else:
             await route.continue_()
 
+    async def transferred_bytes(self) -> int:
+        """Response headers plus bodies of every request this load finished (as Chromium counted them)."""
+        sizes = await asyncio.gather(*(request.sizes() for request in self._finished), return_exceptions=True)
+        return sum(size["responseHeadersSize"] + size["responseBodySize"]
+                   for size in sizes if isinstance(size, dict))
+
+
+@dataclass
+class PageLoad:
+    """One navigation: its result, whether the page failed to load at all, and what blocking did."""
+
+    fetch: FetchResult
+    load_failed: bool = False
+    blocked: Counter[str] = field(default_factory=Counter)
+    transferred_bytes: int = 0
+
+
+async def load_page(page: Page, blocker: ResourceBlocker, url: str, source: SourceConfig,
+                    settings: HarvesterSettings) -> PageLoad:
+    """Navigate ``page`` to ``url`` and wait for ``load``; the DOM after that is the page's text.
+
+    A page that did not load (timeout, refused connection, crashed tab) is ``load_failed``: the
+    caller may re-open the page and try again. A page that loaded with an HTTP error is a normal
+    outcome, handled like the HTTP fetcher's (403/451 blocked, other 4xx/5xx http_error).
+    """
+    from playwright.async_api import Error as PlaywrightError
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    started = time.monotonic()
+    blocker.begin(source.blocked_resource_types)
+    _, headers = user_agent_and_headers(source, settings)
+    try:
+        await page.set_extra_http_headers(headers)
+        response = await page.goto(url, wait_until="load", timeout=source.timeout * 1000)
+        text = await page.content()
+        final_url = page.url
+    except PlaywrightTimeout:
+        fetch = FetchResult(url, "timeout", reason=f"page did not load within {source.timeout:g}s",
+                            elapsed=time.monotonic() - started)
+        return PageLoad(fetch, load_failed=True, blocked=blocker.blocked)
+    except PlaywrightError as error:
+        fetch = FetchResult(url, "connection_error", reason=first_line(error),
+                            elapsed=time.monotonic() - started)
+        return PageLoad(fetch, load_failed=True, blocked=blocker.blocked)
+    elapsed = time.monotonic() - started
+    status = response.status if response is not None else 200
+    headers_in: dict[str, Any] = response.headers if response is not None else {}
+    body = text.encode()
+    cap = settings.body_size_cap_bytes
+    fetch = FetchResult(url, "ok", final_url=final_url, status=status, text=text, content_type="text/html",
+                        size=len(body), elapsed=elapsed)
+    if len(body) > cap:
+        fetch.text, fetch.truncated = body[:cap].decode(errors="ignore"), True
+    if status in BLOCKED_STATUSES:
+        fetch.outcome, fetch.reason = "blocked", f"HTTP {status}: the site refused us"
+        fetch.retry_after = parse_retry_after(headers_in.get("retry-after"))
+    elif status >= 400:
+        fetch.outcome, fetch.reason = "http_error", f"HTTP {status}"
+        fetch.retry_after = parse_retry_after(headers_in.get("retry-after"))
+    fetch.blocked_requests = sum(blocker.blocked.values())
+    return PageLoad(fetch, blocked=blocker.blocked, transferred_bytes=await blocker.transferred_bytes())
+
+
+async def render_page(url: str, source: SourceConfig, settings: HarvesterSettings) -> FetchResult:
+    """Load ``url`` once in a browser of its own (`harvester try`): no retries, closed afterwards."""
+    from playwright.async_api import async_playwright
+
+    started = time.monotonic()
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=str(settings.chromium_executable), headless=True, args=CHROMIUM_ARGS)
+        browser = await launch_chromium(playwright, settings)
         try:
-            context = await browser.new_context(user_agent=user_agent, extra_http_headers=headers)
+            user_agent, _ = user_agent_and_headers(source, settings)
+            context = await browser.new_context(user_agent=user_agent)
             page = await context.new_page()
-            await page.route("**/*", intercept)
-            try:
-                response = await page.goto(url, wait_until="load", timeout=source.timeout * 1000)
-            except PlaywrightTimeout:
-                return FetchResult(url, "timeout", reason=f"page did not load within {source.timeout:g}s",
-                                   elapsed=time.monotonic() - started)
-            except PlaywrightError as error:
-                return FetchResult(url, "connection_error", reason=str(error).splitlines()[0],
-                                   elapsed=time.monotonic() - started)
-            status = response.status if response is not None else 200
-            text = await page.content()
-            result = FetchResult(url, "ok", final_url=page.url, status=status, text=text,
-                                 content_type="text/html", size=len(text.encode()))
-            if status in (403, 451):
-                result.outcome, result.reason = "blocked", f"HTTP {status}: the site refused us"
-            elif status >= 400:
-                result.outcome, result.reason = "http_error", f"HTTP {status}"
-            result.blocked_requests = counts["blocked"]
-            result.elapsed = time.monotonic() - started
-            return result
+            blocker = ResourceBlocker()
+            await blocker.attach(page)
+            loaded = await load_page(page, blocker, url, source, settings)
         finally:
             await browser.close()
+    loaded.fetch.blocked_requests = sum(loaded.blocked.values())
+    loaded.fetch.elapsed = time.monotonic() - started
+    return loaded.fetch

@@ -104,6 +104,14 @@ class LocalStack:
         })
         return env
 
+    def page_slot_queues(self) -> list[str]:
+        """pageslots plus pageslots.<COUNTRY> of every browser source (solo pool: one browser lives on)."""
+        from harvester.config.loader import load_sources
+        from harvester.pageslots.host import page_slot_queues
+
+        directory = self.environ.get("HARVESTER_SOURCES_DIR") or self.root / "include" / "sources"
+        return page_slot_queues(load_sources(directory).sources.values())
+
     def services(self) -> list[Service]:
         bin_ = self.bin
         celery = [str(bin_ / "celery"), "-A", "harvester.workers.celery_app", "worker", "--loglevel", "INFO"]
@@ -142,7 +150,8 @@ class LocalStack:
             Service("worker-default", [*celery, "-Q", "default", "-n", "default@%h", "--concurrency", "2"]),
             Service(
                 "worker-pageslots",
-                [*celery, "-Q", "pageslots", "-n", "pageslots@%h", "--concurrency", "1", "--pool", "solo"],
+                [*celery, "-Q", ",".join(self.page_slot_queues()), "-n", "pageslots@%h", "--concurrency", "1",
+                 "--pool", "solo"],
             ),
             Service("distributor", [str(bin_ / "harvester"), "distributor"]),
         ]

@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,7 @@ class BatchRunner:
         self.loop = new_event_loop()
         self.fetcher = Fetcher(self.settings)
         self._packages: Any = None
+        self._browser: Any = None
 
     @property
     def packages(self) -> Any:
@@ -158,7 +160,19 @@ class BatchRunner:
             self._packages = PackageStore(mongo_client(self.settings)[self.settings.mongo_database])
         return self._packages
 
+    @property
+    def browser(self) -> Any:
+        """The process's page-slot browser host (launched on the first browser task)."""
+        if self._browser is None:
+            from harvester.pageslots.host import browser_host
+
+            self._browser = browser_host(self.settings)
+        return self._browser
+
     def close(self) -> None:
+        if self._browser is not None:
+            with contextlib.suppress(Exception):
+                self._browser.close()
         with contextlib.suppress(Exception):
             self.loop.run_until_complete(self.fetcher.aclose())
         self.loop.close()
@@ -187,6 +201,8 @@ class BatchRunner:
                 self._fail(message, reason, None, report, counter="config_error")
             self._count(name, report)
             return report
+        if source.render == "browser":
+            return self.run_in_browser(source, messages)
         with LeaseHeartbeat(self.store, name, [message.task_id for message in messages],
                             self.settings.heartbeat_seconds, self.batch_deadline(source)):
             pages = self.loop.run_until_complete(self._fetch_all(source, messages))
@@ -194,12 +210,34 @@ class BatchRunner:
         self._count(name, report)
         return report
 
-    def finish(self, source: SourceConfig, messages: list[TaskMessage], fetches: list[FetchResult]) -> BatchReport:
+    def run_in_browser(self, source: SourceConfig, messages: list[TaskMessage]) -> BatchReport:
+        """Render the batch page after page in this process's page slot, then :meth:`finish` it.
+
+        The leases are heartbeaten while the pages render: a slot retrying a failing page may take
+        several timeouts, and the reaper must not hand the tasks to another worker meanwhile.
+        """
+        host = self.browser
+        before = host.host.totals.snapshot()
+        with LeaseHeartbeat(self.store, source.name, [message.task_id for message in messages],
+                            self.settings.heartbeat_seconds, self.browser_batch_deadline(source, len(messages))):
+            fetches = host.render_all([message.url for message in messages], source)
+        return self.finish(source, messages, fetches, outcomes=host.host.totals.outcomes_since(before))
+
+    def browser_batch_deadline(self, source: SourceConfig, pages: int) -> float:
+        """Pages render one after the other, each may be tried up to the slot's give-up threshold."""
+        attempts = self.settings.page_slot_give_up_after_failures
+        per_attempt = source.timeout + self.settings.page_slot_retry_delay_seconds
+        return pages * attempts * per_attempt + 2 * self.settings.lease_seconds
+
+    def finish(self, source: SourceConfig, messages: list[TaskMessage], fetches: list[FetchResult],
+               outcomes: Mapping[str, int] | None = None) -> BatchReport:
         """Extract, store, release and count down pages fetched elsewhere (a page slot's browser).
 
-        The same ending as :meth:`run_source`, so browser tasks obey the same order and outcomes.
+        The same ending as :meth:`run_source`, so browser tasks obey the same order and outcomes;
+        ``outcomes`` adds counters of the fetching (blocked requests, bytes transferred).
         """
         report = BatchReport(source=source.name, tasks=len(messages))
+        report.outcomes.update(outcomes or {})
         with LeaseHeartbeat(self.store, source.name, [message.task_id for message in messages],
                             self.settings.heartbeat_seconds, self.batch_deadline(source)):
             pages = [process_page(source, m.kind, m.url, m.depth, fetch)
