@@ -100,21 +100,46 @@ def slot_settings(harvester_settings: HarvesterSettings, tmp_path: Path,
     for key, value in {"HARVESTER_SOURCES_DIR": str(sources), "HARVESTER_RETRY_BASE_SECONDS": "0.2",
                        "HARVESTER_RETRY_MAX_SECONDS": "1", "HARVESTER_HEARTBEAT_SECONDS": "1",
                        "HARVESTER_LEASE_SECONDS": "30", "HARVESTER_PAGE_SLOT_RETRY_DELAY_SECONDS": "0.05",
-                       "HARVESTER_PAGE_SLOT_IDLE_SECONDS": "60"}.items():
+                       "HARVESTER_PAGE_SLOT_IDLE_SECONDS": "5"}.items():
         monkeypatch.setenv(key, value)
     get_settings.cache_clear()
     return get_settings()
 
 
 @pytest.fixture
-def slot_worker(slot_settings: HarvesterSettings, celery_worker_factory, tmp_path: Path) -> Iterator[ServerProcess]:
-    """The page-slot worker and the distributor feeding it."""
-    worker = celery_worker_factory(queues="pageslots,pageslots.SG", concurrency=1, name="pageslots")
-    distributor = ServerProcess("distributor", [str(VENV_BIN / "harvester"), "distributor"],
-                                tmp_path / "distributor.log", ready=lambda: True, env=dict(os.environ))
-    distributor.start(timeout=30)
-    yield worker
-    distributor.stop()
+def distributor(slot_settings: HarvesterSettings, tmp_path: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess("distributor", [str(VENV_BIN / "harvester"), "distributor"],
+                           tmp_path / "distributor.log", ready=lambda: True, env=dict(os.environ))
+    server.start(timeout=30)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def slot_worker(slot_settings: HarvesterSettings, celery_worker_factory, distributor) -> ServerProcess:
+    """A page-slot worker from the shared factory (prefork, one long-lived child) fed by the distributor."""
+    return celery_worker_factory(queues="pageslots,pageslots.SG", concurrency=1, name="pageslots")
+
+
+@pytest.fixture
+def start_stack_slot_worker(slot_settings: HarvesterSettings, distributor,
+                            tmp_path: Path) -> Iterator[Callable[[], ServerProcess]]:
+    """The worker-pageslots command exactly as `make run` builds it (solo pool, queues from the sources)."""
+    started: list[ServerProcess] = []
+
+    def start() -> ServerProcess:
+        stack = LocalStack(root=REPOSITORY_ROOT, environ=dict(os.environ))
+        command = next(service.command for service in stack.services() if service.name == "worker-pageslots")
+        log_path = tmp_path / "worker-pageslots.log"
+        worker = ServerProcess("worker-pageslots", command, log_path, env=dict(os.environ),
+                               ready=lambda: log_path.exists() and "ready." in log_path.read_text(errors="replace"))
+        worker.start(timeout=60)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
 
 
 def write_source(settings: HarvesterSettings, document: dict[str, Any]) -> SourceConfig:
@@ -195,13 +220,19 @@ def test_browser_source_is_harvested_by_a_page_slot_worker_whose_browser_lives_o
     wait_for(lambda: collection.count_documents({}) == 15 and idle(store, source.name), 30,
              lambda: f"{store.stats([source.name])}, {collection.count_documents({})} records")
     assert browser_pids(slot_worker) == first_browser  # the same Chromium served the later batches
+    wait_for(lambda: not browser_pids(slot_worker), 20,  # HARVESTER_PAGE_SLOT_IDLE_SECONDS=5
+             lambda: f"browser still open while idle: {browser_pids(slot_worker)}")
 
 
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_page_that_never_loads_is_retried_in_the_slot_then_by_the_distributor_then_dead(
-        slot_settings, slot_worker, demo_site, redis_client) -> None:
+        slot_settings, start_stack_slot_worker, demo_site, redis_client) -> None:
     source = write_source(slot_settings, browser_source_document(demo_site.url, "slot_dead", timeout=5))
+    write_source(slot_settings, browser_source_document(demo_site.url, "slot_elsewhere", country="MY"))
+    worker = start_stack_slot_worker()
+    assert worker.command[worker.command.index("-Q") + 1] == "pageslots,pageslots.MY,pageslots.SG"
+    assert worker.command[worker.command.index("--pool") + 1] == "solo"
     dead_url = f"http://127.0.0.1:{free_port()}/product/1"  # nothing listens there: connection refused
     store = RateLimitStore(redis_client, slot_settings)
     Intake(redis_client, slot_settings).push(source, [
