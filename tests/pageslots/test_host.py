@@ -252,3 +252,27 @@ def test_a_page_that_never_loads_is_retried_in_the_slot_then_by_the_distributor_
     assert counters["outcome:browser_gave_up"] == 2
     assert counters["outcome:browser_relaunches"] == 2
     assert counters["outcome:records_stored"] == 1  # the good page of the same source still lands
+
+
+@pytest.mark.integration
+def test_a_crashed_browser_is_relaunched_by_the_next_load(demo_site) -> None:
+    settings = HarvesterSettings(page_slot_retry_delay_seconds=0.05)
+    source = SourceConfig.model_validate(browser_source_document(demo_site.url, "host_crash"))
+
+    def own_browsers() -> list[psutil.Process]:
+        return [process for process in psutil.Process().children(recursive=True)
+                if "chrom" in process.name() and not any(a.startswith("--type=") for a in process.cmdline())]
+
+    async def scenario() -> None:
+        async with BrowserHost(settings) as host:
+            assert (await host.render(f"{demo_site.url}/js/product/4", source)).ok
+            (browser,) = own_browsers()
+            browser.kill()
+            browser.wait(timeout=10)
+            again = await host.render(f"{demo_site.url}/js/product/5", source)
+            assert again.ok and "SKU-00005" in again.text
+            assert host.totals.browser_launches == 2
+            assert host.totals.failed_loads <= 1  # at most the load that found the dead browser
+            assert [process.pid for process in own_browsers()] != [browser.pid]
+
+    asyncio.run(scenario())
