@@ -126,3 +126,26 @@ def test_the_metadata_database_shows_the_error_and_keeps_the_good_dags_scheduled
     with sqlite3.connect(home / "airflow.db") as database:
         rows = database.execute("select dag_id, is_stale, has_import_errors from dag").fetchall()
     assert rows == [("harvest_good", 0, 0)]
+
+
+@pytest.mark.unit
+def test_param_defaults_are_valid_and_the_tasks_read_the_dags_params() -> None:
+    """The factory skips Airflow's parse-time param check for speed: the defaults must still validate,
+    limits at their bounds included, and a trigger's bad value must still be refused."""
+    from airflow.sdk.definitions.param import process_params
+    from airflow.sdk.exceptions import ParamValidationError
+    from harvester.config.airflow_dags import build_source_dag
+    from harvester.config.loader import get_source
+    from harvester.config.model import MAX_BATCH_SIZE
+
+    for name in ("demo_shop", "demo_shop_browser", "demo_shop_from_mongo"):
+        source = get_source(name)
+        dag = build_source_dag(source)
+        assert dag.params.validate()["batch_size"] == source.batch.size
+        bound = source.model_copy(update={"batch": source.batch.model_copy(update={"size": MAX_BATCH_SIZE})})
+        assert build_source_dag(bound).params.validate()["batch_size"] == MAX_BATCH_SIZE
+        task = dag.get_task("plan")
+        merged = process_params(dag, task, {"max_packages": 3}, suppress_exception=False)
+        assert merged["max_packages"] == 3 and merged["batch_size"] == source.batch.size
+        with pytest.raises(ParamValidationError):
+            process_params(dag, task, {"batch_size": 0}, suppress_exception=False)
