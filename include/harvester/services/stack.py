@@ -245,6 +245,9 @@ class LocalStack:
         while time.monotonic() < deadline:
             listed = self.airflow(env, "dags", "list", "-o", "json", check=False)
             if listed.returncode == 0 and DEMO_SOURCE_DAG in listed.stdout:
+                if self.manual_runs(env) > 0:
+                    step(f"airflow: {DEMO_SOURCE_DAG} was already triggered; not triggering it again")
+                    return
                 result = self.airflow(env, "dags", "trigger", DEMO_SOURCE_DAG, check=False)
                 if result.returncode == 0:
                     step(f"airflow: triggered {DEMO_SOURCE_DAG}")
@@ -253,6 +256,19 @@ class LocalStack:
                 return
             time.sleep(5)
         print(f"  ! {DEMO_SOURCE_DAG} did not appear within {timeout:.0f}s; see var/log/airflow.log", flush=True)
+
+    def manual_runs(self, env: dict[str, str]) -> int:
+        """How many manual runs the demo DAG has, so a second `make run` does not trigger it again."""
+        listed = self.airflow(env, "dags", "list-runs", DEMO_SOURCE_DAG, "-o", "json", check=False)
+        # Airflow may print warnings before the JSON: the runs are the last line that is a list.
+        lists = [line for line in listed.stdout.splitlines() if line.startswith(("[{", "[]"))]
+        if listed.returncode != 0 or not lists:
+            return 0
+        try:
+            runs = json.loads(lists[-1])
+        except json.JSONDecodeError:
+            return 0
+        return sum(1 for run in runs if str(run.get("run_id", "")).startswith("manual__"))
 
     def stop(self) -> None:
         for service in reversed(self.services()):
