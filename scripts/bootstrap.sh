@@ -15,9 +15,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing OS packages: ${need_apt[*]} (log: $log_dir/apt.log)"
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  if ! $sudo_cmd apt-get install -y --no-install-recommends "${need_apt[@]}" >>"$log_dir/apt.log" 2>&1; then
+  if ! $sudo_cmd apt-get install -y "${need_apt[@]}" >>"$log_dir/apt.log" 2>&1; then
     $sudo_cmd apt-get update >>"$log_dir/apt.log" 2>&1
-    $sudo_cmd apt-get install -y --no-install-recommends "${need_apt[@]}" >>"$log_dir/apt.log" 2>&1 \
+    $sudo_cmd apt-get install -y "${need_apt[@]}" >>"$log_dir/apt.log" 2>&1 \
       || { echo "!! apt-get install failed; see $log_dir/apt.log" >&2; exit 1; }
   fi
   # Debian starts its own redis-server on 6379 where an init system runs; ours runs on its own terms.
