@@ -79,6 +79,24 @@ def test_harvesting_lag_skips_fresh_urls(database, make_source) -> None:
     assert forced.skipped_fresh == 0 and _urls_of_run(database, "manual") == ["http://shop.example/p/0"]
 
 
+def test_an_output_older_than_the_lag_makes_every_url_due(database, make_source) -> None:
+    now = datetime.now(UTC)
+    database.shop_input.insert_many([{"url": f"http://shop.example/p/{i}"} for i in range(4)])
+    database.shop.insert_many([
+        {"url": f"http://shop.example/p/{i}", "harvested_at": now - timedelta(hours=2 + i)} for i in range(4)
+    ])
+    source = make_source()
+    result = _planner(database).plan(source, "run1", PlanOptions.for_source(source), now=now)
+    assert result.skipped_fresh == 0 and result.urls_planned == 4
+    # One record becomes fresh: the per-chunk lookups are back and skip exactly it.
+    database.shop.update_one({"url": "http://shop.example/p/3"}, {"$set": {"harvested_at": now}})
+    database.runs.delete_many({})  # a fresh start, not a continuation of run1
+    database.packages.delete_many({})
+    again = _planner(database).plan(source, "run2", PlanOptions.for_source(source), now=now)
+    assert again.skipped_fresh == 1
+    assert "http://shop.example/p/3" not in _urls_of_run(database, "run2")
+
+
 def test_batch_limit_defers_the_rest_to_the_next_run(database, make_source) -> None:
     database.shop_input.insert_many([{"url": f"http://shop.example/p/{i}"} for i in range(10)])
     source = make_source(batch={"size": 3, "max_packages": 2})
