@@ -25,10 +25,10 @@ from harvester.producer.packages import PackageStatus, PackageStore, PackageTask
 from harvester.redis_keys import SourceKeys
 from harvester.services.ports import free_port
 from harvester.services.stack import LocalStack
-from harvester.settings import REPOSITORY_ROOT, HarvesterSettings, get_settings
+from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source_document
-from tests.fixtures.servers import VENV_BIN, ServerProcess
+from tests.fixtures.servers import ServerProcess
 
 BLOCKED_TYPES = ["image", "font", "media", "stylesheet"]
 
@@ -93,26 +93,14 @@ def test_host_renders_blocks_closes_blocked_pages_and_idles_out(demo_site) -> No
 
 # -- through Celery and the distributor ---------------------------------------------------------------
 @pytest.fixture
-def slot_settings(harvester_settings: HarvesterSettings, tmp_path: Path,
-                  monkeypatch: pytest.MonkeyPatch) -> HarvesterSettings:
-    sources = tmp_path / "sources"
-    sources.mkdir()
-    for key, value in {"HARVESTER_SOURCES_DIR": str(sources), "HARVESTER_RETRY_BASE_SECONDS": "0.2",
-                       "HARVESTER_RETRY_MAX_SECONDS": "1", "HARVESTER_HEARTBEAT_SECONDS": "1",
-                       "HARVESTER_LEASE_SECONDS": "30", "HARVESTER_PAGE_SLOT_RETRY_DELAY_SECONDS": "0.05",
-                       "HARVESTER_PAGE_SLOT_IDLE_SECONDS": "5"}.items():
-        monkeypatch.setenv(key, value)
-    get_settings.cache_clear()
-    return get_settings()
+def slot_settings(configure_settings: Callable[..., HarvesterSettings]) -> HarvesterSettings:
+    return configure_settings(retry_base_seconds=0.2, retry_max_seconds=1, heartbeat_seconds=1, lease_seconds=30,
+                              page_slot_retry_delay_seconds=0.05, page_slot_idle_seconds=5)
 
 
 @pytest.fixture
-def distributor(slot_settings: HarvesterSettings, tmp_path: Path) -> Iterator[ServerProcess]:
-    server = ServerProcess("distributor", [str(VENV_BIN / "harvester"), "distributor"],
-                           tmp_path / "distributor.log", ready=lambda: True, env=dict(os.environ))
-    server.start(timeout=30)
-    yield server
-    server.stop()
+def distributor(slot_settings: HarvesterSettings, start_distributor) -> ServerProcess:
+    return start_distributor()
 
 
 @pytest.fixture

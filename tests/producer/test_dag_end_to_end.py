@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from harvester.producer.packages import PackageStatus
-from harvester.settings import REPOSITORY_ROOT, HarvesterSettings, get_settings
+from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import VENV_BIN, ServerProcess
@@ -51,28 +51,16 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def dag_settings(harvester_settings: HarvesterSettings, tmp_path: Path,
-                 monkeypatch: pytest.MonkeyPatch) -> HarvesterSettings:
+def dag_settings(configure_settings: Callable[..., HarvesterSettings]) -> HarvesterSettings:
     """Test servers, a sources directory of this test, short leases and a fast sensor (also exported)."""
-    sources = tmp_path / "sources"
-    sources.mkdir()
-    for key, value in {"HARVESTER_SOURCES_DIR": str(sources), "HARVESTER_LEASE_SECONDS": "6",
-                       "HARVESTER_HEARTBEAT_SECONDS": "1", "HARVESTER_REAP_INTERVAL_SECONDS": "1",
-                       "HARVESTER_RETRY_BASE_SECONDS": "0.2", "HARVESTER_RETRY_MAX_SECONDS": "1",
-                       "HARVESTER_PRODUCER_POLL_SECONDS": "1", "HARVESTER_PRODUCER_WAIT_TIMEOUT_SECONDS": "240",
-                       "HARVESTER_PRODUCER_MONGO_TIMEOUT_MS": "5000"}.items():
-        monkeypatch.setenv(key, value)
-    get_settings.cache_clear()
-    return get_settings()
+    return configure_settings(lease_seconds=6, heartbeat_seconds=1, reap_interval_seconds=1, retry_base_seconds=0.2,
+                              retry_max_seconds=1, producer_poll_seconds=1, producer_wait_timeout_seconds=240,
+                              producer_mongo_timeout_ms=5000)
 
 
 @pytest.fixture
-def distributor(dag_settings: HarvesterSettings, tmp_path: Path) -> Iterator[ServerProcess]:
-    server = ServerProcess("distributor", [str(VENV_BIN / "harvester"), "distributor"],
-                           tmp_path / "distributor.log", ready=lambda: True, env=dict(os.environ))
-    server.start(timeout=30)
-    yield server
-    server.stop()
+def distributor(dag_settings: HarvesterSettings, start_distributor) -> ServerProcess:
+    return start_distributor()
 
 
 def _write_source(settings: HarvesterSettings, document: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
-from harvester.settings import REPOSITORY_ROOT, HarvesterSettings, get_settings
+from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import VENV_BIN, ServerProcess
@@ -25,18 +26,10 @@ PROGRESS = re.compile(r"packages (\d+)/(\d+) done")
 
 
 @pytest.fixture
-def standalone_settings(harvester_settings: HarvesterSettings, tmp_path: Path,
-                        monkeypatch: pytest.MonkeyPatch) -> HarvesterSettings:
-    sources = tmp_path / "sources"
-    sources.mkdir()
-    for key, value in {"HARVESTER_SOURCES_DIR": str(sources), "HARVESTER_PRODUCER_POLL_SECONDS": "1",
-                       "HARVESTER_PRODUCER_WAIT_TIMEOUT_SECONDS": "300", "HARVESTER_LEASE_SECONDS": "20",
-                       "HARVESTER_HEARTBEAT_SECONDS": "2",
-                       # 4 pages per 4-second window: the 12 pages take ~10 s, long enough to watch.
-                       "HARVESTER_RATE_WINDOW_SECONDS": "4"}.items():
-        monkeypatch.setenv(key, value)
-    get_settings.cache_clear()
-    return get_settings()
+def standalone_settings(configure_settings: Callable[..., HarvesterSettings]) -> HarvesterSettings:
+    # 4 pages per 4-second window: the 12 pages take ~10 s, long enough to watch.
+    return configure_settings(producer_poll_seconds=1, producer_wait_timeout_seconds=300, lease_seconds=20,
+                              heartbeat_seconds=2, rate_window_seconds=4)
 
 
 def _get(client: httpx.Client, path: str, **params: Any) -> Any:

@@ -4,32 +4,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from harvester.config.model import SourceConfig
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 from harvester.workers.batch import BatchRunner
 
 from tests.fixtures.demo_site import demo_source_document
 
 
 @pytest.fixture
-def worker_settings(harvester_settings: HarvesterSettings, tmp_path: Path,
-                    monkeypatch: pytest.MonkeyPatch) -> HarvesterSettings:
+def worker_settings(configure_settings: Callable[..., HarvesterSettings]) -> HarvesterSettings:
     """Test servers plus a sources directory of this test, short retries and leases (also exported)."""
-    sources = tmp_path / "sources"
-    sources.mkdir()
-    for key, value in {"HARVESTER_SOURCES_DIR": str(sources), "HARVESTER_RETRY_BASE_SECONDS": "0.2",
-                       "HARVESTER_RETRY_MAX_SECONDS": "1", "HARVESTER_HEARTBEAT_SECONDS": "1",
-                       "HARVESTER_LEASE_SECONDS": "30", "HARVESTER_BODY_SIZE_CAP_BYTES": str(512 * 1024),
-                       "HARVESTER_MAX_REDIRECTS": "5"}.items():
-        monkeypatch.setenv(key, value)
-    get_settings.cache_clear()
-    return get_settings()
+    return configure_settings(retry_base_seconds=0.2, retry_max_seconds=1, heartbeat_seconds=1, lease_seconds=30,
+                              body_size_cap_bytes=512 * 1024, max_redirects=5)
 
 
 @pytest.fixture

@@ -6,38 +6,18 @@ finishes, and the demo site never saw more requests of this source in flight tha
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.producer.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
 
-from tests.fixtures.servers import VENV_BIN, ServerProcess
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MAX_ACTIVE = 4
 
 
 @pytest.fixture
-def start_distributor(worker_settings, tmp_path):
-    """Start `harvester distributor` with the environment as it is when called."""
-    started: list[ServerProcess] = []
-
-    def start() -> ServerProcess:
-        server = ServerProcess("distributor", [str(VENV_BIN / "harvester"), "distributor"],
-                               tmp_path / "distributor.log", ready=lambda: True, env=dict(os.environ))
-        server.start(timeout=30)
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
-
-
-@pytest.fixture
-def distributor(start_distributor):
+def distributor(worker_settings, start_distributor):
     return start_distributor()
 
 
