@@ -10,7 +10,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,23 +111,15 @@ def slot_worker(slot_settings: HarvesterSettings, celery_worker_factory, distrib
 
 @pytest.fixture
 def start_stack_slot_worker(slot_settings: HarvesterSettings, distributor,
-                            tmp_path: Path) -> Iterator[Callable[[], ServerProcess]]:
+                            celery_worker_factory) -> Callable[[], ServerProcess]:
     """The worker-pageslots command exactly as `make run` builds it (solo pool, queues from the sources)."""
-    started: list[ServerProcess] = []
 
     def start() -> ServerProcess:
         stack = LocalStack(root=REPOSITORY_ROOT, environ=dict(os.environ))
         command = next(service.command for service in stack.services() if service.name == "worker-pageslots")
-        log_path = tmp_path / "worker-pageslots.log"
-        worker = ServerProcess("worker-pageslots", command, log_path, env=dict(os.environ),
-                               ready=lambda: log_path.exists() and "ready." in log_path.read_text(errors="replace"))
-        worker.start(timeout=60)
-        started.append(worker)
-        return worker
+        return celery_worker_factory(name="worker-pageslots", command=command)
 
-    yield start
-    for worker in started:
-        worker.stop()
+    return start
 
 
 def write_source(settings: HarvesterSettings, document: dict[str, Any]) -> SourceConfig:
