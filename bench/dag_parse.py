@@ -113,7 +113,7 @@ def breakdown() -> dict[str, float]:
     """Where a parse's time goes (measured again, warm): loading YAML, bare DAGs, the producer's tasks."""
     import attrs
     from airflow.sdk import DAG
-    from harvester.config import airflow_dags
+    from harvester.airflow import dags as airflow_dags
     from harvester.config.loader import load_sources
 
     started = time.perf_counter()

@@ -5,6 +5,6 @@ field, which the Airflow UI lists under import errors. It is separate from harve
 because Airflow marks every DAG of a file with an import error as stale.
 """
 
-from harvester.config.airflow_dags import raise_for_invalid_sources
+from harvester.airflow.dags import raise_for_invalid_sources
 
 raise_for_invalid_sources()

@@ -4,7 +4,7 @@ Declares only: loading, validation and building live in harvester.config. Files 
 are reported by harvest_source_errors.py, so a typo in one source never hides the others.
 """
 
-from harvester.config.airflow_dags import build_source_dags
+from harvester.airflow.dags import build_source_dags
 
 for _dag in build_source_dags():
     globals()[_dag.dag_id] = _dag

@@ -134,7 +134,7 @@ def test_param_defaults_are_valid_and_the_tasks_read_the_dags_params() -> None:
     limits at their bounds included, and a trigger's bad value must still be refused."""
     from airflow.sdk.definitions.param import process_params
     from airflow.sdk.exceptions import ParamValidationError
-    from harvester.config.airflow_dags import build_source_dag
+    from harvester.airflow.dags import build_source_dag
     from harvester.config.loader import get_source
     from harvester.config.model import MAX_BATCH_SIZE
 

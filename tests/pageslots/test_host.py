@@ -21,11 +21,11 @@ from harvester.config.model import SourceConfig
 from harvester.demo_site.app import product_facts
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.pageslots.host import BrowserHost, SlotState, page_slot_queues
-from harvester.producer.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
 from harvester.redis_keys import SourceKeys
 from harvester.services.ports import free_port
 from harvester.services.stack import LocalStack
 from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
+from harvester.storage.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
 
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import ServerProcess

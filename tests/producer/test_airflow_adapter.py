@@ -36,10 +36,10 @@ def test_mongo_comes_from_the_airflow_connection_with_its_extras(tmp_path, mongo
                              "extra": {"directConnection": True}})
     result = _run("""
         import json
-        from harvester.producer.airflow_tasks import resolve_mongo
-        from harvester.settings import get_settings
+        import harvester.airflow  # registers the Airflow resolver, as every DAG file and trigger does
+        from harvester.connections import mongo_client_for, resolve_mongo
         target = resolve_mongo("mongo_default")
-        client = target.client(get_settings())
+        client = mongo_client_for(target)
         print(json.dumps({"via": target.via, "options": target.options, "ping": client.admin.command("ping")["ok"]}))
     """, tmp_path, AIRFLOW_CONN_MONGO_DEFAULT=connection, HARVESTER_MONGO_URI="mongodb://127.0.0.1:1/")
     answer = _last_json(result)
@@ -49,7 +49,8 @@ def test_mongo_comes_from_the_airflow_connection_with_its_extras(tmp_path, mongo
 def test_without_a_connection_it_falls_back_to_harvester_mongo_uri(tmp_path, mongo_server) -> None:
     result = _run("""
         import json
-        from harvester.producer.airflow_tasks import resolve_mongo
+        import harvester.airflow
+        from harvester.connections import resolve_mongo
         print(json.dumps(resolve_mongo("source_own_connection").via))
     """, tmp_path, HARVESTER_MONGO_URI=mongo_server.uri)
     assert _last_json(result) == "HARVESTER_MONGO_URI"
@@ -59,7 +60,7 @@ def test_unreachable_mongodb_fails_plan_with_one_clear_line(tmp_path) -> None:
     closed = free_port()
     result = _run("""
         from harvester.config.model import SourceConfig
-        from harvester.producer.airflow_tasks import plan_run
+        from harvester.airflow.operators import plan_run
         source = SourceConfig.model_validate({"name": "shop", "attributes": {"t": "h1"},
                                               "input": {"kind": "details", "seeds": ["http://a.example/1"]}})
         plan_run(source, "manual__1", {})
@@ -67,7 +68,7 @@ def test_unreachable_mongodb_fails_plan_with_one_clear_line(tmp_path) -> None:
                   HARVESTER_PRODUCER_MONGO_TIMEOUT_MS="300")
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("harvester.producer.airflow_tasks.MongoUnavailableError: MongoDB unreachable at "), last
+    assert last.startswith("harvester.connections.MongoUnavailableError: MongoDB unreachable at "), last
     assert f"127.0.0.1:{closed}" in last and "secret" not in last and "(HARVESTER_MONGO_URI)" in last
     assert "Traceback" in result.stderr and "During handling" not in result.stderr  # no chained pymongo dump
 
@@ -75,21 +76,20 @@ def test_unreachable_mongodb_fails_plan_with_one_clear_line(tmp_path) -> None:
 def test_trigger_serialises_and_fires_when_every_package_is_finished(tmp_path, harvester_settings) -> None:
     result = _run("""
         import asyncio, json, time
-        import pymongo
-        from harvester.producer.packages import PackageStore
-        from harvester.producer.triggers import HarvestProgressTrigger
+        from harvester.storage.packages import PackageStore
+        from harvester.airflow.triggers import HarvestProgressTrigger
         from harvester.settings import get_settings
         settings = get_settings()
-        store = PackageStore(pymongo.MongoClient(settings.mongo_uri)[settings.mongo_database])
+        from harvester.connections import mongo_client
+        store = PackageStore(mongo_client("mongo_default")[settings.mongo_database])
         store.ensure_indexes()
         store.create_packages("shop", "run1", [(0, ["http://a.example/1"])])
         trigger = HarvestProgressTrigger(
-            source="shop", run_id="run1", output_collection="shop", mongo_uri=settings.mongo_uri,
-            database=settings.mongo_database, output_mongo_uri=settings.mongo_uri,
-            output_database=settings.mongo_database, redis_url=settings.redis_url, poll_seconds=0.2,
-            deadline=time.time() + 30)
+            source="shop", run_id="run1", output_collection="shop", database=settings.mongo_database,
+            output_database=settings.mongo_database, poll_seconds=0.2, deadline=time.time() + 30)
         classpath, kwargs = trigger.serialize()
-        assert classpath == "harvester.producer.triggers.HarvestProgressTrigger"
+        assert not any("://" in str(value) for value in kwargs.values()), kwargs  # ids, never URIs
+        assert classpath == "harvester.airflow.triggers.HarvestProgressTrigger"
         rebuilt = HarvestProgressTrigger(**kwargs)
 
         async def main():
@@ -122,7 +122,7 @@ def test_dag_shape_asset_and_sensor_timeout(tmp_path) -> None:
         from airflow.sdk import DAG
         from airflow.sdk.exceptions import AirflowSensorTimeout
         from harvester.config.model import SourceConfig
-        from harvester.producer.airflow_tasks import HarvestSensor, add_producer_tasks, output_asset
+        from harvester.airflow.operators import HarvestSensor, add_producer_tasks, output_asset
         source = SourceConfig.model_validate({"name": "shop", "attributes": {"t": "h1"},
                                               "input": {"kind": "details", "seeds": ["http://a.example/1"]},
                                               "output": {"collection": "products"}})

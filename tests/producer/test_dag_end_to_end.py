@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
-from harvester.producer.packages import PackageStatus
 from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
+from harvester.storage.packages import PackageStatus
 
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import VENV_BIN, ServerProcess

@@ -7,9 +7,9 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from harvester.producer.packages import PackageStatus, PackageStore
 from harvester.producer.planner import Planner, PlanOptions, valid_url
-from harvester.producer.runs import RunStore
+from harvester.storage.packages import PackageStatus, PackageStore
+from harvester.storage.runs import RunStore
 
 pytestmark = pytest.mark.integration
 

@@ -7,11 +7,11 @@ import json
 import pytest
 from harvester.distributor.intake import Intake
 from harvester.distributor.messages import TaskMessage
-from harvester.producer.packages import PackageStatus, PackageStore
 from harvester.producer.planner import Planner, PlanOptions
 from harvester.producer.producer import Producer, live_task_ids
 from harvester.producer.progress import RunMonitor
 from harvester.redis_keys import SourceKeys
+from harvester.storage.packages import PackageStatus, PackageStore
 
 pytestmark = pytest.mark.integration
 

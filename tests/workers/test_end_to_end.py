@@ -10,7 +10,7 @@ import time
 
 import pytest
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
-from harvester.producer.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
+from harvester.storage.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MAX_ACTIVE = 4

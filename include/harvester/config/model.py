@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
+from harvester.queues import DEFAULT_QUEUE, PRIORITY_QUEUE, page_slot_queue_name
+
 AttributeType = Literal[
     "str", "int", "float", "bool", "date", "url",
     "list[str]", "list[int]", "list[float]", "list[bool]", "list[date]", "list[url]",
@@ -289,8 +291,8 @@ class SourceConfig(StrictModel):
     def queue(self) -> str:
         """The Celery queue admitted tasks go to."""
         if self.render == "browser":
-            return f"pageslots.{self.country}"
-        return "priority" if self.priority == "high" else "default"
+            return page_slot_queue_name(str(self.country))
+        return PRIORITY_QUEUE if self.priority == "high" else DEFAULT_QUEUE
 
     @property
     def output_collection(self) -> str:

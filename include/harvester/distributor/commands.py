@@ -30,21 +30,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _redis_client() -> redis.Redis:
-    import redis
+    from harvester.connections import REDIS_DEFAULT, redis_client
 
-    from harvester.settings import get_settings
-
-    settings = get_settings()
-    return redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5,
-                                health_check_interval=30)
+    return redis_client(REDIS_DEFAULT)
 
 
 def _distributor(args: argparse.Namespace) -> int:
-    from harvester.distributor.service import Distributor
+    from harvester.connections import REDIS_DEFAULT, redis_client
+    from harvester.distributor.service import MAX_WAIT_SECONDS, Distributor
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    distributor = Distributor(_redis_client())
+    distributor = Distributor(_redis_client(), blocking_client=redis_client(REDIS_DEFAULT,
+                                                                            blocking_seconds=MAX_WAIT_SECONDS))
     signal.signal(signal.SIGTERM, distributor.handle_signal)
     signal.signal(signal.SIGINT, distributor.handle_signal)
     distributor.run(max_seconds=args.max_seconds)

@@ -27,9 +27,11 @@ from celery import Celery
 from kombu import Queue
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from harvester.connections import blocking_twin
 from harvester.distributor.intake import RegisteredSource, read_registered_sources
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.store import Admission, RateLimitStore
+from harvester.queues import kombu_queue
 from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys
 from harvester.settings import HarvesterSettings, get_settings
 
@@ -48,14 +50,12 @@ class ShutdownRequested(Exception):
 
 
 def celery_app_for(settings: HarvesterSettings) -> Celery:
-    """The shared Celery app, or a copy pointed at ``settings.redis_url`` when that differs (tests)."""
-    from harvester.workers.celery_app import app, create_app
-
-    if app.conf.broker_url == settings.redis_url:
-        return app
-    other = create_app()
-    other.conf.broker_url = settings.redis_url
-    return other
+    """A Celery app that only publishes, to ``settings.redis_url``, in the message format the workers'
+    app (``harvester.workers.celery_app``) consumes: the distributor never imports worker code."""
+    app = Celery("harvester", broker=settings.redis_url, set_as_current=False)
+    app.conf.update(task_serializer="json", accept_content=["json"], result_backend=None, task_ignore_result=True,
+                    broker_connection_retry_on_startup=True)
+    return app
 
 
 class CeleryPublisher:
@@ -76,9 +76,7 @@ class CeleryPublisher:
         every message would go to kombu's undeliverable list while the distributor believed it published.
         """
         if name not in self._queues:
-            from harvester.workers.celery_app import harvester_exchange
-
-            self._queues[name] = Queue(name, harvester_exchange, routing_key=name, durable=True)
+            self._queues[name] = kombu_queue(name)
         return self._queues[name]
 
     def publish(self, work: Iterable[tuple[str, list[dict[str, Any]]]]) -> int:
@@ -131,11 +129,7 @@ class Distributor:
     ) -> None:
         self.settings = settings or get_settings()
         self.redis = redis_client
-        self.blocking = blocking_client or redis.Redis(
-            connection_pool=redis.ConnectionPool(**{
-                **redis_client.connection_pool.connection_kwargs, "socket_timeout": MAX_WAIT_SECONDS + 10,
-            }),
-        )
+        self.blocking = blocking_client or blocking_twin(redis_client, MAX_WAIT_SECONDS)
         self.store = RateLimitStore(redis_client, self.settings)
         self.publisher = CeleryPublisher(app or celery_app_for(self.settings), self.settings.publish_batch_size)
         self.on_dead_letters = on_dead_letters

@@ -34,6 +34,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harvester.config.model import SourceConfig
+from harvester.queues import PAGESLOTS_QUEUE, page_slot_queue_name
 from harvester.scraping.browser import (
     PageLoad,
     ResourceBlocker,
@@ -44,7 +45,6 @@ from harvester.scraping.browser import (
 )
 from harvester.scraping.fetcher import FetchResult
 from harvester.settings import HarvesterSettings, get_settings
-from harvester.workers.celery_app import PAGESLOTS_QUEUE, page_slot_queue_name
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser, BrowserContext, Page, Playwright

@@ -1,7 +1,8 @@
 """`harvester runs`: a source's harvest runs and their progress, without opening Airflow.
 
-Reads the ``runs`` and ``packages`` collections (HARVESTER_MONGO_URI) and the dead letters in
-Redis (HARVESTER_REDIS_URL), like the sensor's trigger does.
+Reads the ``runs`` and ``packages`` collections (connection ``mongo_default``), the source's output
+(its ``output.connection_id``) and the dead letters in Redis (``redis_default``), like the sensor's
+trigger does; ids resolve from ``AIRFLOW_CONN_<ID>``, else HARVESTER_MONGO_URI / HARVESTER_REDIS_URL.
 """
 
 from __future__ import annotations
@@ -22,48 +23,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    import pymongo
-    import redis
-
     from harvester.config.loader import get_source
+    from harvester.connections import MONGO_DEFAULT, ConnectionNotFound, mongo_client, redis_client
     from harvester.producer.progress import RunMonitor
-    from harvester.producer.runs import RunStore
     from harvester.settings import get_settings
+    from harvester.storage.runs import RunStore
 
     settings = get_settings()
-    if not settings.mongo_uri:
-        print("HARVESTER_MONGO_URI is not set")
-        return 2
-    client: pymongo.MongoClient = pymongo.MongoClient(settings.mongo_uri,
-                                                      serverSelectionTimeoutMS=settings.producer_mongo_timeout_ms)
     try:
-        database = client[settings.mongo_database]
-        runs = RunStore(database)
-        if args.action == "list":
-            documents = list(runs.collection.find({"source": args.source}, {"_id": 0})
-                             .sort("started_at", -1).limit(args.limit))
-            for document in documents:
-                print(json.dumps(document, default=str) if args.json else _run_line(document))
-            if not documents and not args.json:
-                print(f"{args.source}: no runs")
-            return 0
-        run = (runs.get(args.source, args.run_id) if args.run_id
-               else runs.collection.find_one({"source": args.source}, {"_id": 0}, sort=[("started_at", -1)]))
-        if run is None:
-            print(f"{args.source}: no run {args.run_id or ''}".rstrip())
-            return 1
-        source = get_source(args.source)
-        output = client[source.output.database or settings.mongo_database]
-        progress = RunMonitor(database, output, redis.Redis.from_url(settings.redis_url)).measure(
-            args.source, source.output_collection, run["run_id"])
-        if args.json:
-            print(json.dumps({"run": run, "progress": progress.to_dict()}, default=str))
-        else:
-            print(_run_line(run))
-            print(progress.line())
+        client = mongo_client(MONGO_DEFAULT, settings)
+    except ConnectionNotFound as error:
+        print(error)
+        return 2
+    database = client[settings.mongo_database]
+    runs = RunStore(database)
+    if args.action == "list":
+        documents = list(runs.collection.find({"source": args.source}, {"_id": 0})
+                         .sort("started_at", -1).limit(args.limit))
+        for document in documents:
+            print(json.dumps(document, default=str) if args.json else _run_line(document))
+        if not documents and not args.json:
+            print(f"{args.source}: no runs")
         return 0
-    finally:
-        client.close()
+    run = (runs.get(args.source, args.run_id) if args.run_id
+           else runs.collection.find_one({"source": args.source}, {"_id": 0}, sort=[("started_at", -1)]))
+    if run is None:
+        print(f"{args.source}: no run {args.run_id or ''}".rstrip())
+        return 1
+    source = get_source(args.source)
+    output = mongo_client(source.output.connection_id, settings)[source.output.database or settings.mongo_database]
+    progress = RunMonitor(database, output, redis_client(settings=settings)).measure(
+        args.source, source.output_collection, run["run_id"])
+    if args.json:
+        print(json.dumps({"run": run, "progress": progress.to_dict()}, default=str))
+    else:
+        print(_run_line(run))
+        print(progress.line())
+    return 0
 
 
 def _run_line(run: dict[str, Any]) -> str:

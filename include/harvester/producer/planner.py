@@ -24,9 +24,9 @@ from pymongo.database import Database
 
 from harvester.config.model import SourceConfig
 from harvester.config.run_options import RunOptions
-from harvester.producer.packages import PackageStore
-from harvester.producer.runs import RunStore
 from harvester.producer.streams import prefetch
+from harvester.storage.packages import PackageStore
+from harvester.storage.runs import RunStore
 
 log = logging.getLogger(__name__)
 

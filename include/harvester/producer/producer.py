@@ -20,9 +20,9 @@ from pymongo.database import Database
 
 from harvester.config.model import SourceConfig
 from harvester.distributor.messages import TaskMessage
-from harvester.producer.packages import PackageStore, planned_task_id
 from harvester.producer.streams import prefetch
 from harvester.redis_keys import SourceKeys
+from harvester.storage.packages import PackageStore, planned_task_id
 
 log = logging.getLogger(__name__)
 

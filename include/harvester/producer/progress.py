@@ -16,9 +16,9 @@ from typing import Any
 import redis
 from pymongo.database import Database
 
-from harvester.producer.packages import PackageStatus, PackageStore
-from harvester.producer.runs import RunStore
 from harvester.redis_keys import SourceKeys
+from harvester.storage.packages import PackageStatus, PackageStore
+from harvester.storage.runs import RunStore
 
 DEAD_PAGE = 5000
 

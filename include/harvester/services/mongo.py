@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from harvester.connections import redact
+
+__all__ = ["MongoChoice", "airflow_connection_uri", "choose_mongo", "redact"]
+
 MongoKind = Literal["external", "mongod", "secantusdb"]
 
 
@@ -26,16 +30,6 @@ class MongoChoice:
             "mongod": f"a local mongod at {self.uri}",
             "secantusdb": f"the embedded stand-in SecantusDB at {self.uri} (slow; see README)",
         }[self.kind]
-
-
-def redact(uri: str) -> str:
-    """Hide a password in a URI before it is printed."""
-    if "@" not in uri or "://" not in uri:
-        return uri
-    scheme, rest = uri.split("://", 1)
-    credentials, host = rest.rsplit("@", 1)
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}"
 
 
 def choose_mongo(port: int, data_dir: Path, environ: dict[str, str] | None = None) -> MongoChoice:

@@ -37,9 +37,9 @@ def tcp_open(host: str, port: int) -> bool:
 
 
 def redis_ping(url: str) -> bool:
-    import redis
+    from harvester.connections import open_redis_client
 
-    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    client = open_redis_client(url, socket_timeout=1, socket_connect_timeout=1)
     try:
         return bool(client.ping())
     finally:
@@ -47,9 +47,9 @@ def redis_ping(url: str) -> bool:
 
 
 def mongo_ping(uri: str) -> bool:
-    import pymongo
+    from harvester.connections import open_mongo_client
 
-    client: pymongo.MongoClient = pymongo.MongoClient(uri, serverSelectionTimeoutMS=1000)
+    client = open_mongo_client(uri, serverSelectionTimeoutMS=1000, connectTimeoutMS=1000)
     try:
         return client.admin.command("ping").get("ok") == 1
     finally:

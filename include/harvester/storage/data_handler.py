@@ -18,8 +18,8 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from harvester.config.model import SourceConfig
+from harvester.connections import mongo_client
 from harvester.settings import HarvesterSettings
-from harvester.storage.mongo import mongo_client
 
 KEY_INDEX_NAME = "harvester_output_key"
 URL_INDEX_NAME = "harvester_url"
@@ -55,7 +55,8 @@ class DataHandler:
         return self.settings.output_sink == "discard"
 
     def database(self, source: SourceConfig) -> Database:
-        client = self._client or mongo_client(self.settings)
+        """The source's output database on the server its ``output.connection_id`` names."""
+        client = self._client or mongo_client(source.output.connection_id, self.settings)
         return client[source.output.database or self.settings.mongo_database]
 
     def collection(self, source: SourceConfig) -> Collection:

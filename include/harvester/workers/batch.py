@@ -25,6 +25,7 @@ from typing import Any
 import redis
 
 from harvester.config.model import SourceConfig
+from harvester.connections import MONGO_DEFAULT, REDIS_DEFAULT, mongo_client, redis_client
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.distributor.hosts import host_of
 from harvester.scraping.fetcher import Fetcher, FetchResult
@@ -50,7 +51,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 def discovered_task_id(source: str, run_id: str | None, package_id: int | None, url: str) -> str:
     """Deterministic, so a listing page processed twice discovers the very same tasks."""
     if run_id is not None and package_id is not None:
-        from harvester.producer.packages import planned_task_id
+        from harvester.storage.packages import planned_task_id
 
         return planned_task_id(source, run_id, package_id, url)
     return url_digest(f"{source}\x1f{run_id}\x1f{url}")
@@ -139,7 +140,7 @@ class BatchRunner:
 
     def __init__(self, settings: HarvesterSettings | None = None) -> None:
         self.settings = settings or get_settings()
-        self.redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=30, socket_connect_timeout=10)
+        self.redis = redis_client(REDIS_DEFAULT, self.settings)
         self.store = RateLimitStore(self.redis, self.settings)
         self.intake = Intake(self.redis, self.settings)
         self.urls = URLStore(self.redis)
@@ -154,10 +155,9 @@ class BatchRunner:
     @property
     def packages(self) -> Any:
         if self._packages is None:
-            from harvester.producer.packages import PackageStore
-            from harvester.storage.mongo import mongo_client
+            from harvester.storage.packages import PackageStore
 
-            self._packages = PackageStore(mongo_client(self.settings)[self.settings.mongo_database])
+            self._packages = PackageStore(mongo_client(MONGO_DEFAULT, self.settings)[self.settings.mongo_database])
         return self._packages
 
     @property

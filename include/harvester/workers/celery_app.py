@@ -8,25 +8,25 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Exchange, Queue
 
+from harvester.queues import (
+    DECLARED_QUEUES,
+    DEFAULT_QUEUE,
+    EXCHANGE_NAME,
+    PAGESLOTS_QUEUE,
+    PRIORITY_QUEUE,
+    kombu_queue,
+    page_slot_queue_name,
+)
 from harvester.settings import get_settings
 
-PRIORITY_QUEUE = "priority"
-DEFAULT_QUEUE = "default"
-PAGESLOTS_QUEUE = "pageslots"
+__all__ = ["DEFAULT_QUEUE", "PAGESLOTS_QUEUE", "PRIORITY_QUEUE", "app", "create_app", "declared_queues",
+           "harvester_exchange", "page_slot_queue_name"]
 
-harvester_exchange = Exchange("harvester", type="direct", durable=True)
-
-
-def page_slot_queue_name(country: str) -> str:
-    """The queue of one country's browser tasks (consumed by the page-slot workers)."""
-    return f"{PAGESLOTS_QUEUE}.{country}"
+harvester_exchange = Exchange(EXCHANGE_NAME, type="direct", durable=True)
 
 
 def declared_queues() -> tuple[Queue, ...]:
-    return tuple(
-        Queue(name, harvester_exchange, routing_key=name, durable=True)
-        for name in (PRIORITY_QUEUE, DEFAULT_QUEUE, PAGESLOTS_QUEUE)
-    )
+    return tuple(kombu_queue(name) for name in DECLARED_QUEUES)
 
 
 def create_app() -> Celery:

@@ -1,4 +1,4 @@
-"""Airflow adapter: one producer DAG per source file, and an import error for the files that do not load.
+"""The DAG factory: one producer DAG per source file, and an import error for the files that do not load.
 
 ``dags/harvest_sources.py`` declares the DAGs of the valid files; ``dags/harvest_source_errors.py``
 raises :class:`InvalidSourceFiles` naming each bad file, line and field, so the Airflow UI shows it
@@ -16,7 +16,14 @@ from pathlib import Path
 import attrs
 from airflow.sdk import DAG, Param
 
-from harvester.config.loader import SourceConfigError, SourceSet, load_sources
+from harvester.config.loader import (
+    SOURCE_SUFFIXES,
+    SourceConfigError,
+    SourceSet,
+    default_directory,
+    load_source_file,
+    load_sources,
+)
 from harvester.config.model import MAX_BATCH_SIZE, SourceConfig, format_duration
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM
 
@@ -91,8 +98,8 @@ def source_params(source: SourceConfig) -> dict[str, Param]:
 
 
 def build_source_dag(source: SourceConfig, file: Path | None = None) -> DAG:
-    """The producer DAG of one source; its tasks come from the producer component."""
-    from harvester.producer.airflow_tasks import add_producer_tasks
+    """The producer DAG of one source; its tasks are the producer's operators."""
+    from harvester.airflow.operators import add_producer_tasks
 
     tags = ["harvester", source.priority, source.render]
     if source.country:
@@ -138,7 +145,41 @@ def raise_for_invalid_sources(sources: SourceSet | None = None) -> None:
         raise InvalidSourceFiles(message)
 
 
+def dag_id_being_parsed() -> str | None:
+    """The DAG Airflow is parsing this file for (a task about to run, ``airflow dags test``), or None
+    when it wants them all (the DAG processor)."""
+    from airflow.sdk import get_parsing_context
+
+    return get_parsing_context().dag_id
+
+
+def _only_source(name: str) -> tuple[SourceConfig, Path] | None:
+    """The usual layout, ``<name>.yaml``, read alone (so a task start does not validate 500 files)."""
+    directory = default_directory()
+    for suffix in SOURCE_SUFFIXES:
+        path = directory / f"{name}{suffix}"
+        if path.is_file():
+            try:
+                source = load_source_file(path)
+            except SourceConfigError:
+                return None  # the full load reports it (and may find the name in another file)
+            return (source, path) if source.name == name else None
+    return None
+
+
 def build_source_dags(sources: SourceSet | None = None) -> list[DAG]:
-    """The DAG of every valid source; bad files are left to :func:`raise_for_invalid_sources`."""
+    """The DAG of every valid source; bad files are left to :func:`raise_for_invalid_sources`.
+
+    When Airflow parses the file for one DAG (``get_parsing_context().dag_id``: every task start
+    does) only that DAG is built, from its own file when the layout allows; otherwise all of them.
+    """
+    wanted = dag_id_being_parsed()
+    if wanted is not None and wanted.startswith(DAG_ID_PREFIX):
+        name = wanted.removeprefix(DAG_ID_PREFIX)
+        if sources is None and (found := _only_source(name)) is not None:
+            return [build_source_dag(*found)]
+        sources = sources if sources is not None else load_sources()
+        if name in sources.sources:
+            return [build_source_dag(sources.sources[name], sources.files.get(name))]
     sources = sources if sources is not None else load_sources()
     return [build_source_dag(source, sources.files.get(name)) for name, source in sources.sources.items()]

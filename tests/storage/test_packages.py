@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pymongo
 import pytest
-from harvester.producer.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
+from harvester.storage.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
 
 pytestmark = pytest.mark.integration
 

@@ -1,10 +1,12 @@
 """Airflow adapter of the producer: plan -> produce -> wait_for_harvest -> report in a source's DAG.
 
-The logic lives in planner / producer / progress; this module only resolves connections and wires
-tasks. MongoDB comes from Airflow's MongoHook (connection ``mongo_default`` or the source's own
-connection id); when that connection does not exist (``airflow dags test``, a bare machine) it
-falls back to ``HARVESTER_MONGO_URI``. An unreachable MongoDB fails the task with one clear line,
-and the DAG's retries apply; nothing is half-written because package creation is idempotent.
+The logic lives in planner / producer / progress; this module only wires tasks. Connection ids
+(``mongo_default``, the source's ``input.mongo.connection_id`` and ``output.connection_id``,
+``redis_default``) resolve through :mod:`harvester.connections`, which inside Airflow asks MongoHook
+/ BaseHook first and falls back to ``HARVESTER_MONGO_URI`` / ``HARVESTER_REDIS_URL`` when the
+connection does not exist (``airflow dags test``, a bare machine). An unreachable MongoDB fails the
+task with one clear line, and the DAG's retries apply; nothing is half-written because package
+creation is idempotent.
 """
 
 from __future__ import annotations
@@ -13,79 +15,34 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator, BaseSensorOperator
 
 from harvester.config.model import SourceConfig
-from harvester.services.mongo import redact
+from harvester.connections import (
+    MONGO_DEFAULT,
+    REDIS_DEFAULT,
+    MongoTarget,
+    MongoUnavailableError,
+    clear_mongo_errors,
+    mongo_client_for,
+    redis_client,
+    resolve_mongo,
+)
 from harvester.settings import HarvesterSettings, get_settings
 
 if TYPE_CHECKING:  # pymongo and redis load at run time only: DAG files import this module on every parse
-    import pymongo
     import pymongo.database
     import redis
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MONGO_CONNECTION = "mongo_default"
-
-
-class MongoUnavailableError(RuntimeError):
-    """MongoDB could not be reached; the message is the one line an operator needs."""
-
-
-@dataclass(frozen=True)
-class MongoTarget:
-    """Where one connection id points: its URI and client options (also handed to the triggerer)."""
-
-    connection_id: str
-    uri: str
-    via: str
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def client(self, settings: HarvesterSettings) -> pymongo.MongoClient:
-        import pymongo
-
-        options = {"serverSelectionTimeoutMS": settings.producer_mongo_timeout_ms, **self.options}
-        return pymongo.MongoClient(self.uri, **options)
-
-
-def resolve_mongo(connection_id: str, settings: HarvesterSettings | None = None) -> MongoTarget:
-    """The MongoDB of an Airflow connection, else HARVESTER_MONGO_URI."""
-    settings = settings or get_settings()
-    try:
-        from airflow.providers.mongo.hooks.mongo import MongoHook
-
-        hook = MongoHook(mongo_conn_id=connection_id)
-        options = dict(hook.extras)  # what MongoHook.get_conn passes to MongoClient
-        if hook.allow_insecure:
-            options["tlsAllowInvalidCertificates"] = True
-        return MongoTarget(connection_id, hook.uri, f"Airflow connection {connection_id}", options)
-    except Exception as error:  # AirflowNotFoundException lives in different modules across versions
-        if type(error).__name__ != "AirflowNotFoundException":
-            raise
-    if not settings.mongo_uri:
-        raise MongoUnavailableError(
-            f"no Airflow connection {connection_id!r} and HARVESTER_MONGO_URI is not set: cannot reach MongoDB"
-        )
-    return MongoTarget(connection_id, settings.mongo_uri, "HARVESTER_MONGO_URI")
-
-
-@contextlib.contextmanager
-def clear_mongo_errors(target: MongoTarget) -> Iterator[None]:
-    """Turn pymongo's long connection errors into one line naming the server (password hidden)."""
-    from pymongo.errors import ConnectionFailure, ServerSelectionTimeoutError
-
-    try:
-        yield
-    except (ServerSelectionTimeoutError, ConnectionFailure) as error:
-        first_line = str(error).split(",")[0].splitlines()[0][:200]
-        raise MongoUnavailableError(
-            f"MongoDB unreachable at {redact(target.uri)} ({target.via}): {first_line}"
-        ) from None
+__all__ = [
+    "HarvestSensor", "MongoUnavailableError", "PlanOperator", "ProduceOperator", "ReportOperator",
+    "add_producer_tasks", "output_asset", "plan_run", "produce_run", "report_run",
+]
 
 
 def output_database_name(source: SourceConfig, settings: HarvesterSettings | None = None) -> str:
@@ -102,45 +59,27 @@ def output_asset(source: SourceConfig) -> Asset:
 
 
 class _Connections:
-    """The clients one task needs, closed together."""
+    """The targets one task needs; clients come from the factory (cached per process, never closed here)."""
 
     def __init__(self, source: SourceConfig, settings: HarvesterSettings) -> None:
         self.settings = settings
-        self.main = resolve_mongo(DEFAULT_MONGO_CONNECTION, settings)
+        self.main = resolve_mongo(MONGO_DEFAULT, settings)
         self.output = resolve_mongo(source.output.connection_id, settings)
         self.input = resolve_mongo(source.input.mongo.connection_id, settings) if source.input.mongo else None
-        self._clients: dict[str, pymongo.MongoClient] = {}
-        self._redis: redis.Redis | None = None
 
     def database(self, target: MongoTarget, name: str) -> pymongo.database.Database:
-        key = f"{target.uri} {sorted(target.options.items())}"
-        if key not in self._clients:
-            self._clients[key] = target.client(self.settings)
-        return self._clients[key][name]
+        return mongo_client_for(target, self.settings)[name]
 
     @property
     def redis(self) -> redis.Redis:
-        if self._redis is None:
-            import redis
-
-            self._redis = redis.Redis.from_url(self.settings.redis_url)
-        return self._redis
-
-    def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        if self._redis is not None:
-            self._redis.close()
+        return redis_client(REDIS_DEFAULT, self.settings)
 
 
 @contextlib.contextmanager
 def _connections(source: SourceConfig) -> Iterator[_Connections]:
     connections = _Connections(source, get_settings())
-    try:
-        with clear_mongo_errors(connections.main):
-            yield connections
-    finally:
-        connections.close()
+    with clear_mongo_errors(connections.main):
+        yield connections
 
 
 def plan_run(source: SourceConfig, airflow_run_id: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -167,7 +106,7 @@ def plan_run(source: SourceConfig, airflow_run_id: str, params: dict[str, Any] |
 def produce_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
     from harvester.distributor.intake import Intake
     from harvester.producer.producer import Producer
-    from harvester.producer.runs import RunStore
+    from harvester.storage.runs import RunStore
 
     with _connections(source) as connections:
         settings = connections.settings
@@ -233,20 +172,18 @@ class HarvestSensor(BaseSensorOperator):
             return super().execute(context)
         if self.poke(context):
             return None
-        from harvester.producer.triggers import HarvestProgressTrigger
+        from harvester.airflow.triggers import HarvestProgressTrigger
 
         settings = get_settings()
-        main = resolve_mongo(DEFAULT_MONGO_CONNECTION, settings)
-        output = resolve_mongo(self.source.output.connection_id, settings)
         self.defer(
             trigger=HarvestProgressTrigger(
                 source=self.source.name, run_id=self._run_id(context),
                 output_collection=self.source.output_collection,
-                mongo_uri=main.uri, database=settings.mongo_database, mongo_options=main.options,
-                output_mongo_uri=output.uri, output_database=output_database_name(self.source, settings),
-                output_mongo_options=output.options,
-                redis_url=settings.redis_url, poll_seconds=float(self.poke_interval),
-                deadline=time.time() + float(self.timeout), mongo_timeout_ms=settings.producer_mongo_timeout_ms,
+                mongo_connection_id=MONGO_DEFAULT, database=settings.mongo_database,
+                output_connection_id=self.source.output.connection_id,
+                output_database=output_database_name(self.source, settings),
+                redis_connection_id=REDIS_DEFAULT, poll_seconds=float(self.poke_interval),
+                deadline=time.time() + float(self.timeout),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout) + 5 * float(self.poke_interval)),

@@ -1,0 +1,87 @@
+"""Airflow adapter: the trigger behind ``wait_for_harvest``. It runs in the triggerer, not a worker slot.
+
+Every poll it settles dead-lettered tasks, measures the run and logs one progress line, which
+Airflow shows in the sensor's task log while the run is deferred. It carries connection ids, never
+URIs (the trigger table would hold the passwords): the triggerer resolves them itself, through
+Airflow's ``aget_connection`` first, then ``AIRFLOW_CONN_<ID>`` and the HARVESTER_* defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pymongo
+import redis
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from harvester.connections import (
+    MONGO_DEFAULT,
+    REDIS_DEFAULT,
+    aresolve_mongo,
+    aresolve_redis,
+    mongo_client_for,
+    redis_client_for,
+)
+from harvester.producer.progress import RunMonitor
+
+
+class HarvestProgressTrigger(BaseTrigger):
+    """Fires once every package of the run is finished (or its remaining tasks are dead), or at the deadline."""
+
+    def __init__(self, source: str, run_id: str, output_collection: str, database: str, output_database: str,
+                 poll_seconds: float, deadline: float, mongo_connection_id: str = MONGO_DEFAULT,
+                 output_connection_id: str = MONGO_DEFAULT, redis_connection_id: str = REDIS_DEFAULT) -> None:
+        super().__init__()
+        self.source = source
+        self.run_id = run_id
+        self.output_collection = output_collection
+        self.database = database
+        self.output_database = output_database
+        self.poll_seconds = poll_seconds
+        self.deadline = deadline
+        self.mongo_connection_id = mongo_connection_id
+        self.output_connection_id = output_connection_id
+        self.redis_connection_id = redis_connection_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "source": self.source, "run_id": self.run_id, "output_collection": self.output_collection,
+                "database": self.database, "output_database": self.output_database,
+                "poll_seconds": self.poll_seconds, "deadline": self.deadline,
+                "mongo_connection_id": self.mongo_connection_id,
+                "output_connection_id": self.output_connection_id,
+                "redis_connection_id": self.redis_connection_id,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        monitor = await self._monitor()
+        while True:
+            try:
+                progress = await asyncio.to_thread(monitor.measure, self.source, self.output_collection, self.run_id)
+            except (pymongo.errors.PyMongoError, redis.RedisError) as error:
+                # A blip must not fail a long run: log it and look again at the next poll.
+                self.log.warning("progress of %s unavailable for now: %s", self.run_id, str(error).splitlines()[0])
+            else:
+                self.log.info("%s", progress.line())
+                if progress.complete:
+                    yield TriggerEvent({"status": "complete", "progress": progress.to_dict()})
+                    return
+                if time.time() >= self.deadline:
+                    yield TriggerEvent({"status": "timeout", "progress": progress.to_dict()})
+                    return
+            await asyncio.sleep(self.poll_seconds)
+
+    async def _monitor(self) -> RunMonitor:
+        """Resolve the ids in the triggerer; the clients are the triggerer process's cached ones, shared
+        by every trigger it runs (one pool per server, not one per deferred sensor)."""
+        main = await aresolve_mongo(self.mongo_connection_id)
+        output = await aresolve_mongo(self.output_connection_id)
+        redis_target = await aresolve_redis(self.redis_connection_id)
+        return RunMonitor(mongo_client_for(main)[self.database], mongo_client_for(output)[self.output_database],
+                          redis_client_for(redis_target))

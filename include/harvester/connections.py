@@ -1,0 +1,431 @@
+"""The one connection factory: a connection id in, one cached MongoDB or Redis client out (Airflow-hook style).
+
+Every MongoClient and redis client of Harvester is built here, so the client options (timeouts,
+tz-aware datetimes, retries) are the same in the Airflow tasks, the triggerer, the workers, the
+distributor and the CLI, and a source's ``output.connection_id`` means the same server everywhere.
+
+How an id resolves, first answer wins:
+
+1. resolvers registered with :func:`register_resolver` (inside Airflow, ``harvester.airflow``
+   registers one that asks MongoHook / BaseHook, so the Airflow UI's connections apply);
+2. the environment variable ``AIRFLOW_CONN_<ID>`` in Airflow's URI or JSON form (compose sets them);
+3. the default: ``HARVESTER_MONGO_URI`` / ``HARVESTER_REDIS_URL`` (a plain pymongo / redis-py URL,
+   ``rediss://`` and ``unix://`` included), so a bare machine and ``airflow dags test`` still run.
+
+This module never imports Airflow: it is a leaf every component may use. Clients are cached per
+process id (pymongo and redis pools do not survive a fork: a Celery prefork child makes its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
+
+from harvester.settings import HarvesterSettings, get_settings
+
+if TYPE_CHECKING:  # the clients load when first asked for: DAG files import this module on every parse
+    import pymongo
+    import redis
+
+log = logging.getLogger(__name__)
+
+MONGO_DEFAULT = "mongo_default"
+REDIS_DEFAULT = "redis_default"
+ENVIRONMENT_PREFIX = "AIRFLOW_CONN_"
+
+# Client options, in this one place. Connection extras may override the MongoDB ones (as MongoHook lets them).
+MONGO_CONNECT_TIMEOUT_MS = 10_000
+MONGO_SOCKET_TIMEOUT_MS = 120_000  # a bulk_write of a large batch on the slow stand-in still fits
+REDIS_SOCKET_TIMEOUT_SECONDS = 30.0
+REDIS_CONNECT_TIMEOUT_SECONDS = 10.0
+REDIS_HEALTH_CHECK_SECONDS = 30
+BLOCKING_MARGIN_SECONDS = 10.0  # a blocking read's socket outlasts the longest block by this much
+# Redis commands are not retried by the client: a Lua admission whose reply was lost would reserve
+# capacity twice. Callers wait outages out themselves (the distributor backs off, leases expire).
+REDIS_CLIENT_RETRIES = 0
+
+_REDIS_SSL_EXTRAS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_keyfile", "ssl_certfile", "ssl_check_hostname")
+
+
+class ConnectionNotFound(LookupError):
+    """No resolver knows the id and there is no default to fall back to."""
+
+
+class MongoUnavailableError(RuntimeError):
+    """MongoDB could not be reached; the message is the one line an operator needs (password hidden)."""
+
+
+def redact(uri: str) -> str:
+    """Hide a password in a URI before it is printed or logged."""
+    if "@" not in uri or "://" not in uri:
+        return uri
+    scheme, rest = uri.split("://", 1)
+    credentials, host = rest.rsplit("@", 1)
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"
+
+
+# -- what an id points at ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConnectionFields:
+    """The fields of an Airflow connection, read without Airflow (``AIRFLOW_CONN_<ID>`` values)."""
+
+    conn_type: str
+    host: str | None = None
+    port: int | None = None
+    login: str | None = None
+    password: str | None = None
+    schema: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_uri(cls, uri: str) -> ConnectionFields:
+        """Parse as Airflow's ``Connection(uri=...)`` does (query parameters become the extras,
+        or ``__extra__`` holds them as JSON)."""
+        parts = urlsplit(uri)
+        conn_type = parts.scheme.replace("-", "_")
+        if conn_type == "postgresql":
+            conn_type = "postgres"
+        extra: dict[str, Any] = {}
+        if parts.query:
+            query = dict(parse_qsl(parts.query, keep_blank_values=True))
+            extra = json.loads(query["__extra__"]) if "__extra__" in query else query
+        schema = unquote(parts.path[1:]) if parts.path[1:] else None
+        return cls(
+            conn_type=conn_type, host=unquote(parts.hostname) if parts.hostname else None, port=parts.port,
+            login=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None, schema=schema, extra=extra,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ConnectionFields:
+        data = json.loads(text)
+        extra = data.get("extra") or {}
+        if isinstance(extra, str):
+            extra = json.loads(extra) if extra.strip() else {}
+        port = data.get("port")
+        return cls(conn_type=str(data.get("conn_type") or ""), host=data.get("host"),
+                   port=int(port) if port not in (None, "") else None, login=data.get("login"),
+                   password=data.get("password"), schema=data.get("schema"), extra=extra)
+
+    @classmethod
+    def from_environment_value(cls, value: str) -> ConnectionFields:
+        """JSON when it starts with ``{`` (as Airflow decides), else a connection URI."""
+        value = value.strip()
+        return cls.from_json(value) if value.startswith("{") else cls.from_uri(value)
+
+
+@dataclass(frozen=True)
+class MongoTarget:
+    """Where a connection id points: a pymongo URI, the connection's client options, and where it came from."""
+
+    connection_id: str
+    uri: str
+    via: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def redacted_uri(self) -> str:
+        return redact(self.uri)
+
+    def cache_key(self) -> tuple[str, str]:
+        return self.uri, json.dumps(dict(self.options), sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """Where a connection id points: a redis-py URL (``redis://``, ``rediss://``, ``unix://``) and options."""
+
+    connection_id: str
+    url: str
+    via: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def redacted_url(self) -> str:
+        return redact(self.url)
+
+    def cache_key(self) -> tuple[str, str]:
+        return self.url, json.dumps(dict(self.options), sort_keys=True, default=str)
+
+
+def _true(value: Any) -> bool:
+    return str(value).lower() == "true"
+
+
+def mongo_target_from_fields(connection_id: str, fields: ConnectionFields, via: str) -> MongoTarget:
+    """The URI and options MongoHook would give MongoClient for this connection (its extras kept)."""
+    extras = dict(fields.extra)
+    srv = _true(extras.pop("srv", False)) or fields.conn_type == "mongodb+srv"
+    netloc = fields.host or ""
+    if fields.login is not None and fields.password is not None:
+        netloc = f"{quote_plus(fields.login)}:{quote_plus(fields.password)}@{netloc}"
+    if fields.port:
+        netloc = f"{netloc}:{fields.port}"
+    path = f"/{fields.schema}" if fields.schema else ""
+    uri = urlunsplit(("mongodb+srv" if srv else "mongodb", netloc, path, "", ""))
+    allow_insecure = _true(extras.pop("allow_insecure", "false"))
+    if allow_insecure and (_true(extras.get("ssl", "false")) or _true(extras.get("tls", "false"))):
+        extras.pop("ssl", None)
+        extras["tlsAllowInvalidCertificates"] = True
+    return MongoTarget(connection_id, uri, via, extras)
+
+
+def redis_target_from_fields(connection_id: str, fields: ConnectionFields, via: str) -> RedisTarget:
+    """The redis-py URL of an Airflow Redis connection, read as RedisHook reads it (``db`` and the ssl
+    options from the extras), plus what RedisHook cannot say: conn_type ``rediss`` means TLS and
+    ``unix`` a socket path (``unix:///run/redis.sock``). The URI's path also gives the db (``/0``)."""
+    extras = dict(fields.extra)
+    if _true(extras.get("cluster", False)):
+        raise ValueError(f"Redis connection {connection_id!r} is a cluster connection; Harvester needs one "
+                         "primary (the Lua scripts keep each source's keys in one hash slot)")
+    password = None if str(fields.password).lower() in ("none", "false", "") else fields.password
+    auth = ""
+    if fields.login or password:
+        auth = quote(fields.login or "", safe="") + (f":{quote(password, safe='')}" if password else "") + "@"
+    options = {name: extras[name] for name in _REDIS_SSL_EXTRAS if name in extras}
+    if fields.conn_type == "unix":
+        path = "/" + (fields.schema or "").lstrip("/")
+        db = extras.get("db", 0)
+        return RedisTarget(connection_id, f"unix://{auth}{path}?db={db}", via, options)
+    database = extras.get("db")
+    if database is None:
+        database = fields.schema if fields.schema and fields.schema.isdigit() else 0
+    tls = fields.conn_type == "rediss" or _true(extras.get("ssl", False))
+    netloc = f"{auth}{fields.host or '127.0.0.1'}:{fields.port or 6379}"
+    return RedisTarget(connection_id, f"{'rediss' if tls else 'redis'}://{netloc}/{database}", via, options)
+
+
+# -- resolving ids ----------------------------------------------------------------------------------
+class ConnectionResolver(Protocol):
+    """Turns a connection id into a target, or None when it does not know the id."""
+
+    def mongo(self, connection_id: str) -> MongoTarget | None: ...
+
+    def redis(self, connection_id: str) -> RedisTarget | None: ...
+
+
+class EnvironmentResolver:
+    """``AIRFLOW_CONN_<ID>`` variables, in Airflow's URI or JSON form, read without Airflow."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self.environ = environ
+
+    def fields(self, connection_id: str) -> tuple[ConnectionFields, str] | None:
+        name = ENVIRONMENT_PREFIX + connection_id.upper()
+        value = (self.environ if self.environ is not None else os.environ).get(name)
+        if not value:
+            return None
+        return ConnectionFields.from_environment_value(value), f"environment variable {name}"
+
+    def mongo(self, connection_id: str) -> MongoTarget | None:
+        found = self.fields(connection_id)
+        return mongo_target_from_fields(connection_id, *found) if found else None
+
+    def redis(self, connection_id: str) -> RedisTarget | None:
+        found = self.fields(connection_id)
+        return redis_target_from_fields(connection_id, *found) if found else None
+
+
+_resolvers: list[ConnectionResolver] = []
+_environment = EnvironmentResolver()
+_warned_fallbacks: set[tuple[str, str]] = set()
+
+
+def register_resolver(resolver: ConnectionResolver) -> None:
+    """Consult ``resolver`` before the environment (once per resolver type: re-imports do not stack)."""
+    if not any(type(known) is type(resolver) for known in _resolvers):
+        _resolvers.insert(0, resolver)
+
+
+def unregister_resolver(resolver: ConnectionResolver) -> None:
+    with contextlib.suppress(ValueError):
+        _resolvers.remove(resolver)
+
+
+def registered_resolvers() -> tuple[ConnectionResolver, ...]:
+    return tuple(_resolvers)
+
+
+def _fallback(kind: str, connection_id: str, default: str | None, variable: str) -> str:
+    if not default:
+        raise ConnectionNotFound(f"no connection {connection_id!r} and {variable} is not set: cannot reach {kind}")
+    if connection_id not in (MONGO_DEFAULT, REDIS_DEFAULT) and (kind, connection_id) not in _warned_fallbacks:
+        _warned_fallbacks.add((kind, connection_id))
+        log.warning("no connection %r is defined: %s uses %s", connection_id, kind, variable)
+    return default
+
+
+def _mongo_from_environment(connection_id: str, settings: HarvesterSettings | None) -> MongoTarget:
+    if (target := _environment.mongo(connection_id)) is not None:
+        return target
+    uri = _fallback("MongoDB", connection_id, (settings or get_settings()).mongo_uri, "HARVESTER_MONGO_URI")
+    return MongoTarget(connection_id, uri, "HARVESTER_MONGO_URI")
+
+
+def _redis_from_environment(connection_id: str, settings: HarvesterSettings | None) -> RedisTarget:
+    if (target := _environment.redis(connection_id)) is not None:
+        return target
+    url = _fallback("Redis", connection_id, (settings or get_settings()).redis_url, "HARVESTER_REDIS_URL")
+    return RedisTarget(connection_id, url, "HARVESTER_REDIS_URL")
+
+
+def resolve_mongo(connection_id: str = MONGO_DEFAULT, settings: HarvesterSettings | None = None) -> MongoTarget:
+    """Where ``connection_id`` points: a registered resolver, ``AIRFLOW_CONN_<ID>``, else HARVESTER_MONGO_URI."""
+    for resolver in _resolvers:
+        if (target := resolver.mongo(connection_id)) is not None:
+            return target
+    return _mongo_from_environment(connection_id, settings)
+
+
+def resolve_redis(connection_id: str = REDIS_DEFAULT, settings: HarvesterSettings | None = None) -> RedisTarget:
+    """Where ``connection_id`` points: a registered resolver, ``AIRFLOW_CONN_<ID>``, else HARVESTER_REDIS_URL."""
+    for resolver in _resolvers:
+        if (target := resolver.redis(connection_id)) is not None:
+            return target
+    return _redis_from_environment(connection_id, settings)
+
+
+async def aresolve_mongo(connection_id: str = MONGO_DEFAULT,
+                         settings: HarvesterSettings | None = None) -> MongoTarget:
+    """:func:`resolve_mongo` for an event loop (the triggerer): a resolver's ``amongo`` is awaited."""
+    for resolver in _resolvers:
+        method = getattr(resolver, "amongo", None)
+        target = await method(connection_id) if method is not None else resolver.mongo(connection_id)
+        if target is not None:
+            return target
+    return _mongo_from_environment(connection_id, settings)
+
+
+async def aresolve_redis(connection_id: str = REDIS_DEFAULT,
+                         settings: HarvesterSettings | None = None) -> RedisTarget:
+    """:func:`resolve_redis` for an event loop (the triggerer): a resolver's ``aredis`` is awaited."""
+    for resolver in _resolvers:
+        method = getattr(resolver, "aredis", None)
+        target = await method(connection_id) if method is not None else resolver.redis(connection_id)
+        if target is not None:
+            return target
+    return _redis_from_environment(connection_id, settings)
+
+
+# -- building clients -------------------------------------------------------------------------------
+def mongo_client_options(settings: HarvesterSettings | None = None) -> dict[str, Any]:
+    """The options of every MongoClient: bounded waits, and tz-aware datetimes (harvest times are UTC)."""
+    settings = settings or get_settings()
+    return {
+        "serverSelectionTimeoutMS": settings.producer_mongo_timeout_ms,
+        "connectTimeoutMS": MONGO_CONNECT_TIMEOUT_MS,
+        "socketTimeoutMS": MONGO_SOCKET_TIMEOUT_MS,
+        "tz_aware": True,
+    }
+
+
+def redis_client_options(socket_timeout: float = REDIS_SOCKET_TIMEOUT_SECONDS) -> dict[str, Any]:
+    """The options of every redis client: bounded waits, a health check on idle connections, no blind retry."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_SECONDS,
+        "health_check_interval": REDIS_HEALTH_CHECK_SECONDS,
+        "retry": Retry(NoBackoff(), REDIS_CLIENT_RETRIES),
+    }
+
+
+def open_mongo_client(target: MongoTarget | str, settings: HarvesterSettings | None = None,
+                      **overrides: Any) -> pymongo.MongoClient:
+    """A new, uncached client the caller closes (readiness probes, short-lived tools); ``overrides``
+    win over the connection's options, which win over :func:`mongo_client_options`."""
+    import pymongo
+
+    if isinstance(target, str):
+        target = MongoTarget("(uri)", target, "a URI")
+    return pymongo.MongoClient(target.uri, **{**mongo_client_options(settings), **target.options, **overrides})
+
+
+def open_redis_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
+    """A new, uncached client the caller closes. ``from_url`` picks the connection class from the
+    scheme, so ``rediss://`` is TLS and ``unix://`` a socket."""
+    import redis
+
+    if isinstance(target, str):
+        target = RedisTarget("(url)", target, "a URL")
+    return redis.Redis.from_url(target.url, **{**redis_client_options(), **target.options, **overrides})
+
+
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _cached(key: tuple[Any, ...], build: Any) -> Any:
+    key = (os.getpid(), *key)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = build()
+        return client
+
+
+def mongo_client(connection_id: str = MONGO_DEFAULT, settings: HarvesterSettings | None = None) -> pymongo.MongoClient:
+    """This process's client of ``connection_id`` (made on first use, shared by its threads)."""
+    target = resolve_mongo(connection_id, settings)
+    return mongo_client_for(target, settings)
+
+
+def mongo_client_for(target: MongoTarget, settings: HarvesterSettings | None = None) -> pymongo.MongoClient:
+    """This process's client of an already resolved target (the triggerer resolves asynchronously)."""
+    return _cached(("mongo", *target.cache_key()), lambda: open_mongo_client(target, settings))
+
+
+def redis_client(connection_id: str = REDIS_DEFAULT, settings: HarvesterSettings | None = None, *,
+                 blocking_seconds: float | None = None) -> redis.Redis:
+    """This process's client of ``connection_id``. ``blocking_seconds``: a separate client for blocking
+    reads (BLPOP) that long, whose socket timeout outlasts them."""
+    return redis_client_for(resolve_redis(connection_id, settings), blocking_seconds=blocking_seconds)
+
+
+def redis_client_for(target: RedisTarget, *, blocking_seconds: float | None = None) -> redis.Redis:
+    overrides = {} if blocking_seconds is None else {"socket_timeout": blocking_seconds + BLOCKING_MARGIN_SECONDS}
+    return _cached(("redis", *target.cache_key(), blocking_seconds),
+                   lambda: open_redis_client(target, **overrides))
+
+
+def blocking_twin(client: redis.Redis, blocking_seconds: float) -> redis.Redis:
+    """A client on the same server as ``client`` (same connection class: TLS and unix sockets kept)
+    with its own pool, for blocking reads of up to ``blocking_seconds``."""
+    import redis
+
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, "socket_timeout": blocking_seconds + BLOCKING_MARGIN_SECONDS}
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+
+
+def close_clients() -> None:
+    """Close and forget this process's cached clients (tests; a process about to exit)."""
+    with _clients_lock:
+        mine = [key for key in _clients if key[0] == os.getpid()]
+        for key in mine:
+            with contextlib.suppress(Exception):
+                _clients.pop(key).close()
+
+
+@contextlib.contextmanager
+def clear_mongo_errors(target: MongoTarget) -> Iterator[None]:
+    """Turn pymongo's long connection errors into one line naming the server (password hidden)."""
+    from pymongo.errors import ConnectionFailure, ServerSelectionTimeoutError
+
+    try:
+        yield
+    except (ServerSelectionTimeoutError, ConnectionFailure) as error:
+        first_line = str(error).split(",")[0].splitlines()[0][:200]
+        raise MongoUnavailableError(
+            f"MongoDB unreachable at {target.redacted_uri} ({target.via}): {first_line}"
+        ) from None
