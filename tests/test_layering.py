@@ -1,0 +1,158 @@
+"""The package's layering, read from the source with ``ast`` (every import: top level, inside functions,
+under TYPE_CHECKING): only ``harvester.airflow`` imports Airflow, components never import each other
+in a circle, and the leaf modules (settings, keys, queue names, the connection factory) import no
+component, so any component may use them."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from harvester.settings import REPOSITORY_ROOT
+
+pytestmark = pytest.mark.unit
+
+PACKAGE = REPOSITORY_ROOT / "include" / "harvester"
+AIRFLOW_ADAPTERS = "airflow"
+LEAF_MODULES = {"settings", "redis_keys", "queues", "connections", "errors"}
+ENTRY_POINTS = {"cli"}  # the `harvester` command lists every component's commands; nothing imports it
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> list[tuple[str, int]]:
+    """Every module ``path`` imports, absolute (relative imports resolved), with its line."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            found.append((target, node.lineno))
+            # `from harvester import storage` imports the sub-package storage
+            found += [(f"{target}.{alias.name}", node.lineno) for alias in node.names if target == "harvester"]
+    return found
+
+
+def component_of(module: str) -> str | None:
+    """The first sub-package (or top-level module) under harvester; None for the package itself."""
+    parts = module.split(".")
+    if parts[0] != "harvester" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def component_graph() -> dict[str, dict[str, list[str]]]:
+    """component -> imported component -> the ``file:line`` places that import it."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path in modules():
+        source = component_of(module_name(path))
+        if source is None:
+            continue
+        for target_module, line in imported_modules(path):
+            target = component_of(target_module)
+            if target is not None and target != source:
+                graph[source][target].append(f"{path.relative_to(REPOSITORY_ROOT)}:{line}")
+    return graph
+
+
+def find_cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """Every strongly connected group of more than one component (Tarjan), each as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in graph.get(node, {}):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted({*graph, *(target for targets in graph.values() for target in targets)}):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_only_the_airflow_adapters_import_airflow() -> None:
+    stray = [
+        f"{path.relative_to(REPOSITORY_ROOT)}:{line}: import {target}"
+        for path in modules() if component_of(module_name(path)) != AIRFLOW_ADAPTERS
+        for target, line in imported_modules(path) if target == "airflow" or target.startswith("airflow.")
+    ]
+    assert stray == [], "Airflow imported outside harvester/airflow/:\n" + "\n".join(stray)
+
+
+def test_no_import_cycle_between_components() -> None:
+    graph = component_graph()
+    cycles = find_cycles(graph)
+    detail = [
+        f"{' <-> '.join(group)}: " + "; ".join(
+            f"{source} -> {target} ({', '.join(graph[source][target][:3])})"
+            for source in group for target in group if target in graph.get(source, {}))
+        for group in cycles
+    ]
+    assert cycles == [], "import cycles between components:\n" + "\n".join(detail)
+
+
+def test_leaf_modules_import_no_component() -> None:
+    offending = [
+        f"{leaf} -> {target} ({', '.join(places)})"
+        for leaf in LEAF_MODULES & set(component_graph())
+        for target, places in component_graph()[leaf].items() if target not in LEAF_MODULES
+    ]
+    assert offending == [], "leaf modules must not import components:\n" + "\n".join(offending)
+
+
+def test_every_top_level_module_is_classified() -> None:
+    """A new top-level module is either a leaf (imports no component) or an entry point, decided on purpose."""
+    top_level = {path.stem for path in PACKAGE.glob("*.py") if path.name != "__init__.py"}
+    assert top_level - LEAF_MODULES - ENTRY_POINTS == set()
+
+
+def test_the_checks_see_function_level_imports_and_cycles(tmp_path: Path) -> None:
+    """The helpers themselves: an import inside a function is found, and a two-component loop is a cycle."""
+    module = tmp_path / "probe.py"
+    module.write_text("def later():\n    from harvester.workers import batch\n    import airflow.sdk\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, tmp_path
+    try:
+        assert [target for target, _ in imported_modules(module)] == ["harvester.workers", "airflow.sdk"]
+    finally:
+        PACKAGE = saved
+    assert find_cycles({"a": {"b": ["x"]}, "b": {"c": ["y"]}, "c": {"a": ["z"]}, "d": {"a": ["w"]}}) == [
+        ["a", "b", "c"]]
+    assert find_cycles({"a": {"b": ["x"]}}) == []
