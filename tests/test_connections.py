@@ -1,0 +1,245 @@
+"""The connection factory: ids from Airflow, from ``AIRFLOW_CONN_<ID>``, the HARVESTER_* defaults, TLS and
+unix-socket URLs kept, one client per process, and the options every client gets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from harvester import connections
+from harvester.connections import (
+    ConnectionFields,
+    ConnectionNotFound,
+    EnvironmentResolver,
+    blocking_twin,
+    mongo_client,
+    redis_client,
+    resolve_mongo,
+    resolve_redis,
+)
+from harvester.services import readiness
+from harvester.services.mongo import airflow_connection_uri
+from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
+
+from tests.fixtures.servers import ServerProcess
+
+SETTINGS = HarvesterSettings(mongo_uri="mongodb://127.0.0.1:1/?directConnection=true",
+                             redis_url="redis://127.0.0.1:1/0", producer_mongo_timeout_ms=1234)
+
+
+@pytest.fixture(autouse=True)
+def _no_connection_variables(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in list(os.environ):
+        if name.startswith("AIRFLOW_CONN_"):
+            monkeypatch.delenv(name)
+    yield
+    connections.close_clients()
+
+
+# -- resolution -----------------------------------------------------------------------------------
+@pytest.mark.unit
+def test_defaults_are_harvester_mongo_uri_and_harvester_redis_url() -> None:
+    mongo = resolve_mongo("mongo_default", SETTINGS)
+    assert (mongo.uri, mongo.via, dict(mongo.options)) == (SETTINGS.mongo_uri, "HARVESTER_MONGO_URI", {})
+    target = resolve_redis("redis_default", SETTINGS)
+    assert (target.url, target.via) == (SETTINGS.redis_url, "HARVESTER_REDIS_URL")
+
+
+@pytest.mark.unit
+def test_without_any_default_the_error_names_the_id_and_the_variable() -> None:
+    with pytest.raises(ConnectionNotFound, match="'mongo_archive' and HARVESTER_MONGO_URI is not set"):
+        resolve_mongo("mongo_archive", HarvesterSettings(mongo_uri=None))
+
+
+@pytest.mark.unit
+def test_ids_from_the_environment_in_uri_form_win_over_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the form `make run` writes: airflow_connection_uri of the stack's MongoDB
+    monkeypatch.setenv("AIRFLOW_CONN_MONGO_ARCHIVE",
+                       airflow_connection_uri("mongodb://reader:s%40cret@10.1.2.3:27018/?directConnection=true"))
+    monkeypatch.setenv("AIRFLOW_CONN_REDIS_DEFAULT", "redis://:pw@cache.internal:6390/2")
+    mongo = resolve_mongo("mongo_archive", SETTINGS)
+    assert mongo.uri == "mongodb://reader:s%40cret@10.1.2.3:27018"
+    assert dict(mongo.options) == {"directConnection": "true"}
+    assert mongo.via == "environment variable AIRFLOW_CONN_MONGO_ARCHIVE"
+    assert "s%40cret" not in mongo.redacted_uri and "10.1.2.3:27018" in mongo.redacted_uri
+    assert resolve_redis("redis_default", SETTINGS).url == "redis://:pw@cache.internal:6390/2"
+
+
+@pytest.mark.unit
+def test_ids_from_the_environment_in_json_form() -> None:
+    environ = {"AIRFLOW_CONN_MONGO_SECOND": json.dumps({
+        "conn_type": "mongo", "host": "db2", "port": 27017, "login": "u", "password": "p w", "schema": "admin",
+        "extra": {"srv": False, "replicaSet": "rs0", "ssl": True, "allow_insecure": True}})}
+    target = EnvironmentResolver(environ).mongo("mongo_second")
+    assert target is not None and target.uri == "mongodb://u:p+w@db2:27017/admin"
+    assert dict(target.options) == {"replicaSet": "rs0", "tlsAllowInvalidCertificates": True}
+    assert EnvironmentResolver(environ).mongo("mongo_third") is None
+
+
+@pytest.mark.unit
+def test_redis_connection_fields_read_like_redis_hook_plus_tls_and_unix() -> None:
+    def url(value: str) -> str:
+        target = EnvironmentResolver({"AIRFLOW_CONN_R": value}).redis("r")
+        assert target is not None
+        return target.url
+
+    assert url("redis://redis:6379/0") == "redis://redis:6379/0"
+    assert url('{"conn_type": "redis", "host": "h", "port": 1, "extra": {"db": 4}}') == "redis://h:1/4"
+    assert url('{"conn_type": "redis", "host": "h", "password": "pw", "extra": {"ssl": true}}') == "rediss://:pw@h:6379/0"
+    assert url("rediss://user:pw@h:6380/1") == "rediss://user:pw@h:6380/1"
+    assert url("unix:///run/redis/redis.sock?db=2") == "unix:///run/redis/redis.sock?db=2"
+    with pytest.raises(ValueError, match="cluster"):
+        url('{"conn_type": "redis", "host": "h", "extra": {"cluster": true}}')
+
+
+@pytest.mark.unit
+def test_uri_parsing_matches_airflow_for_the_forms_we_document() -> None:
+    fields = ConnectionFields.from_uri("mongo://user:p%40ss@host:27017/db?authSource=admin&tls=true")
+    assert fields == ConnectionFields("mongo", "host", 27017, "user", "p@ss", "db",
+                                      {"authSource": "admin", "tls": "true"})
+    extra = ConnectionFields.from_uri("redis://h:1/?__extra__=%7B%22db%22%3A+3%7D")
+    assert extra.extra == {"db": 3}
+
+
+@pytest.mark.unit
+@pytest.mark.airflow
+def test_ids_resolve_through_airflow_like_the_environment_does(tmp_path: Path) -> None:
+    """A real Airflow (scratch AIRFLOW_HOME, subprocess): MongoHook and BaseHook.get_connection /
+    aget_connection give the same targets as the Airflow-free reading of the same variables."""
+    script = textwrap.dedent("""
+        import asyncio, json
+        import harvester.airflow  # registers the Airflow resolver
+        from harvester.airflow.connections import AirflowConnectionResolver
+        from harvester.connections import EnvironmentResolver, registered_resolvers, resolve_mongo, resolve_redis
+        airflow, environment = AirflowConnectionResolver(), EnvironmentResolver()
+        strip = lambda target: None if target is None else [target.uri if hasattr(target, "uri") else target.url,
+                                                            dict(target.options)]
+        answer = {
+            "registered": [type(resolver).__name__ for resolver in registered_resolvers()],
+            "mongo": [strip(airflow.mongo("mongo_second")), strip(environment.mongo("mongo_second"))],
+            "amongo": strip(asyncio.run(airflow.amongo("mongo_second"))),
+            "redis": [strip(airflow.redis("redis_tls")), strip(environment.redis("redis_tls"))],
+            "aredis": strip(asyncio.run(airflow.aredis("redis_tls"))),
+            "missing": strip(airflow.mongo("mongo_missing")),
+            "via": [resolve_mongo("mongo_second").via, resolve_redis("redis_tls").via,
+                    resolve_mongo("mongo_default").via],
+        }
+        print(json.dumps(answer))
+    """)
+    environment = {
+        **os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PYTHONPATH": str(REPOSITORY_ROOT / "include"), "HARVESTER_MONGO_URI": "mongodb://127.0.0.1:1/",
+        "AIRFLOW_CONN_MONGO_SECOND": json.dumps({
+            "conn_type": "mongo", "host": "db2", "port": 27017, "login": "user", "password": "secret",
+            "extra": {"directConnection": True, "ssl": True, "allow_insecure": True}}),
+        "AIRFLOW_CONN_REDIS_TLS": json.dumps({"conn_type": "redis", "host": "cache", "port": 6380,
+                                              "password": "pw", "extra": {"ssl": True, "db": 2,
+                                                                          "ssl_cert_reqs": "none"}}),
+    }
+    result = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True,
+                            timeout=180, cwd=REPOSITORY_ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["registered"] == ["AirflowConnectionResolver"]
+    mongo = ["mongodb://user:secret@db2:27017", {"directConnection": True, "tlsAllowInvalidCertificates": True}]
+    assert answer["mongo"] == [mongo, mongo] and answer["amongo"] == mongo
+    redis_target = ["rediss://:pw@cache:6380/2", {"ssl_cert_reqs": "none"}]
+    assert answer["redis"] == [redis_target, redis_target] and answer["aredis"] == redis_target
+    assert answer["missing"] is None
+    assert answer["via"] == ["Airflow connection mongo_second", "Airflow connection redis_tls", "HARVESTER_MONGO_URI"]
+
+
+# -- clients --------------------------------------------------------------------------------------
+@pytest.mark.unit
+def test_tls_urls_keep_their_ssl_connection_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = HarvesterSettings(redis_url="rediss://127.0.0.1:1/0")
+    assert redis_client("redis_default", settings).connection_pool.connection_class is redis.SSLConnection
+    blocking = redis_client("redis_default", settings, blocking_seconds=30)
+    assert blocking.connection_pool.connection_class is redis.SSLConnection
+    assert blocking.connection_pool.connection_kwargs["socket_timeout"] == 30 + connections.BLOCKING_MARGIN_SECONDS
+    monkeypatch.setenv("AIRFLOW_CONN_REDIS_SECURE", '{"conn_type": "redis", "host": "h", "extra": {"ssl": true}}')
+    assert redis_client("redis_secure", SETTINGS).connection_pool.connection_class is redis.SSLConnection
+
+
+@pytest.mark.unit
+def test_the_distributors_blocking_client_keeps_tls() -> None:
+    """The defect of issue 9: the blocking client was rebuilt from connection_kwargs alone, so a
+    ``rediss://`` distributor waited for work over plain TCP."""
+    from harvester.distributor.service import Distributor
+
+    client = redis.Redis.from_url("rediss://127.0.0.1:1/0")
+    distributor = Distributor(client, settings=HarvesterSettings(redis_url="rediss://127.0.0.1:1/0"))
+    assert distributor.blocking.connection_pool.connection_class is redis.SSLConnection
+    assert distributor.blocking.connection_pool is not client.connection_pool
+    assert blocking_twin(client, 5).connection_pool.connection_kwargs["socket_timeout"] == 15
+
+
+@pytest.mark.unit
+def test_one_client_per_process_and_a_new_one_after_fork() -> None:
+    first = mongo_client("mongo_default", SETTINGS)
+    assert mongo_client("mongo_default", SETTINGS) is first
+    assert redis_client("redis_default", SETTINGS) is redis_client("redis_default", SETTINGS)
+    assert redis_client("redis_default", SETTINGS, blocking_seconds=5) is not redis_client("redis_default", SETTINGS)
+    other = mongo_client("mongo_default", HarvesterSettings(mongo_uri="mongodb://127.0.0.1:2/"))
+    assert other is not first  # a changed target is a new client, not the old server's
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a forked pool must not be reused
+        os.close(read)
+        same = mongo_client("mongo_default", SETTINGS) is first
+        os.write(write, b"same" if same else b"new")
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 10) == b"new"
+    os.close(read)
+
+
+@pytest.mark.unit
+def test_every_client_gets_the_options_of_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = mongo_client("mongo_default", SETTINGS)
+    options = client.options
+    assert client.codec_options.tz_aware is True
+    assert options.server_selection_timeout == 1.234
+    assert options.pool_options.connect_timeout == connections.MONGO_CONNECT_TIMEOUT_MS / 1000
+    assert options.pool_options.socket_timeout == connections.MONGO_SOCKET_TIMEOUT_MS / 1000
+    kwargs = redis_client("redis_default", SETTINGS).connection_pool.connection_kwargs
+    assert kwargs["socket_timeout"] == connections.REDIS_SOCKET_TIMEOUT_SECONDS
+    assert kwargs["socket_connect_timeout"] == connections.REDIS_CONNECT_TIMEOUT_SECONDS
+    assert kwargs["health_check_interval"] == connections.REDIS_HEALTH_CHECK_SECONDS
+    # a connection's extras override the defaults, as MongoHook passes them to MongoClient
+    monkeypatch.setenv("AIRFLOW_CONN_MONGO_SLOW", "mongo://127.0.0.1:1/?serverSelectionTimeoutMS=9000")
+    assert mongo_client("mongo_slow", SETTINGS).options.server_selection_timeout == 9.0
+
+
+@pytest.mark.integration
+def test_unix_socket_urls_work_for_commands_and_blocking_reads(tmp_path: Path) -> None:
+    socket_path = tmp_path / "redis.sock"
+    url = f"unix://{socket_path}?db=0"
+    server = ServerProcess("redis-server (unix socket)",
+                           ["redis-server", "--port", "0", "--unixsocket", str(socket_path), "--dir", str(tmp_path),
+                            "--save", "", "--appendonly", "no"],
+                           tmp_path / "redis.log", ready=lambda: readiness.redis_ping(url))
+    server.start(timeout=20)
+    try:
+        from harvester.distributor.service import Distributor
+
+        settings = HarvesterSettings(redis_url=url)
+        client = redis_client("redis_default", settings)
+        assert client.connection_pool.connection_class is redis.UnixDomainSocketConnection
+        assert client.ping() is True
+        distributor = Distributor(client, settings=settings)
+        assert distributor.blocking.connection_pool.connection_class is redis.UnixDomainSocketConnection
+        client.rpush("harvester:wake-test", "token")
+        assert distributor.blocking.blpop(["harvester:wake-test"], timeout=1) == (b"harvester:wake-test", b"token")
+        assert distributor.wait_for_work(0.1) is False  # a real blocking wait over the socket, woken by its timeout
+    finally:
+        connections.close_clients()
+        server.stop()
