@@ -1,8 +1,8 @@
 """Harvester: harvest structured data from many websites on a schedule.
 
 The package is the installable core shared by the DAG files, the Celery workers, the distributor
-service, the Airflow plugin and the tests. Nothing here imports Airflow unless it is an Airflow
-adapter (modules named ``airflow_*``).
+service, the Airflow plugin and the tests. Nothing here imports Airflow except the Airflow
+adapters in ``harvester.airflow`` (tests/test_layering.py checks it).
 """
 
 __version__ = "0.1.0"
