@@ -24,13 +24,16 @@ SECOND = "mongo_second"
 
 
 def run_task(step: str, source: str, tmp_path: Path, run_id: str) -> dict[str, Any]:
-    """``plan`` or ``produce`` of the source's DAG, through the Airflow adapter's functions."""
+    """``plan``, ``produce`` or ``report`` of the source's DAG, through the Airflow adapter's functions."""
     script = textwrap.dedent(f"""
         import json
-        from harvester.airflow.operators import plan_run, produce_run
+        from harvester.airflow.operators import plan_run, produce_run, report_run
         from harvester.config.loader import get_source
         source = get_source({source!r})
-        result = plan_run(source, {run_id!r}, {{}}) if {step!r} == "plan" else produce_run(source, {run_id!r})
+        if {step!r} == "plan":
+            result = plan_run(source, {run_id!r}, {{}})
+        else:
+            result = (produce_run if {step!r} == "produce" else report_run)(source, {run_id!r})
         print(json.dumps(result, default=str))
     """)
     environment = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
@@ -72,6 +75,8 @@ def test_records_land_on_the_output_connection_and_the_lag_is_checked_there(
         assert stored.count_documents({"run_id": plan["run_id"], "sku": {"$regex": "^SKU-"}}) == 3
         assert main["archive"][source.output_collection].count_documents({}) == 0  # not the default server
         assert package["failed"] == []
+        report = run_task("report", source.name, tmp_path, plan["run_id"])  # closes the run, as the DAG does
+        assert report["records_stored"] == 3 and report["complete"] is True, report  # counted on the second server
 
         again = run_task("plan", source.name, tmp_path, "manual__second")
         assert again["urls_planned"] == 0 and again["skipped_fresh"] == 3, again  # the lag, read on the second server
