@@ -149,3 +149,19 @@ def test_param_defaults_are_valid_and_the_tasks_read_the_dags_params() -> None:
         assert merged["max_packages"] == 3 and merged["batch_size"] == source.batch.size
         with pytest.raises(ParamValidationError):
             process_params(dag, task, {"batch_size": 0}, suppress_exception=False)
+
+
+@pytest.mark.unit
+def test_only_the_dag_of_the_parsing_context_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task start parses the file with get_parsing_context().dag_id set: one DAG, not every source."""
+    from harvester.airflow.dags import build_source_dags
+    from harvester.config.loader import load_sources
+
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", raising=False)
+    everything = {dag.dag_id for dag in build_source_dags()}
+    assert {"harvest_demo_shop", "harvest_demo_shop_browser"} <= everything
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "harvest_demo_shop_browser")
+    assert [dag.dag_id for dag in build_source_dags()] == ["harvest_demo_shop_browser"]
+    assert [dag.dag_id for dag in build_source_dags(load_sources())] == ["harvest_demo_shop_browser"]
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "some_other_dag")  # not ours: build them all
+    assert {dag.dag_id for dag in build_source_dags()} == everything
