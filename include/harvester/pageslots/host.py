@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -44,6 +44,7 @@ from harvester.scraping.browser import (
     user_agent_and_headers,
 )
 from harvester.scraping.fetcher import FetchResult
+from harvester.scraping.page_fetcher import FetchedBatch
 from harvester.settings import HarvesterSettings, get_settings
 
 if TYPE_CHECKING:
@@ -322,6 +323,35 @@ class BrowserHostThread:
             self.call(self.host.close(), timeout)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout)
+
+
+class BrowserPageFetcher:
+    """The page-fetcher contract (:class:`harvester.scraping.page_fetcher.PageFetcher`) met by a
+    :class:`BrowserHostThread`: the worker awaits a render on its own loop while the host's loop runs
+    it, and the host's totals since the batch began become the batch's ``browser_*`` counters."""
+
+    def __init__(self, thread: BrowserHostThread) -> None:
+        self.thread = thread
+
+    @classmethod
+    def from_settings(cls, settings: HarvesterSettings) -> BrowserPageFetcher:
+        return cls(browser_host(settings))
+
+    def fetch_seconds(self, source: SourceConfig, pages: int) -> float:
+        """Pages render one after the other, each may be tried up to the slot's give-up threshold."""
+        settings = self.thread.settings
+        per_attempt = source.timeout + settings.page_slot_retry_delay_seconds
+        return pages * settings.page_slot_give_up_after_failures * per_attempt
+
+    async def fetch_all(self, urls: Sequence[str], source: SourceConfig) -> FetchedBatch:
+        host = self.thread.host
+        before = host.totals.snapshot()
+        rendering = asyncio.run_coroutine_threadsafe(host.render_all(list(urls), source), self.thread.loop)
+        results = await asyncio.wrap_future(rendering)
+        return FetchedBatch(results, host.totals.outcomes_since(before))
+
+    async def aclose(self) -> None:
+        self.thread.close()
 
 
 _host: BrowserHostThread | None = None

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harvester.config.model import SourceConfig
-from harvester.scraping.fetcher import BLOCKED_STATUSES, FetchResult, parse_retry_after, request_headers
+from harvester.scraping.fetcher import FetchResult, request_headers
+from harvester.scraping.responses import DEFAULT_CLASSIFIER, ResponseClassifier
 from harvester.settings import HarvesterSettings
 
 if TYPE_CHECKING:
@@ -93,12 +94,13 @@ class PageLoad:
 
 
 async def load_page(page: Page, blocker: ResourceBlocker, url: str, source: SourceConfig,
-                    settings: HarvesterSettings) -> PageLoad:
+                    settings: HarvesterSettings, classifier: ResponseClassifier = DEFAULT_CLASSIFIER) -> PageLoad:
     """Navigate ``page`` to ``url`` and wait for ``load``; the DOM after that is the page's text.
 
     A page that did not load (timeout, refused connection, crashed tab) is ``load_failed``: the
     caller may re-open the page and try again. A page that loaded with an HTTP error is a normal
-    outcome, handled like the HTTP fetcher's (403/451 blocked, other 4xx/5xx http_error).
+    outcome, classified by the same :class:`ResponseClassifier` as the HTTP fetcher's (403/451 blocked,
+    other 4xx/5xx http_error); the DOM is HTML whatever the server sent, so no content-type check.
     """
     from playwright.async_api import Error as PlaywrightError
     from playwright.async_api import TimeoutError as PlaywrightTimeout
@@ -128,12 +130,9 @@ async def load_page(page: Page, blocker: ResourceBlocker, url: str, source: Sour
                         size=len(body), elapsed=elapsed)
     if len(body) > cap:
         fetch.text, fetch.truncated = body[:cap].decode(errors="ignore"), True
-    if status in BLOCKED_STATUSES:
-        fetch.outcome, fetch.reason = "blocked", f"HTTP {status}: the site refused us"
-        fetch.retry_after = parse_retry_after(headers_in.get("retry-after"))
-    elif status >= 400:
-        fetch.outcome, fetch.reason = "http_error", f"HTTP {status}"
-        fetch.retry_after = parse_retry_after(headers_in.get("retry-after"))
+    classified = classifier.classify(status, headers_in, None)
+    if classified.outcome != "ok":
+        fetch.outcome, fetch.reason, fetch.retry_after = classified.outcome, classified.reason, classified.retry_after
     fetch.blocked_requests = sum(blocker.blocked.values())
     return PageLoad(fetch, blocked=blocker.blocked, transferred_bytes=await blocker.transferred_bytes())
 

@@ -9,76 +9,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
-from typing import Literal
+from collections.abc import Sequence
 
 import httpx
 
 from harvester.config.model import SourceConfig
+from harvester.scraping.page_fetcher import FetchedBatch, FetchResult
+from harvester.scraping.responses import (
+    BLOCKED_STATUSES,
+    DEFAULT_CLASSIFIER,
+    HTML_TYPES,
+    RETRYABLE_STATUSES,
+    Outcome,
+    ResponseClassifier,
+    parse_retry_after,
+)
 from harvester.settings import HarvesterSettings
 
-Outcome = Literal[
-    "ok", "not_modified", "http_error", "timeout", "blocked", "connection_error", "too_many_redirects",
-    "parse_error",
-]
-HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml", "text/xml", "text/plain")
-BLOCKED_STATUSES = frozenset({403, 451})
-RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
+__all__ = ["BLOCKED_STATUSES", "DEFAULT_HEADERS", "HTML_TYPES", "RETRYABLE_STATUSES", "FetchResult", "Fetcher",
+           "Outcome", "parse_retry_after", "request_headers"]
+
 DEFAULT_HEADERS = {
     "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
     "Accept-Language": "en-US,en;q=0.9",
     "Upgrade-Insecure-Requests": "1",
 }
-
-
-@dataclass(slots=True)
-class FetchResult:
-    """What one request produced; ``outcome`` drives storage, retry or dead letter."""
-
-    url: str
-    outcome: Outcome
-    final_url: str = ""
-    status: int | None = None
-    text: str = ""
-    content_type: str = ""
-    truncated: bool = False
-    size: int = 0
-    retry_after: float | None = None
-    reason: str = ""
-    elapsed: float = 0.0
-    blocked_requests: int = 0  # browser renders: requests aborted by resource-type blocking
-    http_version: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome == "ok"
-
-    @property
-    def retryable(self) -> bool:
-        """Worth another attempt later: the site may recover (timeouts, 5xx, 429, blocks, dead hosts)."""
-        if self.outcome in ("timeout", "connection_error", "blocked"):
-            return True
-        return self.outcome == "http_error" and self.status in RETRYABLE_STATUSES
-
-    @property
-    def counter(self) -> str:
-        """The per-source outcome counter this result increments (http errors carry their status)."""
-        return f"http_{self.status}" if self.outcome == "http_error" else self.outcome
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Retry-After as seconds from now: either delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        moment = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, moment.timestamp() - (time.time() if now is None else now))
 
 
 def request_headers(source: SourceConfig, settings: HarvesterSettings) -> dict[str, str]:
@@ -87,10 +42,16 @@ def request_headers(source: SourceConfig, settings: HarvesterSettings) -> dict[s
 
 
 class Fetcher:
-    """A pooled httpx client with Harvester's limits. Use as ``async with Fetcher(settings) as fetcher``."""
+    """A pooled httpx client with Harvester's limits. Use as ``async with Fetcher(settings) as fetcher``.
 
-    def __init__(self, settings: HarvesterSettings, max_connections: int = 100) -> None:
+    Meets the :class:`~harvester.scraping.page_fetcher.PageFetcher` contract: a batch's pages are
+    fetched concurrently, each within ``source.timeout``.
+    """
+
+    def __init__(self, settings: HarvesterSettings, max_connections: int = 100,
+                 classifier: ResponseClassifier = DEFAULT_CLASSIFIER) -> None:
         self.settings = settings
+        self.classifier = classifier
         self.client = httpx.AsyncClient(
             http2=True,
             follow_redirects=True,
@@ -109,6 +70,17 @@ class Fetcher:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    @classmethod
+    def from_settings(cls, settings: HarvesterSettings) -> Fetcher:
+        return cls(settings)
+
+    def fetch_seconds(self, source: SourceConfig, pages: int) -> float:
+        """Pages are fetched concurrently and each ends by ``source.timeout``."""
+        return source.timeout
+
+    async def fetch_all(self, urls: Sequence[str], source: SourceConfig) -> FetchedBatch:
+        return FetchedBatch(list(await asyncio.gather(*(self.fetch(url, source) for url in urls))))
 
     async def fetch(self, url: str, source: SourceConfig) -> FetchResult:
         """Fetch one page; never raises for what a site can do wrong (that becomes the outcome)."""
@@ -138,20 +110,10 @@ class Fetcher:
             content_type = response.headers.get("content-type", "")
             result = FetchResult(url, "ok", final_url=str(response.url), status=status,
                                  content_type=content_type, http_version=response.http_version)
-            if status == 304:
-                result.outcome = "not_modified"
-                return result
-            if status in BLOCKED_STATUSES:
-                result.outcome, result.reason = "blocked", f"HTTP {status}: the site refused us"
-                result.retry_after = parse_retry_after(response.headers.get("retry-after"))
-                return result
-            if status >= 400:
-                result.outcome, result.reason = "http_error", f"HTTP {status}"
-                result.retry_after = parse_retry_after(response.headers.get("retry-after"))
-                return result
-            media_type = content_type.split(";", 1)[0].strip().lower()
-            if media_type and media_type not in HTML_TYPES:
-                result.outcome, result.reason = "parse_error", f"not an HTML page: content type {media_type}"
+            classified = self.classifier.classify(status, response.headers, content_type)
+            if classified.outcome != "ok":
+                result.outcome, result.reason = classified.outcome, classified.reason
+                result.retry_after = classified.retry_after
                 return result
             chunks: list[bytes] = []
             size = 0

@@ -1,0 +1,84 @@
+"""The page-fetcher contract: what the HTTP fetcher and the browser host both offer the worker.
+
+A batch has one flow whatever renders its pages: the worker asks a :class:`PageFetcher` for every
+URL of the batch and gets one :class:`FetchResult` per URL, in order, plus the counters of the
+fetching itself. The HTTP :class:`~harvester.scraping.fetcher.Fetcher` fetches concurrently on the
+worker's loop; the browser adapter (:class:`harvester.pageslots.host.BrowserPageFetcher`) renders
+one page after the other in the process's page slot.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from harvester.config.model import SourceConfig
+from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, Outcome, Verdict
+
+
+@dataclass(slots=True)
+class FetchResult:
+    """What one request produced; ``outcome`` drives storage, retry or dead letter."""
+
+    url: str
+    outcome: Outcome
+    final_url: str = ""
+    status: int | None = None
+    text: str = ""
+    content_type: str = ""
+    truncated: bool = False
+    size: int = 0
+    retry_after: float | None = None
+    reason: str = ""
+    elapsed: float = 0.0
+    blocked_requests: int = 0  # browser renders: requests aborted by resource-type blocking
+    http_version: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    @property
+    def verdict(self) -> Verdict:
+        """What the worker does with this result, as the one response classifier decides."""
+        return DEFAULT_CLASSIFIER.verdict(self.outcome, self.status, self.retry_after)
+
+    @property
+    def retryable(self) -> bool:
+        """Worth another attempt later: the site may recover (timeouts, 5xx, 429, blocks, dead hosts)."""
+        return self.verdict in RETRY_VERDICTS
+
+    @property
+    def counter(self) -> str:
+        """The per-source outcome counter this result increments (http errors carry their status)."""
+        return f"http_{self.status}" if self.outcome == "http_error" else self.outcome
+
+
+@dataclass
+class FetchedBatch:
+    """One result per requested URL (same order), and counters of the fetching itself (a browser's
+    blocked requests and transferred bytes) that the batch adds to the source's outcomes."""
+
+    results: list[FetchResult]
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+
+@runtime_checkable
+class PageFetcher(Protocol):
+    """Fetches the pages of one batch of one source. Never raises for what a site does wrong: that
+    becomes each result's outcome."""
+
+    def fetch_seconds(self, source: SourceConfig, pages: int) -> float:
+        """The longest fetching ``pages`` pages may take: the batch's leases are vouched for that long
+        (plus time to store)."""
+        ...
+
+    async def fetch_all(self, urls: Sequence[str], source: SourceConfig) -> FetchedBatch:
+        """One :class:`FetchResult` per URL, in the order given."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the fetcher holds (connections, a browser)."""
+        ...

@@ -1,0 +1,91 @@
+"""The link follower: what a listing page found becomes new tasks (DESIGN.md section 7).
+
+Next listing pages first (they are the crawl's critical path: each one leads to the next), then the
+detail pages that pass the duplicate-URL checker and the run's ``max_new_urls``. Discovered tasks are
+added to their parent's package BEFORE they are pushed to intake, so a package never finishes with
+work still to come. Link extraction itself is :func:`harvester.scraping.links.discover_links`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from harvester.config.model import SourceConfig
+from harvester.distributor import Intake, TaskMessage
+from harvester.scraping.page import PageResult
+from harvester.settings import HarvesterSettings
+from harvester.storage.data_handler import DataHandler
+from harvester.storage.packages import planned_task_id
+from harvester.storage.url_store import RunFrontier, URLStore, url_digest
+from harvester.workers.report import BatchReport
+
+if TYPE_CHECKING:
+    from harvester.storage.packages import PackageStore
+    from harvester.workers.clients import WorkerClients
+
+
+def discovered_task_id(source: str, run_id: str | None, package_id: int | None, url: str) -> str:
+    """Deterministic, so a listing page processed twice discovers the very same tasks."""
+    if run_id is not None and package_id is not None:
+        return planned_task_id(source, run_id, package_id, url)
+    return url_digest(f"{source}\x1f{run_id}\x1f{url}")
+
+
+def child_task(source: SourceConfig, parent: TaskMessage, url: str, kind: str) -> TaskMessage:
+    """A task discovered on ``parent``'s page: one level deeper, same run, package and country."""
+    return TaskMessage(
+        task_id=discovered_task_id(source.name, parent.run_id, parent.package_id, url),
+        source=source.name, kind=kind, url=url, depth=parent.depth + 1, run_id=parent.run_id,
+        package_id=parent.package_id, country=parent.country or source.country,
+    )
+
+
+class LinkFollower:
+    """Listing page → canonical links → duplicate-URL checker and run cap → new tasks in package and intake."""
+
+    def __init__(self, urls: URLStore, frontier: RunFrontier, intake: Intake, data: DataHandler,
+                 packages: Callable[[], PackageStore]) -> None:
+        self.urls = urls
+        self.frontier = frontier
+        self.intake = intake
+        self.data = data
+        self.packages = packages
+
+    @classmethod
+    def from_settings(cls, settings: HarvesterSettings, clients: WorkerClients) -> LinkFollower:
+        return cls(clients.urls, clients.frontier, clients.intake, clients.data, lambda: clients.packages)
+
+    def follow(self, source: SourceConfig, message: TaskMessage, page: PageResult, report: BatchReport) -> None:
+        """Queue what ``page`` (a listing page of ``message``) links to. Raises on a Redis or MongoDB
+        fault: the caller retries the listing page, whose retry gets its URLs back (owner = task id)."""
+        discovery = page.discovery
+        if discovery is None or source.listing is None:
+            return
+        for reason, amount in discovery.ignored.items():
+            report.outcomes[f"links_ignored:{reason}"] += amount
+        listings = self.frontier.new_listing_pages(source.name, message.run_id, discovery.listings,
+                                                   owner=message.task_id)
+        self.queue(source, message, [child_task(source, message, url, "listing") for url in listings], report)
+        authority = None if self.data.discarding else self.data.collection(source)
+        details = self.urls.filter_new(source, discovery.details, owner=message.task_id, authority=authority)
+        report.outcomes["links_duplicate"] += len(discovery.details) - len(details)
+        granted = self.frontier.reserve_new_urls(source.name, message.run_id, len(details),
+                                                 source.listing.max_new_urls)
+        if granted < len(details):
+            report.outcomes["links_over_max_new_urls"] += len(details) - granted
+            self.urls.forget(source, details[granted:])
+            details = details[:granted]
+        self.queue(source, message, [child_task(source, message, url, "details") for url in details], report)
+
+    def queue(self, source: SourceConfig, parent: TaskMessage, children: list[TaskMessage],
+              report: BatchReport) -> None:
+        """Add discovered tasks to the parent's package, then push them to intake (in that order)."""
+        if not children:
+            return
+        if parent.run_id is not None and parent.package_id is not None:
+            self.packages().add_tasks(source.name, parent.run_id, parent.package_id,
+                                      [child.task_id for child in children])
+        self.intake.push(source, children)
+        report.discovered += len(children)
+        report.outcomes["links_new"] += len(children)

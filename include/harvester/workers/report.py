@@ -1,0 +1,24 @@
+"""What a batch did: the counts the Celery task returns and the outcome counters it adds to Redis."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class BatchReport:
+    """What a batch did, returned by the Celery task (and logged)."""
+
+    source: str
+    tasks: int = 0
+    stored: int = 0
+    retried: int = 0
+    dead: int = 0
+    discovered: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "tasks": self.tasks, "stored": self.stored, "retried": self.retried,
+                "dead": self.dead, "discovered": self.discovered, "outcomes": dict(self.outcomes)}

@@ -1,0 +1,88 @@
+"""The settler: a batch's records written, then its finished tasks released and counted down.
+
+The order is the contract of DESIGN.md section 1: ONE ``bulk_write`` per run in the batch (usually
+one), and only THEN the leases released and the packages counted down, so a task is never reported
+done before its record is stored. A record the output refuses (no key) is dead-lettered; an
+unreachable output sends every task of the write back for a retry, and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from harvester.config.model import SourceConfig
+from harvester.distributor import RateLimitStore, TaskMessage
+from harvester.scraping.page import PageResult
+from harvester.settings import HarvesterSettings
+from harvester.storage.data_handler import DataHandler
+from harvester.storage.url_store import URLStore
+from harvester.workers.failures import FailurePolicy
+from harvester.workers.report import BatchReport
+
+if TYPE_CHECKING:
+    from harvester.storage.packages import PackageStore
+    from harvester.workers.clients import WorkerClients
+
+log = logging.getLogger(__name__)
+StoredPage = tuple[TaskMessage, PageResult]
+
+
+class Settler:
+    """Writes records, marks their URLs seen, releases finished tasks and counts their packages down."""
+
+    def __init__(self, store: RateLimitStore, data: DataHandler, urls: URLStore,
+                 packages: Callable[[], PackageStore], failures: FailurePolicy) -> None:
+        self.store = store
+        self.data = data
+        self.urls = urls
+        self.packages = packages
+        self.failures = failures
+
+    @classmethod
+    def from_settings(cls, settings: HarvesterSettings, clients: WorkerClients, failures: FailurePolicy) -> Settler:
+        return cls(clients.store, clients.data, clients.urls, lambda: clients.packages, failures)
+
+    def write(self, source: SourceConfig, items: list[StoredPage], report: BatchReport) -> list[TaskMessage]:
+        """One bulk_write per run; returns the tasks whose records are stored (rejected ones are
+        dead-lettered). On a storage failure every task is retried and none is returned."""
+        if not items:
+            return []
+        items = list(items)
+        by_run: dict[str | None, list[StoredPage]] = defaultdict(list)
+        for message, page in items:
+            by_run[message.run_id].append((message, page))
+        try:
+            for run_id, group in by_run.items():
+                records = [page.extraction.record for _, page in group if page.extraction and page.extraction.record]
+                result = self.data.write(source, records, run_id)
+                for position, reason in result.rejected.items():
+                    report.outcomes["rejected"] += 1
+                    message = group[position][0]
+                    items.remove(group[position])
+                    self.failures.dead_letter(message, f"record rejected: {reason}", report)
+            report.stored += len(items)
+            report.outcomes["records_stored"] += len(items)
+            if not self.data.discarding:
+                self.urls.mark_seen(source, [page.url for _, page in items])
+            return [message for message, _ in items]
+        except Exception as error:  # the output is unreachable: nothing is lost, the tasks come back
+            log.exception("writing %d records of %s failed", len(items), source.name)
+            report.outcomes["storage_error"] += len(items)
+            for message, _ in items:
+                self.failures.retry(message, f"storage failed: {type(error).__name__}: {error}", None, report)
+            return []
+
+    def complete(self, source: SourceConfig, messages: list[TaskMessage]) -> None:
+        """Release the leases of finished tasks, then count their packages down (one call per package)."""
+        if not messages:
+            return
+        self.store.release(source.name, [message.task_id for message in messages])
+        by_package: dict[tuple[str, int], list[str]] = defaultdict(list)
+        for message in messages:
+            if message.run_id is not None and message.package_id is not None:
+                by_package[(message.run_id, message.package_id)].append(message.task_id)
+        for (run_id, package_id), task_ids in by_package.items():
+            self.packages().complete_tasks(source.name, run_id, package_id, task_ids)
