@@ -326,32 +326,40 @@ class BrowserHostThread:
 
 
 class BrowserPageFetcher:
-    """The page-fetcher contract (:class:`harvester.scraping.page_fetcher.PageFetcher`) met by a
-    :class:`BrowserHostThread`: the worker awaits a render on its own loop while the host's loop runs
-    it, and the host's totals since the batch began become the batch's ``browser_*`` counters."""
+    """The page-fetcher contract (:class:`harvester.scraping.page_fetcher.PageFetcher`) met by the
+    process's :class:`BrowserHostThread` (started on the first fetch): the worker awaits a render on its
+    own loop while the host's loop runs it, and the host's totals since the batch began become the
+    batch's ``browser_*`` counters."""
 
-    def __init__(self, thread: BrowserHostThread) -> None:
-        self.thread = thread
+    def __init__(self, settings: HarvesterSettings, thread: BrowserHostThread | None = None) -> None:
+        self.settings = settings
+        self._thread = thread
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings) -> BrowserPageFetcher:
-        return cls(browser_host(settings))
+        return cls(settings)
+
+    @property
+    def thread(self) -> BrowserHostThread:
+        if self._thread is None:
+            self._thread = browser_host(self.settings)
+        return self._thread
 
     def fetch_seconds(self, source: SourceConfig, pages: int) -> float:
         """Pages render one after the other, each may be tried up to the slot's give-up threshold."""
-        settings = self.thread.settings
-        per_attempt = source.timeout + settings.page_slot_retry_delay_seconds
-        return pages * settings.page_slot_give_up_after_failures * per_attempt
+        per_attempt = source.timeout + self.settings.page_slot_retry_delay_seconds
+        return pages * self.settings.page_slot_give_up_after_failures * per_attempt
 
     async def fetch_all(self, urls: Sequence[str], source: SourceConfig) -> FetchedBatch:
-        host = self.thread.host
-        before = host.totals.snapshot()
-        rendering = asyncio.run_coroutine_threadsafe(host.render_all(list(urls), source), self.thread.loop)
+        thread = self.thread
+        before = thread.host.totals.snapshot()
+        rendering = asyncio.run_coroutine_threadsafe(thread.host.render_all(list(urls), source), thread.loop)
         results = await asyncio.wrap_future(rendering)
-        return FetchedBatch(results, host.totals.outcomes_since(before))
+        return FetchedBatch(results, thread.host.totals.outcomes_since(before))
 
     async def aclose(self) -> None:
-        self.thread.close()
+        if self._thread is not None:
+            self._thread.close()
 
 
 _host: BrowserHostThread | None = None

@@ -1,0 +1,56 @@
+"""One flow for a batch whatever renders it: the HTTP fetcher and the browser host meet one contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from harvester.distributor import TaskMessage
+from harvester.pageslots.host import BrowserPageFetcher
+from harvester.scraping.fetcher import Fetcher
+from harvester.scraping.page_fetcher import PageFetcher
+from harvester.settings import HarvesterSettings
+
+from tests.fixtures.demo_site import demo_source
+from tests.pageslots.test_host import browser_source_document
+
+
+@pytest.mark.unit
+def test_the_deadline_of_a_batch_is_its_fetchers_longest_fetching_plus_two_leases() -> None:
+    settings = HarvesterSettings(lease_seconds=10, page_slot_give_up_after_failures=3,
+                                 page_slot_retry_delay_seconds=0.5)
+    source = demo_source("http://127.0.0.1:9", timeout=4)
+    fetcher = Fetcher(settings)
+    assert isinstance(fetcher, PageFetcher)
+    assert fetcher.fetch_seconds(source, 50) == 4  # concurrent: one timeout whatever the batch size
+    browser = BrowserPageFetcher(settings)  # its browser host starts on the first fetch, not here
+    assert isinstance(browser, PageFetcher)
+    assert browser.fetch_seconds(source, 5) == 5 * 3 * 4.5  # one after the other, each up to 3 attempts
+
+
+@pytest.mark.integration
+def test_a_browser_batch_runs_the_same_flow_in_process(worker_settings: HarvesterSettings, runner, redis_client,
+                                                       demo_site, mongo_server) -> None:
+    """The runner renders through the page slot's host, then settles exactly as for HTTP pages."""
+    document = browser_source_document(demo_site.url, "pipeline_browser")
+    (worker_settings.sources_dir / "pipeline_browser.yaml").write_text(yaml.safe_dump(document))
+    source = runner.sources.get("pipeline_browser")
+    from tests.workers.conftest import Crawl
+
+    crawl = Crawl(runner, redis_client)
+    crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}{path}")
+                         for path in ("/js/product/8", "/product/99999")))
+    admitted = [json.loads(raw) for raw in crawl.store.admit(source.name, 2).messages]
+    report = runner.run(admitted)
+    assert isinstance(runner.fetcher_for(source), BrowserPageFetcher)
+    assert (report["stored"], report["dead"]) == (1, 1)
+    outcomes = report["outcomes"]
+    assert outcomes["ok"] == 1 and outcomes["http_404"] == 1 and outcomes["records_stored"] == 1
+    # the product page's stylesheet, font and photo, and the 404 page's stylesheet and font: all blocked
+    assert {kind: outcomes[f"browser_blocked:{kind}"] for kind in ("stylesheet", "font", "image")} == {
+        "stylesheet": 2, "font": 2, "image": 1}
+    assert outcomes["browser_blocked_requests"] == 5 and outcomes["browser_transferred_bytes"] > 0
+    record = mongo_server.client()[worker_settings.mongo_database][source.output_collection].find_one()
+    assert record["sku"] == "SKU-00008"
+    assert crawl.store.stats([source.name])[source.name].active == 0
