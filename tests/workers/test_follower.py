@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from harvester.distributor import Intake, TaskMessage
-from harvester.producer.packages import PackageStore, PackageTask, planned_task_id
 from harvester.redis_keys import SourceKeys
 from harvester.scraping.fetcher import FetchResult
 from harvester.scraping.links import Discovery
 from harvester.scraping.page import PageResult
 from harvester.settings import HarvesterSettings
 from harvester.storage.data_handler import DataHandler
+from harvester.storage.packages import PackageStore, PackageTask, planned_task_id
 from harvester.storage.url_store import RunFrontier, URLStore
 from harvester.workers.clients import WorkerClients
 from harvester.workers.follower import LinkFollower, discovered_task_id

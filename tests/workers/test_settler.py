@@ -5,12 +5,12 @@ from __future__ import annotations
 import pymongo
 import pytest
 from harvester.distributor import DeadLetters, TaskMessage
-from harvester.producer.packages import PackageStatus, PackageTask
 from harvester.scraping.extraction import Extraction
 from harvester.scraping.fetcher import FetchResult
 from harvester.scraping.page import PageResult
 from harvester.services.ports import free_port
 from harvester.storage.data_handler import DataHandler
+from harvester.storage.packages import PackageStatus, PackageTask
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import FailurePolicy
 from harvester.workers.report import BatchReport
