@@ -1,5 +1,7 @@
 # The Harvester image: the official Airflow image with our lock, the harvester package and
 # Playwright's Chromium (downloaded here, at build time, where the internet is reachable).
+# Every service runs as the non-root airflow user (compose: user ${AIRFLOW_UID}:0), which also lets
+# Chromium use its own sandbox in worker-pageslots (HARVESTER_CHROMIUM_SANDBOX, docs/production.md).
 FROM apache/airflow:3.3.2-python3.11
 
 USER root
@@ -13,6 +15,10 @@ RUN /home/airflow/.local/bin/playwright install --with-deps chromium \
     && ln -s "$(find /opt/ms-playwright -path '*chrome-linux*/chrome' -type f | head -n 1)" /usr/local/bin/harvester-chromium \
     && chmod -R a+rX /opt/ms-playwright
 ENV HARVESTER_CHROMIUM_EXECUTABLE=/usr/local/bin/harvester-chromium
+
+# The simple auth manager's passwords file lives on a volume mounted here (airflow-init writes it); a
+# new named volume takes this directory's owner, so the airflow user can write it.
+RUN mkdir -p /opt/airflow/auth && chown airflow:0 /opt/airflow/auth && chmod 770 /opt/airflow/auth
 
 USER airflow
 COPY --chown=airflow:root include /opt/airflow/include

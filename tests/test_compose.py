@@ -15,8 +15,63 @@ from harvester.workers.celery_app import declared_queues
 
 pytestmark = pytest.mark.unit
 
-COMPOSE = yaml.safe_load((REPOSITORY_ROOT / "docker-compose.yaml").read_text())
+COMPOSE_TEXT = (REPOSITORY_ROOT / "docker-compose.yaml").read_text()
+COMPOSE = yaml.safe_load(COMPOSE_TEXT)
 SERVICES: dict[str, dict] = COMPOSE["services"]
+HARVESTER_SERVICES = ("worker-priority", "worker-default", "worker-pageslots", "distributor", "flower", "demo-site")
+CELERY_WORKERS = {"airflow-worker": "celery", "worker-priority": "priority", "worker-default": "default",
+                  "worker-pageslots": "pageslots"}
+# What only Airflow's own services may see: the metadata database, its encryption and signing keys, Mongo's root.
+AIRFLOW_ONLY_SECRETS = ("POSTGRES_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_API_SECRET_KEY", "AIRFLOW_JWT_SECRET",
+                        "MONGO_ROOT_PASSWORD", "AIRFLOW_ADMIN_PASSWORD")
+
+
+def interpolate(value: str, env: dict[str, str] | None = None) -> str:
+    """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} with ``env`` (unset: the default, or "")."""
+    env = env or {}
+
+    def one(match: re.Match[str]) -> str:
+        name, operator, word = match.group(1), match.group(2), match.group(3)
+        if env.get(name):
+            return env[name]
+        return word if operator == ":-" else ""
+
+    return re.sub(r"\$\{([A-Z_]+)(?:(:-|:\?)([^}]*))?\}", one, value).replace("$$", "$")
+
+
+def env_example() -> dict[str, str]:
+    """.env.example as docker compose reads it: KEY=value, a " #" starting a comment."""
+    values = {}
+    for line in (REPOSITORY_ROOT / ".env.example").read_text().splitlines():
+        if re.match(r"^[A-Z_]+=", line):
+            key, _, value = line.partition("=")
+            values[key] = re.split(r"\s+#", value, maxsplit=1)[0].strip()
+    return values
+
+
+def memory_bytes(value: str) -> float:
+    number, unit = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)b?", str(value).lower()).groups()
+    return float(number) * {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}[unit]
+
+
+def seconds(duration: str) -> float:
+    """A compose duration such as 1m30s."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, duration
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1, "ms": 0.001}[u] for n, u in parts)
+
+
+def strings(node: object) -> list[str]:
+    """Every string value in a parsed YAML document."""
+    if isinstance(node, dict):
+        return [text for value in node.values() for text in strings(value)]
+    if isinstance(node, list):
+        return [text for value in node for text in strings(value)]
+    return [node] if isinstance(node, str) else []
+
+
+def environment_text(name: str) -> str:
+    return " ".join(f"{key}={value}" for key, value in (SERVICES[name].get("environment") or {}).items())
 
 
 def harvester_subcommands() -> set[str]:
@@ -66,12 +121,18 @@ def test_worker_services_consume_declared_queues_of_the_one_celery_app() -> None
             assert command[command.index("-Q") + 1] in declared
 
 
-def test_pageslots_worker_consumes_every_country_queue_in_one_long_lived_process() -> None:
+def test_pageslots_worker_hosts_20_long_lived_page_slots_on_a_16_cpu_host() -> None:
+    """Seed 000: about 20 page slots on 16 CPUs; each prefork child keeps its own browser across tasks."""
+    service = SERVICES["worker-pageslots"]
     command = worker_command("worker-pageslots")
     assert command[command.index("-Q") + 1] == "$(harvester pageslots-queues)"
     assert "pageslots-queues" in harvester_subcommands()
-    assert command[command.index("--pool") + 1] == "solo"
-    assert command[command.index("--concurrency") + 1] == "1"
+    assert command[command.index("--pool") + 1] == "prefork"
+    assert interpolate(command[command.index("--concurrency") + 1]) == "20"
+    limits = service["deploy"]["resources"]["limits"]
+    assert float(limits["cpus"]) == 16
+    assert memory_bytes(limits["memory"]) >= 20 * 2**30 * 0.5  # at least half a GB per slot
+    assert memory_bytes(service["shm_size"]) >= 2**30
 
 
 def test_harvester_commands_exist() -> None:
@@ -82,16 +143,16 @@ def test_harvester_commands_exist() -> None:
         assert command[1] in available, f"{name}: `harvester {command[1]}` does not exist"
 
 
-def test_secrets_come_from_env_example() -> None:
-    text = (REPOSITORY_ROOT / "docker-compose.yaml").read_text()
-    referenced = set(re.findall(r"\$\{([A-Z_]+)", text))
-    example = (REPOSITORY_ROOT / ".env.example").read_text()
-    defined = set(re.findall(r"^([A-Z_]+)=", example, flags=re.MULTILINE))
-    assert referenced <= defined, f"missing from .env.example: {referenced - defined}"
-    for line in example.splitlines():
-        key, _, value = line.partition("=")
-        if value and ("PASSWORD" in key or "SECRET" in key):
-            assert value not in text, f"{key}'s value is written into docker-compose.yaml"
+def test_secrets_come_from_env_example_and_none_has_a_value_there() -> None:
+    referenced = set(re.findall(r"(?<!\$)\$\{([A-Z_]+)", COMPOSE_TEXT))  # $${X} is the container's own
+    example = env_example()
+    assert referenced <= set(example), f"missing from .env.example: {referenced - set(example)}"
+    required = set(re.findall(r"\$\{([A-Z_]+):\?", COMPOSE_TEXT))
+    for key in required:
+        assert example[key] == "", f"{key} is required: .env.example must leave it empty, not ship a default"
+    for key in example:
+        if any(word in key for word in ("PASSWORD", "SECRET", "FERNET", "BASIC_AUTH")):
+            assert key in required, f"{key} is a secret: compose must refuse to start without it (${{{key}:?...}})"
 
 
 def test_image_extends_airflow_and_installs_the_same_lock() -> None:
@@ -104,3 +165,181 @@ def test_image_extends_airflow_and_installs_the_same_lock() -> None:
         assert Path(REPOSITORY_ROOT / path).exists()
     lock = (REPOSITORY_ROOT / "requirements.lock").read_text()
     assert "apache-airflow==3.3.2" in lock and "celery==5.6.3" in lock
+
+
+# -- properties of the official Airflow compose, and hardening (issue 14) ------------------------------
+
+
+def test_every_long_running_service_has_a_healthcheck() -> None:
+    for name, service in SERVICES.items():
+        if name == "airflow-init":
+            continue
+        assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+    assert "8974/health" in str(SERVICES["airflow-scheduler"]["healthcheck"]["test"])
+    assert SERVICES["airflow-scheduler"]["environment"]["AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK"] == "True"
+    for name, job in (("airflow-dag-processor", "DagProcessorJob"), ("airflow-triggerer", "TriggererJob")):
+        assert f"airflow jobs check --job-type {job}" in str(SERVICES[name]["healthcheck"]["test"])
+
+
+def test_celery_workers_are_pinged_by_their_own_node_name() -> None:
+    for name, node in CELERY_WORKERS.items():
+        test = " ".join(SERVICES[name]["healthcheck"]["test"][1:])
+        assert "inspect ping" in test and f'-d "{node}@$${{HOSTNAME}}"' in test, name
+        if name != "airflow-worker":
+            assert f"-n {node}@%h" in " ".join(worker_command(name)), f"{name}: the ping names another node"
+            assert "-A harvester.workers.celery_app" in test
+
+
+def test_the_distributor_healthcheck_is_the_harvester_liveness_command() -> None:
+    test = SERVICES["distributor"]["healthcheck"]["test"]
+    assert test[:4] == ["CMD", "harvester", "health", "distributor"]
+    assert "health" in harvester_subcommands()
+    max_age = float(test[test.index("--max-age") + 1])
+    from harvester.distributor.service import HEARTBEAT_SECONDS, MAX_WAIT_SECONDS
+
+    assert max_age > MAX_WAIT_SECONDS + HEARTBEAT_SECONDS, "an idle distributor would be reported dead"
+
+
+def test_celery_workers_shut_down_warm() -> None:
+    for name in CELERY_WORKERS:
+        assert SERVICES[name]["environment"]["DUMB_INIT_SETSID"] == "0", name
+    for name in HARVESTER_SERVICES:  # not through Airflow's entrypoint, which runs `airflow <command>`
+        assert SERVICES[name]["entrypoint"] == ["/usr/bin/dumb-init", "--"], name
+
+
+def test_stop_grace_periods_outlast_the_longest_batch() -> None:
+    from harvester.config.loader import load_sources
+    from harvester.settings import HarvesterSettings
+
+    settings = HarvesterSettings()
+    sources = load_sources(REPOSITORY_ROOT / "include" / "sources").sources.values()
+    http = max(source.timeout for source in sources if source.render == "http")
+    browser = max(source.timeout for source in sources if source.render == "browser")
+    # an HTTP batch fetches concurrently (BatchRunner.batch_deadline); a browser batch page after page
+    longest = {"worker-priority": http + 2 * settings.lease_seconds,
+               "worker-default": http + 2 * settings.lease_seconds,
+               "worker-pageslots": settings.publish_batch_size * browser + 2 * settings.lease_seconds}
+    for name, batch_seconds in longest.items():
+        assert seconds(SERVICES[name]["stop_grace_period"]) > batch_seconds, name
+    assert seconds(SERVICES["airflow-worker"]["stop_grace_period"]) >= 60
+
+
+def test_task_logs_are_one_volume_shared_by_the_airflow_services() -> None:
+    assert "airflow-logs" in COMPOSE["volumes"]
+    for name in ("airflow-apiserver", "airflow-scheduler", "airflow-triggerer", "airflow-worker",
+                 "airflow-dag-processor"):
+        assert "airflow-logs:/opt/airflow/logs" in SERVICES[name]["volumes"], name
+
+
+def test_flower_and_the_demo_site_run_only_when_their_profile_is_asked_for() -> None:
+    assert SERVICES["flower"]["profiles"] == ["flower"]
+    assert SERVICES["demo-site"]["profiles"] == ["demo"]
+    flower = SERVICES["flower"]["command"]
+    assert flower[:3] == ["celery", "-A", "harvester.workers.celery_app"] and "flower" in flower
+    for name, service in SERVICES.items():
+        if "profiles" not in service:
+            assert "demo-site" not in (service.get("depends_on") or {}), f"{name} needs the demo profile"
+    assert not SERVICES["demo-site"]["environment"], "the demo site needs no secret"
+
+
+def test_the_fernet_key_and_every_secret_are_required() -> None:
+    environment = SERVICES["airflow-scheduler"]["environment"]
+    assert environment["AIRFLOW__CORE__FERNET_KEY"].startswith("${AIRFLOW_FERNET_KEY:?")
+    for key in (*AIRFLOW_ONLY_SECRETS, "REDIS_PASSWORD", "HARVESTER_MONGO_PASSWORD"):
+        assert f"${{{key}:?" in COMPOSE_TEXT, f"{key} may be empty"
+
+
+def test_redis_has_a_password_and_every_client_url_carries_it() -> None:
+    command = SERVICES["redis"]["command"]
+    assert command[command.index("--requirepass") + 1] == "${REDIS_PASSWORD}"
+    assert SERVICES["redis"]["environment"]["REDISCLI_AUTH"] == "${REDIS_PASSWORD}"  # for the healthcheck
+    urls = [value for value in strings(COMPOSE) if "redis://" in value]
+    assert len(urls) >= 4
+    for url in urls:
+        assert re.fullmatch(r"redis://:\$\{REDIS_PASSWORD(:\?[^}]*)?\}@redis:6379/\d", url), url
+
+
+def test_the_ui_needs_a_login_from_a_persisted_passwords_file() -> None:
+    environment = SERVICES["airflow-apiserver"]["environment"]
+    assert environment["AIRFLOW__CORE__AUTH_MANAGER"].endswith("SimpleAuthManager")
+    assert environment["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] == "False"
+    passwords = environment["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]
+    directory = passwords.rsplit("/", 1)[0]
+    for name in ("airflow-apiserver", "airflow-init"):
+        assert f"airflow-auth:{directory}" in SERVICES[name]["volumes"], name
+    assert "airflow-auth" in COMPOSE["volumes"]
+    init = "\n".join(SERVICES["airflow-init"]["command"])
+    assert passwords in init and "AIRFLOW_ADMIN_PASSWORD" in init
+    users = environment["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"]
+    assert interpolate(users) == "admin:admin"
+    for name, service in SERVICES.items():  # only the UI reads the passwords
+        if name not in ("airflow-apiserver", "airflow-init"):
+            assert "airflow-auth:" not in str(service.get("volumes", [])), name
+
+
+def test_published_ports_bind_loopback_by_default() -> None:
+    published = [(name, port) for name, service in SERVICES.items() for port in service.get("ports", [])]
+    assert {name for name, _ in published} == {"airflow-apiserver", "flower"}
+    for name, port in published:
+        assert interpolate(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+
+
+def test_harvester_services_get_only_the_variables_they_need() -> None:
+    for name in HARVESTER_SERVICES:
+        text = environment_text(name)
+        for secret in AIRFLOW_ONLY_SECRETS:
+            assert secret not in text, f"{name} sees {secret}"
+        assert not any(key.startswith("AIRFLOW__") for key in SERVICES[name].get("environment") or {}), name
+        assert "/opt/airflow/logs" not in str(SERVICES[name].get("volumes", [])), name
+    assert set(SERVICES["distributor"]["environment"]) == {"HARVESTER_REDIS_URL"}
+    assert set(SERVICES["flower"]["environment"]) == {"HARVESTER_REDIS_URL", "FLOWER_BASIC_AUTH"}
+    # Harvester connects to Mongo as the application user, never as root
+    assert "MONGO_ROOT" not in str(yaml.safe_load(COMPOSE_TEXT)["x-mongo-uri"])
+    assert SERVICES["worker-default"]["environment"]["HARVESTER_MONGO_URI"].startswith(
+        "mongodb://${HARVESTER_MONGO_USER:-harvester}:${HARVESTER_MONGO_PASSWORD")
+    # and the Airflow services do not need Mongo's root either
+    assert "MONGO_ROOT" not in environment_text("airflow-worker")
+
+
+def test_the_mongo_application_user_is_created_with_read_write_on_harvester_only() -> None:
+    mongo = SERVICES["mongo"]
+    assert "./deploy/mongo:/docker-entrypoint-initdb.d:ro" in mongo["volumes"]
+    script = (REPOSITORY_ROOT / "deploy" / "mongo" / "create-harvester-user.js").read_text()
+    assert "process.env.HARVESTER_MONGO_PASSWORD" in script
+    assert re.search(r'roles:\s*\[\{\s*role:\s*"readWrite",\s*db:\s*"harvester"\s*\}\]', script)
+    assert {"HARVESTER_MONGO_USER", "HARVESTER_MONGO_PASSWORD"} <= set(mongo["environment"])
+
+
+def test_chromium_runs_in_its_own_sandbox_as_a_non_root_user() -> None:
+    import json
+
+    from harvester.settings import HarvesterSettings
+
+    service = SERVICES["worker-pageslots"]
+    assert interpolate(service["environment"]["HARVESTER_CHROMIUM_SANDBOX"]) == "true"
+    assert HarvesterSettings(chromium_sandbox="true").chromium_sandbox is True  # the variable is read
+    assert interpolate(service["user"]).split(":")[0] not in ("0", "root")
+    assert "no-new-privileges:true" in service["security_opt"]
+    assert service["cap_drop"] == ["ALL"]
+    [seccomp] = [option.split("=", 1)[1] for option in service["security_opt"] if option.startswith("seccomp=")]
+    profile = json.loads((REPOSITORY_ROOT / seccomp).read_text())
+    denied = {name for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ERRNO" for name in rule["names"]}
+    # the namespace sandbox needs these; the syscalls Docker's default profile refuses stay refused
+    assert not denied & {"clone", "unshare", "setns"}
+    assert {"mount", "ptrace", "bpf", "kexec_load", "init_module", "keyctl", "userfaultfd"} <= denied
+    from harvester.scraping import browser
+
+    assert "--no-sandbox" not in browser.CHROMIUM_ARGS  # Playwright adds it only when the sandbox is off
+
+
+def test_a_compose_yaml_that_breaks_a_property_fails_its_test() -> None:
+    """The checks above read the file: a copy with Redis's password removed no longer passes."""
+    global COMPOSE, SERVICES
+    saved = COMPOSE, SERVICES
+    try:
+        COMPOSE = yaml.safe_load(COMPOSE_TEXT.replace(":${REDIS_PASSWORD}@", "@"))
+        SERVICES = COMPOSE["services"]
+        with pytest.raises(AssertionError):
+            test_redis_has_a_password_and_every_client_url_carries_it()
+    finally:
+        COMPOSE, SERVICES = saved

@@ -16,6 +16,11 @@ INTAKE_SIGNAL = f"{PREFIX}:intake-signal"  # list the distributor blocks on to w
 PAGE_SLOTS_INDEX = f"{PREFIX}:pageslots"  # hash slot id -> JSON slot record
 
 
+def distributor_heartbeat(name: str) -> str:
+    """String: unix time of the last round of the distributor ``name`` (its liveness check reads it)."""
+    return f"{PREFIX}:distributor:{name}:heartbeat"
+
+
 @dataclass(frozen=True, slots=True)
 class SourceKeys:
     """The keys of one source, all in the same Redis Cluster hash slot."""

@@ -65,6 +65,10 @@ class HarvesterSettings(BaseSettings):
 
     # Browsers and page slots (DESIGN.md section 5).
     chromium_executable: Path = Path("/usr/bin/chromium")
+    chromium_sandbox: bool = Field(
+        default=False,
+        description="Run Chromium in its own sandbox (needs a non-root user and user namespaces; "
+                    "docker compose turns it on for worker-pageslots).")
     max_page_slots: int = Field(default=4, ge=0)
     min_scraping_tasks_by_pageslot: Fraction = Fraction(1, 3)
     page_slot_idle_seconds: float = 60.0

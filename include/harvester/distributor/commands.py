@@ -19,7 +19,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     service.add_argument("--log-level", default="INFO")
     service.add_argument("--max-seconds", type=float, default=None, help="stop after this long (tests, benches)")
+    service.add_argument("--name", default=None, help="the name its heartbeat is written under (default: hostname)")
     service.set_defaults(handler=_distributor)
+
+    health = subparsers.add_parser(
+        "health", help="liveness check: exit 0 when the component's heartbeat is fresh, 1 when stale or missing"
+    )
+    health.add_argument("component", choices=["distributor"])
+    health.add_argument("--name", default=None, help="the distributor's --name (default: this hostname)")
+    health.add_argument("--max-age", type=float, default=90.0,
+                        help="seconds a heartbeat may be old (default 90: a blocking wait lasts at most 30)")
+    health.set_defaults(handler=_health)
 
     dead = subparsers.add_parser("dead-letters", help="inspect, re-queue or purge a source's dead letters")
     dead.add_argument("action", choices=["list", "requeue", "purge"])
@@ -41,11 +51,39 @@ def _distributor(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    distributor = Distributor(_redis_client(), blocking_client=redis_client(REDIS_DEFAULT,
-                                                                            blocking_seconds=MAX_WAIT_SECONDS))
+    distributor = Distributor(_redis_client(), name=args.name,
+                              blocking_client=redis_client(REDIS_DEFAULT, blocking_seconds=MAX_WAIT_SECONDS))
     signal.signal(signal.SIGTERM, distributor.handle_signal)
     signal.signal(signal.SIGINT, distributor.handle_signal)
     distributor.run(max_seconds=args.max_seconds)
+    return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    """A container healthcheck: one GET, no Harvester state touched."""
+    import socket
+    import time
+
+    import redis
+
+    from harvester.redis_keys import distributor_heartbeat
+
+    name = args.name or socket.gethostname()
+    try:
+        client = _redis_client()
+        raw = client.get(distributor_heartbeat(name))
+        client.close()
+    except redis.RedisError as error:
+        print(f"distributor {name}: Redis unreachable ({type(error).__name__}: {error})", file=sys.stderr)
+        return 1
+    if raw is None:
+        print(f"distributor {name}: no heartbeat", file=sys.stderr)
+        return 1
+    age = time.time() - float(raw)
+    if age > args.max_age:
+        print(f"distributor {name}: heartbeat {age:.0f}s old (limit {args.max_age:.0f}s)", file=sys.stderr)
+        return 1
+    print(f"distributor {name}: alive, heartbeat {age:.1f}s old")
     return 0
 
 

@@ -15,6 +15,7 @@ next reap), so it never polls while idle. Several distributors may run: every ad
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -32,7 +33,7 @@ from harvester.distributor.intake import RegisteredSource, read_registered_sourc
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.store import Admission, RateLimitStore
 from harvester.queues import kombu_queue
-from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys
+from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys, distributor_heartbeat
 from harvester.settings import HarvesterSettings, get_settings
 
 log = logging.getLogger("harvester.distributor")
@@ -42,6 +43,8 @@ SOURCES_REFRESH_SECONDS = 1.0
 SUMMARY_SECONDS = 60.0
 MAX_WAIT_SECONDS = 30.0  # a blocking wait never outlasts the blocking connection's socket timeout
 BACKPRESSURE_POLL_SECONDS = 0.2  # Celery gives no event when a queue drains: look again this often
+HEARTBEAT_SECONDS = 5.0  # how often a working distributor refreshes its liveness key
+HEARTBEAT_TTL_SECONDS = 600  # a stopped distributor's key goes away on its own
 REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, KombuOperationalError)
 
 
@@ -126,7 +129,10 @@ class Distributor:
         app: Celery | None = None,
         blocking_client: redis.Redis | None = None,
         on_dead_letters: Callable[[str, list[str]], None] | None = None,
+        name: str | None = None,
     ) -> None:
+        self.name = name or socket.gethostname()
+        self._heartbeat_at = float("-inf")
         self.settings = settings or get_settings()
         self.redis = redis_client
         self.blocking = blocking_client or blocking_twin(redis_client, MAX_WAIT_SECONDS)
@@ -166,6 +172,7 @@ class Distributor:
         summary = (time.monotonic(), DistributorTotals())
         while not self.stopping and (ends_at is None or time.monotonic() < ends_at):
             try:
+                self.heartbeat()
                 outcome = self.run_round()
                 self._back_online()
                 backoff = 0.1
@@ -184,6 +191,17 @@ class Distributor:
         self._flush_on_stop()
         log.info("distributor stopped: %s", self.totals)
         return self.totals
+
+    def heartbeat(self) -> None:
+        """Write the liveness key `harvester health distributor` reads, at most every HEARTBEAT_SECONDS.
+
+        It is written before each round and a round's blocking wait lasts at most MAX_WAIT_SECONDS, so a
+        key older than that (plus a round) means the loop is stuck or the process is gone.
+        """
+        if time.monotonic() - self._heartbeat_at < HEARTBEAT_SECONDS:
+            return
+        self.redis.set(distributor_heartbeat(self.name), f"{time.time():.3f}", ex=HEARTBEAT_TTL_SECONDS)
+        self._heartbeat_at = time.monotonic()
 
     def _log_summary(self, since: float, before: DistributorTotals) -> tuple[float, DistributorTotals]:
         """One line a minute while work flows, so an operator sees the rate without a metrics stack."""

@@ -21,14 +21,16 @@ from harvester.settings import HarvesterSettings
 if TYPE_CHECKING:
     from playwright.async_api import Browser, Page, Playwright, Request, Route
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+# Playwright adds --no-sandbox unless settings.chromium_sandbox asks for Chromium's own sandbox.
+CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
 
 
 async def launch_chromium(playwright: Playwright, settings: HarvesterSettings) -> Browser:
     """Headless Chromium from ``settings.chromium_executable`` (the OS package, or the image's own)."""
     return await playwright.chromium.launch(
-        executable_path=str(settings.chromium_executable), headless=True, args=CHROMIUM_ARGS)
+        executable_path=str(settings.chromium_executable), headless=True, args=CHROMIUM_ARGS,
+        chromium_sandbox=settings.chromium_sandbox)
 
 
 def user_agent_and_headers(source: SourceConfig, settings: HarvesterSettings) -> tuple[str, dict[str, str]]:
