@@ -1,7 +1,10 @@
 # Harvester: `make run` starts everything locally on loopback; `make test` runs the whole suite.
+# `make run MODE=cluster` starts the production topology of docker-compose.yaml instead (PostgreSQL,
+# Airflow's CeleryExecutor, separate worker hosts), still on loopback; `make stop` stops either.
 SHELL := /bin/bash
 PY := .venv/bin/python
 PYTEST_ARGS ?=
+MODE ?= embedded
 
 .PHONY: bootstrap run stop status test test-unit lint schema validate clean
 
@@ -9,13 +12,17 @@ bootstrap:
 	@bash scripts/bootstrap.sh
 
 run: bootstrap
-	@$(PY) -m harvester.services.stack run
+	@if [ "$(MODE)" = cluster ]; then $(PY) -m harvester.services.cluster run; \
+	else $(PY) -m harvester.services.stack run; fi
 
 stop:
-	@if [ -x $(PY) ]; then $(PY) -m harvester.services.stack stop; else echo "nothing to stop"; fi
+	@if [ ! -x $(PY) ]; then echo "nothing to stop"; exit 0; fi; \
+	if [ "$(MODE)" != cluster ]; then $(PY) -m harvester.services.stack stop; fi; \
+	if [ -d var/cluster/run ]; then $(PY) -m harvester.services.cluster stop; fi
 
 status:
-	@$(PY) -m harvester.services.stack status
+	@if [ "$(MODE)" = cluster ]; then $(PY) -m harvester.services.cluster status; \
+	else $(PY) -m harvester.services.stack status; fi
 
 test: bootstrap
 	@$(PY) -m pytest $(PYTEST_ARGS)

@@ -11,6 +11,8 @@ need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
+# PostgreSQL for `make run MODE=cluster` and the topology test (Debian keeps initdb off PATH).
+command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing OS packages: ${need_apt[*]} (log: $log_dir/apt.log)"
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
@@ -21,9 +23,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
       || { echo "!! apt-get install failed; see $log_dir/apt.log" >&2; exit 1; }
   fi
   # Debian starts its own redis-server on 6379 where an init system runs; ours runs on its own terms.
-  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-server 2>/dev/null; then
-    $sudo_cmd systemctl disable --now redis-server >>"$log_dir/apt.log" 2>&1 || true
-  fi
+  # The same for PostgreSQL's main cluster on 5432: the topology runs a private cluster of its own.
+  for unit in redis-server postgresql; do
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$unit" 2>/dev/null; then
+      $sudo_cmd systemctl disable --now "$unit" >>"$log_dir/apt.log" 2>&1 || true
+    fi
+  done
 fi
 
 python=${PYTHON:-python3}

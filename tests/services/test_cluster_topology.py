@@ -1,0 +1,140 @@
+"""The production topology of docker-compose.yaml, without Docker, with the commands compose runs.
+
+PostgreSQL, Redis with a password, the tests' MongoDB, Airflow with the CeleryExecutor as separate
+processes (api-server, scheduler, dag-processor, triggerer, `airflow celery worker`), the distributor,
+and Harvester worker hosts with node names of their own (harvester.services.cluster, which
+`make run MODE=cluster` also uses). A demo harvest runs end to end through the REST API; then a worker
+host is SIGKILLed and the next run is served by the host that remains.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harvester.services.cluster import CELERY_APP, Cluster, ClusterPorts, WorkerHost
+from harvester.settings import REPOSITORY_ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+DEMO_PRODUCTS = 40  # max_new_urls of the test's demo_shop: enough batches for both hosts, quick on 2 cores
+HOST_A = WorkerHost("host-a", "http")
+HOST_B = WorkerHost("host-b", "http")
+PAGESLOTS_HOST = WorkerHost("host-c", "pageslots", concurrency=1)
+
+
+def unscheduled_source(name: str, **changes: Any) -> dict[str, Any]:
+    """A shipped demo source, unscheduled (runs come from the test) and re-harvested on every run."""
+    document = yaml.safe_load((REPOSITORY_ROOT / "include" / "sources" / f"{name}.yaml").read_text())
+    document.update(schedule=None, harvesting_lag=0, **changes)
+    return document
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, mongo_server, demo_site_server) -> Iterator[Cluster]:
+    base = tmp_path_factory.mktemp("cluster")
+    sources = base / "sources"
+    sources.mkdir()
+    shop = unscheduled_source("demo_shop")
+    shop["listing"]["max_new_urls"] = DEMO_PRODUCTS
+    for name, document in (("demo_shop", shop), ("demo_shop_browser", unscheduled_source("demo_shop_browser"))):
+        (sources / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    topology = Cluster(
+        base, ClusterPorts.free(), mongo_uri=mongo_server.uri, mongo_database=f"test_cluster_{uuid.uuid4().hex[:8]}",
+        demo_site_url=demo_site_server.url, sources_dir=sources, hosts=[HOST_A, PAGESLOTS_HOST],
+        harvester_overrides={"HARVESTER_PRODUCER_POLL_SECONDS": "2", "HARVESTER_LEASE_SECONDS": "20",
+                             "HARVESTER_HEARTBEAT_SECONDS": "3"},
+        fast_unsafe_postgres=True, dag_refresh_seconds=5,
+    )
+    started = time.monotonic()
+    try:
+        topology.start()
+        print(f"cluster started in {time.monotonic() - started:.0f}s", flush=True)
+        yield topology
+    finally:
+        topology.destroy()
+        client = mongo_server.client()
+        client.drop_database(topology.mongo_database)
+        client.close()
+
+
+def run_to_the_end(cluster: Cluster, dag_id: str, timeout: float = 300) -> dict[str, Any]:
+    run_id = cluster.trigger(dag_id)
+    run = cluster.wait_for_run(dag_id, run_id, timeout=timeout)
+    assert run["state"] == "success", (
+        f"{dag_id} {run_id}: {run['state']}, tasks {run['task_states']}\n"
+        + "\n".join(cluster.log_tail(name, 15) for name in ("airflow-worker", "airflow-triggerer", "distributor",
+                                                            "worker-host-a", "worker-host-b"))
+    )
+    return run
+
+
+def report_of(cluster: Cluster, dag_id: str, run_id: str) -> dict[str, Any]:
+    with cluster.api() as client:
+        response = client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/report/xcomEntries/return_value")
+        response.raise_for_status()
+    value = response.json()["value"]
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def batches_received(cluster: Cluster, host: WorkerHost) -> int:
+    log = cluster.log_dir / f"worker-{host.name}.log"
+    return log.read_text(errors="replace").count("harvester.scrape_batch") if log.exists() else 0
+
+
+def compose_healthcheck(cluster: Cluster, *command: str) -> subprocess.CompletedProcess[str]:
+    """A healthcheck command of docker-compose.yaml, run with what that service's environment holds."""
+    return subprocess.run(list(command), env=cluster.harvester_environment(), capture_output=True, text=True,
+                          timeout=120, cwd=REPOSITORY_ROOT)
+
+
+def test_a_harvest_runs_on_the_production_topology_and_survives_losing_a_worker_host(cluster, mongo_server) -> None:
+    products = mongo_server.client()[cluster.mongo_database]["demo_shop_products"]
+
+    first = run_to_the_end(cluster, "harvest_demo_shop")
+    report = report_of(cluster, "harvest_demo_shop", first["dag_run_id"])
+    stored = products.count_documents({"run_id": first["dag_run_id"]})
+    assert stored == report["records_stored"] == DEMO_PRODUCTS, report
+    assert report["complete"], report
+    assert batches_received(cluster, HOST_A) > 0  # host-a was the only priority host: it did the work
+
+    # The compose healthchecks answer (the same commands, with the Redis password in the URL).
+    for node in HOST_A.node_names():
+        ping = compose_healthcheck(cluster, str(cluster.bin / "celery"), "-A", CELERY_APP, "inspect", "ping",
+                                   "-d", node)
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+    health = compose_healthcheck(cluster, str(cluster.bin / "harvester"), "health", "distributor",
+                                 "--name", "distributor")
+    assert health.returncode == 0, health.stderr
+
+    # A second host joins, then the first loses power: its whole process group gets SIGKILL.
+    cluster.start_host(HOST_B)
+    cluster.kill_host(HOST_A)
+    assert not Cluster.celery_nodes_answer(cluster.redis_url, HOST_A.node_names()[:1])
+    ping = compose_healthcheck(cluster, str(cluster.bin / "celery"), "-A", CELERY_APP, "inspect", "ping",
+                               "-d", HOST_A.node_names()[0])
+    assert ping.returncode != 0, "the healthcheck of a dead host must fail"
+
+    second = run_to_the_end(cluster, "harvest_demo_shop")
+    report = report_of(cluster, "harvest_demo_shop", second["dag_run_id"])
+    assert products.count_documents({"run_id": second["dag_run_id"]}) == report["records_stored"] == DEMO_PRODUCTS
+    assert products.count_documents({}) == DEMO_PRODUCTS  # upserts: the second run rewrote, never duplicated
+    assert batches_received(cluster, HOST_B) > 0, "the surviving host did not serve the queue"
+
+
+@pytest.mark.skipif(not (REPOSITORY_ROOT / "dags" / "page_slots.py").exists(),
+                    reason="the page_slots DAG (dags/page_slots.py) is not merged yet; this case runs once it is")
+def test_a_page_slots_run_and_a_browser_harvest_succeed_on_the_production_topology(cluster, mongo_server) -> None:
+    browser = run_to_the_end(cluster, "harvest_demo_shop_browser", timeout=400)
+    run_to_the_end(cluster, "page_slots", timeout=400)
+    report = report_of(cluster, "harvest_demo_shop_browser", browser["dag_run_id"])
+    assert report["records_stored"] >= 1 and report["complete"], report
+    log = Path(cluster.log_dir / f"worker-{PAGESLOTS_HOST.name}.log").read_text(errors="replace")
+    assert "harvester.scrape_batch" in log
