@@ -229,6 +229,8 @@ def test_task_logs_are_one_volume_shared_by_the_airflow_services() -> None:
     for name in ("airflow-apiserver", "airflow-scheduler", "airflow-triggerer", "airflow-worker",
                  "airflow-dag-processor"):
         assert "airflow-logs:/opt/airflow/logs" in SERVICES[name]["volumes"], name
+    for name in ("airflow-worker", "airflow-triggerer"):  # the api-server reads the volume, not their log servers
+        assert "--skip-serve-logs" in SERVICES[name]["command"], name
 
 
 def test_flower_and_the_demo_site_run_only_when_their_profile_is_asked_for() -> None:
