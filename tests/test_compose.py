@@ -293,8 +293,9 @@ def test_harvester_services_get_only_the_variables_they_need() -> None:
             assert secret not in text, f"{name} sees {secret}"
         assert not any(key.startswith("AIRFLOW__") for key in SERVICES[name].get("environment") or {}), name
         assert "/opt/airflow/logs" not in str(SERVICES[name].get("volumes", [])), name
-    assert set(SERVICES["distributor"]["environment"]) == {"HARVESTER_REDIS_URL"}
-    assert set(SERVICES["flower"]["environment"]) == {"HARVESTER_REDIS_URL", "FLOWER_BASIC_AUTH"}
+    redis_only = {"HARVESTER_REDIS_URL", "AIRFLOW_CONN_REDIS_DEFAULT"}
+    assert set(SERVICES["distributor"]["environment"]) == redis_only
+    assert set(SERVICES["flower"]["environment"]) == {*redis_only, "FLOWER_BASIC_AUTH"}
     # Harvester connects to Mongo as the application user, never as root
     assert "MONGO_ROOT" not in str(yaml.safe_load(COMPOSE_TEXT)["x-mongo-uri"])
     assert SERVICES["worker-default"]["environment"]["HARVESTER_MONGO_URI"].startswith(

@@ -195,6 +195,7 @@ class Cluster:
     def harvester_redis_environment(self) -> dict[str, str]:
         """The distributor's: Redis only."""
         return {**self._base_environment(), "HARVESTER_REDIS_URL": self.redis_url,
+                "AIRFLOW_CONN_REDIS_DEFAULT": self.redis_url,
                 **{k: v for k, v in self.harvester_overrides.items() if k != "HARVESTER_MONGO_DATABASE"}}
 
     def harvester_environment(self) -> dict[str, str]:
