@@ -57,6 +57,8 @@ class HarvesterSettings(BaseSettings):
     # Workers and scraping.
     body_size_cap_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
     max_redirects: int = Field(default=5, ge=0)
+    max_url_length: int = Field(
+        default=2048, ge=64, description="Longer links are ignored before they are canonicalised or matched.")
     output_sink: Literal["mongo", "discard"] = "mongo"
     user_agent: str = (
         "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "

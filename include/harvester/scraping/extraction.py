@@ -15,7 +15,7 @@ from typing import Any
 from parsel import Selector
 
 from harvester.config.model import Attribute, SourceConfig
-from harvester.scraping.links import canonicalise_url
+from harvester.urls import canonicalise_url
 
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:[ ,\u00a0\u202f]\d{3})+|\d+)(?:\.\d+)?")
 _TRUE = frozenset({"true", "yes", "y", "1", "on", "in stock", "available"})
