@@ -189,6 +189,11 @@ class Attribute(StrictModel):
     xpath: str | None = None
     type: AttributeType = "str"
     required: bool = False
+    decimal_separator: Literal[".", ","] | None = Field(
+        default=None,
+        description="int and float: the decimal mark (the other one groups thousands). "
+                    "Unset: the last of . and , when both appear; see docs/sources.md.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -213,6 +218,8 @@ class Attribute(StrictModel):
     def _one_selector(self) -> Attribute:
         if (self.css is None) == (self.xpath is None):
             raise ValueError("give exactly one of css or xpath")
+        if self.decimal_separator is not None and self.type.removeprefix("list[").rstrip("]") not in ("int", "float"):
+            raise ValueError("decimal_separator: only int and float attributes read numbers")
         return self
 
 

@@ -170,7 +170,7 @@ NESTED_DEPTH = 2000  # libxml2 keeps about this many nested elements; each holds
 def nested_matches_page(size_bytes: int = 2 << 20) -> str:
     """``size_bytes`` of ``<span class="v">`` nested inside each other: every match holds the text of all
     the matches inside it, so taking each one's text costs the page size times the depth."""
-    words = max(1, (size_bytes // NESTED_DEPTH - 20) // 5)
+    words = size_bytes // NESTED_DEPTH // 5 + 1
     opening = '<span class="v">' + "word " * words
     return page("Nested", opening * NESTED_DEPTH + "</span>" * NESTED_DEPTH)
 
