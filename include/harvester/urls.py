@@ -10,6 +10,7 @@ A leaf module: producer, scraping and storage all import it, and it imports none
 
 from __future__ import annotations
 
+import re
 from urllib.parse import unquote_plus, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url
@@ -21,6 +22,10 @@ TRACKING_PARAMETERS = frozenset({
 })
 TRACKING_PREFIXES = ("utm_", "pk_", "hsa_")
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# URLs that are canonical already (lower-case host, no default port, a plain path without dot
+# segments, no query, no fragment): most input and discovered URLs. They skip w3lib, which costs
+# about 10 us a URL; the planner reads 200,000 input URLs a run.
+_ALREADY_CANONICAL = re.compile(r"(https?)://[a-z0-9-]+(?:\.[a-z0-9-]+)*(?::([1-9][0-9]{0,4}))?((?:/[A-Za-z0-9._~-]*)*)")
 
 
 def is_tracking_parameter(name: str) -> bool:
@@ -34,6 +39,19 @@ def canonicalise_url(url: str | None, base: str | None = None) -> str | None:
     url = (url or "").strip()
     if not url:
         return None
+    if base is None and (match := _ALREADY_CANONICAL.fullmatch(url)) and _plain(*match.groups()):
+        return url if match.group(3) else f"{url}/"
+    return _canonicalise(url, base)
+
+
+def _plain(scheme: str, port: str | None, path: str) -> bool:
+    """The rest of the fast path's test: a port that is kept as written, no dot or empty segments."""
+    if port is not None and (int(port) > 65_535 or int(port) == DEFAULT_PORTS[scheme]):
+        return False
+    return "//" not in path and "/./" not in f"{path}/" and "/../" not in f"{path}/"
+
+
+def _canonicalise(url: str, base: str | None) -> str | None:
     try:
         if base is not None:
             url = urljoin(base, url)
