@@ -19,11 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _rekey(args: argparse.Namespace) -> int:
-    import redis
-
     from harvester.config.loader import SourceConfigError, get_source
+    from harvester.connections import mongo_client, redis_client
     from harvester.settings import get_settings
-    from harvester.storage.mongo import mongo_client
     from harvester.storage.rekey import rekey_source
 
     settings = get_settings()
@@ -32,9 +30,9 @@ def _rekey(args: argparse.Namespace) -> int:
     except (KeyError, SourceConfigError) as error:
         print(f"rekey: {error}", file=sys.stderr)
         return 1
-    database = mongo_client(settings)[source.output.database or settings.mongo_database]
-    redis_client = None if args.dry_run else redis.Redis.from_url(settings.redis_url, socket_timeout=30)
-    result = rekey_source(source, database[source.output_collection], redis_client, dry_run=args.dry_run)
+    database = mongo_client(source.output.connection_id, settings)[source.output.database or settings.mongo_database]
+    seen_urls = None if args.dry_run else redis_client(settings=settings)
+    result = rekey_source(source, database[source.output_collection], seen_urls, dry_run=args.dry_run)
     if args.dry_run:
         print(f"{source.name}: {result.to_move} record(s) to move (dry run: nothing changed)")
     else:
