@@ -15,6 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harvester.distributor.commands",
     "harvester.producer.commands",
     "harvester.pageslots.commands",
+    "harvester.storage.commands",
 )
 
 

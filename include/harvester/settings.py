@@ -57,6 +57,12 @@ class HarvesterSettings(BaseSettings):
     # Workers and scraping.
     body_size_cap_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
     max_redirects: int = Field(default=5, ge=0)
+    max_value_length: int = Field(
+        default=100_000, ge=16, description="Characters of one extracted value; a longer one is refused (too_long).")
+    max_extracted_characters: int = Field(
+        default=1_000_000, ge=1024, description="Characters one page may give all its attributes (too_large past it).")
+    max_url_length: int = Field(
+        default=2048, ge=64, description="Longer links are ignored before they are canonicalised or matched.")
     output_sink: Literal["mongo", "discard"] = "mongo"
     user_agent: str = (
         "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "

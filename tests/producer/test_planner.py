@@ -156,3 +156,18 @@ def test_a_new_run_continues_an_unfinished_one(database, make_source) -> None:
     # Clearing an old run's tasks comes back to that run, even while a newer one is unfinished.
     assert _planner(database).plan(source, "manual__1", PlanOptions.for_source(source)).run_id == "manual__1"
     assert _planner(database).plan(source, "scheduled__2", PlanOptions.for_source(source)).run_id == "manual__1"
+
+
+def test_input_urls_not_in_canonical_form_are_found_fresh(database, make_source) -> None:
+    """Issue 12: records are stored under the canonical URL, so the lag lookup must use it too."""
+    now = datetime.now(UTC)
+    database.shop_input.insert_many([
+        {"url": "HTTP://Shop.Example:80/p/0?utm_source=mail#top"},  # fresh once canonical
+        {"url": "http://shop.example/p/./1?b=2&a=1"},  # due, planned in its canonical form
+        {"url": "http://user:secret@shop.example/p/0"},  # the same page again, with credentials
+    ])
+    database.shop.insert_one({"url": "http://shop.example/p/0", "harvested_at": now - timedelta(minutes=5)})
+    source = make_source()
+    result = _planner(database).plan(source, "run1", PlanOptions.for_source(source), now=now)
+    assert result.skipped_fresh == 1 and result.skipped_duplicate == 1
+    assert _urls_of_run(database, "run1") == ["http://shop.example/p/1?a=1&b=2"]

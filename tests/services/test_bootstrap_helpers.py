@@ -112,3 +112,20 @@ def test_airflow_connection_uri_has_the_conn_type_mongo_hook_accepts() -> None:
     assert str(local.extra_dejson["directConnection"]).lower() == "true"
     srv = Connection(uri=airflow_connection_uri("mongodb+srv://u:p@cluster.example.net/db"))
     assert srv.conn_type == "mongo" and str(srv.extra_dejson.get("srv")).lower() == "true" and srv.password == "p"
+
+
+def test_the_environment_file_is_owner_only(tmp_path: Path) -> None:
+    """var/run/harvester.env holds every password of the environment: nobody else may read it."""
+    import stat
+
+    stack = LocalStack(root=tmp_path, environ={"PATH": "/usr/bin"})
+    stack.run_dir.mkdir(parents=True)
+    path = stack.run_dir / "harvester.env"
+    path.write_text("old\n")
+    path.chmod(0o644)  # a file left by an older version, world-readable
+    stack.write_environment_file({"HARVESTER_MONGO_URI": "mongodb://u:secret@127.0.0.1:1/x", "HOME": "/root"})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_text() == 'export HARVESTER_MONGO_URI="mongodb://u:secret@127.0.0.1:1/x"\n'
+    path.unlink()
+    stack.write_environment_file({"HARVESTER_X": "1"})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

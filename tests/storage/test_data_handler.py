@@ -66,3 +66,25 @@ def test_output_database_and_collection_from_the_source(handler, mongo_server, m
         assert client[f"{mongo_database}_out"]["things"].count_documents({}) == 1
     finally:
         client.drop_database(f"{mongo_database}_out")
+
+
+def test_a_record_mongodb_refuses_never_fails_its_batch_mates(handler) -> None:
+    """Issue 12: one value above 2**63 failed the whole batch's write ("storage failed") for every record."""
+    source = demo_source("http://site", output={"key": ["url"], "collection": "refused"})
+    records = [{"url": f"u{i}", "price": i} for i in range(6)]
+    records[1]["price"] = 2**64  # pymongo refuses it before sending: more than 8 bytes
+    records[3]["price"] = "x" * (16 * 1024 * 1024 + 10)  # the server refuses it: over 16 MB
+    records[4]["meta"] = {"a\x00b": 1}  # pymongo refuses it: a NUL in a key
+    result = handler.write(source, records, "run-1")
+    assert sorted(result.rejected) == [1, 3, 4]
+    assert all("MongoDB" in reason or "cannot be stored" in reason for reason in result.rejected.values())
+    assert result.upserted == 3 and result.stored == 3
+    collection = handler.collection(source)
+    assert sorted(document["url"] for document in collection.find({}, {"url": 1})) == ["u0", "u2", "u5"]
+
+
+def test_a_rejected_key_rejects_every_record_of_that_key(handler) -> None:
+    source = demo_source("http://site", output={"key": ["url"], "collection": "refused_key"})
+    records = [{"url": "same", "n": 1}, {"url": "other", "n": 2}, {"url": "same", "n": 2**70}]
+    result = handler.write(source, records)
+    assert sorted(result.rejected) == [0, 2] and result.upserted == 1

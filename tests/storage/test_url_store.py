@@ -74,3 +74,13 @@ def test_run_frontier_queues_listing_pages_once_and_caps_new_urls(redis_client) 
     assert frontier.reserve_new_urls("s", "r", 30, cap=50) == 30
     assert frontier.reserve_new_urls("s", "r", 30, cap=50) == 20
     assert frontier.reserve_new_urls("s", "r", 5, cap=50) == 0
+
+
+def test_spellings_of_one_page_are_one_url(redis_client) -> None:
+    """The checker canonicalises what it is given, with the same function as discovery and records."""
+    source = demo_source("http://site", harvesting_lag="6h")
+    store = URLStore(redis_client)
+    assert store.filter_new(source, ["http://Site:80/a?utm_source=x#top", "http://site/a"], owner="t1") == [
+        "http://site/a"]
+    assert store.filter_new(source, ["HTTP://SITE/a#other"], owner="t2") == []
+    assert store.seen(source, ["http://site/./a"]) == {"http://site/./a": True}

@@ -4,6 +4,11 @@ Every problem reads ``file:line: field: reason``. The YAML is composed with liby
 and turned into Python by walking its nodes, which keeps each value's line number, catches
 duplicate keys (PyYAML would silently keep the last one) and is fast enough to load 500 files
 during one DAG parse. Nothing is cached between calls: an edited file is seen on the next load.
+
+Hand-written YAML is hostile input too: an alias that refers to itself, or a few hundred bytes of
+nested aliases that expand to millions of values, are refused before anything is built
+(:data:`MAX_EXPANDED_VALUES`), and anything else that goes wrong while reading one file becomes
+that file's problem, so the other sources still load.
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _PLACEHOLDER = re.compile(r"\$\{(HARVESTER_[A-Z0-9_]+)\}")
+# Settings a placeholder may never name: they carry credentials, which never go into requests or YAML.
+PLACEHOLDER_REFUSED = frozenset({"mongo_uri", "redis_url"})
+# Fields whose value is a regular expression: a placeholder's value is pasted in escaped (matched literally).
+REGEX_FIELDS: frozenset[tuple[str, ...]] = frozenset({("listing", "follow")})
+# Values of one file once its aliases are expanded; real sources hold a few hundred.
+MAX_EXPANDED_VALUES = 20_000
 _SECRET_KEY = re.compile(
     r"(^|[_-])(password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?)($|[_-])",
     re.IGNORECASE,
@@ -134,7 +145,16 @@ def load_source_file(path: str | Path) -> SourceConfig:
 def parse_source(text: str, file: str = "<string>") -> SourceConfig:
     """Validate the YAML text of one source; ``file`` is only used in messages."""
     document = _Document(file)
-    data = document.load(text)
+    try:
+        data = document.load(text)
+    except SourceConfigError:
+        raise
+    except (RecursionError, MemoryError) as error:  # nesting deeper than Python's stack, or than memory
+        raise SourceConfigError([Problem(file, 1, ROOT_FIELD, f"too deeply nested to read ({type(error).__name__})")]
+                                ) from None
+    except Exception as error:  # a constructor or composer failure nobody foresaw: still this file's problem
+        raise SourceConfigError([Problem(file, 1, ROOT_FIELD, f"cannot read the file: {type(error).__name__}: "
+                                                              f"{error}")]) from None
     if not isinstance(data, dict):
         document.problem((), "a source file must be a YAML mapping of fields (name: ..., input: ...)")
     else:
@@ -245,7 +265,48 @@ class _Document:
         if node is None:
             self.problem((), "the file is empty")
             self.raise_if_any()
+        self._check_expansion(node)
+        self.raise_if_any()
         return self._value(loader, node, ())
+
+    def _check_expansion(self, root: yaml.Node) -> None:
+        """Refuse an alias that refers to the value containing it, and aliases that expand the file to
+        more than MAX_EXPANDED_VALUES values; one pass over the node graph, each shared node once."""
+        sizes: dict[int, int] = {}  # expanded size of every node finished so far
+        running: dict[int, int] = {id(root): 1}
+        on_path: set[int] = {id(root)}
+        stack: list[tuple[yaml.Node, Location, Iterator[tuple[yaml.Node, Location]]]] = [
+            (root, (), _children(root, ()))]
+        while stack:
+            node, location, children = stack[-1]
+            child, child_location = next(children, (None, ()))
+            if child is None:
+                stack.pop()
+                on_path.discard(id(node))
+                sizes[id(node)] = running.pop(id(node))
+                if stack:
+                    parent, parent_location, _ = stack[-1]
+                    running[id(parent)] += sizes[id(node)]
+                    if running[id(parent)] > MAX_EXPANDED_VALUES:
+                        return self._too_many(parent_location)
+                continue
+            if id(child) in on_path:
+                self.problem(location, "an alias refers to itself (to the value that contains it)",
+                             node.start_mark.line + 1)
+                return None
+            if id(child) in sizes:  # an alias of a node already measured: count it again, walk it once
+                running[id(node)] += sizes[id(child)]
+                if running[id(node)] > MAX_EXPANDED_VALUES:
+                    return self._too_many(location)
+                continue
+            on_path.add(id(child))
+            running[id(child)] = 1
+            stack.append((child, child_location, _children(child, child_location)))
+        return None
+
+    def _too_many(self, location: Location) -> None:
+        self.problem(location, f"aliases expand this file to more than {MAX_EXPANDED_VALUES:,} values "
+                               "(an alias bomb?); write the values out or use fewer nested aliases")
 
     def _value(self, loader: Any, node: yaml.Node, location: Location) -> Any:
         self.lines.setdefault(location, node.start_mark.line + 1)
@@ -269,23 +330,41 @@ class _Document:
         if isinstance(node, yaml.SequenceNode):
             return [self._value(loader, item, (*location, index)) for index, item in enumerate(node.value)]
         # Plain strings are most scalars: skip the constructor's dispatch for them.
-        value = node.value if node.tag == _STR_TAG else loader.construct_object(node, deep=True)
+        try:
+            value = node.value if node.tag == _STR_TAG else loader.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError) as error:  # e.g. the date 2024-02-30
+            self.problem(location, f"cannot read the value {node.value!r}: {error}")
+            return None
         if isinstance(value, str) and "${" in value:
             value = self._expand(value, location)
         return value
 
     def _expand(self, value: str, location: Location) -> str:
+        """``${HARVESTER_X}`` becomes the setting ``x`` (its environment variable when set).
+
+        Only declared settings: an attribute of the settings object (``${HARVESTER___DICT__}``) would
+        paste every setting into the requests sent to a site. In a regex field the value is escaped.
+        """
+        from harvester.settings import HarvesterSettings, get_settings
+
         def replace(match: re.Match[str]) -> str:
             name = match.group(1)
-            if name in os.environ:
-                return os.environ[name]
-            from harvester.settings import get_settings
-
-            setting = getattr(get_settings(), name.removeprefix("HARVESTER_").lower(), None)
-            if setting is None:
-                self.problem(location, f"${{{name}}} is neither set in the environment nor a Harvester setting")
+            setting = name.removeprefix("HARVESTER_").lower()
+            if setting not in HarvesterSettings.model_fields:
+                self.problem(location, f"${{{name}}} is not a Harvester setting (placeholders name declared "
+                                       "settings only, see docs/sources.md)")
                 return match.group(0)
-            return str(setting)
+            if setting in PLACEHOLDER_REFUSED:
+                self.problem(location, f"${{{name}}} holds credentials, which never go into a source")
+                return match.group(0)
+            text = os.environ.get(name)
+            if text is None:
+                current = getattr(get_settings(), setting)
+                if current is None:
+                    self.problem(location, f"${{{name}}} is not set")
+                    return match.group(0)
+                text = str(current)
+            return re.escape(text) if location in REGEX_FIELDS else text
 
         return _PLACEHOLDER.sub(replace, value)
 
@@ -318,6 +397,19 @@ class _Document:
         elif detail["type"] == "missing":
             reason = "required field is missing"
         self.problem(location, reason)
+
+
+def _children(node: yaml.Node, location: Location) -> Iterator[tuple[yaml.Node, Location]]:
+    """The nodes directly inside ``node`` with the location each gives its value (merges share it)."""
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            yield key_node, location
+            merged = key_node.tag == _MERGE_TAG
+            key = (key_node.value if isinstance(key_node, yaml.ScalarNode) else "?")
+            yield value_node, (location if merged else (*location, str(key)))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            yield item, (*location, index)
 
 
 def _field_name(location: Location) -> str:

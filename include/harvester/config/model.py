@@ -27,6 +27,9 @@ SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@mo
 XPATH_PREFIX = "xpath:"
 MAX_BATCH_SIZE = 10_000
 _XPATH_NAMESPACES = {"re": "http://exslt.org/regular-expressions", "set": "http://exslt.org/sets"}
+# EXSLT regular expressions run on Python's backtracking engine inside lxml: refused (see patterns.py).
+_XPATH_REGEX_FUNCTION = re.compile(r"\bre:(?:test|match|replace)\s*\(")
+RESERVED_FIELDS = ("_id", "url", "first_seen_at", "harvested_at", "run_id")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -68,12 +71,14 @@ def check_selector(value: str) -> str:
     if not expression:
         raise ValueError("empty selector")
     try:
-        if expression.startswith(XPATH_PREFIX):
-            etree.XPath(expression[len(XPATH_PREFIX):], namespaces=_XPATH_NAMESPACES)
-        else:
-            etree.XPath(css2xpath(expression), namespaces=_XPATH_NAMESPACES)
+        xpath = expression[len(XPATH_PREFIX):] if expression.startswith(XPATH_PREFIX) else css2xpath(expression)
+        etree.XPath(xpath, namespaces=_XPATH_NAMESPACES)
     except Exception as error:  # cssselect and lxml raise several unrelated types
         raise ValueError(f"not a valid selector {value!r}: {error}") from error
+    if _XPATH_REGEX_FUNCTION.search(xpath):
+        raise ValueError("XPath regular expression functions (re:test, re:match, re:replace) run on a "
+                         "backtracking engine and are not allowed; select the nodes, then filter with the "
+                         "attribute type or listing.follow")
     return value
 
 
@@ -167,10 +172,10 @@ class Listing(StrictModel):
     @field_validator("follow")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as error:
-            raise ValueError(f"not a valid regular expression: {error}") from error
+        """On the linear-time engine links are matched with (Python's re would backtrack)."""
+        from harvester.patterns import compile_pattern
+
+        compile_pattern(value)
         return value
 
 
@@ -184,6 +189,11 @@ class Attribute(StrictModel):
     xpath: str | None = None
     type: AttributeType = "str"
     required: bool = False
+    decimal_separator: Literal[".", ","] | None = Field(
+        default=None,
+        description="int and float: the decimal mark (the other one groups thousands). "
+                    "Unset: the last of . and , when both appear; see docs/sources.md.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -208,6 +218,8 @@ class Attribute(StrictModel):
     def _one_selector(self) -> Attribute:
         if (self.css is None) == (self.xpath is None):
             raise ValueError("give exactly one of css or xpath")
+        if self.decimal_separator is not None and self.type.removeprefix("list[").rstrip("]") not in ("int", "float"):
+            raise ValueError("decimal_separator: only int and float attributes read numbers")
         return self
 
 
@@ -269,8 +281,10 @@ class SourceConfig(StrictModel):
     @classmethod
     def _attribute_names(cls, value: dict[str, Attribute]) -> dict[str, Attribute]:
         for name in value:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in ("_id", "url"):
-                raise ValueError(f"{name!r} is not a usable record field name (letters, digits, _; not _id or url)")
+            if name in RESERVED_FIELDS:
+                raise ValueError(f"{name!r} is reserved: Harvester writes {', '.join(RESERVED_FIELDS)} itself")
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not a usable record field name (letters, digits and _)")
         return value
 
     @model_validator(mode="after")
@@ -285,6 +299,9 @@ class SourceConfig(StrictModel):
         for field in self.output.key:
             if field not in known:
                 raise ValueError(f"output.key: {field!r} is neither url nor an attribute of this source")
+            if field != "url" and self.attributes[field].type.startswith("list["):
+                raise ValueError(f"output.key: {field!r} is a list attribute; key fields must be url or "
+                                 "scalar attributes")
         return self
 
     @property

@@ -163,6 +163,42 @@ def tiny_png(seed: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
+# -- hostile pages (issue 12): what the config layer, URL rules and extraction must survive --------------
+NESTED_DEPTH = 2000  # libxml2 keeps about this many nested elements; each holds its share of the text
+
+
+def nested_matches_page(size_bytes: int = 2 << 20) -> str:
+    """``size_bytes`` of ``<span class="v">`` nested inside each other: every match holds the text of all
+    the matches inside it, so taking each one's text costs the page size times the depth."""
+    words = size_bytes // NESTED_DEPTH // 5 + 1
+    opening = '<span class="v">' + "word " * words
+    return page("Nested", opening * NESTED_DEPTH + "</span>" * NESTED_DEPTH)
+
+
+def non_canonical_links_page(port: int) -> str:
+    """One product spelled eight ways, a link that makes a backtracking follow pattern run for ever,
+    one longer than any URL cap, and links with credentials."""
+    spellings = [
+        "/product/7", "/product/./7", "/shop/../product/7", "/product/7#reviews", "/product/7?utm_source=mail",
+        f"HTTP://127.0.0.1:{port}/product/7", f"http://user:secret@127.0.0.1:{port}/product/7",
+        "/product/7?fbclid=abc&gclid=def",
+    ]
+    links = "".join(f'<a class="product-link" href="{html.escape(href)}">7</a>' for href in spellings)
+    links += '<a class="product-link" href="/product/8?q=caf%E9">8</a>'
+    links += f'<a class="product-link" href="/product/{"a" * 26}!">backtracking bait</a>'
+    links += f'<a class="product-link" href="/product/9?{"x" * 5000}">too long</a>'
+    return page("Non-canonical links", links)
+
+
+def hostile_values_body(product_id: int) -> str:
+    """A product whose stock does not fit in 64 bits, with a price written the European way."""
+    facts = product_facts(product_id)
+    return (f'<div class="product"><h1 class="title">{html.escape(facts["title"])}</h1>'
+            f'<span class="sku">{facts["sku"]}</span><span class="price">1.234,56 €</span>'
+            '<span class="stock">12345678901234567891</span>'
+            '<span class="exact">1234567890123456789</span></div>')
+
+
 # -- routes ------------------------------------------------------------------------------------------
 def create_app(site: DemoSite | None = None) -> ASGIApp:
     site = site or DemoSite()
@@ -305,6 +341,15 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
         port = request.url.port or 80
         return HTMLResponse(page("Links", body.replace("{port}", str(port))))
 
+    async def hostile_nested(request: Request) -> HTMLResponse:
+        return HTMLResponse(nested_matches_page(min(int_param(request, "bytes", 2 << 20), 16 << 20)))
+
+    async def hostile_links(request: Request) -> HTMLResponse:
+        return HTMLResponse(non_canonical_links_page(request.url.port or 80))
+
+    async def hostile_values(request: Request) -> HTMLResponse:
+        return HTMLResponse(page("Hostile values", hostile_values_body(int(request.path_params["product_id"]))))
+
     async def image(request: Request) -> Response:
         return Response(tiny_png(int(request.path_params["image_id"])), media_type="image/png",
                         headers={"Cache-Control": "max-age=3600"})
@@ -341,6 +386,9 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
         Route("/data.json", data_json),
         Route("/blocked", blocked),
         Route("/links", links),
+        Route("/hostile/nested", hostile_nested),
+        Route("/hostile/links", hostile_links),
+        Route("/hostile/values/{product_id:int}", hostile_values),
         Route("/static/img/{image_id:int}.png", image),
         Route("/static/font.woff2", font),
         Route("/static/site.css", stylesheet),

@@ -1,56 +1,34 @@
-"""Link discovery on listing pages and URL canonicalisation, so one page has one spelling everywhere
-(the duplicate-URL checker and the output's unique key both see the canonical form)."""
+"""Link discovery on listing pages. URLs take their one canonical form from :mod:`harvester.urls`, so the
+duplicate-URL checker and the output's unique key both see the same spelling.
+
+Links are length-capped before anything runs on them, and ``listing.follow`` runs on the linear-time
+engine of :mod:`harvester.patterns`: no link a site writes can stall a worker.
+"""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit, urlunsplit
 
+import re2
 from parsel import Selector
 
 from harvester.config.model import SourceConfig
+from harvester.patterns import compile_pattern
+from harvester.urls import TRACKING_PARAMETERS, TRACKING_PREFIXES, canonicalise_url
 
-TRACKING_PARAMETERS = frozenset({
-    "gclid", "gclsrc", "dclid", "fbclid", "msclkid", "yclid", "igshid", "mc_cid", "mc_eid", "_ga", "_gl",
-    "_hsenc", "_hsmi", "mkt_tok", "wt.mc_id", "oly_anon_id", "oly_enc_id", "vero_id", "spm",
-})
-TRACKING_PREFIXES = ("utm_", "pk_", "hsa_")
-DEFAULT_PORTS = {"http": 80, "https": 443}
-PATH_SAFE = "/%:@!$&'()*+,;=-._~"  # RFC 3986 pchar; existing escapes are kept
+__all__ = ["TRACKING_PARAMETERS", "TRACKING_PREFIXES", "Discovery", "canonicalise_url", "discover_links",
+           "follow_matcher", "select_links"]
 
 
-def canonicalise_url(url: str, base: str | None = None) -> str | None:
-    """The canonical form of a link, or None when it is not an http(s) URL we could fetch.
+def follow_matcher(pattern: str) -> re2._Regexp:
+    """The compiled ``listing.follow`` pattern (RE2, cached)."""
+    return compile_pattern(pattern)
 
-    Resolves relative links against ``base``, lower-cases scheme and host, drops default ports,
-    fragments and tracking parameters, and sorts the query.
-    """
-    url = (url or "").strip()
-    if not url:
-        return None
-    try:
-        if base is not None:
-            url = urljoin(base, url)
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    scheme = parts.scheme.lower()
-    if scheme not in DEFAULT_PORTS or not parts.hostname:
-        return None
-    host = parts.hostname.lower().rstrip(".")
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
-    if parts.username:
-        netloc = f"{parts.username}{':' + parts.password if parts.password else ''}@{netloc}"
-    query = sorted(
-        (key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True)
-        if key.lower() not in TRACKING_PARAMETERS and not key.lower().startswith(TRACKING_PREFIXES)
-    )
-    path = quote(parts.path or "/", safe=PATH_SAFE)
-    return urlunsplit((scheme, netloc, path, urlencode(query), ""))
+
+def _max_url_length() -> int:
+    from harvester.settings import get_settings
+
+    return get_settings().max_url_length
 
 
 def select_links(selector: Selector, expressions: list[str]) -> list[str]:
@@ -83,17 +61,25 @@ class Discovery:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
 
 
-def discover_links(source: SourceConfig, page_url: str, selector: Selector, depth: int) -> Discovery:
-    """Detail links matching the follow pattern, and next listing pages while depth < max_depth."""
+def discover_links(source: SourceConfig, page_url: str, selector: Selector, depth: int,
+                   max_url_length: int | None = None) -> Discovery:
+    """Detail links matching the follow pattern, and next listing pages while depth < max_depth.
+
+    A link longer than ``max_url_length`` (default: the setting) is ignored before it is
+    canonicalised or matched.
+    """
     discovery = Discovery()
     listing = source.listing
     if listing is None:
         return discovery
-    follow = re.compile(listing.follow)
+    limit = max_url_length if max_url_length is not None else _max_url_length()
+    follow = follow_matcher(listing.follow)
     seen: set[str] = set()
     for raw in select_links(selector, listing.link_selectors):
-        url = canonicalise_url(raw, page_url)
-        if url is None:
+        url = canonicalise_url(raw, page_url) if len(raw) <= limit else None
+        if len(raw) > limit or (url is not None and len(url) > limit):
+            discovery.ignore("too_long")
+        elif url is None:
             discovery.ignore("not_http")
         elif not follow.search(url):
             discovery.ignore("not_followed")
@@ -104,8 +90,10 @@ def discover_links(source: SourceConfig, page_url: str, selector: Selector, dept
             discovery.details.append(url)
     if listing.next_page_selectors:
         for raw in select_links(selector, listing.next_page_selectors):
-            url = canonicalise_url(raw, page_url)
-            if url is None:
+            url = canonicalise_url(raw, page_url) if len(raw) <= limit else None
+            if len(raw) > limit or (url is not None and len(url) > limit):
+                discovery.ignore("too_long")
+            elif url is None:
                 discovery.ignore("not_http")
             elif depth + 1 > listing.max_depth:
                 discovery.ignore("beyond_max_depth")

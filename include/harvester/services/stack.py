@@ -220,9 +220,20 @@ class LocalStack:
         )
 
     def write_environment_file(self, env: dict[str, str]) -> None:
+        """``var/run/harvester.env``, owner-only (0600): it holds every password of the environment.
+
+        Written to a private temporary file and renamed over the old one, so the secrets are never
+        readable by others, not even for a moment, and an older world-readable file is replaced.
+        """
         keys = sorted(k for k in env if k.startswith(("HARVESTER_", "AIRFLOW_", "AIRFLOW__")))
         lines = [f"export {key}={json.dumps(env[key])}" for key in keys]
-        (self.run_dir / "harvester.env").write_text("\n".join(lines) + "\n")
+        path = self.run_dir / "harvester.env"
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.unlink(missing_ok=True)
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        os.replace(temporary, path)
 
     def airflow(self, env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -4,6 +4,12 @@ Upserts are keyed by the source's ``output.key`` fields under a unique index, so
 least once delivery) rewrites the same document instead of adding one. ``$setOnInsert`` keeps the
 first time a record was seen; ``$set`` carries the data, the harvest time and the run.
 With ``settings.output_sink == "discard"`` nothing is written (dry runs and the crawl-only bench).
+
+A record that cannot be written never fails its batch-mates: when pymongo cannot encode a batch
+(an int above 2**63, a NUL in a key) the records that cannot be encoded are found one by one and the
+rest is sent; when the server refuses some writes (``BulkWriteError`` names each by index; an
+unordered bulk has written the others) those records are rejected with MongoDB's reason.
+A duplicate-key error (two workers upserting one new key at once) is retried once, not rejected.
 """
 
 from __future__ import annotations
@@ -13,9 +19,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import bson
 import pymongo
+from bson.errors import BSONError
 from pymongo.collection import Collection
 from pymongo.database import Database
+from pymongo.errors import BulkWriteError, DocumentTooLarge
 
 from harvester.config.model import SourceConfig
 from harvester.connections import mongo_client
@@ -23,6 +32,22 @@ from harvester.settings import HarvesterSettings
 
 KEY_INDEX_NAME = "harvester_output_key"
 URL_INDEX_NAME = "harvester_url"
+DUPLICATE_KEY = 11000
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+# What pymongo raises while encoding a batch, before anything is sent, when one document is unstorable.
+ENCODING_ERRORS = (BSONError, DocumentTooLarge, OverflowError, UnicodeError, ValueError, TypeError)
+
+
+@dataclass
+class _Upsert:
+    """One upsert and the positions (in the batch) of the records it stands for."""
+
+    filter: dict[str, Any]
+    update: dict[str, Any]
+    positions: list[int]
+
+    def operation(self) -> pymongo.UpdateOne:
+        return pymongo.UpdateOne(self.filter, self.update, upsert=True)
 
 
 @dataclass
@@ -85,37 +110,95 @@ class DataHandler:
     def operations(self, source: SourceConfig, records: list[dict[str, Any]], run_id: str | None,
                    now: datetime, result: WriteResult) -> list[pymongo.UpdateOne]:
         """One upsert per distinct key (the last record of a key wins within a batch)."""
-        by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+        return [upsert.operation() for upsert in self._upserts(source, records, run_id, now, result)]
+
+    def _upserts(self, source: SourceConfig, records: list[dict[str, Any]], run_id: str | None,
+                 now: datetime, result: WriteResult) -> list[_Upsert]:
+        by_key: dict[tuple[Any, ...], tuple[dict[str, Any], list[int]]] = {}
         for position, record in enumerate(records):
             key = tuple(record.get(name) for name in source.output.key)
             if any(value is None for value in key):
                 missing = [name for name in source.output.key if record.get(name) is None]
                 result.rejected[position] = f"output key field(s) missing: {', '.join(missing)}"
                 continue
-            by_key[key] = record
-        operations = []
-        for key, record in by_key.items():
+            positions = by_key[key][1] if key in by_key else []  # key fields are scalars (the schema says so)
+            by_key[key] = (record, [*positions, position])
+        upserts = []
+        for record, positions in by_key.values():
             data = {**record, "harvested_at": now, "run_id": run_id}
-            operations.append(pymongo.UpdateOne(
-                dict(zip(source.output.key, key, strict=True)),
+            upserts.append(_Upsert(
+                {name: record[name] for name in source.output.key},
                 {"$set": data, "$setOnInsert": {"first_seen_at": now}},
-                upsert=True,
+                positions,
             ))
-        return operations
+        return upserts
 
     def write(self, source: SourceConfig, records: list[dict[str, Any]], run_id: str | None = None,
               now: datetime | None = None) -> WriteResult:
-        """Store a batch; raises pymongo errors so the caller can retry the whole batch (idempotent)."""
+        """Store a batch; records MongoDB cannot store are in ``rejected``, the rest are written.
+
+        Raises pymongo errors of the connection or the server as a whole, so the caller can retry the
+        whole batch (idempotent).
+        """
         result = WriteResult()
         now = now or datetime.now(UTC)
-        operations = self.operations(source, records, run_id, now, result)
-        if not operations:
+        upserts = self._upserts(source, records, run_id, now, result)
+        if not upserts:
             return result
         if self.discarding:
-            result.discarded = len(operations)
+            result.discarded = len(upserts)
             return result
-        written = self.collection(source).bulk_write(operations, ordered=False)
-        result.upserted = written.upserted_count
-        result.matched = written.matched_count
-        result.modified = written.modified_count
+        self._bulk_write(self.collection(source), upserts, result)
         return result
+
+    def _bulk_write(self, collection: Collection, upserts: list[_Upsert], result: WriteResult,
+                    attempt: int = 0) -> None:
+        try:
+            written = collection.bulk_write([upsert.operation() for upsert in upserts], ordered=False)
+        except BulkWriteError as error:
+            details = error.details
+            if details.get("writeConcernErrors") or attempt > 1:
+                raise
+            self._count(result, details.get("nUpserted", 0), details.get("nMatched", 0),
+                        details.get("nModified", 0))
+            again = []
+            for write_error in details.get("writeErrors", []):
+                upsert = upserts[write_error["index"]]
+                if write_error.get("code") == DUPLICATE_KEY and attempt == 0:
+                    again.append(upsert)  # a concurrent first upsert of the same key: it exists now
+                    continue
+                reason = f"MongoDB refused the record: {write_error.get('errmsg', 'no reason given')}"[:500]
+                for position in upsert.positions:
+                    result.rejected[position] = reason
+            if again:
+                self._bulk_write(collection, again, result, attempt + 1)
+            return
+        except ENCODING_ERRORS:
+            if attempt > 1:
+                raise
+            storable = [upsert for upsert in upserts if self._storable(upsert, result)]
+            if storable:
+                self._bulk_write(collection, storable, result, attempt + 1)
+            return
+        self._count(result, written.upserted_count, written.matched_count, written.modified_count)
+
+    @staticmethod
+    def _storable(upsert: _Upsert, result: WriteResult) -> bool:
+        """Whether pymongo can encode this upsert; if not its records are rejected with the reason."""
+        try:
+            size = len(bson.encode(upsert.filter)) + len(bson.encode(upsert.update))
+        except ENCODING_ERRORS as error:
+            reason = f"cannot be stored in MongoDB: {type(error).__name__}: {error}"[:500]
+        else:
+            if size <= MAX_DOCUMENT_BYTES:
+                return True
+            reason = f"cannot be stored in MongoDB: {size:,} bytes, over the 16 MB document limit"
+        for position in upsert.positions:
+            result.rejected[position] = reason
+        return False
+
+    @staticmethod
+    def _count(result: WriteResult, upserted: int, matched: int, modified: int) -> None:
+        result.upserted += upserted
+        result.matched += matched
+        result.modified += modified

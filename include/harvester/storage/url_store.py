@@ -6,7 +6,9 @@ reply says whether the URL is new and marks it in the same step, so two listing 
 same link at once give it to only one of them. Keys expire after the harvesting lag. Redis is a cache
 that may lose data (a restart without AOF, an eviction); URLs Redis calls new are then checked against
 the output collection (records harvested within the lag), so a lost cache never re-harvests early.
-Exact keys, no Bloom filter: no URL is ever dropped by a false positive.
+Exact keys, no Bloom filter: no URL is ever dropped by a false positive. Every URL given is put in
+its canonical form first (:mod:`harvester.urls`, the function discovery and records use), so two
+spellings of one page are one key.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from pymongo.collection import Collection
 
 from harvester.config.model import SourceConfig
 from harvester.redis_keys import SourceKeys
+from harvester.urls import canonicalise_url
+
+
+def canonical_urls(urls: Iterable[str]) -> list[str]:
+    """The canonical forms, each once, in input order; what is not an http(s) URL is left out."""
+    return list(dict.fromkeys(url for url in map(canonicalise_url, urls) if url is not None))
 
 
 def url_digest(url: str) -> str:
@@ -47,9 +55,9 @@ class URLStore:
 
         ``owner`` (the discovering task's id) is stored as the mark: when that same task runs again
         (a retry after a crash between marking and queueing), its URLs count as new again, so a
-        retry never loses them; any other task sees them as duplicates.
+        retry never loses them; any other task sees them as duplicates. URLs come back canonical.
         """
-        unique = list(dict.fromkeys(urls))
+        unique = canonical_urls(urls)
         if not unique:
             return []
         lag = self.lag_seconds(source)
@@ -78,7 +86,7 @@ class URLStore:
         lag = self.lag_seconds(source)
         pipeline = self.redis.pipeline(transaction=False)
         count = 0
-        for url in urls:
+        for url in canonical_urls(urls):
             pipeline.set(self.key(source.name, url), "stored", ex=lag)
             count += 1
         if count:
@@ -86,18 +94,18 @@ class URLStore:
 
     def forget(self, source: SourceConfig, urls: Iterable[str]) -> None:
         """Unmark URLs that were claimed but not queued (over a cap), so a later run may take them."""
-        keys = [self.key(source.name, url) for url in urls]
+        keys = [self.key(source.name, url) for url in canonical_urls(urls)]
         if keys:
             self.redis.delete(*keys)
 
     def seen(self, source: SourceConfig, urls: Iterable[str]) -> dict[str, bool]:
-        """Read-only check (for `harvester try`): which URLs the store already holds."""
+        """Read-only check (for `harvester try`): which URLs (as given) the store already holds."""
         unique = list(dict.fromkeys(urls))
         if not unique:
             return {}
         pipeline = self.redis.pipeline(transaction=False)
         for url in unique:
-            pipeline.exists(self.key(source.name, url))
+            pipeline.exists(self.key(source.name, canonicalise_url(url) or url))
         return {url: bool(reply) for url, reply in zip(unique, pipeline.execute(), strict=True)}
 
 
