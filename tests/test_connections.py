@@ -39,8 +39,15 @@ def _no_connection_variables(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith("AIRFLOW_CONN_"):
             monkeypatch.delenv(name)
+    # importing harvester.airflow (another test may have) registers the Airflow resolver for the
+    # whole process; these tests are about the factory's own resolution, so they run without it
+    registered = connections.registered_resolvers()
+    for resolver in registered:
+        connections.unregister_resolver(resolver)
     yield
     connections.close_clients()
+    for resolver in reversed(registered):
+        connections.register_resolver(resolver)
 
 
 # -- resolution -----------------------------------------------------------------------------------
