@@ -13,7 +13,6 @@ PREFIX = "harvester"
 # Keys that span sources (never touched by a per-source Lua script).
 SOURCES_INDEX = f"{PREFIX}:sources"  # set of sources that have ever had intake
 INTAKE_SIGNAL = f"{PREFIX}:intake-signal"  # list the distributor blocks on to wake at new intake
-PAGE_SLOTS_INDEX = f"{PREFIX}:pageslots"  # hash slot id -> JSON slot record
 
 
 def distributor_heartbeat(name: str) -> str:
@@ -114,3 +113,77 @@ class SourceKeys:
 
     def host_paused_until(self, host: str) -> str:
         return self._key(f"host:{host}:paused-until")
+
+
+@dataclass(frozen=True, slots=True)
+class PageSlotKeys:
+    """The keys of the page slots (DESIGN.md section 5), all under the hash tag ``{pageslots}`` so every
+    slot transition, the task bookkeeping and the per-country task lists stay in one Lua call."""
+
+    def _key(self, name: str) -> str:
+        return f"{PREFIX}:{{pageslots}}:{name}"
+
+    def slot(self, slot_id: str) -> str:
+        """Hash: one slot record (id, country, state, host, process_id, browser_pid, pages_served, ...)."""
+        return self._key(f"slot:{slot_id}")
+
+    @property
+    def slot_prefix(self) -> str:
+        """What :meth:`slot` puts before the slot id (Lua scripts build slot keys from ids)."""
+        return self._key("slot:")
+
+    @property
+    def all_slots(self) -> str:
+        """Set of every slot id."""
+        return self._key("slots")
+
+    def country_slots(self, country: str) -> str:
+        """Set of the slot ids of one country (the per-country index)."""
+        return self._key(f"country:{country}")
+
+    @property
+    def country_slots_prefix(self) -> str:
+        return self._key("country:")
+
+    @property
+    def slot_sequence(self) -> str:
+        """Counter that numbers new slots."""
+        return self._key("sequence")
+
+    def browser_tasks(self, country: str) -> str:
+        """List of admitted browser task messages (JSON) of one country, waiting for a slot of it."""
+        return self._key(f"tasks:{country}")
+
+    @property
+    def browser_tasks_prefix(self) -> str:
+        return self._key("tasks:")
+
+    @property
+    def recent_tasks(self) -> str:
+        """Sorted set: "source|task id" -> when it was last admitted (the allocator's sample, capped)."""
+        return self._key("recent")
+
+    @property
+    def recent_task_states(self) -> str:
+        """Hash: "source|task id" -> "country|state|admitted at" (state pending, running or completed)."""
+        return self._key("recent-states")
+
+    @property
+    def hosts(self) -> str:
+        """Sorted set: slot host -> heartbeat deadline (a host past it is not live)."""
+        return self._key("hosts")
+
+    @property
+    def host_capacity(self) -> str:
+        """Hash: slot host -> slots it can host (its worker concurrency)."""
+        return self._key("host-capacity")
+
+    @property
+    def last_decision(self) -> str:
+        """String: JSON of the allocator's last decision (shown by `harvester slots`)."""
+        return self._key("last-decision")
+
+    @property
+    def proxy_bytes(self) -> str:
+        """Hash: "country:<C>" and "source:<name>" -> bytes browsed through the country's proxy."""
+        return self._key("proxy-bytes")

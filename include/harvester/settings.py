@@ -69,23 +69,37 @@ class HarvesterSettings(BaseSettings):
         "Chrome/131.0 Safari/537.36 Harvester/0.1"
     )
 
-    # Browsers and page slots (DESIGN.md section 5).
+    # Browsers and page slots (DESIGN.md section 5); the defaults are the seed's values.
     chromium_executable: Path = Path("/usr/bin/chromium")
     chromium_sandbox: bool = Field(
         default=False,
         description="Run Chromium in its own sandbox (needs a non-root user and user namespaces; "
                     "docker compose turns it on for worker-pageslots).")
-    max_page_slots: int = Field(default=4, ge=0)
+    max_page_slots: int = Field(default=20, ge=0, description="Slots across every host (capped by live capacity).")
     min_scraping_tasks_by_pageslot: Fraction = Fraction(1, 3)
-    page_slot_idle_seconds: float = 60.0
+    page_slot_idle_seconds: float = Field(default=60.0, gt=0, description="A ready slot unused this long closes.")
     page_slot_relaunch_after_failures: int = Field(
         default=4, ge=1, description="Consecutive failed page loads after which the slot's browser is re-launched.")
     page_slot_give_up_after_failures: int = Field(
-        default=7, ge=1, description="Consecutive failed page loads after which the slot gives the task up.")
+        default=7, ge=1, description="Consecutive failed page loads after which the slot goes back to NO_PAGE.")
     page_slot_retry_delay_seconds: float = Field(
         default=1.0, ge=0, description="Pause before a failed page load is tried again in a re-opened page.")
-    page_slot_starving_seconds: float = 50.0
-    allocation_sample_size: int = 3000
+    page_slot_starving_seconds: float = Field(
+        default=50.0, ge=0, description="Pending browser tasks waiting longer get their country a slot.")
+    allocation_sample_size: int = Field(default=3000, ge=1, description="Recent browser tasks the allocator scores.")
+    page_slot_heartbeat_seconds: float = Field(
+        default=5.0, gt=0, description="Slot processes and slot hosts heartbeat this often; two missed = dead.")
+    page_slot_recycle_after_pages: int = Field(
+        default=500, ge=1, description="A slot's browser is re-launched after serving this many pages.")
+    page_slot_recycle_rss_mb: float = Field(
+        default=1024.0, gt=0, description="A slot's browser is re-launched when its process tree's RSS passes this.")
+    page_slot_block_markers: list[str] = Field(
+        default_factory=list, description="Text in a rendered page that means the site blocked us (like a 403).")
+    page_slot_allow_direct_connections: bool = Field(
+        default=False, description="Local demos only: a country without a proxy browses directly instead of "
+                                   "having its tasks dead-lettered.")
+    page_slot_task_wait_seconds: float = Field(
+        default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 
     # Observability.
     metrics_port: int = 0

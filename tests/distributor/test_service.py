@@ -12,7 +12,8 @@ import pytest
 import redis
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.distributor.service import Distributor
-from harvester.redis_keys import SourceKeys
+from harvester.pageslots.bookkeeping import BrowserTaskBook
+from harvester.redis_keys import PageSlotKeys, SourceKeys
 from harvester.services import readiness
 from harvester.settings import HarvesterSettings
 
@@ -52,15 +53,22 @@ def test_high_priority_sources_are_admitted_first(redis_client: redis.Redis, set
     distributor = Distributor(redis_client, settings.model_copy(
         update={"queue_max_depth": 1, "publish_batch_size": 4, "admit_batch_size": 4}))
 
+    country_list = PageSlotKeys().browser_tasks("SG")  # browser tasks go to their country's slot list
+
+    def waiting() -> list[dict[str, object]]:
+        return [json.loads(raw) for raw in redis_client.lrange(country_list, 0, -1)]
+
     for _ in range(3):  # the start rotates every round inside a tier, never across tiers
-        redis_client.delete("pageslots.SG")
+        redis_client.delete(country_list)
         distributor.run_round()
-        [batch] = published_batches(redis_client, "pageslots.SG")
+        batch = waiting()
+        assert len(batch) == 4 and redis_client.llen("pageslots.SG") == 0  # no Celery message
         assert {task["source"] for task in batch} == {"zzz_high"} or redis_client.llen(
             SourceKeys("zzz_high").intake) == 0
-    redis_client.delete("pageslots.SG")
+    redis_client.delete(country_list)
     distributor.run_round()
-    assert {task["source"] for task in published_tasks(redis_client, "pageslots.SG")} == {"aaa_normal"}
+    assert {task["source"] for task in waiting()} == {"aaa_normal"}
+    assert BrowserTaskBook(redis_client).census()["SG"].pending == 16  # every admitted one, for the allocator
 
 
 def test_backpressure_caps_the_celery_queue(redis_client: redis.Redis, settings: HarvesterSettings):

@@ -67,3 +67,44 @@ def test_recent_task_sample_is_capped() -> None:
     folded = tasks_by_country_from(recent, cap=3000)
     assert folded["SG"].pending == 2000 and folded["MY"].completed == 1000
     assert folded["SG"].oldest_pending_wait_seconds == 5.0
+
+
+# -- the cap, over random inputs -----------------------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+country_tasks = st.builds(
+    CountryTasks, pending=st.integers(0, 400), completed=st.integers(0, 3000),
+    oldest_pending_wait_seconds=st.floats(0, 600, allow_nan=False),
+)
+inputs = st.dictionaries(st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=2, max_size=2), country_tasks, max_size=50)
+
+
+@settings(max_examples=400, deadline=None)
+@given(tasks=inputs, maximum=st.integers(0, 60), starving=st.floats(0, 120, allow_nan=False))
+def test_allocation_never_exceeds_the_maximum_never_negative_and_is_deterministic(
+    tasks: dict[str, CountryTasks], maximum: int, starving: float,
+) -> None:
+    slots = allocate_page_slots(tasks, maximum, starving)
+    assert set(slots) == set(tasks)
+    assert sum(slots.values()) <= maximum
+    assert all(count >= 0 for count in slots.values())
+    assert all(slots[c] == 0 for c, t in tasks.items() if t.score == 0)  # no work, no slot
+    assert allocate_page_slots(tasks, maximum, starving) == slots
+    assert allocate_page_slots(dict(reversed(list(tasks.items()))), maximum, starving) == slots  # order-free
+
+
+@settings(max_examples=200, deadline=None)
+@given(tasks=inputs, maximum=st.integers(1, 60))
+def test_a_starving_country_gets_a_slot_while_others_can_spare_one(tasks: dict[str, CountryTasks],
+                                                                  maximum: int) -> None:
+    slots = allocate_page_slots(tasks, maximum, 50.0)
+    starving = [c for c, t in tasks.items() if t.pending and t.oldest_pending_wait_seconds > 50.0]
+    for country in starving:
+        # either it got a slot, or every slot is taken by countries holding a single slot each
+        assert slots[country] >= 1 or (sum(slots.values()) == maximum and max(slots.values()) <= 1)
+
+
+def test_seed_example_is_unchanged_by_the_starvation_rule() -> None:
+    waited = {c: CountryTasks(t.pending, t.completed, 60.0 if t.pending else 0.0) for c, t in SEED_TASKS.items()}
+    assert allocate_page_slots(waited, 20) == {"SG": 7, "MY": 6, "PH": 3, "TH": 2, "ID": 2, "VN": 0}

@@ -295,9 +295,21 @@ class Distributor:
         return tasks
 
     def _publish_pending(self) -> int:
+        """Send admitted work: HTTP tasks as Celery messages, browser tasks to their country's slot list."""
         if not self._unpublished:
             return 0
-        sent = self.publisher.publish(self._unpublished)
+        from harvester.pageslots.task_lists import browser_country, push_browser_tasks
+
+        celery_work = [(queue, tasks) for queue, tasks in self._unpublished if browser_country(queue) is None]
+        browser_work = [(queue, tasks) for queue, tasks in self._unpublished if browser_country(queue) is not None]
+        if browser_work:
+            pipeline = self.redis.pipeline(transaction=False)
+            for queue, tasks in browser_work:
+                push_browser_tasks(self.redis, browser_country(queue) or "", tasks,
+                                   self.settings.allocation_sample_size, pipeline)
+            pipeline.execute()
+            self._unpublished = celery_work
+        sent = self.publisher.publish(celery_work) if celery_work else 0
         self._unpublished = []
         self.totals.published_messages += sent
         return sent
@@ -337,18 +349,22 @@ class Distributor:
         """In one round trip: Celery messages waiting per queue (kombu keeps a queue as a Redis list); per
         source the tasks it could have admitted now (intake plus retries due by this machine's clock); and
         per source with nothing ready, the seconds until its earliest retry is due (so we wake for it)."""
+        from harvester.pageslots.task_lists import browser_country, depth_key
+
         queues = sorted({source.queue for source in sources})
         now = time.time()
         pipeline = self.redis.pipeline(transaction=False)
         for name in queues:
-            pipeline.llen(name)
+            pipeline.llen(depth_key(name))
         for source in sources:
             keys = SourceKeys(source.name)
             pipeline.llen(keys.intake)
             pipeline.zcount(keys.delayed, "-inf", now)
             pipeline.zrange(keys.delayed, 0, 0, withscores=True)
         replies = pipeline.execute()
-        depths = {queue: int(depth) for queue, depth in zip(queues, replies[: len(queues)], strict=True)}
+        batch = self.settings.publish_batch_size
+        depths = {queue: int(depth) if browser_country(queue) is None else -(-int(depth) // batch)
+                  for queue, depth in zip(queues, replies[: len(queues)], strict=True)}  # browser lists hold tasks
         per_source = replies[len(queues):]
         ready: dict[str, int] = {}
         retry_due_in: dict[str, float | None] = {}

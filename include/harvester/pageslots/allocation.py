@@ -51,16 +51,16 @@ def allocate_page_slots(
     slots = {country: round_half_up(share) for country, share in exact.items()}
     while sum(slots.values()) > max_page_slots:
         # Take back from the country that rounding favoured most.
-        country = max((c for c in slots if slots[c] > 0), key=lambda c: (slots[c] - exact[c], slots[c]))
+        country = max((c for c in slots if slots[c] > 0), key=lambda c: (slots[c] - exact[c], slots[c], c))
         slots[country] -= 1
     starving = sorted(
         (c for c, tasks in tasks_by_country.items()
          if slots[c] == 0 and tasks.pending > 0 and tasks.oldest_pending_wait_seconds > starving_after_seconds),
-        key=lambda c: -tasks_by_country[c].oldest_pending_wait_seconds,
+        key=lambda c: (-tasks_by_country[c].oldest_pending_wait_seconds, c),
     )
     for country in starving:
         if sum(slots.values()) >= max_page_slots:
-            donor = max(slots, key=lambda c: (slots[c], -exact[c]))
+            donor = max(slots, key=lambda c: (slots[c], -exact[c], c))
             if slots[donor] <= 1:
                 break
             slots[donor] -= 1

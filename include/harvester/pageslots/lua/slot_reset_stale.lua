@@ -1,0 +1,27 @@
+-- slot_reset_stale: a slot whose process stopped heartbeating is reset to NO_PAGE (its running task comes
+-- back by its lease). "Stale" = not NO_PAGE and no heartbeat (or, never claimed, no state change) for ARGV[1] s.
+-- KEYS[1] all slots (set)
+-- ARGV[1] stale after (s)   ARGV[2] slot key prefix   ARGV[3] country index key prefix
+-- Reply: flat list of {slot id, previous state, host, process id, browser pid, outcome} per reset slot
+local all_slots = KEYS[1]
+local stale_after, slot_prefix, country_prefix = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local now = server_now()
+local reply = {}
+for _, id in ipairs(redis.call('SMEMBERS', all_slots)) do
+  local slot_key = slot_prefix .. id
+  local record = redis.call('HMGET', slot_key, 'state', 'heartbeat', 'state_since', 'host', 'process_id', 'browser_pid')
+  local state = record[1]
+  if not state then
+    redis.call('SREM', all_slots, id)
+  elseif state ~= 'NO_PAGE' then
+    local seen = math.max(tonumber(record[2] or '') or 0, tonumber(record[3] or '') or 0)
+    if now - seen > stale_after then
+      local outcome = land_in_no_page(slot_key, all_slots, country_prefix, id, now)
+      if outcome ~= 'deleted' then redis.call('HSET', slot_key, 'reason', 'slot process stopped heartbeating') end
+      for _, value in ipairs({id, state, record[4] or '', record[5] or '', record[6] or '', outcome}) do
+        reply[#reply + 1] = value
+      end
+    end
+  end
+end
+return reply

@@ -1,0 +1,34 @@
+-- tasks_track: the allocator's bookkeeping of recent browser tasks (pending -> running -> completed).
+-- Admission adds a task as pending with the server time; a slot marks it running (slot_begin_task) and
+-- completed; only the most recent ARGV[1] admitted tasks are kept (the seed's sample of 3000).
+-- KEYS[1] recent tasks (zset member -> admitted at, s)   KEYS[2] recent task states (hash member -> "country|state|admitted at")
+-- ARGV[1] sample size   ARGV[2] state: pending | running | completed
+-- ARGV[3...] pending: member, country pairs; running/completed: members
+-- Reply: the number of tasks whose state was recorded
+local recent, states = KEYS[1], KEYS[2]
+local sample, state = tonumber(ARGV[1]), ARGV[2]
+local now = server_now()
+local recorded = 0
+if state == 'pending' then
+  for i = 3, #ARGV, 2 do
+    redis.call('ZADD', recent, now, ARGV[i])
+    redis.call('HSET', states, ARGV[i], ARGV[i + 1] .. '|pending|' .. fmt(now))
+    recorded = recorded + 1
+  end
+  local excess = redis.call('ZCARD', recent) - sample
+  if excess > 0 then
+    local oldest = redis.call('ZRANGE', recent, 0, excess - 1)
+    redis.call('HDEL', states, unpack(oldest))
+    redis.call('ZREMRANGEBYRANK', recent, 0, excess - 1)
+  end
+else
+  for i = 3, #ARGV do
+    local entry = redis.call('HGET', states, ARGV[i])
+    if entry then
+      local country, _, admitted = string.match(entry, '^([^|]*)|([^|]*)|(.*)$')
+      redis.call('HSET', states, ARGV[i], country .. '|' .. state .. '|' .. admitted)
+      recorded = recorded + 1
+    end
+  end
+end
+return recorded

@@ -1,0 +1,91 @@
+"""Each country's forward proxy: a page serves one country because it browses through that country's proxy.
+
+A proxy is an Airflow connection, never YAML: connection id ``proxy_<country>`` (``proxy_sg``), which
+Airflow and every Harvester process read from the environment as ``AIRFLOW_CONN_PROXY_SG`` (a URI such
+as ``http://user:secret@proxy.example:3128``, or Airflow's JSON form). Slot hosts are Celery workers,
+not Airflow, so the environment is what they read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+
+class ProxyNotConfigured(Exception):
+    """A country has browser work but no proxy; its pages must not open."""
+
+    def __init__(self, country: str) -> None:
+        self.country = country
+        super().__init__(
+            f"no proxy configured for country {country}: set the Airflow connection {proxy_connection_id(country)} "
+            f"(environment {proxy_environment_variable(country)}, e.g. http://user:password@proxy:3128); "
+            "pages of this country are never opened without it")
+
+
+def proxy_connection_id(country: str) -> str:
+    return f"proxy_{country.lower()}"
+
+
+def proxy_environment_variable(country: str) -> str:
+    return f"AIRFLOW_CONN_{proxy_connection_id(country).upper()}"
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """What Playwright needs to browse through a proxy (``server`` without the credentials)."""
+
+    country: str
+    server: str
+    username: str | None = None
+    password: str | None = None
+
+    def playwright(self) -> dict[str, str]:
+        options = {"server": self.server}
+        if self.username:
+            options["username"] = self.username
+            options["password"] = self.password or ""
+        return options
+
+    def __repr__(self) -> str:  # never log the password
+        return f"Proxy({self.country}, {self.server}, user={self.username!r})"
+
+
+def parse_proxy(country: str, value: str) -> Proxy:
+    """An Airflow connection as a URI or as JSON (``{"conn_type": "http", "host": ..., "port": ...}``)."""
+    value = value.strip()
+    if value.startswith("{"):
+        document = json.loads(value)
+        scheme = document.get("conn_type") or "http"
+        host, port = document.get("host") or "", document.get("port")
+        if not host:
+            raise ValueError(f"{proxy_environment_variable(country)}: the connection has no host")
+        return Proxy(country, f"{scheme}://{host}{f':{port}' if port else ''}", document.get("login"),
+                     document.get("password"))
+    parts = urlsplit(value)
+    if not parts.hostname:
+        raise ValueError(f"{proxy_environment_variable(country)}: {value!r} is not a proxy URI")
+    scheme = parts.scheme.replace("-", "")  # Airflow spells some connection types with dashes
+    if scheme not in ("http", "https", "socks5", "socks4"):
+        scheme = "http"
+    port = f":{parts.port}" if parts.port else ""
+    return Proxy(country, f"{scheme}://{parts.hostname}{port}",
+                 unquote(parts.username) if parts.username else None,
+                 unquote(parts.password) if parts.password else None)
+
+
+def proxy_for(country: str, environ: Mapping[str, str] | None = None) -> Proxy | None:
+    """The country's proxy, or None when none is configured."""
+    value = (environ if environ is not None else os.environ).get(proxy_environment_variable(country))
+    return parse_proxy(country, value) if value else None
+
+
+def require_proxy(country: str, allow_direct: bool, environ: Mapping[str, str] | None = None) -> Proxy | None:
+    """The country's proxy; None only when direct connections are allowed (local demos); else raise."""
+    proxy = proxy_for(country, environ)
+    if proxy is None and not allow_direct:
+        raise ProxyNotConfigured(country)
+    return proxy
