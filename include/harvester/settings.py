@@ -98,6 +98,9 @@ class HarvesterSettings(BaseSettings):
     page_slot_allow_direct_connections: bool = Field(
         default=False, description="Local demos only: a country without a proxy browses directly instead of "
                                    "having its tasks dead-lettered.")
+    page_slots_sensor_wait_seconds: float = Field(
+        default=40.0, gt=0, description="How long the page_slots DAG's sensor waits for browser work before "
+                                        "skipping the run (deferred: no worker slot held).")
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 

@@ -1,0 +1,143 @@
+"""Airflow adapter of the page slots: the ``page_slots`` DAG (DESIGN.md section 5), every minute.
+
+``wait_for_browser_work`` passes when there is browser work, a slot record or a queued browser task,
+and skips the run otherwise; while it waits it is deferred to the triggerer, so it holds no worker slot
+for the minute. Then ``allocate_page_slots`` -> ``prepare_page_slots`` -> ``close_idle_page_slots`` run
+the seed's jobs (:class:`harvester.pageslots.manager.PageSlotManager`); each logs its story and returns
+what it changed (XCom).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG, BaseSensorOperator
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from harvester.settings import get_settings
+
+DAG_ID = "page_slots"
+START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
+SENSOR_POLL_SECONDS = 10.0
+STEPS = ("allocate_page_slots", "prepare_page_slots", "close_idle_page_slots")
+
+
+def _manager() -> Any:
+    from harvester.pageslots.manager import PageSlotManager
+
+    settings = get_settings()
+    return PageSlotManager(redis.Redis.from_url(settings.redis_url, socket_timeout=30), settings)
+
+
+def has_browser_work(redis_url: str) -> bool:
+    from harvester.pageslots.manager import PageSlotManager
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=30)
+    try:
+        return PageSlotManager(client, get_settings()).has_work()
+    finally:
+        client.close()
+
+
+class BrowserWorkTrigger(BaseTrigger):
+    """Fires "work" as soon as there is browser work or a slot to reconcile, or "idle" at the deadline."""
+
+    def __init__(self, redis_url: str, poll_seconds: float, deadline: float) -> None:
+        super().__init__()
+        self.redis_url, self.poll_seconds, self.deadline = redis_url, poll_seconds, deadline
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"redis_url": self.redis_url, "poll_seconds": self.poll_seconds, "deadline": self.deadline})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                if await asyncio.to_thread(has_browser_work, self.redis_url):
+                    yield TriggerEvent({"status": "work"})
+                    return
+            except redis.RedisError as error:
+                self.log.warning("page slots: Redis unavailable for now: %s", error)
+            if time.time() >= self.deadline:
+                yield TriggerEvent({"status": "idle"})
+                return
+            await asyncio.sleep(min(self.poll_seconds, max(0.0, self.deadline - time.time())))
+
+
+class BrowserWorkSensor(BaseSensorOperator):
+    """Passes when there is browser work, live slots or slots to reconcile; skips the run otherwise."""
+
+    def __init__(self, *, deferrable: bool = True, **kwargs: Any) -> None:
+        kwargs.setdefault("poke_interval", SENSOR_POLL_SECONDS)
+        kwargs.setdefault("timeout", get_settings().page_slots_sensor_wait_seconds)  # within the minute
+        kwargs.setdefault("soft_fail", True)
+        super().__init__(**kwargs)
+        self.deferrable = deferrable
+
+    def poke(self, context: Any) -> bool:
+        return has_browser_work(get_settings().redis_url)
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        if self.poke(context):
+            self.log.info("browser work or slots to reconcile: running the page-slot jobs")
+            return None
+        self.defer(
+            trigger=BrowserWorkTrigger(get_settings().redis_url, float(self.poke_interval),
+                                       time.time() + float(self.timeout)),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout) + 3 * float(self.poke_interval)),
+        )
+        return None
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> None:
+        if event.get("status") != "work":
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"no browser work and no page slots for {self.timeout:.0f}s: nothing to do")
+        self.log.info("browser work arrived: running the page-slot jobs")
+
+
+def run_step(step: str) -> dict[str, Any]:
+    """One of the seed's jobs; its story goes to the task log, what it changed to XCom."""
+    import logging
+
+    manager = _manager()
+    try:
+        report = {"allocate_page_slots": manager.allocate, "prepare_page_slots": manager.prepare,
+                  "close_idle_page_slots": manager.close_idle}[step]()
+    finally:
+        manager.redis.close()
+    log = logging.getLogger("harvester.pageslots")
+    log.info("%s: %s", step, report.story)
+    for error in report.errors:
+        log.error("%s: %s", step, error)
+    return report.as_dict()
+
+
+def build_page_slots_dag() -> DAG:
+    with DAG(
+        dag_id=DAG_ID,
+        description="Allocate, prepare and close browser page slots per country (every minute)",
+        schedule="* * * * *",
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        tags=["harvester", "pageslots", "browser"],
+        default_args={"owner": "harvester", "retries": 0},
+        dagrun_timeout=timedelta(minutes=5),
+        doc_md=__doc__,
+    ) as dag:
+        previous = BrowserWorkSensor(task_id="wait_for_browser_work")
+        for step in STEPS:
+            task = PythonOperator(task_id=step, python_callable=run_step, op_args=[step])
+            previous >> task
+            previous = task
+    return dag
