@@ -1,384 +1,614 @@
-"""Hosting page slots in one long-lived worker process (DESIGN.md section 5).
+"""One page slot hosted in one OS process (DESIGN.md section 5): the ``harvester.host_page_slot`` task.
 
-A :class:`BrowserHost` owns one Playwright driver and one Chromium, and one page per country (a
-page slot: its own browser context, so cookies of one country never leak into another). It keeps
-the browser open across Celery tasks, blocks non-essential requests and counts them, and applies
-the slot's failure rules:
+A slot host is a Celery worker on the ``pageslots`` queue; each of its pool processes hosts at most one
+slot at a time. :func:`host_slot` claims the slot record (refused if another process owns it: a slot
+never runs twice), launches one Chromium through its country's proxy with one page, and serves that
+country's admitted browser tasks from the Redis list the distributor fills, one at a time, handing
+each rendered page to the same settle path as HTTP pages (extract, bulk write, release, count down).
+A thread heartbeats the slot record and the running task's lease, and brings the allocator's orders
+(close, delete, move) back to the loop.
 
-- a page that fails to load is closed, re-opened and the load tried again;
-- after ``page_slot_relaunch_after_failures`` (4) consecutive failures the browser is closed and
-  launched again;
-- after ``page_slot_give_up_after_failures`` (7) the slot gives the task up (the caller fails it
-  through ``RateLimitStore.fail``) and goes back to NO_PAGE with its browser closed;
-- a blocked task (HTTP 403/451) closes the page;
-- a host idle for ``page_slot_idle_seconds`` closes its browser (:meth:`BrowserHost.close_if_idle`).
-
-Playwright objects belong to the event loop that made them, and a Celery solo worker blocks its
-main thread between tasks, so :class:`BrowserHostThread` runs the host on an event loop of its own
-in a daemon thread: tasks call it synchronously, and idle closing runs while no task does.
+Failure rules: a failed load re-opens the page and loads again (RUNNING_SCRAPING_TASK -> PREPARING_PAGE);
+every ``page_slot_relaunch_after_failures`` (4) consecutive failures the browser is re-launched; at
+``page_slot_give_up_after_failures`` (7) the task is given up and the slot goes back to NO_PAGE; a
+blocked task (403, 451 or a block marker) closes the page (CLOSING_PAGE -> NO_PAGE). The browser is
+recycled after ``page_slot_recycle_after_pages`` pages or when its process tree's RSS passes
+``page_slot_recycle_rss_mb``. Whatever stops the process, its Chromium is killed: on exit by its
+process tree, and otherwise by :func:`reap_orphan_browsers`, which every slot host runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import logging
 import os
+import signal
+import socket
 import threading
 import time
+import uuid
 from collections import Counter
-from collections.abc import Coroutine, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psutil
+import redis
 
 from harvester.config.model import SourceConfig
-from harvester.queues import PAGESLOTS_QUEUE, page_slot_queue_name
-from harvester.scraping.browser import (
-    PageLoad,
-    ResourceBlocker,
-    first_line,
-    launch_chromium,
-    load_page,
-    user_agent_and_headers,
-)
-from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.page_fetcher import FetchedBatch
+from harvester.distributor.messages import TaskMessage
+from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
+from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher, page_slot_queues
+from harvester.pageslots.proxies import Proxy, ProxyNotConfigured, require_proxy
+from harvester.pageslots.registry import KEYS, Orders, SlotRegistry, SlotState, SlotTransitionRefused
+from harvester.scraping.browser import CHROMIUM_ARGS, PageLoad, ResourceBlocker, load_page, user_agent_and_headers
+from harvester.scraping.page_fetcher import FetchResult
 from harvester.settings import HarvesterSettings, get_settings
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser, BrowserContext, Page, Playwright
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
+__all__ = ["BrowserHost", "BrowserPageFetcher", "PageSlotHost", "SlotBrowser", "SlotState", "host_slot",
+           "page_slot_queues", "reap_orphan_browsers"]
+
+log = logging.getLogger("harvester.pageslots.host")
+SLOT_FLAG = "--harvester-slot="  # Chromium ignores unknown switches; ours name the slot and its owner
+OWNER_FLAG = "--harvester-slot-owner="
 
 
-class SlotState(StrEnum):
-    """The page slot state machine of DESIGN.md section 5."""
+# -- the browser of one slot ---------------------------------------------------------------------------
+class SlotBrowser:
+    """One Chromium with one page, browsing through one country's proxy."""
 
-    NO_PAGE = "NO_PAGE"
-    PREPARING_PAGE = "PREPARING_PAGE"
-    PAGE_READY = "PAGE_READY"
-    RUNNING_SCRAPING_TASK = "RUNNING_SCRAPING_TASK"
-    CLOSING_PAGE = "CLOSING_PAGE"
+    def __init__(self, slot_id: str, proxy: Proxy | None, settings: HarvesterSettings) -> None:
+        self.slot_id, self.proxy, self.settings = slot_id, proxy, settings
+        self.playwright: Playwright | None = None
+        self.browser: Browser | None = None
+        self.context: BrowserContext | None = None
+        self.page: Page | None = None
+        self.blocker = ResourceBlocker()
+        self.user_agent = ""
+        self.pid: int | None = None
+        self.pages_since_launch = 0
+        self.launches = 0
+
+    @property
+    def open(self) -> bool:
+        return self.page is not None and not self.page.is_closed() and self.browser is not None \
+            and self.browser.is_connected()
+
+    async def ensure_page(self, source: SourceConfig | None) -> Page:
+        """The open page, or a new one (launching the browser if needed). Raises when Chromium fails."""
+        user_agent = user_agent_and_headers(source, self.settings)[0] if source else self.settings.user_agent
+        if self.open and (source is None or user_agent == self.user_agent):
+            return self.page  # type: ignore[return-value]
+        await self.close_page()
+        browser = await self._ensure_browser()
+        self.context = await browser.new_context(user_agent=user_agent)
+        self.user_agent = user_agent
+        self.page = await self.context.new_page()
+        self.blocker = ResourceBlocker()
+        await self.blocker.attach(self.page)
+        return self.page
+
+    async def _ensure_browser(self) -> Browser:
+        if self.browser is not None and self.browser.is_connected():
+            return self.browser
+        await self.close_browser()
+        if self.playwright is None:
+            from playwright.async_api import async_playwright
+
+            self.playwright = await async_playwright().start()
+        args = [*CHROMIUM_ARGS, f"{SLOT_FLAG}{self.slot_id}", f"{OWNER_FLAG}{os.getpid()}"]
+        options: dict[str, Any] = {"executable_path": str(self.settings.chromium_executable), "headless": True,
+                                   "args": args}
+        if self.proxy is not None:
+            options["proxy"] = self.proxy.playwright()  # Playwright also sends loopback through it
+        self.browser = await self.playwright.chromium.launch(**options)
+        self.launches += 1
+        self.pages_since_launch = 0
+        self.pid = find_browser_pid(self.slot_id)
+        log.info("slot %s: browser launched (pid %s, proxy %s)", self.slot_id, self.pid,
+                 self.proxy.server if self.proxy else "none: direct")
+        return self.browser
+
+    async def load(self, url: str, source: SourceConfig) -> PageLoad:
+        page = await self.ensure_page(source)
+        loaded = await load_page(page, self.blocker, url, source, self.settings)
+        if not loaded.load_failed:
+            self.pages_since_launch += 1
+        return loaded
+
+    def rss_mb(self) -> float:
+        """Resident memory of the browser's process tree (long-lived Chromium grows)."""
+        if self.pid is None:
+            return 0.0
+        try:
+            root = psutil.Process(self.pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0.0
+        total = 0
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                total += process.memory_info().rss
+        return total / (1024 * 1024)
+
+    async def close_page(self) -> None:
+        context, self.context, self.page = self.context, None, None
+        if context is not None:
+            with contextlib.suppress(Exception):  # a crashed browser has nothing left to close
+                await context.close()
+
+    async def close_browser(self) -> None:
+        await self.close_page()
+        browser, self.browser = self.browser, None
+        pid, self.pid = self.pid, None
+        if browser is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(browser.close(), 10)
+        if pid is not None:
+            kill_process_tree(pid)
+
+    async def close(self) -> None:
+        await self.close_browser()
+        playwright, self.playwright = self.playwright, None
+        if playwright is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(playwright.stop(), 10)
 
 
+def _flag_value(command: list[str], flag: str) -> str | None:
+    for argument in command:
+        if argument.startswith(flag):
+            return argument[len(flag):]
+    return None
+
+
+def find_browser_pid(slot_id: str) -> int | None:
+    """The Chromium browser process (not a renderer) launched for ``slot_id`` by this process."""
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            command = process.cmdline()
+            if _flag_value(command, SLOT_FLAG) == slot_id and not any(a.startswith("--type=") for a in command):
+                return process.pid
+    return None
+
+
+def kill_process_tree(pid: int) -> int:
+    """SIGKILL a process and everything under it; returns how many were killed."""
+    try:
+        root = psutil.Process(pid)
+        processes = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return 0
+    killed = 0
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+            killed += 1
+    psutil.wait_procs(processes, timeout=5)
+    return killed
+
+
+def reap_orphan_browsers() -> list[int]:
+    """Kill slot browsers whose owning process is gone (a slot process SIGKILLed leaves its Chromium)."""
+    reaped = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        command = process.info.get("cmdline") or []
+        owner = _flag_value(command, OWNER_FLAG)
+        if owner is None or any(a.startswith("--type=") for a in command):
+            continue
+        try:
+            owner_alive = psutil.pid_exists(int(owner)) and psutil.Process(int(owner)).status() != "zombie"
+        except (ValueError, psutil.Error):
+            owner_alive = False
+        if not owner_alive:
+            log.warning("killing orphan slot browser pid %s (slot %s, owner %s gone)", process.pid,
+                        _flag_value(command, SLOT_FLAG), owner)
+            kill_process_tree(process.pid)
+            reaped.append(process.pid)
+    return reaped
+
+
+# -- heartbeat -------------------------------------------------------------------------------------------
+class SlotHeartbeat:
+    """Heartbeats the slot record and the running task's lease from a thread (a page load may take its whole
+    timeout), and keeps the latest orders for the loop. ``lost`` once the slot is no longer ours."""
+
+    def __init__(self, client: redis.Redis, settings: HarvesterSettings, slot_id: str, owner: str,
+                 browser_pid: Callable[[], int | None]) -> None:
+        from harvester.distributor import RateLimitStore
+
+        self.registry = SlotRegistry(client)
+        self.store = RateLimitStore(client, settings)
+        self.slot_id, self.owner, self.browser_pid = slot_id, owner, browser_pid
+        self.interval = settings.page_slot_heartbeat_seconds
+        self.orders: Orders | None = None
+        self.lost = False
+        self.task: tuple[str, str] | None = None  # (source, task id) while one runs
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"slot-heartbeat-{slot_id}", daemon=True)
+
+    def start(self) -> None:
+        self.beat()
+        self._thread.start()
+
+    def beat(self) -> Orders | None:
+        try:
+            orders = self.registry.heartbeat(self.slot_id, self.owner, self.browser_pid())
+            task = self.task
+            if task is not None:
+                self.store.heartbeat(task[0], [task[1]])
+        except redis.RedisError as error:  # Redis restarting: keep going, the loop retries too
+            log.warning("slot %s: heartbeat failed: %s", self.slot_id, error)
+            return self.orders
+        if orders is None:
+            self.lost = True
+        else:
+            self.orders = orders
+        return orders
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.beat()
+            if self.lost:
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+# -- the slot ------------------------------------------------------------------------------------------
 @dataclass
-class HostTotals:
-    """Running totals of one host, for the batch's outcome counters and for tests."""
+class SlotReport:
+    """What one hosting of a slot did (returned by the Celery task, and for tests)."""
 
-    pages: int = 0  # page loads that produced a response (any HTTP status)
-    failed_loads: int = 0  # loads that produced nothing (timeout, refused, crashed tab)
-    gave_up: int = 0  # tasks given up after the give-up threshold
-    browser_launches: int = 0
-    relaunches: int = 0  # browsers closed by the relaunch threshold
-    idle_closes: int = 0
-    blocked_closes: int = 0  # pages closed because the site blocked the task
-    blocked_requests: Counter[str] = field(default_factory=Counter)  # by resource type
-    transferred_bytes: int = 0  # response headers + bodies of the requests pages did make
+    slot_id: str
+    outcome: str = ""  # why it ended
+    tasks: int = 0
+    pages: int = 0
+    failed_loads: int = 0
+    relaunches: int = 0
+    recycles: int = 0
+    launches: int = 0
+    blocked_closes: int = 0
+    gave_up: int = 0
+    blocked_requests: Counter[str] = field(default_factory=Counter)
+    transferred_bytes: int = 0
 
-    def snapshot(self) -> HostTotals:
-        return replace(self, blocked_requests=Counter(self.blocked_requests))
+    def as_dict(self) -> dict[str, Any]:
+        return {**{k: v for k, v in vars(self).items() if k != "blocked_requests"},
+                "blocked_requests": dict(self.blocked_requests)}
 
-    def outcomes_since(self, before: HostTotals) -> Counter[str]:
-        """The per-source outcome counters a batch adds (``outcome:browser_*`` in Redis)."""
-        outcomes: Counter[str] = Counter()
-        blocked = self.blocked_requests - before.blocked_requests
+
+class SlotEnded(Exception):
+    """The slot left its page (idle, ordered, blocked, gave up, lost, stopping): the process stops hosting."""
+
+
+class PageSlotHost:
+    """Hosts one slot until it lands in NO_PAGE (or is taken away). ``PageSlotHost(slot_id).run()``."""
+
+    def __init__(self, slot_id: str, settings: HarvesterSettings | None = None, host: str | None = None,
+                 runner: Any = None) -> None:
+        self.slot_id = slot_id
+        self.settings = settings or get_settings()
+        self.host = host or socket.gethostname()
+        self.owner = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=30, socket_connect_timeout=10,
+                                          retry_on_timeout=True)
+        self.registry = SlotRegistry(self.redis)
+        self.book = BrowserTaskBook(self.redis, self.settings.allocation_sample_size)
+        self.report = SlotReport(slot_id)
+        self.country = ""
+        self.state = SlotState.PREPARING_PAGE
+        self.failures = 0
+        self.last_used = time.monotonic()
+        self.stopping = threading.Event()
+        self._runner = runner
+        self.browser: SlotBrowser | None = None
+        self.heartbeat: SlotHeartbeat | None = None
+
+    @property
+    def runner(self) -> Any:
+        """The pipeline's settle path (the same object the HTTP batches use)."""
+        if self._runner is None:
+            from harvester.workers.batch import batch_runner
+
+            self._runner = batch_runner()
+        return self._runner
+
+    # -- life cycle ---------------------------------------------------------------------------------
+    def run(self) -> SlotReport:
+        status = self.registry.claim(self.slot_id, self.owner, self.host, os.getpid(),
+                                     2 * self.settings.page_slot_heartbeat_seconds)
+        if status != "ok":
+            self.report.outcome = f"not claimed: {status}"
+            log.info("slot %s not hosted here: %s", self.slot_id, status)
+            return self.report
+        record = self.registry.get(self.slot_id)
+        self.country = record.country if record else ""
+        previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+        if previous is not None:
+            signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
+        try:
+            asyncio.run(self._host())
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            self.redis.close()
+        log.info("slot %s (%s) stopped hosting: %s", self.slot_id, self.country, self.report.outcome)
+        return self.report
+
+    async def _host(self) -> None:
+        try:
+            proxy = require_proxy(self.country, self.settings.page_slot_allow_direct_connections)
+        except ProxyNotConfigured as error:
+            self._transition(SlotState.NO_PAGE, reason=str(error))
+            self.report.outcome = str(error)
+            return
+        self.browser = SlotBrowser(self.slot_id, proxy, self.settings)
+        self.heartbeat = SlotHeartbeat(self.redis, self.settings, self.slot_id, self.owner,
+                                       lambda: self.browser.pid if self.browser else None)
+        self.heartbeat.start()
+        try:
+            await self._prepare()
+            while True:
+                await self._serve_one()
+        except SlotEnded as ended:
+            self.report.outcome = str(ended)
+        finally:
+            self.heartbeat.stop()
+            await self.browser.close()
+            self.report.launches = self.browser.launches
+            if not self.heartbeat.lost:
+                self._land()
+
+    def _land(self) -> None:
+        """Whatever ended the hosting, leave the record in NO_PAGE along legal transitions (best effort:
+        a record left behind is reset by the next host after two missed heartbeats)."""
+        path = {SlotState.PREPARING_PAGE: [SlotState.NO_PAGE],
+                SlotState.PAGE_READY: [SlotState.CLOSING_PAGE, SlotState.NO_PAGE],
+                SlotState.RUNNING_SCRAPING_TASK: [SlotState.CLOSING_PAGE, SlotState.NO_PAGE],
+                SlotState.CLOSING_PAGE: [SlotState.NO_PAGE]}.get(self.state, [])
+        for target in path:
+            try:
+                self.registry.transition(self.slot_id, target, self.owner, reason=self.report.outcome[:300])
+                self.state = target
+            except (SlotTransitionRefused, redis.RedisError):
+                return
+
+    async def _prepare(self) -> None:
+        """PREPARING_PAGE: launch the browser through the proxy and open the page, by the failure rules."""
+        while True:
+            self._check_stop()
+            try:
+                await self.browser.ensure_page(None)  # type: ignore[union-attr]
+            except Exception as error:  # Chromium missing or crashing at launch: a failed load like any other
+                reason = f"browser could not open a page: {type(error).__name__}: {str(error).splitlines()[0]}"
+                await self._failed_load(reason)
+                continue
+            self.failures = 0
+            self._transition(SlotState.PAGE_READY, fields={"consecutive_failures": 0})
+            return
+
+    async def _failed_load(self, reason: str) -> None:
+        """Count a failed load in PREPARING_PAGE; relaunch every 4th, give the slot up at the 7th."""
+        self.failures += 1
+        self.report.failed_loads += 1
+        log.warning("slot %s: failed load %d: %s", self.slot_id, self.failures, reason)
+        if self.failures >= self.settings.page_slot_give_up_after_failures:
+            self.report.gave_up += 1
+            await self.browser.close_browser()  # type: ignore[union-attr]
+            self._transition(SlotState.NO_PAGE,
+                             reason=f"{reason} (gave up after {self.failures} consecutive failed loads)")
+            raise SlotEnded(f"gave up after {self.failures} consecutive failed loads: {reason}")
+        self._transition(SlotState.PREPARING_PAGE, reason=reason, fields={"consecutive_failures": self.failures})
+        if self.failures % self.settings.page_slot_relaunch_after_failures == 0:
+            self.report.relaunches += 1
+            await self.browser.close_browser()  # type: ignore[union-attr]
+        else:
+            await self.browser.close_page()  # type: ignore[union-attr]
+        await asyncio.sleep(self.settings.page_slot_retry_delay_seconds)
+
+    def _check_stop(self) -> None:
+        if self.stopping.is_set():
+            self._leave("the slot host is stopping")
+        if self.heartbeat is not None and self.heartbeat.lost:
+            raise SlotEnded("the slot record was reset or taken over")
+
+    def _leave(self, reason: str) -> None:
+        raise SlotEnded(reason)
+
+    async def _close(self, reason: str) -> None:
+        """PAGE_READY/RUNNING -> CLOSING_PAGE -> close the browser -> NO_PAGE (deleted or moved by orders)."""
+        if self.state != SlotState.CLOSING_PAGE:
+            self._transition(SlotState.CLOSING_PAGE, reason=reason)
+        await self.browser.close_browser()  # type: ignore[union-attr]
+        outcome = self._transition(SlotState.NO_PAGE, reason=reason)
+        raise SlotEnded(f"{reason} ({outcome})")
+
+    # -- one task -----------------------------------------------------------------------------------
+    async def _serve_one(self) -> None:
+        if self.stopping.is_set():
+            if self.state in (SlotState.PAGE_READY, SlotState.CLOSING_PAGE):
+                await self._close("the slot host is stopping")
+            self._leave("the slot host is stopping")
+        self._check_stop()
+        orders = self.heartbeat.orders if self.heartbeat else None
+        if orders is not None and orders.state == SlotState.CLOSING_PAGE:
+            self.state = SlotState.CLOSING_PAGE  # idle closing by the page_slots DAG
+            await self._close("closed by close_idle_page_slots")
+        if orders is not None and orders.leaving:
+            await self._close("deleted by the allocator" if orders.retire else f"moving to {orders.next_country}")
+        if time.monotonic() - self.last_used >= self.settings.page_slot_idle_seconds:
+            await self._close(f"idle for {self.settings.page_slot_idle_seconds:g}s")
+        await self._recycle_if_due()
+        raw = await asyncio.to_thread(self._pop_task)
+        if raw is None:
+            return
+        message = TaskMessage.model_validate_json(raw)
+        member = task_member(message.source, message.task_id)
+        status = self.registry.begin_task(self.slot_id, self.owner, self.country, raw, member)
+        if status != "ok":
+            fresh = self.heartbeat.beat() if self.heartbeat else None  # learn why: orders, reset
+            if fresh is not None and fresh.state == SlotState.CLOSING_PAGE:
+                self.state = SlotState.CLOSING_PAGE
+            return
+        self.state = SlotState.RUNNING_SCRAPING_TASK
+        self.last_used = time.monotonic()
+        await self._run_task(message, member)
+
+    def _pop_task(self) -> str | None:
+        try:
+            popped = self.redis.blpop([KEYS.browser_tasks(self.country)],
+                                      timeout=self.settings.page_slot_task_wait_seconds)
+        except redis.RedisError as error:  # Redis restarting: wait a little, the loop tries again
+            log.warning("slot %s: waiting for tasks failed: %s", self.slot_id, error)
+            time.sleep(min(1.0, self.settings.page_slot_task_wait_seconds))
+            return None
+        if popped is None:
+            return None
+        raw = popped[1]
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    async def _run_task(self, message: TaskMessage, member: str) -> None:
+        from harvester.distributor import RateLimitStore
+
+        store = RateLimitStore(self.redis, self.settings)
+        if not store.heartbeat(message.source, [message.task_id]):
+            # its lease expired while it waited (the reaper re-queued it): never fetch outside admission
+            self._transition(SlotState.PAGE_READY)
+            return
+        self.heartbeat.task = (message.source, message.task_id)  # type: ignore[union-attr]
+        try:
+            try:
+                source = self.runner.sources.get(message.source)
+            except Exception as error:  # a broken or deleted YAML file: hand the task back, keep the page
+                store.fail(message, f"source config {message.source!r} could not be loaded: {error}")
+                self.book.completed([member])
+                self._transition(SlotState.PAGE_READY)
+                return
+            fetch, ending = await self._render(message.url, source)
+            self.report.tasks += 1
+            outcomes = self._outcomes(fetch)
+            await asyncio.to_thread(self.runner.finish, source, [message], [fetch], outcomes)
+            self.book.completed([member])
+            self._count_bytes(source, outcomes.get("browser_transferred_bytes", 0))
+        finally:
+            self.heartbeat.task = None  # type: ignore[union-attr]
+            self.last_used = time.monotonic()
+        if ending == "blocked":
+            self.report.blocked_closes += 1
+            await self._close(f"blocked: {fetch.reason}")
+        if ending == "gave_up":
+            raise SlotEnded(f"gave up after {self.failures} consecutive failed loads: {fetch.reason}")
+        if self.state == SlotState.RUNNING_SCRAPING_TASK:
+            self._transition(SlotState.PAGE_READY, fields={"pages_served": "+1", "consecutive_failures": 0})
+        else:
+            self.registry.redis.hincrby(KEYS.slot(self.slot_id), "pages_served", 1)
+
+    async def _render(self, url: str, source: SourceConfig) -> tuple[FetchResult, str]:
+        """Load ``url`` by the failure rules; returns the result and how the slot ends it: ok, blocked, gave_up."""
+        self._loaded_bytes = 0
+        self._loaded_blocked: Counter[str] = Counter()
+        self._task_counts: Counter[str] = Counter()
+        while True:
+            try:
+                loaded = await self.browser.load(url, source)  # type: ignore[union-attr]
+            except Exception as error:  # the browser crashed or could not start
+                reason = f"browser could not open a page: {type(error).__name__}: {str(error).splitlines()[0]}"
+                loaded = PageLoad(FetchResult(url, "connection_error", reason=reason), load_failed=True)
+            self._loaded_bytes += loaded.transferred_bytes
+            self._loaded_blocked.update(loaded.blocked)
+            if not loaded.load_failed:
+                self.failures = 0
+                self.report.pages += 1
+                fetch = loaded.fetch
+                marker = next((m for m in self.settings.page_slot_block_markers if m and m in fetch.text), None)
+                if marker is not None and fetch.outcome == "ok":
+                    fetch.outcome, fetch.reason = "blocked", f"block marker {marker!r} in the page"
+                if self.state == SlotState.PREPARING_PAGE:
+                    self._transition(SlotState.PAGE_READY, fields={"consecutive_failures": 0, "pages_served": "+1"})
+                return fetch, "blocked" if fetch.outcome == "blocked" else "ok"
+            self.failures += 1
+            self.report.failed_loads += 1
+            self._task_counts["browser_failed_loads"] += 1
+            fetch = loaded.fetch
+            log.warning("slot %s: load %d of %s failed: %s", self.slot_id, self.failures, url, fetch.reason)
+            if self.failures >= self.settings.page_slot_give_up_after_failures:
+                self.report.gave_up += 1
+                self._task_counts["browser_gave_up"] += 1
+                await self.browser.close_browser()  # type: ignore[union-attr]
+                fetch.reason = f"{fetch.reason} (page slot gave up after {self.failures} consecutive failed loads)"
+                self._transition(SlotState.NO_PAGE, reason=fetch.reason)
+                return fetch, "gave_up"
+            self._transition(SlotState.PREPARING_PAGE, reason=fetch.reason,
+                             fields={"consecutive_failures": self.failures})
+            if self.failures % self.settings.page_slot_relaunch_after_failures == 0:
+                self.report.relaunches += 1
+                self._task_counts["browser_relaunches"] += 1
+                await self.browser.close_browser()  # type: ignore[union-attr]
+            else:
+                await self.browser.close_page()  # type: ignore[union-attr]
+            await asyncio.sleep(self.settings.page_slot_retry_delay_seconds)
+
+    def _outcomes(self, fetch: FetchResult) -> dict[str, int]:
+        outcomes: Counter[str] = Counter(self._task_counts)
+        if fetch.outcome == "blocked":
+            outcomes["browser_blocked_closes"] += 1
+        blocked = self._loaded_blocked
         if blocked:
             outcomes["browser_blocked_requests"] = sum(blocked.values())
             for resource_type, amount in blocked.items():
                 outcomes[f"browser_blocked:{resource_type}"] = amount
-        for name in ("transferred_bytes", "failed_loads", "relaunches", "gave_up", "blocked_closes"):
-            amount = getattr(self, name) - getattr(before, name)
-            if amount:
-                outcomes[f"browser_{name}"] = amount
-        return outcomes
+            self.report.blocked_requests.update(blocked)
+        if self._loaded_bytes:
+            outcomes["browser_transferred_bytes"] = self._loaded_bytes
+            self.report.transferred_bytes += self._loaded_bytes
+        fetch.blocked_requests = sum(blocked.values())
+        return dict(outcomes)
 
+    def _count_bytes(self, source: SourceConfig, amount: int) -> None:
+        """Bytes browsed through the country's proxy, per country and per source."""
+        if not amount:
+            return
+        pipeline = self.redis.pipeline(transaction=False)
+        pipeline.hincrby(KEYS.proxy_bytes, f"country:{self.country}", amount)
+        pipeline.hincrby(KEYS.proxy_bytes, f"source:{source.name}", amount)
+        pipeline.execute()
 
-@dataclass
-class PageSlot:
-    """One country's page: its context, its page, its state and its run of failed loads."""
+    async def _recycle_if_due(self) -> None:
+        browser = self.browser
+        if browser is None or browser.browser is None:
+            return
+        reason = None
+        if browser.pages_since_launch >= self.settings.page_slot_recycle_after_pages:
+            reason = f"{browser.pages_since_launch} pages served"
+        else:
+            rss = browser.rss_mb()
+            if rss > self.settings.page_slot_recycle_rss_mb:
+                reason = f"browser RSS {rss:.0f} MB over {self.settings.page_slot_recycle_rss_mb:g} MB"
+        if reason:
+            log.info("slot %s: recycling its browser (%s)", self.slot_id, reason)
+            self.report.recycles += 1
+            await browser.close_browser()
+            await browser.ensure_page(None)
 
-    country: str
-    user_agent: str = ""
-    context: BrowserContext | None = None
-    page: Page | None = None
-    blocker: ResourceBlocker = field(default_factory=ResourceBlocker)
-    state: SlotState = SlotState.NO_PAGE
-    consecutive_failures: int = 0
-
-
-class BrowserHost:
-    """One Chromium for every page slot of this process. ``async with BrowserHost(settings) as host``."""
-
-    def __init__(self, settings: HarvesterSettings | None = None) -> None:
-        self.settings = settings or get_settings()
-        self.totals = HostTotals()
-        self.slots: dict[str, PageSlot] = {}
-        self._playwright: Playwright | None = None
-        self._browser: Browser | None = None
-        self._lock = asyncio.Lock()
-        self._last_used = time.monotonic()
-
-    async def __aenter__(self) -> BrowserHost:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    # -- state ---------------------------------------------------------------------------------
-    @property
-    def browser_open(self) -> bool:
-        return self._browser is not None and self._browser.is_connected()
-
-    def idle_seconds(self) -> float:
-        return time.monotonic() - self._last_used
-
-    def states(self) -> dict[str, str]:
-        return {country: slot.state.value for country, slot in self.slots.items()}
-
-    # -- rendering -----------------------------------------------------------------------------
-    async def render_all(self, urls: Iterable[str], source: SourceConfig) -> list[FetchResult]:
-        """One page after the other in the source's country slot (a slot runs one task at a time)."""
-        return [await self.render(url, source) for url in urls]
-
-    async def render(self, url: str, source: SourceConfig) -> FetchResult:
-        """Load ``url`` in the slot of ``source.country``, applying the slot's failure rules.
-
-        Never raises for what a site or the browser does wrong: that becomes the result's outcome.
-        """
-        async with self._lock:
-            try:
-                return await self._render(url, source)
-            except Exception as error:  # a Playwright or driver fault we did not foresee: fail the task
-                log.exception("rendering %s failed unexpectedly", url)
-                with contextlib.suppress(Exception):
-                    await self._close_browser()
-                return FetchResult(url, "connection_error",
-                                   reason=f"browser failure: {type(error).__name__}: {first_line(error)}")
-            finally:
-                self._last_used = time.monotonic()
-
-    async def _render(self, url: str, source: SourceConfig) -> FetchResult:
-        settings = self.settings
-        slot = self.slots.setdefault(source.country or "", PageSlot(source.country or ""))
-        started = time.monotonic()
-        while True:
-            loaded = await self._load_in_slot(slot, url, source)
-            self.totals.blocked_requests.update(loaded.blocked)
-            self.totals.transferred_bytes += loaded.transferred_bytes
-            if not loaded.load_failed:
-                self.totals.pages += 1
-                slot.consecutive_failures = 0
-                slot.state = SlotState.PAGE_READY
-                if loaded.fetch.outcome == "blocked":
-                    self.totals.blocked_closes += 1
-                    await self._close_page(slot)
-                loaded.fetch.elapsed = time.monotonic() - started
-                return loaded.fetch
-            self.totals.failed_loads += 1
-            slot.consecutive_failures += 1
-            failures = slot.consecutive_failures
-            log.warning("slot %s: page load %d of %s failed: %s", slot.country, failures, url, loaded.fetch.reason)
-            if failures >= settings.page_slot_give_up_after_failures:
-                self.totals.gave_up += 1
-                slot.consecutive_failures = 0
-                await self._close_browser()  # the slot goes back to NO_PAGE
-                fetch = loaded.fetch
-                fetch.reason = f"{fetch.reason} (page slot gave up after {failures} consecutive failed loads)"
-                fetch.elapsed = time.monotonic() - started
-                return fetch
-            if failures % settings.page_slot_relaunch_after_failures == 0:
-                self.totals.relaunches += 1
-                await self._close_browser()  # launched again by the next attempt
-            else:
-                await self._close_page(slot)  # re-opened by the next attempt
-            await asyncio.sleep(settings.page_slot_retry_delay_seconds)
-
-    async def _load_in_slot(self, slot: PageSlot, url: str, source: SourceConfig) -> PageLoad:
+    def _transition(self, target: SlotState, reason: str = "", fields: dict[str, str | int] | None = None) -> str:
         try:
-            page = await self._open_page(slot, source)
-        except Exception as error:  # Chromium missing or crashing at start: a failed load like any other
-            await self._close_page(slot)
-            reason = f"browser could not open a page: {type(error).__name__}: {first_line(error)}"
-            return PageLoad(FetchResult(url, "connection_error", reason=reason), load_failed=True)
-        slot.state = SlotState.RUNNING_SCRAPING_TASK
-        return await load_page(page, slot.blocker, url, source, self.settings)
-
-    async def _open_page(self, slot: PageSlot, source: SourceConfig) -> Page:
-        user_agent, _ = user_agent_and_headers(source, self.settings)
-        if slot.page is not None and not slot.page.is_closed() and slot.user_agent == user_agent:
-            return slot.page
-        await self._close_page(slot)
-        slot.state = SlotState.PREPARING_PAGE
-        browser = await self._ensure_browser()
-        slot.context = await browser.new_context(user_agent=user_agent)
-        slot.user_agent = user_agent
-        slot.page = await slot.context.new_page()
-        slot.blocker = ResourceBlocker()
-        await slot.blocker.attach(slot.page)
-        slot.state = SlotState.PAGE_READY
-        return slot.page
-
-    async def _ensure_browser(self) -> Browser:
-        if self._browser is not None and self._browser.is_connected():
-            return self._browser
-        if self._playwright is None:
-            from playwright.async_api import async_playwright
-
-            self._playwright = await async_playwright().start()
-        self._browser = await launch_chromium(self._playwright, self.settings)
-        self.totals.browser_launches += 1
-        log.info("browser launched (%s)", self.settings.chromium_executable)
-        return self._browser
-
-    # -- closing -------------------------------------------------------------------------------
-    async def _close_page(self, slot: PageSlot) -> None:
-        if slot.context is None and slot.page is None:
-            slot.state = SlotState.NO_PAGE
-            return
-        slot.state = SlotState.CLOSING_PAGE
-        context, slot.context, slot.page = slot.context, None, None
-        if context is not None:
-            with contextlib.suppress(Exception):  # a crashed browser has nothing left to close
-                await context.close()
-        slot.state = SlotState.NO_PAGE
-
-    async def _close_browser(self) -> None:
-        for slot in self.slots.values():
-            await self._close_page(slot)
-        browser, self._browser = self._browser, None
-        if browser is not None:
-            with contextlib.suppress(Exception):
-                await browser.close()
-            log.info("browser closed")
-
-    async def close_if_idle(self) -> bool:
-        """Close the browser after ``page_slot_idle_seconds`` without a task; True when it did."""
-        if self._lock.locked() or self._browser is None:
-            return False
-        if self.idle_seconds() < self.settings.page_slot_idle_seconds:
-            return False
-        async with self._lock:
-            await self._close_browser()
-            self.totals.idle_closes += 1
-        log.info("page slots idle for %.0fs: browser closed", self.settings.page_slot_idle_seconds)
-        return True
-
-    async def close(self) -> None:
-        """Close the browser and stop the Playwright driver."""
-        async with self._lock:
-            await self._close_browser()
-            playwright, self._playwright = self._playwright, None
-            if playwright is not None:
-                with contextlib.suppress(Exception):
-                    await playwright.stop()
+            result = self.registry.transition(self.slot_id, target, self.owner, reason=reason, fields=fields)
+        except SlotTransitionRefused as refused:
+            raise SlotEnded(f"slot record refused {refused.state} -> {target}: {refused.status}") from None
+        except redis.RedisError as error:
+            raise SlotEnded(f"Redis unavailable during {target}: {error}") from None
+        self.state = target
+        return result.outcome
 
 
-class BrowserHostThread:
-    """A :class:`BrowserHost` on an event loop of its own thread, driven synchronously by Celery tasks."""
-
-    def __init__(self, settings: HarvesterSettings | None = None) -> None:
-        self.settings = settings or get_settings()
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run_loop, name="browser-host", daemon=True)
-        self._thread.start()
-        self.host: BrowserHost = self.call(self._make_host())  # its asyncio.Lock belongs to this loop
-        self._idle_watch = asyncio.run_coroutine_threadsafe(self._close_when_idle(), self.loop)
-        self._closed = False
-
-    async def _make_host(self) -> BrowserHost:
-        return BrowserHost(self.settings)
-
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
-
-    async def _close_when_idle(self) -> None:
-        interval = max(0.2, min(5.0, self.settings.page_slot_idle_seconds / 4))
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.host.close_if_idle()
-            except Exception:
-                log.exception("closing the idle browser failed")
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def render_all(self, urls: list[str], source: SourceConfig) -> list[FetchResult]:
-        return self.call(self.host.render_all(urls, source))
-
-    def close(self, timeout: float = 30.0) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._idle_watch.cancel()
-        with contextlib.suppress(Exception):
-            self.call(self.host.close(), timeout)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout)
-
-
-class BrowserPageFetcher:
-    """The page-fetcher contract (:class:`harvester.scraping.page_fetcher.PageFetcher`) met by the
-    process's :class:`BrowserHostThread` (started on the first fetch): the worker awaits a render on its
-    own loop while the host's loop runs it, and the host's totals since the batch began become the
-    batch's ``browser_*`` counters."""
-
-    def __init__(self, settings: HarvesterSettings, thread: BrowserHostThread | None = None) -> None:
-        self.settings = settings
-        self._thread = thread
-
-    @classmethod
-    def from_settings(cls, settings: HarvesterSettings) -> BrowserPageFetcher:
-        return cls(settings)
-
-    @property
-    def thread(self) -> BrowserHostThread:
-        if self._thread is None:
-            self._thread = browser_host(self.settings)
-        return self._thread
-
-    def fetch_seconds(self, source: SourceConfig, pages: int) -> float:
-        """Pages render one after the other, each may be tried up to the slot's give-up threshold."""
-        per_attempt = source.timeout + self.settings.page_slot_retry_delay_seconds
-        return pages * self.settings.page_slot_give_up_after_failures * per_attempt
-
-    async def fetch_all(self, urls: Sequence[str], source: SourceConfig) -> FetchedBatch:
-        thread = self.thread
-        before = thread.host.totals.snapshot()
-        rendering = asyncio.run_coroutine_threadsafe(thread.host.render_all(list(urls), source), thread.loop)
-        results = await asyncio.wrap_future(rendering)
-        return FetchedBatch(results, thread.host.totals.outcomes_since(before))
-
-    async def aclose(self) -> None:
-        if self._thread is not None:
-            self._thread.close()
-
-
-_host: BrowserHostThread | None = None
-_host_pid: int | None = None
-_host_lock = threading.Lock()
-
-
-def browser_host(settings: HarvesterSettings | None = None) -> BrowserHostThread:
-    """The browser host of this process, started on first use and closed at exit."""
-    global _host, _host_pid
-    with _host_lock:
-        if _host is None or _host_pid != os.getpid() or _host.closed:
-            _host = BrowserHostThread(settings)
-            _host_pid = os.getpid()
-            atexit.register(_host.close, 10.0)
-        return _host
-
-
-def page_slot_queues(sources: Iterable[SourceConfig]) -> list[str]:
-    """``pageslots`` plus the queue of every country that has a browser source (what a slot worker consumes)."""
-    countries = sorted({source.country for source in sources if source.render == "browser" and source.country})
-    return [PAGESLOTS_QUEUE, *(page_slot_queue_name(country) for country in countries)]
+def host_slot(slot_id: str, host: str | None = None) -> dict[str, Any]:
+    """The body of the ``harvester.host_page_slot`` Celery task."""
+    reap_orphan_browsers()
+    return PageSlotHost(slot_id, host=host).run().as_dict()

@@ -7,6 +7,7 @@ from typing import Any
 
 from celery.signals import worker_process_init
 
+import harvester.pageslots.hosting  # noqa: F401  (a pageslots worker's supervisor: capacity, resets, reaping)
 from harvester.workers.celery_app import app
 
 
@@ -22,6 +23,16 @@ def _prepare_process(**_: Any) -> None:
 def ping() -> str:
     """Liveness probe used by `make status` and the tests to see that a worker consumes its queue."""
     return "pong"
+
+
+@app.task(name="harvester.host_page_slot", acks_late=False, reject_on_worker_lost=False, ignore_result=True)
+def host_page_slot(slot_id: str) -> dict[str, Any]:
+    """Host one page slot until it closes (harvester.pageslots.host). Acknowledged early: on the Redis
+    broker a long unacknowledged task is redelivered after the visibility timeout, and a slot must never
+    run twice (a redelivery would also be refused by the slot record's claim)."""
+    from harvester.pageslots.host import host_slot
+
+    return host_slot(slot_id, host=host_page_slot.request.hostname)
 
 
 @app.task(name="harvester.scrape_batch")
