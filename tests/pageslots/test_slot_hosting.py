@@ -241,3 +241,44 @@ def test_chromium_missing_at_launch_gives_the_slot_up_and_leaves_nothing(
              lambda: f"{registry.get(slot_id)}")
     record = registry.get(slot_id)
     assert record is not None and "gave up after 7" in record.reason and "no-chromium" in record.reason
+
+
+def test_a_sigkilled_slot_host_and_a_redis_restart_lose_no_task_and_leave_no_browser(
+    slot_settings: HarvesterSettings, proxies: dict, demo_site, mongo_server, redis_client, redis_server,
+    celery_worker_factory, start_distributor,
+) -> None:
+    start_distributor()
+    worker = celery_worker_factory(queues="pageslots", concurrency=2, name="slots-a")
+    source = write_source(slot_settings, browser_source_document(demo_site.url, "sg_faults", "SG"))
+    manager = PageSlotManager(redis_client, slot_settings)
+    registry = SlotRegistry(redis_client)
+    collection = mongo_server.client()[slot_settings.mongo_database][source.output_collection]
+
+    def run_jobs() -> None:
+        try:
+            manager.allocate()
+            manager.prepare()
+        except Exception as error:  # Redis restarting: the DAG's next run tries again
+            print(f"jobs failed for now: {error}")
+
+    Intake(redis_client, slot_settings).push(source, [
+        TaskMessage(task_id=f"t{n}", source=source.name, kind="details", url=f"{demo_site.url}/slow/{n}?delay=0.5",
+                    country="SG") for n in range(1, 31)])
+    wait_for(lambda: SlotHosts(redis_client).live_capacity().slots == 2, 30, lambda: "no capacity")
+    wait_for(lambda: collection.count_documents({}) >= 3, 90, lambda: f"{registry.slots()}", between=run_jobs)
+
+    # the whole slot host is SIGKILLed: its Chromium processes are orphans, its slots stop heartbeating
+    orphans = pids_of(slot_browsers())
+    assert orphans
+    worker.kill()
+    replacement = celery_worker_factory(queues="pageslots", concurrency=2, name="slots-b")
+    wait_for(lambda: not (orphans & pids_of(slot_browsers())), 30, lambda: "orphan browsers live on")
+    wait_for(lambda: collection.count_documents({}) >= 12, 120, lambda: f"{registry.slots()}", between=run_jobs)
+
+    # Redis restarts while slots run (AOF on): slots and tasks come back
+    redis_server.server.restart(timeout=30)
+    wait_for(lambda: collection.count_documents({}) == 30, 180,
+             lambda: f"{collection.count_documents({})} stored; {registry.slots()}", between=run_jobs)
+    assert len(collection.distinct("sku")) == 30
+    replacement.stop()
+    wait_for(lambda: not slot_browsers(), 20, lambda: f"browsers left: {pids_of(slot_browsers())}")
