@@ -179,3 +179,36 @@ def test_country_without_proxy_gets_no_page_and_its_tasks_are_dead_lettered(
     assert len(dead) == 3 and all("no proxy configured for country TH" in entry["reason"] for entry in dead)
     assert store.active_task_ids("th_shop") == []
     assert BrowserTaskBook(redis_client).census()["TH"].active == 0
+
+
+def test_make_run_starts_a_slot_host_and_a_forward_proxy_per_demo_country() -> None:
+    from harvester.services.stack import LocalStack
+    from harvester.settings import REPOSITORY_ROOT
+
+    stack = LocalStack(root=REPOSITORY_ROOT, environ={"PATH": "/usr/bin", "HARVESTER_RUN_PAGE_SLOTS": "3"})
+    services = {service.name: service for service in stack.services()}
+    worker = services["worker-pageslots"].command
+    assert worker[worker.index("-Q") + 1] == "pageslots" and worker[worker.index("--concurrency") + 1] == "3"
+    proxy = services["proxy-SG"]  # include/sources/demo_shop_browser.yaml is an SG source
+    assert proxy.command[proxy.command.index("--port") + 1] == "3128"
+    assert stack.environment()["AIRFLOW_CONN_PROXY_SG"] == "http://127.0.0.1:3128"
+    configured = LocalStack(root=REPOSITORY_ROOT, environ={"PATH": "/usr/bin",
+                                                           "AIRFLOW_CONN_PROXY_SG": "http://proxy.example:3128"})
+    assert "proxy-SG" not in {s.name for s in configured.services()}  # a real proxy wins
+    assert configured.environment()["AIRFLOW_CONN_PROXY_SG"] == "http://proxy.example:3128"
+
+
+@pytest.mark.unit
+def test_proxy_connections_parse_as_airflow_writes_them() -> None:
+    from harvester.pageslots.proxies import ProxyNotConfigured, parse_proxy, proxy_for, require_proxy
+
+    proxy = parse_proxy("SG", "http://user%40x:p%3Ass@proxy.example:3128")
+    assert proxy.playwright() == {"server": "http://proxy.example:3128", "username": "user@x", "password": "p:ss"}
+    assert "p:ss" not in repr(proxy)
+    assert parse_proxy("MY", '{"conn_type": "http", "host": "10.0.0.1", "port": 8080}').server == \
+        "http://10.0.0.1:8080"
+    assert proxy_for("SG", {"AIRFLOW_CONN_PROXY_SG": "http://127.0.0.1:9"}).server == "http://127.0.0.1:9"
+    assert proxy_for("SG", {}) is None
+    with pytest.raises(ProxyNotConfigured, match="AIRFLOW_CONN_PROXY_TH"):
+        require_proxy("TH", allow_direct=False, environ={})
+    assert require_proxy("TH", allow_direct=True, environ={}) is None

@@ -97,8 +97,9 @@ def test_stack_ports_move_with_environment_and_stay_on_loopback(tmp_path: Path) 
     assert names[:2] == ["redis", "mongo"]
     assert {"worker-priority", "worker-default", "worker-pageslots", "airflow", "distributor"} <= set(names)
     pageslots = next(service.command for service in stack.services() if service.name == "worker-pageslots")
-    assert pageslots[pageslots.index("-Q") + 1] == "pageslots"  # no sources in tmp_path: no country queues
-    assert pageslots[pageslots.index("--pool") + 1] == "solo"
+    assert pageslots[pageslots.index("-Q") + 1] == "pageslots"  # slot hosts consume host_page_slot tasks only
+    assert pageslots[pageslots.index("--concurrency") + 1] == "2" and "--pool" not in pageslots  # prefork: 2 slots
+    assert not any(name.startswith("proxy-") for name in names)  # no browser source in tmp_path: no proxy
     for service in stack.services():
         if service.port is not None:
             assert "0.0.0.0" not in " ".join(service.command)

@@ -6,12 +6,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     queues = subparsers.add_parser(
-        "pageslots-queues", help="print the Celery queues of the page-slot workers (pageslots,pageslots.<COUNTRY>...)"
+        "pageslots-queues", help="print the Celery queues of a slot host (pageslots)"
     )
     queues.add_argument("--sources-dir", default=None, help="source YAML directory (default: HARVESTER_SOURCES_DIR)")
     queues.set_defaults(handler=_queues)
@@ -74,11 +73,9 @@ def _slots(args: argparse.Namespace) -> int:
 
 
 def _queues(args: argparse.Namespace) -> int:
-    from harvester.config.loader import load_sources
-    from harvester.pageslots.host import page_slot_queues
+    """Slot hosts consume only ``pageslots`` (host_page_slot tasks); browser tasks reach slots through
+    per-country Redis lists, so the list no longer grows with the countries."""
+    from harvester.workers.celery_app import PAGESLOTS_QUEUE
 
-    loaded = load_sources(args.sources_dir)
-    for error in loaded.errors:  # a bad file is reported, but never hides the other sources' countries
-        print(f"warning: {error}", file=sys.stderr)
-    print(",".join(page_slot_queues(loaded.sources.values())))
+    print(PAGESLOTS_QUEUE)
     return 0

@@ -31,6 +31,7 @@ class Ports:
     mongo: int = 27017
     demo_site: int = 8008
     airflow: int = 8080
+    forward_proxy: int = 3128  # the first demo country's proxy; the next countries take the next ports
 
     @classmethod
     def from_environment(cls, environ: dict[str, str]) -> Ports:
@@ -38,7 +39,7 @@ class Ports:
         defaults = cls()
         return cls(**{
             name: int(environ.get(f"HARVESTER_RUN_{name.upper()}_PORT", getattr(defaults, name)))
-            for name in ("redis", "mongo", "demo_site", "airflow")
+            for name in ("redis", "mongo", "demo_site", "airflow", "forward_proxy")
         })
 
 
@@ -102,15 +103,29 @@ class LocalStack:
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
             "PATH": f"{self.bin}{os.pathsep}{env.get('PATH', '')}",
         })
+        for country, port in self.demo_proxies().items():  # the demo's proxies, as Airflow connections
+            env[f"AIRFLOW_CONN_PROXY_{country}"] = f"http://{LOOPBACK}:{port}"
         return env
 
-    def page_slot_queues(self) -> list[str]:
-        """pageslots plus pageslots.<COUNTRY> of every browser source (solo pool: one browser lives on)."""
+    def browser_countries(self) -> list[str]:
+        """Countries of the browser sources: each gets a local forward proxy unless one is configured."""
         from harvester.config.loader import load_sources
-        from harvester.pageslots.host import page_slot_queues
 
         directory = self.environ.get("HARVESTER_SOURCES_DIR") or self.root / "include" / "sources"
-        return page_slot_queues(load_sources(directory).sources.values())
+        return sorted({source.country for source in load_sources(directory).sources.values()
+                       if source.render == "browser" and source.country})
+
+    def demo_proxies(self) -> dict[str, int]:
+        """Country -> port of the demo forward proxy `make run` starts for it (a configured
+        AIRFLOW_CONN_PROXY_<COUNTRY> wins: then none is started for that country)."""
+        from harvester.pageslots.proxies import proxy_environment_variable
+
+        countries = [c for c in self.browser_countries() if proxy_environment_variable(c) not in self.environ]
+        return {country: self.ports.forward_proxy + index for index, country in enumerate(countries)}
+
+    def page_slot_capacity(self) -> int:
+        """Slots the local slot host hosts (its pool size): HARVESTER_RUN_PAGE_SLOTS, default 2."""
+        return int(self.environ.get("HARVESTER_RUN_PAGE_SLOTS", "2"))
 
     def services(self) -> list[Service]:
         bin_ = self.bin
@@ -148,10 +163,13 @@ class LocalStack:
             ),
             Service("worker-priority", [*celery, "-Q", "priority", "-n", "priority@%h", "--concurrency", "2"]),
             Service("worker-default", [*celery, "-Q", "default", "-n", "default@%h", "--concurrency", "2"]),
-            Service(
+            *(Service(f"proxy-{country}", [str(bin_ / "harvester"), "forward-proxy", "--host", LOOPBACK,
+                                           "--port", str(port), "--label", country],
+                      port=port, ready=lambda port=port: readiness.tcp_open(LOOPBACK, port), ready_timeout=20)
+              for country, port in self.demo_proxies().items()),
+            Service(  # a slot host: one page slot per pool process (prefork)
                 "worker-pageslots",
-                [*celery, "-Q", ",".join(self.page_slot_queues()), "-n", "pageslots@%h", "--concurrency", "1",
-                 "--pool", "solo"],
+                [*celery, "-Q", "pageslots", "-n", "pageslots@%h", "--concurrency", str(self.page_slot_capacity())],
             ),
             Service("distributor", [str(bin_ / "harvester"), "distributor"]),
         ]
