@@ -10,10 +10,10 @@ from collections.abc import Callable
 import pytest
 import redis
 from harvester.distributor import RateLimitStore, TaskMessage
+from harvester.distributor.browser_tasks import push_browser_tasks
 from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
 from harvester.pageslots.manager import PageSlotManager
 from harvester.pageslots.registry import SlotHosts, SlotRegistry, SlotState, slot_counts
-from harvester.pageslots.task_lists import push_browser_tasks
 from harvester.redis_keys import PageSlotKeys, SourceKeys
 from harvester.settings import HarvesterSettings
 

@@ -20,6 +20,7 @@ from harvester.config.model import SourceConfig
 from harvester.demo_site.app import product_facts
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.pageslots.allocation import allocate_page_slots
+from harvester.pageslots.bookkeeping import country_tasks
 from harvester.pageslots.host import OWNER_FLAG, SLOT_FLAG
 from harvester.pageslots.manager import PageSlotManager
 from harvester.pageslots.registry import SlotHosts, SlotRegistry, SlotState, slot_counts
@@ -150,7 +151,7 @@ def test_slots_follow_demand_through_their_country_proxy_idle_out_and_recover(
     push(my, range(20, 32))
     wait_for(lambda: redis_client.llen(KEYS.browser_tasks("MY")) == 12, 20, lambda: "MY tasks not queued")
     run_jobs()
-    census = {c: v.as_country_tasks() for c, v in manager.book.census().items()}
+    census = {c: country_tasks(v) for c, v in manager.book.census().items()}
     expected = allocate_page_slots(census, 3)
     assert expected == {"SG": 1, "MY": 2}  # SG 12 completed x 10 = 120, MY 12 pending x 30 = 360
     assert slot_counts(registry.slots()) == expected

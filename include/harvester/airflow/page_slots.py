@@ -29,16 +29,25 @@ STEPS = ("allocate_page_slots", "prepare_page_slots", "close_idle_page_slots")
 
 
 def _manager() -> Any:
+    from harvester.connections import redis_client
     from harvester.pageslots.manager import PageSlotManager
 
     settings = get_settings()
-    return PageSlotManager(redis.Redis.from_url(settings.redis_url, socket_timeout=30), settings)
+    return PageSlotManager(redis_client(settings=settings), settings)
+
+
+def _redis_url() -> str:
+    """Where ``redis_default`` points (an Airflow connection, AIRFLOW_CONN_REDIS_DEFAULT or HARVESTER_REDIS_URL)."""
+    from harvester.connections import resolve_redis
+
+    return resolve_redis(settings=get_settings()).url
 
 
 def has_browser_work(redis_url: str) -> bool:
+    from harvester.connections import open_redis_client
     from harvester.pageslots.manager import PageSlotManager
 
-    client = redis.Redis.from_url(redis_url, socket_timeout=30)
+    client = open_redis_client(redis_url)  # the triggerer's URL, resolved when the sensor deferred
     try:
         return PageSlotManager(client, get_settings()).has_work()
     finally:
@@ -81,7 +90,7 @@ class BrowserWorkSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def poke(self, context: Any) -> bool:
-        return has_browser_work(get_settings().redis_url)
+        return has_browser_work(_redis_url())
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
@@ -90,7 +99,7 @@ class BrowserWorkSensor(BaseSensorOperator):
             self.log.info("browser work or slots to reconcile: running the page-slot jobs")
             return None
         self.defer(
-            trigger=BrowserWorkTrigger(get_settings().redis_url, float(self.poke_interval),
+            trigger=BrowserWorkTrigger(_redis_url(), float(self.poke_interval),
                                        time.time() + float(self.timeout)),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout) + 3 * float(self.poke_interval)),
@@ -110,11 +119,8 @@ def run_step(step: str) -> dict[str, Any]:
     import logging
 
     manager = _manager()
-    try:
-        report = {"allocate_page_slots": manager.allocate, "prepare_page_slots": manager.prepare,
-                  "close_idle_page_slots": manager.close_idle}[step]()
-    finally:
-        manager.redis.close()
+    report = {"allocate_page_slots": manager.allocate, "prepare_page_slots": manager.prepare,
+              "close_idle_page_slots": manager.close_idle}[step]()
     log = logging.getLogger("harvester.pageslots")
     log.info("%s: %s", step, report.story)
     for error in report.errors:

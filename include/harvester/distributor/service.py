@@ -298,7 +298,7 @@ class Distributor:
         """Send admitted work: HTTP tasks as Celery messages, browser tasks to their country's slot list."""
         if not self._unpublished:
             return 0
-        from harvester.pageslots.task_lists import browser_country, push_browser_tasks
+        from harvester.distributor.browser_tasks import browser_country, push_browser_tasks
 
         celery_work = [(queue, tasks) for queue, tasks in self._unpublished if browser_country(queue) is None]
         browser_work = [(queue, tasks) for queue, tasks in self._unpublished if browser_country(queue) is not None]
@@ -349,7 +349,7 @@ class Distributor:
         """In one round trip: Celery messages waiting per queue (kombu keeps a queue as a Redis list); per
         source the tasks it could have admitted now (intake plus retries due by this machine's clock); and
         per source with nothing ready, the seconds until its earliest retry is due (so we wake for it)."""
-        from harvester.pageslots.task_lists import browser_country, depth_key
+        from harvester.distributor.browser_tasks import browser_country, depth_key
 
         queues = sorted({source.queue for source in sources})
         now = time.time()

@@ -25,13 +25,12 @@ def _slots(args: argparse.Namespace) -> int:
     from collections import Counter
     from dataclasses import asdict
 
-    import redis
-
+    from harvester.connections import redis_client
     from harvester.pageslots.manager import PageSlotManager
     from harvester.settings import get_settings
 
     settings = get_settings()
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10)
+    client = redis_client(settings=settings)
     manager = PageSlotManager(client, settings)
     records = manager.registry.slots()
     decision = manager.last_decision()
@@ -75,7 +74,7 @@ def _slots(args: argparse.Namespace) -> int:
 def _queues(args: argparse.Namespace) -> int:
     """Slot hosts consume only ``pageslots`` (host_page_slot tasks); browser tasks reach slots through
     per-country Redis lists, so the list no longer grows with the countries."""
-    from harvester.workers.celery_app import PAGESLOTS_QUEUE
+    from harvester.queues import PAGESLOTS_QUEUE
 
     print(PAGESLOTS_QUEUE)
     return 0

@@ -297,8 +297,10 @@ class PageSlotHost:
         self.settings = settings or get_settings()
         self.host = host or socket.gethostname()
         self.owner = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=30, socket_connect_timeout=10,
-                                          retry_on_timeout=True)
+        from harvester.connections import redis_client
+
+        self.redis = redis_client(settings=self.settings)
+        self.blocking = redis_client(settings=self.settings, blocking_seconds=self.settings.page_slot_task_wait_seconds)
         self.registry = SlotRegistry(self.redis)
         self.book = BrowserTaskBook(self.redis, self.settings.allocation_sample_size)
         self.report = SlotReport(slot_id)
@@ -313,11 +315,10 @@ class PageSlotHost:
 
     @property
     def runner(self) -> Any:
-        """The pipeline's settle path (the same object the HTTP batches use)."""
+        """The pipeline's settle path, given by the worker that hosts the slot (the same object its HTTP
+        batches use: ``finish(source, messages, fetches, outcomes)`` and ``sources.get(name)``)."""
         if self._runner is None:
-            from harvester.workers.batch import batch_runner
-
-            self._runner = batch_runner()
+            raise RuntimeError("a slot host needs the pipeline's settle path (runner=...)")
         return self._runner
 
     # -- life cycle ---------------------------------------------------------------------------------
@@ -338,7 +339,6 @@ class PageSlotHost:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-            self.redis.close()
         log.info("slot %s (%s) stopped hosting: %s", self.slot_id, self.country, self.report.outcome)
         return self.report
 
@@ -463,7 +463,7 @@ class PageSlotHost:
 
     def _pop_task(self) -> str | None:
         try:
-            popped = self.redis.blpop([KEYS.browser_tasks(self.country)],
+            popped = self.blocking.blpop([KEYS.browser_tasks(self.country)],
                                       timeout=self.settings.page_slot_task_wait_seconds)
         except redis.RedisError as error:  # Redis restarting: wait a little, the loop tries again
             log.warning("slot %s: waiting for tasks failed: %s", self.slot_id, error)
@@ -608,7 +608,7 @@ class PageSlotHost:
         return result.outcome
 
 
-def host_slot(slot_id: str, host: str | None = None) -> dict[str, Any]:
-    """The body of the ``harvester.host_page_slot`` Celery task."""
+def host_slot(slot_id: str, runner: Any, host: str | None = None) -> dict[str, Any]:
+    """The body of the ``harvester.host_page_slot`` Celery task; ``runner`` settles the rendered pages."""
     reap_orphan_browsers()
-    return PageSlotHost(slot_id, host=host).run().as_dict()
+    return PageSlotHost(slot_id, host=host, runner=runner).run().as_dict()

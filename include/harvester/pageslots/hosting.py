@@ -33,7 +33,9 @@ class SlotHostSupervisor:
 
         self.settings = get_settings()
         self.host, self.capacity = host, capacity
-        self.redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=15, socket_connect_timeout=5)
+        from harvester.connections import redis_client
+
+        self.redis = redis_client(settings=self.settings)
         self.hosts = SlotHosts(self.redis)
         self.registry = SlotRegistry(self.redis)
         self.interval = self.settings.page_slot_heartbeat_seconds
@@ -81,7 +83,7 @@ def _is_slot_browser(pid: int, slot_id: str) -> bool:
 
 
 def _consumes_pageslots(consumer: Any) -> bool:
-    from harvester.workers.celery_app import PAGESLOTS_QUEUE
+    from harvester.queues import PAGESLOTS_QUEUE
 
     try:
         return any(queue.name == PAGESLOTS_QUEUE for queue in consumer.task_consumer.queues)

@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from harvester.pageslots.allocation import allocate_page_slots, page_slots_to_start
-from harvester.pageslots.bookkeeping import BrowserTaskBook, CountryCensus, task_member
+from harvester.pageslots.bookkeeping import BrowserTaskBook, CountryCensus, country_tasks, task_member
 from harvester.pageslots.proxies import ProxyNotConfigured, require_proxy
 from harvester.pageslots.registry import (
     KEYS,
@@ -184,9 +184,9 @@ class PageSlotManager:
             self.refuse_unproxied(country, report)
         census = self.book.census() if unproxied else census
         maximum, capacity = self.effective_max_page_slots()
-        tasks = {country: census.get(country, CountryCensus()).as_country_tasks() for country in sorted(countries)}
+        tasks = {country: country_tasks(census.get(country, CountryCensus())) for country in sorted(countries)}
         for country in unproxied:
-            tasks[country] = CountryCensus().as_country_tasks()
+            tasks[country] = country_tasks(CountryCensus())
         desired = allocate_page_slots(tasks, maximum, self.settings.page_slot_starving_seconds)
         report.figures = {"max_page_slots": self.settings.max_page_slots, "live_capacity": capacity,
                           "effective_max": maximum, "desired": desired,
@@ -375,7 +375,7 @@ class PageSlotManager:
 def celery_slot_starter(settings: HarvesterSettings) -> SlotStarter:
     """Ask a slot host for a slot: the long-running ``harvester.host_page_slot`` task on the pageslots queue."""
     from harvester.distributor.service import celery_app_for
-    from harvester.workers.celery_app import PAGESLOTS_QUEUE
+    from harvester.queues import PAGESLOTS_QUEUE
 
     app = celery_app_for(settings)
 

@@ -8,11 +8,9 @@ not Airflow, so the environment is what they read.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
 
 
 class ProxyNotConfigured(Exception):
@@ -55,26 +53,15 @@ class Proxy:
 
 
 def parse_proxy(country: str, value: str) -> Proxy:
-    """An Airflow connection as a URI or as JSON (``{"conn_type": "http", "host": ..., "port": ...}``)."""
-    value = value.strip()
-    if value.startswith("{"):
-        document = json.loads(value)
-        scheme = document.get("conn_type") or "http"
-        host, port = document.get("host") or "", document.get("port")
-        if not host:
-            raise ValueError(f"{proxy_environment_variable(country)}: the connection has no host")
-        return Proxy(country, f"{scheme}://{host}{f':{port}' if port else ''}", document.get("login"),
-                     document.get("password"))
-    parts = urlsplit(value)
-    if not parts.hostname:
-        raise ValueError(f"{proxy_environment_variable(country)}: {value!r} is not a proxy URI")
-    scheme = parts.scheme.replace("-", "")  # Airflow spells some connection types with dashes
-    if scheme not in ("http", "https", "socks5", "socks4"):
-        scheme = "http"
-    port = f":{parts.port}" if parts.port else ""
-    return Proxy(country, f"{scheme}://{parts.hostname}{port}",
-                 unquote(parts.username) if parts.username else None,
-                 unquote(parts.password) if parts.password else None)
+    """An Airflow connection value, URI or JSON, read by the connection factory's parser."""
+    from harvester.connections import ConnectionFields
+
+    fields = ConnectionFields.from_environment_value(value)
+    if not fields.host:
+        raise ValueError(f"{proxy_environment_variable(country)}: the connection names no proxy host")
+    scheme = fields.conn_type if fields.conn_type in ("http", "https", "socks5", "socks4") else "http"
+    port = f":{fields.port}" if fields.port else ""
+    return Proxy(country, f"{scheme}://{fields.host}{port}", fields.login, fields.password)
 
 
 def proxy_for(country: str, environ: Mapping[str, str] | None = None) -> Proxy | None:

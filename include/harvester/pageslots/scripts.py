@@ -15,7 +15,7 @@ from redis.commands.core import Script
 
 LUA_DIRECTORY = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("slot_create", "slot_transition", "slot_claim", "slot_heartbeat", "slot_begin_task",
-                "slot_reassign", "slot_reset_stale", "tasks_track", "hosts_advertise")
+                "slot_reassign", "slot_reset_stale", "hosts_advertise")
 
 
 @cache

@@ -31,8 +31,9 @@ def host_page_slot(slot_id: str) -> dict[str, Any]:
     broker a long unacknowledged task is redelivered after the visibility timeout, and a slot must never
     run twice (a redelivery would also be refused by the slot record's claim)."""
     from harvester.pageslots.host import host_slot
+    from harvester.workers.batch import batch_runner
 
-    return host_slot(slot_id, host=host_page_slot.request.hostname)
+    return host_slot(slot_id, batch_runner(), host=host_page_slot.request.hostname)
 
 
 @app.task(name="harvester.scrape_batch")
