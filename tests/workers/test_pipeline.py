@@ -13,7 +13,7 @@ from harvester.scraping.page_fetcher import PageFetcher
 from harvester.settings import HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source
-from tests.pageslots.test_host import browser_source_document
+from tests.pageslots.test_browser_host import browser_source_document
 
 
 @pytest.mark.unit

@@ -1,0 +1,84 @@
+"""The in-process browser host (harvester.pageslots.browser_host, the pipeline's BrowserPageFetcher) with
+real Chromium and the demo site; slot hosting itself is tested in test_slot_hosting.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psutil
+import pytest
+from harvester.config.model import SourceConfig
+from harvester.pageslots.host import BrowserHost, SlotState
+from harvester.settings import HarvesterSettings
+
+from tests.fixtures.demo_site import demo_source_document
+
+BLOCKED_TYPES = ["image", "font", "media", "stylesheet"]
+
+
+def browser_source_document(base_url: str, name: str, **overrides: Any) -> dict[str, Any]:
+    """A detail-page source rendered in SG page slots; title and sku only exist once JavaScript ran
+    on the /js/ pages (on the plain /product/ pages they are in the HTML)."""
+    document = demo_source_document(base_url, name)
+    document.pop("listing")
+    document.update({
+        "render": "browser", "country": "SG", "input": {"kind": "details", "seeds": [f"{base_url}/product/1"]},
+        "attributes": {"title": {"css": "h1.title::text", "required": True},
+                       "sku": {"css": "span.sku::text", "required": True},
+                       "price": {"css": "span.price::text", "type": "float"},
+                       "released": {"css": "time.released::attr(datetime)", "type": "date"}},
+        "output": {"key": ["sku"]}, "rate_limit": {"max_active": 2, "per_minute": 100_000},
+        "blocked_resource_types": BLOCKED_TYPES, "retries": 1, "timeout": 10,
+    })
+    document.update(overrides)
+    return document
+
+
+@pytest.mark.integration
+def test_host_renders_blocks_closes_blocked_pages_and_idles_out(demo_site) -> None:
+    settings = HarvesterSettings(page_slot_idle_seconds=0.5, page_slot_retry_delay_seconds=0.05)
+    source = SourceConfig.model_validate(browser_source_document(demo_site.url, "host_only"))
+
+    async def scenario() -> None:
+        async with BrowserHost(settings) as host:
+            first = await host.render(f"{demo_site.url}/js/product/3", source)
+            assert first.ok and "SKU-00003" in first.text and 'class="ready"' in first.text
+            assert first.blocked_requests == 3  # the stylesheet, the font preload and the product photo
+            assert host.states() == {"SG": SlotState.PAGE_READY}
+            refused = await host.render(f"{demo_site.url}/blocked", source)
+            assert refused.outcome == "blocked" and refused.status == 403
+            assert host.states() == {"SG": SlotState.NO_PAGE}  # a blocked task closes the page
+            assert host.browser_open and host.totals.blocked_closes == 1
+            assert not await host.close_if_idle()
+            await asyncio.sleep(0.6)
+            assert await host.close_if_idle() and not host.browser_open
+            assert host.totals.browser_launches == 1 and host.totals.transferred_bytes > 0
+            assert host.totals.blocked_requests == {"stylesheet": 2, "font": 2, "image": 1}
+
+    asyncio.run(scenario())
+    assert demo_site.client_stats("host_only")["total"] == 2  # nothing blocked ever reached the site
+
+
+@pytest.mark.integration
+def test_a_crashed_browser_is_relaunched_by_the_next_load(demo_site) -> None:
+    settings = HarvesterSettings(page_slot_retry_delay_seconds=0.05)
+    source = SourceConfig.model_validate(browser_source_document(demo_site.url, "host_crash"))
+
+    def own_browsers() -> list[psutil.Process]:
+        return [process for process in psutil.Process().children(recursive=True)
+                if "chrom" in process.name() and not any(a.startswith("--type=") for a in process.cmdline())]
+
+    async def scenario() -> None:
+        async with BrowserHost(settings) as host:
+            assert (await host.render(f"{demo_site.url}/js/product/4", source)).ok
+            (browser,) = own_browsers()
+            browser.kill()
+            browser.wait(timeout=10)
+            again = await host.render(f"{demo_site.url}/js/product/5", source)
+            assert again.ok and "SKU-00005" in again.text
+            assert host.totals.browser_launches == 2
+            assert host.totals.failed_loads <= 1  # at most the load that found the dead browser
+            assert [process.pid for process in own_browsers()] != [browser.pid]
+
+    asyncio.run(scenario())
