@@ -102,7 +102,7 @@ class SlotBrowser:
             self.playwright = await async_playwright().start()
         args = [*CHROMIUM_ARGS, f"{SLOT_FLAG}{self.slot_id}", f"{OWNER_FLAG}{os.getpid()}"]
         options: dict[str, Any] = {"executable_path": str(self.settings.chromium_executable), "headless": True,
-                                   "args": args}
+                                   "args": args, "chromium_sandbox": self.settings.chromium_sandbox}
         if self.proxy is not None:
             options["proxy"] = self.proxy.playwright()  # Playwright also sends loopback through it
         self.browser = await self.playwright.chromium.launch(**options)
