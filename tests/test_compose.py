@@ -117,16 +117,14 @@ def test_worker_services_consume_declared_queues_of_the_one_celery_app() -> None
         assert command[0] == "celery"
         app_module = command[command.index("-A") + 1]
         assert hasattr(importlib.import_module(app_module), "app")
-        if name != "worker-pageslots":
-            assert command[command.index("-Q") + 1] in declared
+        assert command[command.index("-Q") + 1] in declared
 
 
 def test_pageslots_worker_hosts_20_long_lived_page_slots_on_a_16_cpu_host() -> None:
     """Seed 000: about 20 page slots on 16 CPUs; each prefork child keeps its own browser across tasks."""
     service = SERVICES["worker-pageslots"]
     command = worker_command("worker-pageslots")
-    assert command[command.index("-Q") + 1] == "$(harvester pageslots-queues)"
-    assert "pageslots-queues" in harvester_subcommands()
+    assert command[command.index("-Q") + 1] == "pageslots"
     assert command[command.index("--pool") + 1] == "prefork"
     assert interpolate(command[command.index("--concurrency") + 1]) == "20"
     limits = service["deploy"]["resources"]["limits"]
