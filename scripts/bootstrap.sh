@@ -10,6 +10,7 @@ log_dir=var/log; mkdir -p "$log_dir"
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)  # the metrics tests scrape with a real one
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 # PostgreSQL for `make run MODE=cluster` and the topology test (Debian keeps initdb off PATH).
 command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
@@ -23,8 +24,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
       || { echo "!! apt-get install failed; see $log_dir/apt.log" >&2; exit 1; }
   fi
   # Debian starts its own redis-server on 6379 where an init system runs; ours runs on its own terms.
-  # The same for PostgreSQL's main cluster on 5432: the topology runs a private cluster of its own.
-  for unit in redis-server postgresql; do
+  # The same for PostgreSQL's main cluster on 5432 (the topology runs a private cluster of its own) and
+  # for Prometheus on 9090 (the metrics tests start their own on a free port).
+  for unit in redis-server postgresql prometheus; do
     if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$unit" 2>/dev/null; then
       $sudo_cmd systemctl disable --now "$unit" >>"$log_dir/apt.log" 2>&1 || true
     fi

@@ -95,6 +95,21 @@ class SourceKeys:
         return self._key("host-paused")
 
     @property
+    def requests(self) -> str:
+        """Hash: "<outcome>|<HTTP status>" -> requests the workers made (harvester.metrics.recording)."""
+        return self._key("requests")
+
+    @property
+    def histograms(self) -> str:
+        """Hash: "<histogram>:<upper bound>", "<histogram>:sum", "<histogram>:count" -> observations (workers)."""
+        return self._key("histograms")
+
+    @property
+    def extraction_health(self) -> str:
+        """Hash: attribute -> JSON {share, median, drop, drift} of the last reported run (producer report)."""
+        return self._key("extraction-health")
+
+    @property
     def run_dead(self) -> str:
         """Hash: run id (and "run id|package id") -> tasks of that run now in dead letters."""
         return self._key("run-dead")

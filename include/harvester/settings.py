@@ -105,7 +105,9 @@ class HarvesterSettings(BaseSettings):
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 
     # Observability.
-    metrics_port: int = 0
+    metrics_port: int = Field(default=0, ge=0, le=65535,
+                              description="The distributor serves Prometheus metrics here (0: off).")
+    metrics_host: str = Field(default="127.0.0.1", description="Address of the metrics server (0.0.0.0 in compose).")
 
     @field_validator("min_scraping_tasks_by_pageslot", mode="before")
     @classmethod

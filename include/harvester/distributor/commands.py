@@ -48,11 +48,13 @@ def _redis_client() -> redis.Redis:
 def _distributor(args: argparse.Namespace) -> int:
     from harvester.connections import REDIS_DEFAULT, redis_client
     from harvester.distributor.service import MAX_WAIT_SECONDS, Distributor
+    from harvester.metrics.collector import serve_metrics
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     distributor = Distributor(_redis_client(), name=args.name,
                               blocking_client=redis_client(REDIS_DEFAULT, blocking_seconds=MAX_WAIT_SECONDS))
+    serve_metrics(_redis_client())  # on HARVESTER_METRICS_PORT; read from Redis at each scrape
     signal.signal(signal.SIGTERM, distributor.handle_signal)
     signal.signal(signal.SIGINT, distributor.handle_signal)
     distributor.run(max_seconds=args.max_seconds)

@@ -85,6 +85,7 @@ class Fetcher:
     async def fetch(self, url: str, source: SourceConfig) -> FetchResult:
         """Fetch one page; never raises for what a site can do wrong (that becomes the outcome)."""
         started = time.monotonic()
+        started_at = time.time()
         try:
             async with asyncio.timeout(source.timeout):
                 result = await self._fetch(url, source)
@@ -100,6 +101,7 @@ class Fetcher:
         except httpx.InvalidURL as error:
             result = FetchResult(url, "parse_error", reason=f"invalid URL: {error}")
         result.elapsed = time.monotonic() - started
+        result.started_at = started_at
         return result
 
     async def _fetch(self, url: str, source: SourceConfig) -> FetchResult:

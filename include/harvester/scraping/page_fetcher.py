@@ -33,6 +33,7 @@ class FetchResult:
     retry_after: float | None = None
     reason: str = ""
     elapsed: float = 0.0
+    started_at: float = 0.0  # wall clock (s) when the request started, for the queue-latency histogram
     blocked_requests: int = 0  # browser renders: requests aborted by resource-type blocking
     http_version: str = ""
 

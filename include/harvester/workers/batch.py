@@ -33,6 +33,7 @@ import redis
 
 from harvester.config.model import SourceConfig
 from harvester.distributor import RateLimitStore, TaskMessage
+from harvester.metrics.recording import record_fetches_quietly
 from harvester.scraping.fetcher import Fetcher
 from harvester.scraping.page import PageResult, process_page
 from harvester.scraping.page_fetcher import FetchResult, PageFetcher
@@ -175,6 +176,7 @@ class BatchRunner:
     def settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
                report: BatchReport) -> None:
         """Sort pages by outcome, write the records, follow the links, then complete what finished."""
+        record_fetches_quietly(self.redis, source.name, messages, [page.fetch for page in pages])
         to_store: list[StoredPage] = []
         listings: list[StoredPage] = []
         finished: list[TaskMessage] = []

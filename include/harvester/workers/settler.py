@@ -58,6 +58,8 @@ class Settler:
             for run_id, group in by_run.items():
                 records = [page.extraction.record for _, page in group if page.extraction and page.extraction.record]
                 result = self.data.write(source, records, run_id)
+                report.outcomes["records_new"] += result.upserted
+                report.outcomes["records_updated"] += result.matched
                 for position, reason in result.rejected.items():
                     report.outcomes["rejected"] += 1
                     message = group[position][0]

@@ -1,0 +1,96 @@
+"""What workers record for the metrics: requests by outcome and status, and two histograms per source.
+
+Celery prefork children cannot share an in-process Prometheus registry, so workers write plain Redis
+counters (one pipelined round trip per batch) and the distributor's collector turns them into
+metrics at scrape time. Histogram buckets are stored per bucket (not cumulative): field
+``<histogram>:<upper bound>`` counts observations in (previous bound, bound]; ``:sum`` and ``:count``
+complete it, as Prometheus' own histogram does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import redis
+
+from harvester.redis_keys import SourceKeys
+
+FETCH_SECONDS = "fetch_seconds"
+QUEUE_LATENCY_SECONDS = "queue_latency_seconds"
+# Upper bounds in seconds; +Inf is implied.
+BUCKETS: dict[str, tuple[float, ...]] = {
+    FETCH_SECONDS: (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+    QUEUE_LATENCY_SECONDS: (0.1, 0.5, 1.0, 2.5, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0),
+}
+INFINITY = "+Inf"
+log = logging.getLogger(__name__)
+
+
+class Fetched(Protocol):
+    """What recording needs of a fetch result (harvester.scraping.fetcher.FetchResult has it)."""
+
+    outcome: str
+    status: int | None
+    elapsed: float
+    started_at: float
+
+
+class Enqueued(Protocol):
+    """What recording needs of a task message (harvester.distributor.TaskMessage has it)."""
+
+    enqueued_at: float
+
+
+def bucket_field(histogram: str, seconds: float) -> str:
+    """The field of the bucket ``seconds`` falls in (smallest bound >= seconds, else +Inf)."""
+    bounds = BUCKETS[histogram]
+    position = bisect.bisect_left(bounds, seconds)
+    return f"{histogram}:{bounds[position]:g}" if position < len(bounds) else f"{histogram}:{INFINITY}"
+
+
+def request_field(outcome: str, status: int | None) -> str:
+    return f"{outcome}|{status if status is not None else ''}"
+
+
+def record_fetches(client: redis.Redis, source: str, messages: Sequence[Enqueued], fetches: Iterable[Fetched],
+                   now: float | None = None) -> None:
+    """Count each request by outcome and status and observe its fetch time and its queue latency
+    (the task's enqueue to its fetch start), in one pipelined round trip."""
+    now = time.time() if now is None else now
+    keys = SourceKeys(source)
+    requests: Counter[str] = Counter()
+    buckets: Counter[str] = Counter()
+    sums: Counter[str] = Counter()
+    for message, fetch in zip(messages, fetches, strict=True):
+        requests[request_field(fetch.outcome, fetch.status)] += 1
+        elapsed = max(0.0, float(fetch.elapsed))
+        started_at = fetch.started_at or (now - elapsed)  # browser loads do not stamp their start
+        latency = max(0.0, started_at - float(message.enqueued_at))
+        for histogram, value in ((FETCH_SECONDS, elapsed), (QUEUE_LATENCY_SECONDS, latency)):
+            buckets[bucket_field(histogram, value)] += 1
+            buckets[f"{histogram}:count"] += 1
+            sums[f"{histogram}:sum"] += value
+    if not requests:
+        return
+    pipeline = client.pipeline(transaction=False)
+    for name, amount in requests.items():
+        pipeline.hincrby(keys.requests, name, amount)
+    for name, amount in buckets.items():
+        pipeline.hincrby(keys.histograms, name, amount)
+    for name, amount in sums.items():
+        pipeline.hincrbyfloat(keys.histograms, name, amount)
+    pipeline.execute()
+
+
+def record_fetches_quietly(client: redis.Redis, source: str, messages: Sequence[Enqueued],
+                           fetches: Iterable[Fetched]) -> None:
+    """:func:`record_fetches` for the worker's batch: a metrics write never fails a batch."""
+    try:
+        record_fetches(client, source, messages, fetches)
+    except redis.RedisError as error:
+        log.warning("recording the request metrics of %s failed: %s", source, error)

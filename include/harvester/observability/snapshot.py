@@ -1,0 +1,161 @@
+"""Everything Redis knows about the harvest right now, read in three round trips.
+
+One reader for two audiences: the Prometheus collector (harvester.metrics.collector) turns a
+snapshot into metrics at scrape time, and the operators' page (harvester.observability.api) into
+JSON. Neither keeps state of its own, so any number of distributors or API servers agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from harvester.distributor.store import RateLimitStore, SourceStats
+from harvester.metrics.recording import BUCKETS, INFINITY
+from harvester.observability.slots import SlotRecord, read_slot_records
+from harvester.redis_keys import SOURCES_INDEX, SourceKeys
+from harvester.settings import HarvesterSettings, get_settings
+
+BASE_QUEUES = ("priority", "default", "pageslots")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Cumulative buckets (upper bound -> observations at or below it, +Inf last), sum and count."""
+
+    buckets: list[tuple[str, int]]
+    sum: float
+    count: int
+
+
+@dataclass
+class SourceSnapshot:
+    """One source: its registration, its live stats and its running totals."""
+
+    name: str
+    config: dict[str, str]
+    stats: SourceStats
+    counters: dict[str, int]
+    requests: dict[tuple[str, str], int]  # (outcome, HTTP status or "") -> requests
+    histograms: dict[str, Histogram]
+    paused_hosts: dict[str, float]  # host -> paused until (s), only hosts still paused
+    paused_until: float  # the whole source waits until then (0: not paused)
+    extraction_health: dict[str, dict[str, Any]]  # attribute -> {share, median, drop, drift}
+    now: float
+
+    @property
+    def max_active(self) -> int:
+        return int(self.config.get("max_active", 0) or 0)
+
+    @property
+    def per_minute(self) -> int:
+        return int(self.config.get("per_minute", 0) or 0)
+
+    @property
+    def queue(self) -> str:
+        return self.config.get("queue", "default")
+
+    @property
+    def country(self) -> str:
+        return self.config.get("country", "")
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_until > self.now
+
+    def outcome(self, name: str) -> int:
+        return self.counters.get(f"outcome:{name}", 0)
+
+    def outcomes_with_prefix(self, prefix: str) -> dict[str, int]:
+        """``outcome:<prefix><rest>`` counters as rest -> amount (e.g. prefix "missing:")."""
+        full = f"outcome:{prefix}"
+        return {name[len(full):]: amount for name, amount in self.counters.items() if name.startswith(full)}
+
+    def failures_by_reason(self) -> dict[str, int]:
+        """Failed fetches and extractions by reason (every outcome that is not a success or a tally)."""
+        reasons: Counter[str] = Counter()
+        for (outcome, status), amount in self.requests.items():
+            if outcome not in ("ok", "not_modified"):
+                reasons[f"http_{status}" if outcome == "http_error" and status else outcome] += amount
+        reasons["rejected"] += self.outcome("rejected")
+        reasons["storage_error"] += self.outcome("storage_error")
+        return {reason: amount for reason, amount in reasons.items() if amount}
+
+
+@dataclass
+class HarvestSnapshot:
+    sources: dict[str, SourceSnapshot]
+    queue_depths: dict[str, int]
+    slots: list[SlotRecord] = field(default_factory=list)
+    now: float = 0.0
+
+
+def parse_histogram(name: str, fields: dict[str, str]) -> Histogram:
+    """Per-bucket counts as the workers write them, made cumulative as Prometheus expects."""
+    running = 0
+    buckets: list[tuple[str, int]] = []
+    for bound in BUCKETS[name]:
+        running += int(float(fields.get(f"{name}:{bound:g}", 0)))
+        buckets.append((f"{bound:g}", running))
+    running += int(float(fields.get(f"{name}:{INFINITY}", 0)))
+    buckets.append((INFINITY, running))
+    return Histogram(buckets=buckets, sum=float(fields.get(f"{name}:sum", 0.0)),
+                     count=int(float(fields.get(f"{name}:count", running))))
+
+
+def read_snapshot(client: redis.Redis, settings: HarvesterSettings | None = None,
+                  only: list[str] | None = None) -> HarvestSnapshot:
+    """The snapshot of every registered source (or of ``only``)."""
+    settings = settings or get_settings()
+    store = RateLimitStore(client, settings)
+    names = sorted(_text(name) for name in client.smembers(SOURCES_INDEX))
+    if only is not None:
+        names = [name for name in names if name in only]
+    stats = store.stats(names)
+    pipeline = client.pipeline(transaction=False)
+    pipeline.time()
+    for name in names:
+        keys = SourceKeys(name)
+        for key in (keys.config, keys.counters, keys.requests, keys.histograms, keys.host_paused,
+                    keys.extraction_health):
+            pipeline.hgetall(key)
+        pipeline.get(keys.paused_until)
+    replies = pipeline.execute()
+    seconds, microseconds = replies[0]
+    now = seconds + microseconds / 1_000_000
+    sources: dict[str, SourceSnapshot] = {}
+    per_source = 7
+    for index, name in enumerate(names):
+        config, counters, requests, histograms, host_paused, health, paused = (
+            replies[1 + index * per_source: 1 + (index + 1) * per_source])
+        decoded = {_text(k): _text(v) for k, v in histograms.items()}
+        request_counts: dict[tuple[str, str], int] = {}
+        for raw_field, amount in requests.items():
+            outcome, _, status = _text(raw_field).partition("|")
+            request_counts[(outcome, status)] = int(amount)
+        sources[name] = SourceSnapshot(
+            name=name,
+            config={_text(k): _text(v) for k, v in config.items()},
+            stats=stats[name],
+            counters={_text(k): int(v) for k, v in counters.items()},
+            requests=request_counts,
+            histograms={histogram: parse_histogram(histogram, decoded) for histogram in BUCKETS},
+            paused_hosts={_text(host): float(until) for host, until in host_paused.items() if float(until) > now},
+            paused_until=float(paused or 0),
+            extraction_health={_text(k): json.loads(v) for k, v in health.items()},
+            now=now,
+        )
+    queues = sorted({*BASE_QUEUES, *(source.queue for source in sources.values())})
+    pipeline = client.pipeline(transaction=False)
+    for queue in queues:
+        pipeline.llen(queue)
+    depths = {queue: int(depth) for queue, depth in zip(queues, pipeline.execute(), strict=True)}
+    return HarvestSnapshot(sources=sources, queue_depths=depths, slots=read_slot_records(client), now=now)
