@@ -47,7 +47,8 @@ def create_app() -> Celery:
         task_default_routing_key=DEFAULT_QUEUE,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
-        worker_send_task_events=False,
+        worker_send_task_events=True,  # Flower and `celery events` show every task
+        task_send_sent_event=True,
     )
     return celery
 
