@@ -130,7 +130,12 @@ def report_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
             connections.database(connections.output, output_database_name(source, settings)),
             connections.redis,
         )
-        report = monitor.report(source.name, source.output_collection, run_id)
+        report = monitor.report(source.name, source.output_collection, run_id,
+                                attributes=list(source.attributes), drift_threshold=source.drift_threshold)
+    if report.get("selector_drift"):
+        log.warning("selector drift in run %s of %s: %s (share of records down by at least %s points from the "
+                    "median of previous runs)", run_id, source.name, ", ".join(report["selector_drift"]),
+                    source.drift_threshold)
     log.info("report of run %s of %s: %s", run_id, source.name,
              ", ".join(f"{key}={value}" for key, value in report.items()))
     return report

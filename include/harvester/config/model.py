@@ -253,6 +253,11 @@ class SourceConfig(StrictModel):
     blocked_resource_types: list[ResourceType] = Field(
         default_factory=lambda: ["image", "font", "media"]
     )
+    drift_threshold: float = Field(
+        default=20.0, gt=0, le=100,
+        description="Selector drift: an attribute found in this many percentage points fewer records than "
+                    "the median of the previous runs is flagged.",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -73,10 +73,26 @@ class RunProgress:
     tasks_lost: int = 0
     records_stored: int = 0
     failures_by_reason: dict[str, int] = field(default_factory=dict)
+    elapsed_seconds: float | None = None  # since the run started (its first start, when resumed)
+    pages_per_minute: float | None = None
+    eta_seconds: float | None = None
 
     @property
     def complete(self) -> bool:
         return self.packages_finished == self.packages_total
+
+    def estimate(self, elapsed_seconds: float | None) -> RunProgress:
+        """Pages settled (stored or failed) per minute since the start, and the time the pending ones need."""
+        self.elapsed_seconds = elapsed_seconds
+        settled = self.tasks_done + self.tasks_failed
+        if elapsed_seconds is None or elapsed_seconds <= 0:
+            return self
+        self.pages_per_minute = round(settled * 60 / elapsed_seconds, 2)
+        if self.complete or self.tasks_pending == 0:
+            self.eta_seconds = 0.0
+        elif settled:
+            self.eta_seconds = round(self.tasks_pending * 60 / self.pages_per_minute, 1)
+        return self
 
     def line(self) -> str:
         """One log line for the sensor's log in the Airflow UI."""
@@ -86,10 +102,22 @@ class RunProgress:
             f"({self.packages_running} running, {self.packages_waiting} waiting); "
             f"tasks {self.tasks_done} stored, {self.tasks_pending} pending, {self.tasks_failed} failed; "
             f"records stored {self.records_stored}" + (f"; failures: {failures}" if failures else "")
+            + (f"; {self.pages_per_minute:g} pages/min" if self.pages_per_minute is not None else "")
+            + (f", ETA {format_eta(self.eta_seconds)}" if self.eta_seconds is not None else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "complete": self.complete}
+
+
+def format_eta(seconds: float) -> str:
+    """1h02m, 4m10s, 12s: short enough for a log line and a table cell."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 class RunMonitor:
@@ -121,11 +149,21 @@ class RunMonitor:
             tasks_done=tasks["done"], tasks_failed=tasks["failed"], tasks_lost=tasks["lost"],
             records_stored=self.output_database[output_collection].count_documents({"run_id": run_id}),
             failures_by_reason=dict(dead.reasons),
-        )
+        ).estimate(self._elapsed(source, run_id))
 
-    def report(self, source: str, output_collection: str, run_id: str, now: datetime | None = None
-               ) -> dict[str, Any]:
-        """The run's figures: URLs planned, records stored (new vs updated), failures by reason, duration."""
+    def _elapsed(self, source: str, run_id: str) -> float | None:
+        run = self.runs.collection.find_one({"source": source, "run_id": run_id}, {"_id": 0, "started_at": 1})
+        started_at = (run or {}).get("started_at")
+        if started_at is None:
+            return None
+        if started_at.tzinfo is None:
+            started_at = started_at.replace(tzinfo=UTC)
+        return (datetime.now(UTC) - started_at).total_seconds()
+
+    def report(self, source: str, output_collection: str, run_id: str, now: datetime | None = None,
+               attributes: list[str] | None = None, drift_threshold: float = 20.0) -> dict[str, Any]:
+        """The run's figures: URLs planned, records stored (new vs updated), failures by reason, duration,
+        and (given the source's ``attributes``) extraction health with any selector drift."""
         now = now or datetime.now(UTC)
         progress = self.measure(source, output_collection, run_id)
         run = self.runs.get(source, run_id) or {}
@@ -159,5 +197,12 @@ class RunMonitor:
             "finished_at": now.isoformat(),
             "duration_seconds": round((now - started_at).total_seconds(), 3),
         }
+        if attributes:
+            from harvester.observability.health import extraction_report, publish_health
+
+            report["extraction"] = extraction_report(self.output_database[output_collection], self.runs.collection,
+                                                     source, run_id, attributes, drift_threshold)
+            report["selector_drift"] = report["extraction"]["selector_drift"]
+            publish_health(self.redis, source, report["extraction"])
         self.runs.record_report(source, run_id, report)
         return report
