@@ -18,8 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from harvester.metrics.recording import FETCH_SECONDS, QUEUE_LATENCY_SECONDS
-from harvester.observability.slots import read_proxy_bytes, slots_by_country_and_state
-from harvester.observability.snapshot import HarvestSnapshot, read_snapshot
+from harvester.metrics.slots import read_proxy_bytes, slots_by_country_and_state
+from harvester.metrics.snapshot import HarvestSnapshot, read_snapshot
 from harvester.settings import HarvesterSettings, get_settings
 
 log = logging.getLogger(__name__)

@@ -1,1 +1,1 @@
-"""What operators see: one snapshot of the harvest for the page, its JSON API and the metrics."""
+"""What operators see: the figures of the Harvester page and its JSON API (the Airflow plugin serves them)."""

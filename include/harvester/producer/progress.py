@@ -198,7 +198,7 @@ class RunMonitor:
             "duration_seconds": round((now - started_at).total_seconds(), 3),
         }
         if attributes:
-            from harvester.observability.health import extraction_report, publish_health
+            from harvester.producer.health import extraction_report, publish_health
 
             report["extraction"] = extraction_report(self.output_database[output_collection], self.runs.collection,
                                                      source, run_id, attributes, drift_threshold)

@@ -1,7 +1,7 @@
 """Everything Redis knows about the harvest right now, read in three round trips.
 
 One reader for two audiences: the Prometheus collector (harvester.metrics.collector) turns a
-snapshot into metrics at scrape time, and the operators' page (harvester.observability.api) into
+snapshot into metrics at scrape time, and the operators' page (harvester.observability.views) into
 JSON. Neither keeps state of its own, so any number of distributors or API servers agree.
 """
 
@@ -16,7 +16,7 @@ import redis
 
 from harvester.distributor.store import RateLimitStore, SourceStats
 from harvester.metrics.recording import BUCKETS, INFINITY
-from harvester.observability.slots import SlotRecord, read_slot_records
+from harvester.metrics.slots import SlotRecord, read_slot_records
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
 from harvester.settings import HarvesterSettings, get_settings
 

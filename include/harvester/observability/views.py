@@ -1,0 +1,313 @@
+"""What the operators' page and its JSON API show, computed from Redis and MongoDB (no Airflow here).
+
+The Airflow plugin (harvester.airflow.plugin) only adds authentication, the routes and the job
+trigger; every figure comes from :class:`HarvestViews`, so a test can check them on a seeded state.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from bson import ObjectId
+from bson.errors import InvalidId
+from pydantic import BaseModel, Field
+from pymongo.database import Database
+
+from harvester.config.model import SourceConfig
+from harvester.distributor.dead_letters import DeadLetters
+from harvester.metrics.slots import read_last_decision, read_proxy_bytes, slots_by_country_and_state
+from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
+from harvester.producer.progress import RunMonitor, format_eta
+from harvester.producer.runs import RUNS_COLLECTION
+from harvester.settings import HarvesterSettings, get_settings
+
+MAX_PAGE = 500
+
+
+class LastRun(BaseModel):
+    run_id: str
+    status: str
+    started_at: datetime | None = None
+    outcome: str = Field(description="complete, incomplete, or running (no report yet)")
+    records_stored: int | None = None
+    selector_drift: list[str] = Field(default_factory=list)
+
+
+class AttributeHealth(BaseModel):
+    attribute: str
+    share: float = Field(description="Share (0-1) of the last run's records that had the attribute.")
+    median: float | None = Field(description="Median share over the previous runs (None: no history).")
+    drop: float = Field(description="Percentage points below the median.")
+    drift: bool = Field(description="True when the drop passed the source's drift_threshold.")
+
+
+class SourceSummary(BaseModel):
+    name: str
+    dag_id: str
+    queue: str
+    render: str
+    country: str | None
+    pending: int
+    delayed: int
+    active: int
+    max_active: int
+    started_last_minute: int = Field(description="Admissions in the rolling rate window.")
+    per_minute: int
+    done: int
+    failed: int = Field(description="Failed attempts (retries and dead letters).")
+    failed_by_reason: dict[str, int]
+    dead_letters: int
+    paused: bool
+    paused_hosts: dict[str, float] = Field(description="Host -> seconds it still waits (Retry-After).")
+    records_stored: int
+    drift_threshold: float
+    selector_drift: list[str]
+    extraction: list[AttributeHealth]
+    last_run: LastRun | None = None
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    status: str
+    started_at: datetime | None = None
+    airflow_run_ids: list[str] = Field(default_factory=list)
+    report: dict[str, Any] | None = None
+
+
+class RunProgressView(BaseModel):
+    source: str
+    run_id: str
+    complete: bool
+    packages_total: int
+    packages_finished: int
+    packages_running: int
+    packages_waiting: int
+    tasks_done: int
+    tasks_pending: int
+    tasks_failed: int
+    records_stored: int
+    failures_by_reason: dict[str, int]
+    elapsed_seconds: float | None
+    pages_per_minute: float | None
+    eta_seconds: float | None
+    eta: str | None = Field(description="The ETA, formatted (4m10s).")
+    line: str = Field(description="The progress line the sensor logs.")
+
+
+class SlotsView(BaseModel):
+    by_country: dict[str, dict[str, int]] = Field(description="Country -> slot state -> slots.")
+    proxy_bytes: dict[str, int] = Field(description="Country -> bytes browsed through its proxy.")
+    last_decision: dict[str, Any] | None = Field(description="The allocator's last decision.")
+    slots: list[dict[str, Any]]
+
+
+class DeadLetterView(BaseModel):
+    index: int
+    url: str | None
+    task_id: str | None
+    run_id: str | None
+    attempt: int | None
+    reason: str
+    failed_at: datetime
+
+
+class DeadLettersView(BaseModel):
+    source: str
+    total: int
+    entries: list[DeadLetterView]
+
+
+class RequeueResult(BaseModel):
+    source: str
+    requeued: int
+    remaining: int
+
+
+class ResultsPage(BaseModel):
+    source: str
+    records: list[dict[str, Any]]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; None at the end.")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, ObjectId):
+        return str(value)
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+def encode_cursor(object_id: ObjectId) -> str:
+    return base64.urlsafe_b64encode(object_id.binary).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> ObjectId:
+    try:
+        return ObjectId(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (InvalidId, ValueError, TypeError) as error:
+        raise ValueError(f"invalid cursor {cursor!r}") from error
+
+
+class UnknownSource(LookupError):
+    """No source of that name (neither a YAML file nor registered in Redis)."""
+
+
+class HarvestViews:
+    """The page's figures. ``output_database`` maps a source to the database of its output collection."""
+
+    def __init__(self, client: redis.Redis, database: Database, sources: dict[str, SourceConfig],
+                 output_database: Callable[[SourceConfig], Database], settings: HarvesterSettings | None = None
+                 ) -> None:
+        self.redis = client
+        self.database = database
+        self.sources = sources
+        self.output_database = output_database
+        self.settings = settings or get_settings()
+
+    # -- sources -----------------------------------------------------------------------------------
+    def source(self, name: str) -> SourceConfig:
+        if name not in self.sources:
+            raise UnknownSource(name)
+        return self.sources[name]
+
+    def source_summaries(self, only: list[str] | None = None) -> list[SourceSummary]:
+        snapshot = read_snapshot(self.redis, self.settings, only=only)
+        names = sorted(set(self.sources) | set(snapshot.sources))
+        if only is not None:
+            names = [name for name in names if name in only]
+        last_runs = self._last_runs(names)
+        return [self._summary(name, snapshot, last_runs.get(name)) for name in names]
+
+    def source_summary(self, name: str) -> SourceSummary:
+        if name not in self.sources and not self.redis.exists(f"harvester:{{{name}}}:config"):
+            raise UnknownSource(name)
+        return self.source_summaries(only=[name])[0]
+
+    def _summary(self, name: str, snapshot: HarvestSnapshot, last_run: LastRun | None) -> SourceSummary:
+        config = self.sources.get(name)
+        live: SourceSnapshot | None = snapshot.sources.get(name)
+        stats = live.stats if live else None
+        health = live.extraction_health if live else {}
+        extraction = [AttributeHealth(attribute=attribute, **entry) for attribute, entry in sorted(health.items())]
+        return SourceSummary(
+            name=name, dag_id=f"harvest_{name}",
+            queue=config.queue if config else (live.queue if live else ""),
+            render=config.render if config else (live.config.get("render", "") if live else ""),
+            country=config.country if config else (live.country or None if live else None),
+            pending=stats.pending if stats else 0, delayed=stats.delayed if stats else 0,
+            active=stats.active if stats else 0,
+            max_active=live.max_active if live else (config.rate_limit.max_active if config else 0),
+            started_last_minute=stats.admitted_last_minute if stats else 0,
+            per_minute=live.per_minute if live else (config.rate_limit.per_minute if config else 0),
+            done=stats.done if stats else 0, failed=stats.failed if stats else 0,
+            failed_by_reason=live.failures_by_reason() if live else {},
+            dead_letters=stats.dead if stats else 0,
+            paused=live.paused if live else False,
+            paused_hosts={host: round(until - snapshot.now, 1) for host, until in live.paused_hosts.items()}
+            if live else {},
+            records_stored=live.outcome("records_stored") if live else 0,
+            drift_threshold=config.drift_threshold if config else 20.0,
+            selector_drift=[entry.attribute for entry in extraction if entry.drift],
+            extraction=extraction, last_run=last_run,
+        )
+
+    def _last_runs(self, names: list[str]) -> dict[str, LastRun]:
+        pipeline = [
+            {"$match": {"source": {"$in": names}}},
+            {"$sort": {"started_at": -1}},
+            {"$group": {"_id": "$source", "run": {"$first": "$$ROOT"}}},
+        ]
+        runs: dict[str, LastRun] = {}
+        for group in self.database[RUNS_COLLECTION].aggregate(pipeline):
+            run = group["run"]
+            report = run.get("report") or {}
+            outcome = "running" if not report else ("complete" if report.get("complete") else "incomplete")
+            runs[group["_id"]] = LastRun(
+                run_id=run["run_id"], status=run.get("status", ""), started_at=run.get("started_at"),
+                outcome=outcome, records_stored=report.get("records_stored"),
+                selector_drift=report.get("selector_drift", []))
+        return runs
+
+    # -- runs ----------------------------------------------------------------------------------------
+    def runs(self, name: str, limit: int = 20) -> list[RunSummary]:
+        self.source(name)
+        cursor = self.database[RUNS_COLLECTION].find({"source": name}, {"_id": 0}, sort=[("started_at", -1)],
+                                                      limit=min(limit, MAX_PAGE))
+        return [RunSummary(run_id=run["run_id"], status=run.get("status", ""), started_at=run.get("started_at"),
+                           airflow_run_ids=run.get("airflow_run_ids", []), report=_jsonable(run.get("report")))
+                for run in cursor]
+
+    def harvest_run_of(self, name: str, airflow_run_id: str) -> str | None:
+        """The harvest run id an Airflow dag run worked on (None before its plan task ran)."""
+        run = self.database[RUNS_COLLECTION].find_one({"source": name, "airflow_run_ids": airflow_run_id},
+                                                      {"_id": 0, "run_id": 1})
+        return run["run_id"] if run else None
+
+    def run_progress(self, name: str, run_id: str) -> RunProgressView:
+        config = self.source(name)
+        monitor = RunMonitor(self.database, self.output_database(config), self.redis)
+        progress = monitor.measure(name, config.output_collection, run_id)
+        return RunProgressView(
+            **{key: value for key, value in progress.to_dict().items() if key in RunProgressView.model_fields},
+            eta=None if progress.eta_seconds is None else format_eta(progress.eta_seconds), line=progress.line())
+
+    # -- slots and dead letters ----------------------------------------------------------------------
+    def slots(self) -> SlotsView:
+        snapshot_slots = read_snapshot(self.redis, self.settings, only=[]).slots
+        return SlotsView(by_country=slots_by_country_and_state(snapshot_slots),
+                         proxy_bytes=read_proxy_bytes(self.redis), last_decision=read_last_decision(self.redis),
+                         slots=[{"slot_id": slot.slot_id, "country": slot.country, "state": slot.state}
+                                for slot in snapshot_slots])
+
+    def dead_letters(self, name: str, start: int = 0, limit: int = 100) -> DeadLettersView:
+        letters = DeadLetters(self.redis)
+        entries = []
+        for offset, entry in enumerate(letters.list(name, start, min(limit, MAX_PAGE))):
+            message = entry.message if isinstance(entry.message, dict) else {}
+            entries.append(DeadLetterView(
+                index=start + offset, url=message.get("url"), task_id=message.get("task_id"),
+                run_id=message.get("run_id"), attempt=message.get("attempt"), reason=entry.reason,
+                failed_at=datetime.fromtimestamp(entry.failed_at, UTC)))
+        return DeadLettersView(source=name, total=letters.count(name), entries=entries)
+
+    def requeue(self, name: str, limit: int | None = None) -> RequeueResult:
+        letters = DeadLetters(self.redis)
+        moved = letters.requeue(name, limit)
+        return RequeueResult(source=name, requeued=moved, remaining=letters.count(name))
+
+    # -- results -------------------------------------------------------------------------------------
+    def results(self, name: str, cursor: str | None = None, limit: int = 50, run_id: str | None = None,
+                harvested_after: datetime | None = None, harvested_before: datetime | None = None) -> ResultsPage:
+        """Records oldest first (by _id), ``limit`` at a time; the cursor is the last _id seen."""
+        config = self.source(name)
+        query: dict[str, Any] = {}
+        if run_id is not None:
+            query["run_id"] = run_id
+        window = {}
+        if harvested_after is not None:
+            window["$gte"] = harvested_after
+        if harvested_before is not None:
+            window["$lt"] = harvested_before
+        if window:
+            query["harvested_at"] = window
+        if cursor:
+            query["_id"] = {"$gt": decode_cursor(cursor)}
+        limit = max(1, min(limit, MAX_PAGE))
+        documents = list(self.output_database(config)[config.output_collection].find(
+            query, sort=[("_id", 1)], limit=limit + 1))
+        more = len(documents) > limit
+        documents = documents[:limit]
+        next_cursor = encode_cursor(documents[-1]["_id"]) if more else None
+        records = [_jsonable({key: value for key, value in document.items() if key != "_id"})
+                   for document in documents]
+        return ResultsPage(source=name, records=records, next_cursor=next_cursor)
+
+
