@@ -1,0 +1,257 @@
+"""The Airflow plugin: the Harvester page, a "Harvest progress" tab on every run, and their JSON API.
+
+Airflow mounts the FastAPI app under ``/harvester`` in the api-server but does not authenticate
+plugin apps, so every route depends on Airflow's own security dependencies: an authenticated user
+(the UI's session cookie or a bearer token) for reads, and access to the DAG ``harvest_<source>``
+for changes (PUT, as editing the DAG, to requeue dead letters; what Airflow's own trigger endpoint
+asks, POST on its runs, to start a job). The figures come from harvester.observability.views.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_authenticated
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+
+from harvester.config.airflow_dags import DAG_ID_PREFIX, dag_id_for
+from harvester.config.model import SourceConfig
+from harvester.observability.views import (
+    DeadLettersView,
+    HarvestViews,
+    RequeueResult,
+    ResultsPage,
+    RunProgressView,
+    RunSummary,
+    SlotsView,
+    SourceSummary,
+    UnknownSource,
+)
+from harvester.settings import get_settings
+
+STATIC_DIRECTORY = Path(__file__).with_name("static")
+URL_PREFIX = "/harvester"
+SOURCES_TTL_SECONDS = 10.0
+
+
+# -- clients and sources ------------------------------------------------------------------------------
+class _State:
+    """Clients of the api-server process and the source configs, re-read every few seconds."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sources: dict[str, SourceConfig] = {}
+        self.sources_read_at = float("-inf")
+
+    def views(self) -> HarvestViews:
+        from harvester.producer.airflow_tasks import output_database_name
+
+        settings = get_settings()
+        with self.lock:
+            if time.monotonic() - self.sources_read_at > SOURCES_TTL_SECONDS:
+                from harvester.config.loader import load_sources
+
+                self.sources = dict(load_sources(settings.sources_dir).sources)
+                self.sources_read_at = time.monotonic()
+            sources = self.sources
+
+        def output_database(source: SourceConfig) -> Any:
+            return _mongo_client(source.output.connection_id)[output_database_name(source, settings)]
+
+        return HarvestViews(_redis_client(), _mongo_client("mongo_default")[settings.mongo_database], sources,
+                            output_database, settings)
+
+
+@cache
+def _redis_client() -> Any:
+    import redis
+
+    return redis.Redis.from_url(get_settings().redis_url, socket_timeout=10, socket_connect_timeout=5)
+
+
+@cache
+def _mongo_client(connection_id: str) -> Any:
+    from harvester.producer.airflow_tasks import resolve_mongo
+
+    settings = get_settings()
+    return resolve_mongo(connection_id, settings).client(settings)
+
+
+_state = _State()
+
+
+def harvest_views() -> HarvestViews:
+    return _state.views()
+
+
+ViewsDep = Annotated[HarvestViews, Depends(harvest_views)]
+
+
+def _source_or_404(views: HarvestViews, source: str) -> None:
+    try:
+        views.source(source)
+    except UnknownSource:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no source {source!r}") from None
+
+
+def requires_source_dag_edit(request: Request, user: GetUserDep, source: str) -> None:
+    """Airflow's DAG authorisation, PUT (edit) on ``harvest_<source>``, for the path's source."""
+    requires_access_dag("PUT", param_dag_id=dag_id_for(source))(request, user)
+
+
+# -- the API --------------------------------------------------------------------------------------------
+class JobRequest(BaseModel):
+    source: str = Field(description="The source to harvest (its DAG is harvest_<source>).")
+    urls: list[str] = Field(min_length=1, max_length=10_000, description="http(s) URLs to harvest now.")
+
+
+class JobResponse(BaseModel):
+    dag_id: str
+    dag_run_id: str
+    urls: int
+
+
+api = APIRouter(prefix="/api", tags=["Harvester"], dependencies=[Depends(requires_authenticated())])
+
+
+@api.get("/sources", summary="Every source: queue, limits, live counts, dead letters, last run")
+def list_sources(views: ViewsDep) -> list[SourceSummary]:
+    return views.source_summaries()
+
+
+@api.get("/sources/{source}", summary="One source")
+def get_source(source: str, views: ViewsDep) -> SourceSummary:
+    try:
+        return views.source_summary(source)
+    except UnknownSource:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no source {source!r}") from None
+
+
+@api.get("/sources/{source}/runs", summary="The source's harvest runs, newest first, with their reports")
+def list_runs(source: str, views: ViewsDep, limit: Annotated[int, Query(ge=1, le=500)] = 20) -> list[RunSummary]:
+    _source_or_404(views, source)
+    return views.runs(source, limit)
+
+
+@api.get("/sources/{source}/runs/{run_id}/progress", summary="One run's progress, rate and ETA")
+def run_progress(source: str, run_id: str, views: ViewsDep) -> RunProgressView:
+    _source_or_404(views, source)
+    return views.run_progress(source, run_id)
+
+
+@api.get("/dag-runs/{dag_id}/{dag_run_id}/progress",
+         summary="The progress of the harvest run an Airflow dag run works on (the Harvest progress tab)")
+def dag_run_progress(dag_id: str, dag_run_id: str, views: ViewsDep) -> RunProgressView:
+    if not dag_id.startswith(DAG_ID_PREFIX):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"{dag_id} is not a harvest DAG")
+    source = dag_id.removeprefix(DAG_ID_PREFIX)
+    _source_or_404(views, source)
+    run_id = views.harvest_run_of(source, dag_run_id)
+    if run_id is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"{dag_run_id} has not planned a harvest run yet")
+    return views.run_progress(source, run_id)
+
+
+@api.get("/slots", summary="Page slots per country and state, proxy bytes per country, the last allocation")
+def page_slots(views: ViewsDep) -> SlotsView:
+    return views.slots()
+
+
+@api.get("/sources/{source}/dead-letters", summary="Dead letters of a source with their reasons, oldest first")
+def dead_letters(source: str, views: ViewsDep, start: Annotated[int, Query(ge=0)] = 0,
+                 limit: Annotated[int, Query(ge=1, le=500)] = 100) -> DeadLettersView:
+    return views.dead_letters(source, start, limit)
+
+
+@api.post("/sources/{source}/dead-letters/requeue", dependencies=[Depends(requires_source_dag_edit)],
+          summary="Put dead letters back in intake (oldest first); needs edit access to harvest_<source>")
+def requeue_dead_letters(source: str, views: ViewsDep,
+                         limit: Annotated[int | None, Query(ge=1)] = None) -> RequeueResult:
+    return views.requeue(source, limit)
+
+
+@api.get("/results/{source}", summary="The source's records, a page at a time (cursor), by run or harvest time")
+def results(source: str, views: ViewsDep, cursor: str | None = None,
+            limit: Annotated[int, Query(ge=1, le=500)] = 50, run_id: str | None = None,
+            harvested_after: Annotated[datetime | None, Query(description="harvested_at >= this")] = None,
+            harvested_before: Annotated[datetime | None, Query(description="harvested_at < this")] = None,
+            ) -> ResultsPage:
+    _source_or_404(views, source)
+    try:
+        return views.results(source, cursor, limit, run_id, harvested_after, harvested_before)
+    except ValueError as error:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
+
+
+@api.post("/jobs", status_code=status.HTTP_201_CREATED,
+          summary="Harvest these URLs now: triggers harvest_<source> with them as its urls param")
+def create_job(job: JobRequest, request: Request, user: GetUserDep, views: ViewsDep) -> JobResponse:
+    dag_id = dag_id_for(job.source)
+    requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id)(request, user)
+    _source_or_404(views, job.source)
+    bad = [url for url in job.urls if not url.startswith(("http://", "https://"))]
+    if bad:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"not http(s) URLs: {bad[:5]}")
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.exceptions import DagNotFound
+    from airflow.utils.types import DagRunTriggeredByType
+
+    try:
+        run = trigger_dag(dag_id, triggered_by=DagRunTriggeredByType.REST_API, conf={"urls": job.urls},
+                          triggering_user_name=user.get_name())
+    except DagNotFound:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"{dag_id} is not parsed yet") from None
+    if run is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"{dag_id} did not start a run")
+    return JobResponse(dag_id=dag_id, dag_run_id=run.run_id, urls=len(job.urls))
+
+
+# -- the pages --------------------------------------------------------------------------------------------
+pages = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(requires_authenticated())])
+
+
+@pages.get("/", response_class=HTMLResponse)
+def harvester_page() -> HTMLResponse:
+    return HTMLResponse((STATIC_DIRECTORY / "harvester.html").read_text())
+
+
+@pages.get("/run", response_class=HTMLResponse)
+def harvest_progress_page() -> HTMLResponse:
+    return HTMLResponse((STATIC_DIRECTORY / "run.html").read_text())
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="Harvester", version="1", description=(
+        "The operators' view of Harvester: sources, runs and their progress, page slots, dead letters, "
+        "results and jobs. Every route needs an Airflow session or token; changes need access to the "
+        "source's DAG."))
+    app.include_router(api)
+    app.include_router(pages)
+    app.mount("/static", StaticFiles(directory=STATIC_DIRECTORY), name="static")
+    return app
+
+
+app = create_app()
+
+
+class HarvesterPlugin(AirflowPlugin):
+    """Registers the app under /harvester and its two views in the Airflow UI."""
+
+    name = "harvester"
+    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Harvester"}]
+    external_views = [
+        {"name": "Harvester", "href": f"{URL_PREFIX}/ui/", "destination": "nav", "url_route": "harvester",
+         "category": None},
+        {"name": "Harvest progress", "href": f"{URL_PREFIX}/ui/run?dag_id={{DAG_ID}}&run_id={{RUN_ID}}",
+         "destination": "dag_run", "url_route": "harvest-progress"},
+    ]

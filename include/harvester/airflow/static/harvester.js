@@ -1,0 +1,246 @@
+// The Harvester page and the Harvest progress tab: poll the JSON API and redraw, never reload.
+// Requests carry the Airflow UI's session cookie (same origin), which the API checks.
+"use strict";
+
+const API = new URL("../api/", window.location.href);
+const REFRESH_MS = 3000;
+const SLOT_STATES = ["NO_PAGE", "PREPARING_PAGE", "PAGE_READY", "RUNNING_SCRAPING_TASK", "CLOSING_PAGE"];
+const STATE_COLOURS = ["#a0aec0", "#ecc94b", "#48bb78", "#3182ce", "#e53e3e"];
+
+async function api(path, options = {}) {
+  const response = await fetch(new URL(path, API), { credentials: "same-origin", ...options });
+  if (!response.ok) {
+    let detail = response.statusText;
+    try { detail = (await response.json()).detail || detail; } catch (_) { /* not JSON */ }
+    throw new Error(`${response.status} ${typeof detail === "string" ? detail : JSON.stringify(detail)}`);
+  }
+  return response.json();
+}
+
+function cell(text, className) {
+  const td = document.createElement("td");
+  if (text instanceof Node) td.appendChild(text); else td.textContent = text === null || text === undefined ? "" : String(text);
+  if (className) td.className = className;
+  return td;
+}
+
+function row(cells, attributes = {}) {
+  const tr = document.createElement("tr");
+  for (const [name, value] of Object.entries(attributes)) tr.setAttribute(name, value);
+  for (const c of cells) tr.appendChild(c);
+  return tr;
+}
+
+function flag(text) {
+  const span = document.createElement("span");
+  span.className = "flag";
+  span.textContent = text;
+  return span;
+}
+
+function fill(tbody, rows, empty) {
+  tbody.replaceChildren(...rows);
+  if (!rows.length && empty) {
+    const td = cell(empty, "muted");
+    td.colSpan = tbody.closest("table").querySelectorAll("th").length;
+    tbody.appendChild(row([td]));
+  }
+}
+
+function percent(share) { return share === null || share === undefined ? "—" : `${(share * 100).toFixed(1)}%`; }
+
+function reasons(byReason) {
+  const entries = Object.entries(byReason || {}).sort((a, b) => b[1] - a[1]);
+  return entries.map(([reason, count]) => `${reason} ${count}`).join(", ");
+}
+
+function setStatus(error) {
+  document.getElementById("refreshed").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  document.getElementById("error").textContent = error ? String(error.message || error) : "";
+}
+
+function keepOptions(select, names) {
+  const current = select.value;
+  const wanted = names.join("\n");
+  if (select.dataset.names !== wanted) {
+    select.replaceChildren(...names.map((name) => new Option(name, name)));
+    select.dataset.names = wanted;
+  }
+  if (names.includes(current)) select.value = current;
+}
+
+// -- overview ----------------------------------------------------------------------------------------
+let slotsChart = null;
+
+function drawSources(sources) {
+  const tbody = document.querySelector("#sources-table tbody");
+  fill(tbody, sources.map((s) => {
+    const failed = document.createElement("div");
+    failed.textContent = s.failed;
+    const why = document.createElement("div");
+    why.className = "reasons";
+    why.textContent = reasons(s.failed_by_reason);
+    failed.appendChild(why);
+    const last = s.last_run ? `${s.last_run.run_id} (${s.last_run.outcome})` : "never";
+    const drift = s.selector_drift.length ? flag(`selector drift: ${s.selector_drift.join(", ")}`) : "ok";
+    const hosts = Object.entries(s.paused_hosts).map(([host, wait]) => `${host} (${wait}s)`).join(", ");
+    return row([
+      cell(s.name), cell(s.pending, "number"), cell(`${s.active} / ${s.max_active}`, "number"),
+      cell(`${s.started_last_minute} / ${s.per_minute}`, "number"), cell(s.done, "number"), cell(failed),
+      cell(s.dead_letters, "number"), cell((s.paused ? "source paused; " : "") + (hosts || "")),
+      cell(last, "last-run"), cell(drift, "drift"),
+    ], { "data-source": s.name });
+  }), "no sources yet");
+
+  const health = [];
+  for (const s of sources) {
+    for (const a of s.extraction) {
+      health.push(row([
+        cell(s.name), cell(a.attribute), cell(percent(a.share), "number"), cell(percent(a.median), "number"),
+        cell(a.median === null ? "—" : a.drop.toFixed(1), "number"),
+        cell(a.drift ? flag("selector drift") : ""),
+      ], { "data-source": s.name, "data-attribute": a.attribute, "data-drift": a.drift ? "yes" : "no" }));
+    }
+  }
+  fill(document.querySelector("#health-table tbody"), health, "no reported run yet");
+  const names = sources.map((s) => s.name);
+  keepOptions(document.getElementById("job-source"), names);
+  const withDead = sources.filter((s) => s.dead_letters > 0).map((s) => s.name);
+  keepOptions(document.getElementById("dead-source"), withDead.length ? withDead : names);
+}
+
+function drawSlots(slots) {
+  const countries = Object.keys(slots.by_country);
+  const datasets = SLOT_STATES.map((state, i) => ({
+    label: state, backgroundColor: STATE_COLOURS[i],
+    data: countries.map((country) => slots.by_country[country][state] || 0),
+  }));
+  if (window.Chart) {
+    if (!slotsChart) {
+      slotsChart = new window.Chart(document.getElementById("slots-chart"), {
+        type: "bar", data: { labels: countries, datasets },
+        options: { animation: false, maintainAspectRatio: false, responsive: true,
+          scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 } } },
+          plugins: { title: { display: true, text: "page slots per country by state" } } },
+      });
+    } else {
+      slotsChart.data.labels = countries;
+      slotsChart.data.datasets.forEach((dataset, i) => { dataset.data = datasets[i].data; });
+      slotsChart.update();
+    }
+  }
+  document.getElementById("slots-chart").dataset.slots = String(slots.slots.length);
+  fill(document.querySelector("#proxy-table tbody"),
+    Object.entries(slots.proxy_bytes).map(([country, bytes]) => row([cell(country), cell(bytes.toLocaleString(), "number")])),
+    "no proxy traffic yet");
+  document.getElementById("last-decision").textContent =
+    slots.last_decision ? JSON.stringify(slots.last_decision, null, 1) : "none yet";
+}
+
+async function drawDeadLetters() {
+  const source = document.getElementById("dead-source").value;
+  const tbody = document.querySelector("#dead-letters tbody");
+  if (!source) { fill(tbody, [], "no dead letters"); return; }
+  const dead = await api(`sources/${encodeURIComponent(source)}/dead-letters?limit=100`);
+  fill(tbody, dead.entries.map((entry) => row([
+    cell(new Date(entry.failed_at).toLocaleString()), cell(entry.url), cell(entry.attempt, "number"),
+    cell(entry.run_id), cell(entry.reason),
+  ], { class: "dead-letter", "data-task": entry.task_id || "" })), `no dead letters of ${source}`);
+}
+
+async function drawRuns(sources) {
+  const rows = [];
+  for (const s of sources.slice(0, 20)) {
+    const runs = await api(`sources/${encodeURIComponent(s.name)}/runs?limit=5`);
+    for (const run of runs) {
+      const report = run.report || {};
+      rows.push(row([
+        cell(s.name), cell(run.run_id), cell(run.status),
+        cell(run.started_at ? new Date(run.started_at).toLocaleString() : ""),
+        cell(report.records_stored ?? "", "number"),
+        cell((report.selector_drift || []).length ? flag(report.selector_drift.join(", ")) : ""),
+      ], { "data-run": run.run_id, "data-source": s.name }));
+    }
+  }
+  fill(document.querySelector("#runs-table tbody"), rows, "no runs yet");
+}
+
+async function refreshOverview() {
+  try {
+    const [sources, slots] = await Promise.all([api("sources"), api("slots")]);
+    drawSources(sources);
+    drawSlots(slots);
+    await drawDeadLetters();
+    await drawRuns(sources);
+    setStatus(null);
+  } catch (error) {
+    setStatus(error);
+  }
+}
+
+function startOverview() {
+  document.getElementById("requeue").addEventListener("click", async () => {
+    const source = document.getElementById("dead-source").value;
+    const result = document.getElementById("requeue-result");
+    try {
+      const answer = await api(`sources/${encodeURIComponent(source)}/dead-letters/requeue`, { method: "POST" });
+      result.textContent = `${answer.requeued} requeued, ${answer.remaining} left`;
+    } catch (error) {
+      result.textContent = `refused: ${error.message}`;
+    }
+    refreshOverview();
+  });
+  document.getElementById("dead-source").addEventListener("change", () => drawDeadLetters().catch(setStatus));
+  document.getElementById("job-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const urls = document.getElementById("job-urls").value.split(/\s+/).filter(Boolean);
+    const result = document.getElementById("job-result");
+    try {
+      const job = await api("jobs", {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ source: document.getElementById("job-source").value, urls }),
+      });
+      result.textContent = `started ${job.dag_run_id} (${job.urls} URLs)`;
+      result.dataset.runId = job.dag_run_id;
+    } catch (error) {
+      result.textContent = `refused: ${error.message}`;
+    }
+  });
+  refreshOverview();
+  window.setInterval(refreshOverview, REFRESH_MS);
+}
+
+// -- the Harvest progress tab ------------------------------------------------------------------------
+async function refreshRun() {
+  const params = new URLSearchParams(window.location.search);
+  const dagId = params.get("dag_id") || "";
+  const runId = params.get("run_id") || "";
+  document.getElementById("run-name").textContent = `${dagId} ${runId}`;
+  const tbody = document.querySelector("#progress-table tbody");
+  if (!dagId.startsWith("harvest_")) {
+    fill(tbody, [], "not a harvest DAG: nothing to show");
+    return;
+  }
+  try {
+    const p = await api(`dag-runs/${encodeURIComponent(dagId)}/${encodeURIComponent(runId)}/progress`);
+    const figures = [
+      ["packages", `${p.packages_finished} / ${p.packages_total} finished (${p.packages_running} running, ${p.packages_waiting} waiting)`],
+      ["pages stored", p.tasks_done], ["pages pending", p.tasks_pending], ["pages failed", p.tasks_failed],
+      ["records stored", p.records_stored],
+      ["pages per minute", p.pages_per_minute ?? "—"], ["ETA", p.complete ? "done" : (p.eta ?? "—")],
+      ["failures", reasons(p.failures_by_reason) || "none"],
+    ];
+    fill(tbody, figures.map(([name, value]) => row([cell(name), cell(value)], { "data-figure": name })));
+    document.getElementById("progress-line").textContent = p.line;
+    setStatus(null);
+  } catch (error) {
+    setStatus(error);
+  }
+}
+
+if (document.body.dataset.page === "run") {
+  refreshRun();
+  window.setInterval(refreshRun, REFRESH_MS);
+} else {
+  startOverview();
+}
