@@ -1,0 +1,82 @@
+"""A real Airflow (api-server, or standalone) with the simple auth manager and two users of different roles.
+
+``operator`` has the role ``user`` (may edit and trigger DAGs), ``watcher`` the role ``viewer`` (reads only),
+so a test can see Airflow's own authorisation at work on the plugin's routes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from harvester.services import readiness
+from harvester.services.ports import LOOPBACK, free_port
+from harvester.settings import REPOSITORY_ROOT
+
+from tests.fixtures.servers import VENV_BIN, ServerProcess
+
+USERS = {"operator": ("user", "operator-password"), "watcher": ("viewer", "watcher-password")}
+
+
+@dataclass
+class AirflowServer:
+    server: ServerProcess
+    base_url: str
+    home: Path
+
+    def token(self, username: str) -> str:
+        response = httpx.post(f"{self.base_url}/auth/token", timeout=30,
+                              json={"username": username, "password": USERS[username][1]})
+        response.raise_for_status()
+        return response.json()["access_token"]
+
+    def client(self, username: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token(username)}"} if username else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=30)
+
+    def log_tail(self) -> str:
+        return self.server.log_path.read_text(errors="replace")[-4000:] if self.server.log_path.exists() else ""
+
+
+def airflow_environment(home: Path, port: int, **extra: str) -> dict[str, str]:
+    base_url = f"http://{LOOPBACK}:{port}"
+    home.mkdir(parents=True, exist_ok=True)
+    passwords = home / "passwords.json"
+    passwords.write_text(json.dumps({name: password for name, (_, password) in USERS.items()}))
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPOSITORY_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPOSITORY_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{name}:{role}" for name, (role, _) in USERS.items()),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
+        "AIRFLOW__API__HOST": LOOPBACK,
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": base_url,
+        "AIRFLOW__API_AUTH__JWT_SECRET": "harvester-tests-only-secret-of-enough-length",
+        "AIRFLOW__API__SECRET_KEY": "harvester-tests-only",
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        **extra,
+    }
+
+
+def start_api_server(home: Path) -> AirflowServer:
+    """`airflow db migrate`, then `airflow api-server` alone (enough for the plugin's routes)."""
+    port = free_port()
+    env = airflow_environment(home, port)
+    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True,
+                   timeout=300, cwd=REPOSITORY_ROOT)
+    base_url = f"http://{LOOPBACK}:{port}"
+    server = ServerProcess("airflow api-server",
+                           [str(VENV_BIN / "airflow"), "api-server", "--host", LOOPBACK, "--port", str(port)],
+                           home / "api-server.log", env=env,
+                           ready=lambda: readiness.http_ok(f"{base_url}/api/v2/monitor/health"))
+    server.start(timeout=180)
+    return AirflowServer(server, base_url, home)

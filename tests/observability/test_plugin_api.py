@@ -1,0 +1,152 @@
+"""The plugin in a real `airflow api-server`: it is listed, its API gives the figures of a seeded state,
+and Airflow's own security answers 401 without a session or token and 403 to a viewer's requeue."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import yaml
+from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
+from harvester.producer.health import publish_health
+from harvester.producer.packages import PackageStore
+from harvester.producer.runs import RunStore
+from harvester.services.ports import free_port
+from harvester.settings import REPOSITORY_ROOT
+
+from tests.fixtures.demo_site import demo_source_document
+from tests.fixtures.servers import VENV_BIN
+from tests.observability.airflow_server import AirflowServer, airflow_environment, start_api_server
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
+SOURCE = "seeded"
+
+
+@pytest.fixture
+def plugin_settings(configure_settings):
+    settings = configure_settings()
+    document = demo_source_document("http://127.0.0.1:9", SOURCE, rate_limit={"max_active": 5, "per_minute": 50})
+    (settings.sources_dir / f"{SOURCE}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    return settings
+
+
+@pytest.fixture
+def api_server(plugin_settings, tmp_path) -> Iterator[AirflowServer]:
+    server = start_api_server(tmp_path / "airflow")
+    yield server
+    server.server.stop()
+
+
+def test_airflow_plugins_lists_the_plugin(tmp_path) -> None:
+    env = airflow_environment(tmp_path / "airflow", free_port())
+    listed = subprocess.run([str(VENV_BIN / "airflow"), "plugins", "--output", "json"], env=env, cwd=REPOSITORY_ROOT,
+                            capture_output=True, text=True, timeout=120, check=True)
+    assert '"name": "harvester"' in listed.stdout, listed.stdout + listed.stderr
+    assert "/harvester" in listed.stdout and "Harvest progress" in listed.stdout
+
+
+def seed(settings, redis_client, mongo_server) -> dict:
+    """5 tasks pushed, 3 admitted, 1 of them dead-lettered; a run with 2 packages; 3 stored records."""
+    from harvester.config.loader import get_source
+
+    source = get_source(SOURCE, settings.sources_dir)
+    store = RateLimitStore(redis_client, settings)
+    messages = [TaskMessage(source=SOURCE, url=f"http://127.0.0.1:9/product/{i}", run_id="run-1", package_id=0)
+                for i in range(5)]
+    Intake(redis_client, settings).push(source, messages)
+    admitted = store.admit(SOURCE, 3)
+    store.reject(SOURCE, admitted.messages[0], "http_404: HTTP 404")
+    publish_health(redis_client, SOURCE, {"attributes": {
+        "price": {"share": 0.1, "median": 0.95, "drop": 85.0, "drift": True},
+        "title": {"share": 1.0, "median": 1.0, "drop": 0.0, "drift": False}}})
+    database = mongo_server.client()[settings.mongo_database]
+    runs = RunStore(database)
+    started = datetime.now(UTC) - timedelta(minutes=2)
+    runs.start(SOURCE, "run-1", started)
+    runs.adopt(SOURCE, "run-1", "manual__airflow-1")
+    packages = PackageStore(database)
+    packages.ensure_indexes()
+    packages.create_packages(SOURCE, "run-1", [(0, [m.url for m in messages[:3]]), (1, [m.url for m in messages[3:]])])
+    output = database[source.output_collection]
+    harvested = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    output.insert_many([
+        {"url": f"http://127.0.0.1:9/product/{i}", "sku": f"SKU-{i}", "run_id": "run-1" if i < 2 else "run-0",
+         "harvested_at": harvested + timedelta(hours=i)} for i in range(3)])
+    return {"dead_task": TaskMessage.from_json(admitted.messages[0]).task_id}
+
+
+def test_api_returns_the_figures_of_a_seeded_state(api_server, plugin_settings, redis_client, mongo_server) -> None:
+    seeded = seed(plugin_settings, redis_client, mongo_server)
+    with api_server.client("watcher") as client:
+        sources = client.get("/harvester/api/sources")
+        assert sources.status_code == 200, sources.text + api_server.log_tail()
+        (summary,) = [entry for entry in sources.json() if entry["name"] == SOURCE]
+        assert summary["pending"] == 2 and summary["active"] == 2 and summary["max_active"] == 5
+        assert summary["started_last_minute"] == 3 and summary["per_minute"] == 50
+        assert summary["dead_letters"] == 1 and summary["dag_id"] == "harvest_seeded"
+        assert summary["selector_drift"] == ["price"] and summary["drift_threshold"] == 20
+        assert summary["last_run"]["run_id"] == "run-1" and summary["last_run"]["outcome"] == "running"
+        assert client.get(f"/harvester/api/sources/{SOURCE}").json() == summary
+        assert client.get("/harvester/api/sources/nothing").status_code == 404
+
+        dead = client.get(f"/harvester/api/sources/{SOURCE}/dead-letters").json()
+        assert dead["total"] == 1 and dead["entries"][0]["task_id"] == seeded["dead_task"]
+        assert dead["entries"][0]["reason"] == "http_404: HTTP 404"
+
+        runs = client.get(f"/harvester/api/sources/{SOURCE}/runs").json()
+        assert [run["run_id"] for run in runs] == ["run-1"]
+        progress = client.get(f"/harvester/api/sources/{SOURCE}/runs/run-1/progress").json()
+        assert progress["packages_total"] == 2 and progress["tasks_pending"] == 5 and not progress["complete"]
+        assert progress["elapsed_seconds"] >= 110 and progress["pages_per_minute"] == 0
+        by_airflow_run = client.get("/harvester/api/dag-runs/harvest_seeded/manual__airflow-1/progress").json()
+        assert by_airflow_run["run_id"] == "run-1"
+
+        first = client.get(f"/harvester/api/results/{SOURCE}", params={"limit": 2}).json()
+        assert [record["sku"] for record in first["records"]] == ["SKU-0", "SKU-1"] and first["next_cursor"]
+        rest = client.get(f"/harvester/api/results/{SOURCE}", params={"limit": 2, "cursor": first["next_cursor"]})
+        assert [record["sku"] for record in rest.json()["records"]] == ["SKU-2"]
+        assert rest.json()["next_cursor"] is None
+        by_run = client.get(f"/harvester/api/results/{SOURCE}", params={"run_id": "run-0"}).json()
+        assert [record["sku"] for record in by_run["records"]] == ["SKU-2"]
+        window = client.get(f"/harvester/api/results/{SOURCE}", params={
+            "harvested_after": "2026-11-30T13:00:00Z", "harvested_before": "2026-11-30T14:00:00Z"}).json()
+        assert [record["sku"] for record in window["records"]] == ["SKU-1"]
+        assert client.get(f"/harvester/api/results/{SOURCE}", params={"cursor": "bad!"}).status_code == 400
+
+        schema = client.get("/harvester/openapi.json").json()
+        for path in ("/api/sources", "/api/sources/{source}", "/api/sources/{source}/runs",
+                     "/api/sources/{source}/runs/{run_id}/progress", "/api/slots", "/api/sources/{source}/dead-letters",
+                     "/api/sources/{source}/dead-letters/requeue", "/api/results/{source}", "/api/jobs"):
+            assert path in schema["paths"], path
+        page = client.get("/harvester/ui/")
+        assert page.status_code == 200 and "Harvester" in page.text
+        assert client.get("/harvester/static/chart.umd.min.js").status_code == 200
+
+
+def test_unauthenticated_get_401_and_a_viewer_cannot_requeue(api_server, plugin_settings, redis_client,
+                                                            mongo_server) -> None:
+    seed(plugin_settings, redis_client, mongo_server)
+    with api_server.client() as anonymous:
+        for method, path in (("GET", "/harvester/api/sources"), ("GET", f"/harvester/api/sources/{SOURCE}"),
+                             ("GET", "/harvester/api/slots"), ("GET", f"/harvester/api/results/{SOURCE}"),
+                             ("GET", f"/harvester/api/sources/{SOURCE}/dead-letters"),
+                             ("POST", f"/harvester/api/sources/{SOURCE}/dead-letters/requeue"),
+                             ("POST", "/harvester/api/jobs"), ("GET", "/harvester/ui/")):
+            response = anonymous.request(method, path, json={"source": SOURCE, "urls": ["http://127.0.0.1:9/"]})
+            assert response.status_code == 401, (method, path, response.status_code, response.text)
+        forged = anonymous.get("/harvester/api/sources", headers={"Authorization": "Bearer not-a-token"})
+        assert forged.status_code in (401, 403)
+    with api_server.client("watcher") as watcher:
+        assert watcher.get("/harvester/api/sources").status_code == 200
+        refused = watcher.post(f"/harvester/api/sources/{SOURCE}/dead-letters/requeue")
+        assert refused.status_code == 403, refused.text
+        assert watcher.post("/harvester/api/jobs", json={"source": SOURCE, "urls": ["http://127.0.0.1:9/"]}
+                            ).status_code == 403
+    assert DeadLetters(redis_client).count(SOURCE) == 1
+    with api_server.client("operator") as operator:
+        allowed = operator.post(f"/harvester/api/sources/{SOURCE}/dead-letters/requeue")
+        assert allowed.status_code == 200, allowed.text + api_server.log_tail()
+        assert allowed.json() == {"source": SOURCE, "requeued": 1, "remaining": 0}
+    assert DeadLetters(redis_client).count(SOURCE) == 0
