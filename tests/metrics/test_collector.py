@@ -9,7 +9,7 @@ import pytest
 from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
 from harvester.metrics.collector import metrics_registry
 from harvester.metrics.recording import bucket_field, record_fetches
-from harvester.observability.snapshot import parse_histogram
+from harvester.metrics.snapshot import parse_histogram
 from harvester.redis_keys import SourceKeys
 from harvester.scraping.fetcher import FetchResult
 

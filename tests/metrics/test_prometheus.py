@@ -3,6 +3,8 @@ and a PromQL query for a source's stored records returns the figure MongoDB hold
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import time
 
@@ -11,10 +13,12 @@ import pytest
 from harvester.distributor import Intake, TaskMessage
 from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
+from harvester.settings import REPOSITORY_ROOT
 
 from tests.fixtures.servers import ServerProcess
 from tests.metrics.helpers import parse, value
 
+DASHBOARD = REPOSITORY_ROOT / "deploy" / "grafana" / "dashboards" / "harvester.json"
 pytestmark = [pytest.mark.integration, pytest.mark.slow,
               pytest.mark.skipif(shutil.which("prometheus") is None, reason="apt-get install prometheus")]
 
@@ -74,5 +78,21 @@ def test_prometheus_scrapes_the_distributor(configure_settings, write_source, de
         assert float(count[0]["value"][1]) == 30
         direct = parse(httpx.get(metrics_url, timeout=10).text)
         assert value(direct, "harvester_requests_total", source=source.name, outcome="ok", status="200") == 30
+
+        # every expression of the Grafana dashboard is valid PromQL over metrics the collector exports
+        text = httpx.get(metrics_url, timeout=10).text
+        families = set(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE))
+        suffixes = ("total", "bucket", "sum", "count")
+        exported = families | {f"{name}_{suffix}" for name in families for suffix in suffixes}
+        for panel in json.loads(DASHBOARD.read_text())["panels"]:
+            for target in panel["targets"]:
+                expression = target["expr"].replace("$source", ".*")
+                response = httpx.get(f"{base_url}/api/v1/query", params={"query": expression}, timeout=10)
+                assert response.json()["status"] == "success", (panel["title"], response.text)
+                for metric in re.findall(r"\b(harvester_[a-z_]+)\b", expression):
+                    assert metric in exported, (panel["title"], metric)
+        records_panel = query(base_url, json.loads(DASHBOARD.read_text())["panels"][0]["targets"][0]["expr"]
+                              .replace("$source", source.name))
+        assert [series["metric"]["source"] for series in records_panel] == [source.name]
     finally:
         prometheus.stop()

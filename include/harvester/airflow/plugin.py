@@ -251,7 +251,7 @@ class HarvesterPlugin(AirflowPlugin):
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Harvester"}]
     external_views = [
         {"name": "Harvester", "href": f"{URL_PREFIX}/ui/", "destination": "nav", "url_route": "harvester",
-         "category": None},
+         "icon": f"{URL_PREFIX}/static/icon.svg", "nav_top_level": True},
         {"name": "Harvest progress", "href": f"{URL_PREFIX}/ui/run?dag_id={{DAG_ID}}&run_id={{RUN_ID}}",
          "destination": "dag_run", "url_route": "harvest-progress"},
     ]

@@ -54,10 +54,18 @@ class DemoSite:
     slow_ms: float = 300.0
     clients: dict[str, ClientCounter] = field(default_factory=lambda: defaultdict(ClientCounter))
     token_hits: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    class_renames: dict[str, str] = field(default_factory=dict)  # product markup changes (selector drift demos)
 
     def reset(self) -> None:
         self.clients.clear()
         self.token_hits.clear()
+        self.class_renames.clear()
+
+    def restyle(self, body: str) -> str:
+        """Product markup as the site looks now: a renamed class breaks the selectors that named it."""
+        for old, new in self.class_renames.items():
+            body = body.replace(f'class="{old}"', f'class="{new}"')
+        return body
 
     def stats(self) -> dict[str, Any]:
         everyone = ClientCounter()
@@ -76,7 +84,7 @@ class ConcurrencyCounter:
         self.site = site
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(STATS_PATH):
+        if scope["type"] != "http" or scope["path"].startswith((STATS_PATH, "/_markup")):
             await self.app(scope, receive, send)
             return
         client = next((value.decode() for name, value in scope["headers"] if name == CLIENT_HEADER), None)
@@ -254,7 +262,7 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
         if not 1 <= product_id <= site.products:
             return HTMLResponse(page("Not found", "<h1>No such product</h1>"), status_code=404)
         await latency(product_id)
-        return HTMLResponse(page(product_facts(product_id)["title"], product_body(product_id)))
+        return HTMLResponse(page(product_facts(product_id)["title"], site.restyle(product_body(product_id))))
 
     async def slow(request: Request) -> HTMLResponse:
         product_id = int(request.path_params["product_id"])
@@ -369,6 +377,12 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
         site.reset()
         return JSONResponse({"reset": True})
 
+    async def markup(request: Request) -> JSONResponse:
+        """POST /_markup?price=cost renames class "price" on product pages (the site changed its format);
+        POST /_markup with no parameters restores the original markup."""
+        site.class_renames = dict(request.query_params)
+        return JSONResponse({"class_renames": site.class_renames})
+
     routes = [
         Route("/", index),
         Route("/shop", shop),
@@ -394,6 +408,7 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
         Route("/static/site.css", stylesheet),
         Route(STATS_PATH, stats),
         Route(f"{STATS_PATH}/reset", reset, methods=["POST"]),
+        Route("/_markup", markup, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     app.state.site = site
