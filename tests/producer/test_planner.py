@@ -171,3 +171,16 @@ def test_input_urls_not_in_canonical_form_are_found_fresh(database, make_source)
     result = _planner(database).plan(source, "run1", PlanOptions.for_source(source), now=now)
     assert result.skipped_fresh == 1 and result.skipped_duplicate == 1
     assert _urls_of_run(database, "run1") == ["http://shop.example/p/1?a=1&b=2"]
+
+
+def test_planning_a_large_input_logs_its_progress(database, make_source, caplog, monkeypatch) -> None:
+    import harvester.producer.planner as planner_module
+
+    monkeypatch.setattr(planner_module, "PROGRESS_LOG_SECONDS", 0.0)  # every chunk read logs a line
+    database.shop_input.insert_many([{"url": f"http://shop.example/p/{i}"} for i in range(2500)])
+    source = make_source(batch={"size": 100, "max_packages": 100})
+    with caplog.at_level(logging.INFO, logger="harvester.producer.planner"):
+        _planner(database).plan(source, "big", PlanOptions.for_source(source))
+    lines = [record.getMessage() for record in caplog.records if record.getMessage().startswith("planning shop big")]
+    assert any("URLs read" in line and "packages" in line for line in lines), lines
+    assert lines[-1].startswith("planning shop big: done, 2500 URLs read")

@@ -23,6 +23,7 @@ from tests.fixtures.servers import VENV_BIN, ServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 PROGRESS = re.compile(r"packages (\d+)/(\d+) done")
+RATE = re.compile(r"[\d.]+ pages/min(, ETA \w+)?")
 
 
 @pytest.fixture
@@ -89,6 +90,7 @@ def test_sensor_log_shows_progress_through_the_rest_api(
 
             seen: list[tuple[int, int]] = []
             deferred_seen = False
+            rates: set[str] = set()
             states: list[str] = []
             deadline = time.monotonic() + 240
             while True:
@@ -106,6 +108,7 @@ def test_sensor_log_shows_progress_through_the_rest_api(
                         params={"full_content": "true"}, headers={"Accept": "application/json"})
                     if logs.status_code == 200:
                         text = json.dumps(logs.json())
+                        rates.update(match.group(0) for match in RATE.finditer(text))
                         for done, total in PROGRESS.findall(text):
                             if (int(done), int(total)) not in seen:
                                 seen.append((int(done), int(total)))
@@ -117,6 +120,7 @@ def test_sensor_log_shows_progress_through_the_rest_api(
             # Progress lines appeared while the run was in flight, and the last one shows it complete.
             assert any(done < total for done, total in seen), seen
             assert (4, 4) in seen, seen
+            assert any("ETA" in rate for rate in rates), rates  # the progress line has a rate and an ETA
             report = _get(client, f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/report/xcomEntries/return_value")
             value = report["value"]
             value = json.loads(value) if isinstance(value, str) else value

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 LAG_CHUNK = 1000  # URLs per $in query against the output collection
 INSERT_CHUNK_TASKS = 5000  # planned tasks per insert_many of packages
 INVALID_EXAMPLES = 5
+PROGRESS_LOG_SECONDS = 10.0  # planning a large input logs its progress this often
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,31 @@ def _cursor_batches(collection: Collection, query: dict[str, Any], projection: d
             yield batch
 
 
+class PlanProgressLog:
+    """A line every ``PROGRESS_LOG_SECONDS`` while a large input is planned, so its task log shows it moving."""
+
+    def __init__(self, source: str, run_id: str) -> None:
+        self.source, self.run_id = source, run_id
+        self.started = time.monotonic()
+        self.last = self.started
+        self.logged = False
+
+    def maybe_log(self, result: PlanResult, packages_made: int) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_LOG_SECONDS:
+            return
+        self.last, self.logged = now, True
+        elapsed = now - self.started
+        log.info("planning %s %s: %d URLs read (%.0f/s), %d packages, %d fresh and %d invalid skipped so far",
+                 self.source, self.run_id, result.urls_read, result.urls_read / elapsed if elapsed else 0.0,
+                 packages_made, result.skipped_fresh, result.skipped_invalid)
+
+    def finished(self, result: PlanResult) -> None:
+        if self.logged:
+            log.info("planning %s %s: done, %d URLs read in %.1fs", self.source, self.run_id, result.urls_read,
+                     time.monotonic() - self.started)
+
+
 class Planner:
     """Builds the packages of one run from seeds, a MongoDB input collection, or explicit URLs."""
 
@@ -173,7 +200,9 @@ class Planner:
         # Reading, validating and lag-checking run one chunk ahead in a thread while this one writes
         # packages: both wait on MongoDB, so overlapping them is most of the planner's speed.
         due = prefetch(self._due_chunks(source, options, result, check_lag, cutoff), ahead=1)
+        progress = PlanProgressLog(source.name, run_id)
         for chunk in due:
+            progress.maybe_log(result, packages_made)
             for url in chunk:
                 if url in already_planned:
                     result.skipped_duplicate += 1
@@ -205,6 +234,7 @@ class Planner:
         if result.skipped_invalid:
             log.warning("skipped %s input documents without a valid URL, e.g. %s",
                         result.skipped_invalid, "; ".join(result.invalid_examples))
+        progress.finished(result)
         self.runs.finish_plan(source.name, run_id, result.to_dict())
         return result
 
