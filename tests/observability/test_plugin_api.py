@@ -11,10 +11,10 @@ import pytest
 import yaml
 from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
 from harvester.producer.health import publish_health
-from harvester.producer.packages import PackageStore
-from harvester.producer.runs import RunStore
 from harvester.services.ports import free_port
 from harvester.settings import REPOSITORY_ROOT
+from harvester.storage.packages import PackageStore
+from harvester.storage.runs import RunStore
 
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import VENV_BIN

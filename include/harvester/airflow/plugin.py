@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime
-from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +23,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
-from harvester.config.airflow_dags import DAG_ID_PREFIX, dag_id_for
+from harvester.airflow.dags import DAG_ID_PREFIX, dag_id_for
 from harvester.config.model import SourceConfig
 from harvester.observability.views import (
     DeadLettersView,
@@ -54,7 +53,8 @@ class _State:
         self.sources_read_at = float("-inf")
 
     def views(self) -> HarvestViews:
-        from harvester.producer.airflow_tasks import output_database_name
+        from harvester.airflow.operators import output_database_name
+        from harvester.connections import MONGO_DEFAULT, mongo_client, redis_client
 
         settings = get_settings()
         with self.lock:
@@ -66,25 +66,11 @@ class _State:
             sources = self.sources
 
         def output_database(source: SourceConfig) -> Any:
-            return _mongo_client(source.output.connection_id)[output_database_name(source, settings)]
+            return mongo_client(source.output.connection_id, settings)[output_database_name(source, settings)]
 
-        return HarvestViews(_redis_client(), _mongo_client("mongo_default")[settings.mongo_database], sources,
-                            output_database, settings)
-
-
-@cache
-def _redis_client() -> Any:
-    import redis
-
-    return redis.Redis.from_url(get_settings().redis_url, socket_timeout=10, socket_connect_timeout=5)
-
-
-@cache
-def _mongo_client(connection_id: str) -> Any:
-    from harvester.producer.airflow_tasks import resolve_mongo
-
-    settings = get_settings()
-    return resolve_mongo(connection_id, settings).client(settings)
+        # the connection factory resolves the ids through Airflow here (mongo_default, redis_default)
+        database = mongo_client(MONGO_DEFAULT, settings)[settings.mongo_database]
+        return HarvestViews(redis_client(settings=settings), database, sources, output_database, settings)
 
 
 _state = _State()

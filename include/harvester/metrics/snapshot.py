@@ -1,4 +1,4 @@
-"""Everything Redis knows about the harvest right now, read in three round trips.
+"""Everything Redis knows about the harvest right now, read in a few round trips.
 
 One reader for two audiences: the Prometheus collector (harvester.metrics.collector) turns a
 snapshot into metrics at scrape time, and the operators' page (harvester.observability.views) into
@@ -14,7 +14,6 @@ from typing import Any
 
 import redis
 
-from harvester.distributor.store import RateLimitStore, SourceStats
 from harvester.metrics.recording import BUCKETS, INFINITY
 from harvester.metrics.slots import SlotRecord, read_slot_records
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
@@ -25,6 +24,22 @@ BASE_QUEUES = ("priority", "default", "pageslots")
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """A source's queue figures (as the distributor's stats script gives them, read without it: metrics
+    need no atomic view, and the distributor must not be a dependency of what it serves)."""
+
+    pending: int
+    delayed: int
+    active: int
+    admitted_last_minute: int  # admissions in the rolling rate window (settings.rate_window_seconds)
+    done: int
+    failed: int
+    dead: int  # entries now in dead letters
+    admitted: int = 0
+    dead_total: int = 0  # total ever dead-lettered (requeued ones included)
 
 
 @dataclass(frozen=True)
@@ -115,27 +130,33 @@ def read_snapshot(client: redis.Redis, settings: HarvesterSettings | None = None
                   only: list[str] | None = None) -> HarvestSnapshot:
     """The snapshot of every registered source (or of ``only``)."""
     settings = settings or get_settings()
-    store = RateLimitStore(client, settings)
-    names = sorted(_text(name) for name in client.smembers(SOURCES_INDEX))
-    if only is not None:
-        names = [name for name in names if name in only]
-    stats = store.stats(names)
     pipeline = client.pipeline(transaction=False)
     pipeline.time()
+    pipeline.smembers(SOURCES_INDEX)
+    (seconds, microseconds), members = pipeline.execute()
+    now = seconds + microseconds / 1_000_000  # the Redis clock, as the Lua scripts use
+    names = sorted(_text(name) for name in members)
+    if only is not None:
+        names = [name for name in names if name in only]
+    pipeline = client.pipeline(transaction=False)
     for name in names:
         keys = SourceKeys(name)
         for key in (keys.config, keys.counters, keys.requests, keys.histograms, keys.host_paused,
                     keys.extraction_health):
             pipeline.hgetall(key)
         pipeline.get(keys.paused_until)
+        pipeline.llen(keys.intake)
+        pipeline.zcard(keys.delayed)
+        pipeline.zcard(keys.active)
+        pipeline.zcount(keys.window, now - settings.rate_window_seconds, "+inf")
+        pipeline.llen(keys.dead_letters)
     replies = pipeline.execute()
-    seconds, microseconds = replies[0]
-    now = seconds + microseconds / 1_000_000
     sources: dict[str, SourceSnapshot] = {}
-    per_source = 7
+    per_source = 12
     for index, name in enumerate(names):
-        config, counters, requests, histograms, host_paused, health, paused = (
-            replies[1 + index * per_source: 1 + (index + 1) * per_source])
+        (config, counters, requests, histograms, host_paused, health, paused, pending, delayed, active,
+         in_window, dead_letters) = replies[index * per_source: (index + 1) * per_source]
+        totals = {_text(k): int(v) for k, v in counters.items()}
         decoded = {_text(k): _text(v) for k, v in histograms.items()}
         request_counts: dict[tuple[str, str], int] = {}
         for raw_field, amount in requests.items():
@@ -144,8 +165,11 @@ def read_snapshot(client: redis.Redis, settings: HarvesterSettings | None = None
         sources[name] = SourceSnapshot(
             name=name,
             config={_text(k): _text(v) for k, v in config.items()},
-            stats=stats[name],
-            counters={_text(k): int(v) for k, v in counters.items()},
+            stats=SourceStats(
+                pending=int(pending), delayed=int(delayed), active=int(active), admitted_last_minute=int(in_window),
+                done=totals.get("done", 0), failed=totals.get("failed", 0), dead=int(dead_letters),
+                admitted=totals.get("admitted", 0), dead_total=totals.get("dead", 0)),
+            counters=totals,
             requests=request_counts,
             histograms={histogram: parse_histogram(histogram, decoded) for histogram in BUCKETS},
             paused_hosts={_text(host): float(until) for host, until in host_paused.items() if float(until) > now},

@@ -22,8 +22,8 @@ from harvester.distributor.dead_letters import DeadLetters
 from harvester.metrics.slots import read_last_decision, read_proxy_bytes, slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
 from harvester.producer.progress import RunMonitor, format_eta
-from harvester.producer.runs import RUNS_COLLECTION
 from harvester.settings import HarvesterSettings, get_settings
+from harvester.storage.runs import RUNS_COLLECTION
 
 MAX_PAGE = 500
 
