@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 
 import pytest
-from harvester.distributor.service import celery_app_for
+from harvester.workers.celery_app import create_app
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_worker_sends_task_events(harvester_settings, celery_worker_factory) -> None:
-    app = celery_app_for(harvester_settings)
+    app = create_app()  # the workers' app, on the test Redis (HARVESTER_REDIS_URL)
     celery_worker_factory(queues="default", concurrency=1)
     seen: list[str] = []
     done = threading.Event()
@@ -29,4 +29,6 @@ def test_a_worker_sends_task_events(harvester_settings, celery_worker_factory) -
         app.send_task("harvester.ping", queue="default")
         assert done.wait(30), f"no task-succeeded event; saw {seen}"
         receiver.should_stop = True
+    # task-sent comes from the sending app (task_send_sent_event); the distributor's publish-only app
+    # does not send it, so Flower shows its batches from task-received on
     assert "task-sent" in seen and "task-received" in seen and "task-started" in seen
