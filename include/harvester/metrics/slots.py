@@ -2,7 +2,7 @@
 
 The page-slot component owns these keys (``harvester.redis_keys.PageSlotKeys``: one hash per slot,
 a set of slot ids, a proxy-bytes hash and the allocator's last decision as JSON); this module only
-reads them. Before that component's keys exist there is simply nothing to show.
+reads them, without importing that component (the metrics are served by the distributor).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from harvester import redis_keys
+from harvester.redis_keys import PageSlotKeys
 
 
 def _text(value: bytes | str) -> str:
@@ -31,22 +31,17 @@ class SlotRecord:
     fields: dict[str, str] = field(default_factory=dict)
 
 
-def _slot_keys() -> Any | None:
-    keys_class = getattr(redis_keys, "PageSlotKeys", None)
-    return keys_class() if keys_class is not None else None
+KEYS = PageSlotKeys()
 
 
 def read_slot_records(client: redis.Redis) -> list[SlotRecord]:
     """Every slot record, in two round trips (ids, then the records)."""
-    keys = _slot_keys()
-    if keys is None:
-        return []
-    slot_ids = sorted(_text(slot_id) for slot_id in client.smembers(keys.all_slots))
+    slot_ids = sorted(_text(slot_id) for slot_id in client.smembers(KEYS.all_slots))
     if not slot_ids:
         return []
     pipeline = client.pipeline(transaction=False)
     for slot_id in slot_ids:
-        pipeline.hgetall(keys.slot(slot_id))
+        pipeline.hgetall(KEYS.slot(slot_id))
     records = []
     for slot_id, raw in zip(slot_ids, pipeline.execute(), strict=True):
         fields = {_text(k): _text(v) for k, v in raw.items()}
@@ -64,18 +59,12 @@ def slots_by_country_and_state(records: list[SlotRecord]) -> dict[str, dict[str,
 
 def read_proxy_bytes(client: redis.Redis) -> dict[str, int]:
     """Bytes browsed through each country's proxy."""
-    keys = _slot_keys()
-    if keys is None:
-        return {}
     prefix = "country:"
     return {name[len(prefix):]: int(amount) for name, amount in
-            ((_text(k), v) for k, v in client.hgetall(keys.proxy_bytes).items()) if name.startswith(prefix)}
+            ((_text(k), v) for k, v in client.hgetall(KEYS.proxy_bytes).items()) if name.startswith(prefix)}
 
 
 def read_last_decision(client: redis.Redis) -> dict[str, Any] | None:
     """The allocator's last decision (slots per country and why), or None before its first run."""
-    keys = _slot_keys()
-    if keys is None:
-        return None
-    raw = client.get(keys.last_decision)
+    raw = client.get(KEYS.last_decision)
     return json.loads(raw) if raw else None
