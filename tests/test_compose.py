@@ -279,7 +279,7 @@ def test_the_ui_needs_a_login_from_a_persisted_passwords_file() -> None:
 
 def test_published_ports_bind_loopback_by_default() -> None:
     published = [(name, port) for name, service in SERVICES.items() for port in service.get("ports", [])]
-    assert {name for name, _ in published} == {"airflow-apiserver", "flower"}
+    assert {name for name, _ in published} == {"airflow-apiserver", "flower", "prometheus", "grafana"}
     for name, port in published:
         assert interpolate(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
 
@@ -292,7 +292,9 @@ def test_harvester_services_get_only_the_variables_they_need() -> None:
         assert not any(key.startswith("AIRFLOW__") for key in SERVICES[name].get("environment") or {}), name
         assert "/opt/airflow/logs" not in str(SERVICES[name].get("volumes", [])), name
     redis_only = {"HARVESTER_REDIS_URL", "AIRFLOW_CONN_REDIS_DEFAULT"}
-    assert set(SERVICES["distributor"]["environment"]) == redis_only
+    # the distributor also serves the Prometheus collector, which needs nothing but Redis
+    metrics = {"HARVESTER_METRICS_PORT", "HARVESTER_METRICS_HOST"}
+    assert set(SERVICES["distributor"]["environment"]) == {*redis_only, *metrics}
     assert set(SERVICES["flower"]["environment"]) == {*redis_only, "FLOWER_BASIC_AUTH"}
     # Harvester connects to Mongo as the application user, never as root
     assert "MONGO_ROOT" not in str(yaml.safe_load(COMPOSE_TEXT)["x-mongo-uri"])
@@ -344,3 +346,17 @@ def test_a_compose_yaml_that_breaks_a_property_fails_its_test() -> None:
             test_redis_has_a_password_and_every_client_url_carries_it()
     finally:
         COMPOSE, SERVICES = saved
+
+
+def test_prometheus_scrapes_the_distributor_and_grafana_is_provisioned() -> None:
+    prometheus = SERVICES["prometheus"]
+    assert "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
+    scrape = yaml.safe_load((REPOSITORY_ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    port = SERVICES["distributor"]["environment"]["HARVESTER_METRICS_PORT"]
+    targets = [target for job in scrape["scrape_configs"] for config in job["static_configs"]
+               for target in config["targets"]]
+    assert f"distributor:{port}" in targets
+    grafana = SERVICES["grafana"]
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
+    assert (REPOSITORY_ROOT / "deploy" / "grafana" / "dashboards" / "harvester.json").is_file()
+    assert "?" in grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"]  # required, never a default password
