@@ -132,8 +132,8 @@ class AddressGuard:
         except ValueError:
             try:
                 infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            except (socket.gaierror, UnicodeError) as error:
-                raise AddressRefused(f"host {host!r} does not resolve: {error}") from None
+            except (socket.gaierror, UnicodeError):
+                return  # not refused: the connection then fails as a (retryable) connection error
             addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
         for address in addresses:
             if (reason := self.address_refusal(address, port)) is not None:
