@@ -14,10 +14,10 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from harvester import __version__
+import harvester
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
-HARVESTER_VERSION = __version__
+HARVESTER_VERSION = harvester.__version__
 
 
 class HarvesterSettings(BaseSettings):

@@ -103,12 +103,25 @@ class ResourceBlocker:
             if navigation:
                 self.navigation_refusal = str(refused)
             await route.abort("addressunreachable")
+        except Exception as error:  # route.fetch failed (refused connection, reset): the page sees the same error
+            await route.abort(abort_code(error))
 
     async def transferred_bytes(self) -> int:
         """Response headers plus bodies of every request this load finished (as Chromium counted them)."""
         sizes = await asyncio.gather(*(request.sizes() for request in self._finished), return_exceptions=True)
         return sum(size["responseHeadersSize"] + size["responseBodySize"]
                    for size in sizes if isinstance(size, dict))
+
+
+FETCH_ERRORS_TO_ABORT_CODES = {"ECONNREFUSED": "connectionrefused", "ENOTFOUND": "namenotresolved",
+                               "EAI_AGAIN": "namenotresolved", "ETIMEDOUT": "timedout",
+                               "ECONNRESET": "connectionreset"}
+
+
+def abort_code(error: BaseException) -> str:
+    """The network error a page sees for a failed ``route.fetch`` (as Chromium would have reported it)."""
+    text = str(error)
+    return next((code for name, code in FETCH_ERRORS_TO_ABORT_CODES.items() if name in text), "failed")
 
 
 async def response_body_size(response: Any) -> int:
