@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from harvester.config.model import SourceConfig
 from harvester.distributor import Intake, TaskMessage
+from harvester.scraping.addresses import strip_userinfo
 from harvester.scraping.page import PageResult
 from harvester.scraping.robots import RobotsCache
 from harvester.settings import HarvesterSettings
@@ -69,6 +70,7 @@ class LinkFollower:
         obeys robots.txt, those a cached robots.txt disallows; each counted as an ignored link."""
         if not urls:
             return urls
+        urls = list(dict.fromkeys(strip_userinfo(url) for url in urls))  # credentials in links are never used
         if self.refusals is not None:
             refused = self.refusals(urls)
             if refused:
