@@ -261,7 +261,9 @@ def main() -> None:
         publish_batch = max(1, args.concurrency // args.workers)
         env = {**os.environ, "HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": choice.uri,
                "HARVESTER_MONGO_DATABASE": database, "HARVESTER_SOURCES_DIR": str(sources),
-               "HARVESTER_PUBLISH_BATCH_SIZE": str(publish_batch)}
+               "HARVESTER_PUBLISH_BATCH_SIZE": str(publish_batch),
+               # the bench's demo site is on loopback, which the fetcher refuses unless allow-listed: its port only
+               "HARVESTER_ALLOWED_PRIVATE_NETWORKS": f"{LOOPBACK}/32:{site_port}"}
         settings = HarvesterSettings(redis_url=redis_url, mongo_uri=choice.uri, mongo_database=database)
         pymongo.MongoClient(choice.uri).drop_database(database)
         print(f"MongoDB: {choice.describe()}", file=sys.stderr)

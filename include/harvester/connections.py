@@ -203,6 +203,50 @@ def redis_target_from_fields(connection_id: str, fields: ConnectionFields, via: 
     return RedisTarget(connection_id, f"{'rediss' if tls else 'redis'}://{netloc}/{database}", via, options)
 
 
+@dataclass(frozen=True)
+class HttpCredentials:
+    """What a site's requests carry from an Airflow HTTP connection: basic auth (login and password),
+    and headers and cookies from its extras. Its repr hides every value: it is never logged."""
+
+    connection_id: str
+    via: str
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    cookies: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        parts = (["basic auth"] if self.auth else []) + [f"{len(self.headers)} headers", f"{len(self.cookies)} cookies"]
+        return f"HttpCredentials({self.connection_id!r} via {self.via}: {', '.join(parts)})"
+
+    __str__ = __repr__
+
+
+def _mapping(value: Any, what: str, connection_id: str) -> dict[str, str]:
+    if value in (None, ""):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError(f"HTTP connection {connection_id!r}: extra {what!r} is not a JSON object") from None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"HTTP connection {connection_id!r}: extra {what!r} is not an object")
+    return {str(key): str(item) for key, item in value.items()}
+
+
+def http_credentials_from_fields(connection_id: str, fields: ConnectionFields, via: str) -> HttpCredentials:
+    """Read an HTTP connection as Airflow's HttpHook does: login and password are basic auth; the extras
+    ``headers`` and ``cookies`` (objects, or JSON text) are sent as they are, and any other extra is a header."""
+    extras = dict(fields.extra)
+    headers = _mapping(extras.pop("headers", None), "headers", connection_id)
+    cookies = _mapping(extras.pop("cookies", None), "cookies", connection_id)
+    for key, value in extras.items():
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            headers.setdefault(str(key), str(value))
+    auth = (fields.login, fields.password or "") if fields.login else None
+    return HttpCredentials(connection_id, via, auth, headers, cookies)
+
+
 # -- resolving ids ----------------------------------------------------------------------------------
 class ConnectionResolver(Protocol):
     """Turns a connection id into a target, or None when it does not know the id."""
@@ -232,6 +276,10 @@ class EnvironmentResolver:
     def redis(self, connection_id: str) -> RedisTarget | None:
         found = self.fields(connection_id)
         return redis_target_from_fields(connection_id, *found) if found else None
+
+    def http(self, connection_id: str) -> HttpCredentials | None:
+        found = self.fields(connection_id)
+        return http_credentials_from_fields(connection_id, *found) if found else None
 
 
 _resolvers: list[ConnectionResolver] = []
@@ -291,6 +339,20 @@ def resolve_redis(connection_id: str = REDIS_DEFAULT, settings: HarvesterSetting
         if (target := resolver.redis(connection_id)) is not None:
             return target
     return _redis_from_environment(connection_id, settings)
+
+
+def resolve_http(connection_id: str) -> HttpCredentials:
+    """The credentials of an HTTP connection (a source's ``http_connection_id``): a registered resolver
+    (Airflow's BaseHook inside Airflow), else ``AIRFLOW_CONN_<ID>``. There is no default: a source that
+    names a connection nobody defines fails with :class:`ConnectionNotFound`, never runs unauthenticated."""
+    for resolver in _resolvers:
+        method = getattr(resolver, "http", None)
+        if method is not None and (credentials := method(connection_id)) is not None:
+            return credentials
+    if (credentials := _environment.http(connection_id)) is not None:
+        return credentials
+    raise ConnectionNotFound(f"no HTTP connection {connection_id!r} (define {ENVIRONMENT_PREFIX}"
+                             f"{connection_id.upper()} or an Airflow connection)")
 
 
 async def aresolve_mongo(connection_id: str = MONGO_DEFAULT,

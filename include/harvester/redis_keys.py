@@ -11,6 +11,7 @@ from dataclasses import dataclass
 PREFIX = "harvester"
 
 # Keys that span sources (never touched by a per-source Lua script).
+ROBOTS_PREFIX = f"{PREFIX}:robots"  # + ":<scheme>://<host>[:port]": a host's robots.txt (JSON), expiring
 SOURCES_INDEX = f"{PREFIX}:sources"  # set of sources that have ever had intake
 INTAKE_SIGNAL = f"{PREFIX}:intake-signal"  # list the distributor blocks on to wake at new intake
 
@@ -129,6 +130,14 @@ class SourceKeys:
     def host_paused_until(self, host: str) -> str:
         return self._key(f"host:{host}:paused-until")
 
+    def host_fetch_window(self, host: str) -> str:
+        """Sorted set: request starts on ``host`` in the rolling window (per_host_per_minute, crawl delay)."""
+        return self._key(f"host:{host}:fetch-window")
+
+    def host_fetch_active(self, host: str) -> str:
+        """Sorted set: requests in flight on ``host`` -> deadline (per_host_max_active at fetch time)."""
+        return self._key(f"host:{host}:fetch-active")
+
 
 @dataclass(frozen=True, slots=True)
 class PageSlotKeys:
@@ -202,3 +211,8 @@ class PageSlotKeys:
     def proxy_bytes(self) -> str:
         """Hash: "country:<C>" and "source:<name>" -> bytes browsed through the country's proxy."""
         return self._key("proxy-bytes")
+
+
+def robots_key(origin: str) -> str:
+    """A host's cached robots.txt (``origin`` is ``scheme://host[:port]``); it expires within 24 h."""
+    return f"{ROBOTS_PREFIX}:{origin}"

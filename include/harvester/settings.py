@@ -11,10 +11,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+import harvester
+
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+HARVESTER_VERSION = harvester.__version__
 
 
 class HarvesterSettings(BaseSettings):
@@ -64,10 +67,23 @@ class HarvesterSettings(BaseSettings):
     max_url_length: int = Field(
         default=2048, ge=64, description="Longer links are ignored before they are canonicalised or matched.")
     output_sink: Literal["mongo", "discard"] = "mongo"
-    user_agent: str = (
-        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
-        "Chrome/131.0 Safari/537.36 Harvester/0.1"
-    )
+    contact_url: str = Field(
+        default="", description="Where a site's operator learns who crawls them (HARVESTER_CONTACT_URL); "
+                                "named in the default User-Agent. Set it in production.")
+    user_agent: str = Field(
+        default="", description="The User-Agent of every request; empty: Harvester/<version> (+contact_url).")
+
+    # Hostile sites (docs/workers.md, "Fetch-side defences").
+    max_retry_after_seconds: float = Field(
+        default=3600.0, gt=0, description="The longest pause a Retry-After may ask for (a longer one is clamped).")
+    allowed_private_networks: str = Field(
+        default="",
+        description="Comma-separated networks (CIDR, optionally :port) that may be fetched although they are "
+                    "loopback, private or link-local: the local demo site, the tests. Empty: none.")
+    robots_cache_seconds: float = Field(
+        default=24 * 3600.0, gt=0, le=24 * 3600.0, description="How long a host's robots.txt is cached in Redis.")
+    host_rate_max_wait_seconds: float = Field(
+        default=30.0, gt=0, description="How long a request waits for its host's rate; past it the task is retried.")
 
     # Browsers and page slots (DESIGN.md section 5); the defaults are the seed's values.
     chromium_executable: Path = Path("/usr/bin/chromium")
@@ -114,6 +130,16 @@ class HarvesterSettings(BaseSettings):
     def _parse_fraction(cls, value: object) -> Fraction:
         """Accept "1/3" or 0.25 so an exact fraction survives an environment variable."""
         return Fraction(str(value)) if not isinstance(value, Fraction) else value
+
+
+    @field_validator("user_agent", mode="after")
+    @classmethod
+    def _default_user_agent(cls, value: str, info: ValidationInfo) -> str:
+        """An honest default: the crawler's name, version and where to reach its operator."""
+        if value:
+            return value
+        contact = info.data.get("contact_url") or ""
+        return f"Harvester/{HARVESTER_VERSION} (+{contact})" if contact else f"Harvester/{HARVESTER_VERSION}"
 
 
 @lru_cache(maxsize=1)

@@ -184,3 +184,20 @@ def test_planning_a_large_input_logs_its_progress(database, make_source, caplog,
     lines = [record.getMessage() for record in caplog.records if record.getMessage().startswith("planning shop big")]
     assert any("URLs read" in line and "packages" in line for line in lines), lines
     assert lines[-1].startswith("planning shop big: done, 2500 URLs read")
+
+
+def test_urls_a_cached_robots_txt_disallows_are_skipped_and_counted(database, make_source, redis_client) -> None:
+    """Issue 12: robots.txt honoured at planning too (only cached rules: the planner never fetches)."""
+    from harvester.scraping.robots import RobotsCache, RobotsRules
+
+    database.shop_input.insert_many([{"url": f"http://shop.example/{kind}/{i}"} for kind in ("p", "private")
+                                     for i in range(3)])
+    robots = RobotsCache(redis_client)
+    robots._remember(RobotsRules("http://shop.example", "User-agent: *\nDisallow: /private/\n", 200))
+    source = make_source()
+    result = Planner(database, database, database, robots=robots).plan(source, "run1", PlanOptions.for_source(source))
+    assert result.skipped_robots == 3 and result.urls_planned == 3
+    ignoring = make_source(name="shop_ignoring", robots="ignore")
+    again = Planner(database, database, database, robots=robots).plan(ignoring, "run1",
+                                                                    PlanOptions.for_source(ignoring))
+    assert again.skipped_robots == 0 and again.urls_planned == 6

@@ -23,7 +23,9 @@ def test_the_deadline_of_a_batch_is_its_fetchers_longest_fetching_plus_two_lease
     source = demo_source("http://127.0.0.1:9", timeout=4)
     fetcher = Fetcher(settings)
     assert isinstance(fetcher, PageFetcher)
-    assert fetcher.fetch_seconds(source, 50) == 4  # concurrent: one timeout whatever the batch size
+    # concurrent: one timeout whatever the batch size, after robots.txt (once per host, one timeout at most)
+    assert fetcher.fetch_seconds(source, 50) == 4 + 4
+    assert fetcher.fetch_seconds(source.model_copy(update={"robots": "ignore"}), 50) == 4
     browser = BrowserPageFetcher(settings)  # its browser host starts on the first fetch, not here
     assert isinstance(browser, PageFetcher)
     assert browser.fetch_seconds(source, 5) == 5 * 3 * 4.5  # one after the other, each up to 3 attempts

@@ -13,8 +13,10 @@ from typing import Any
 
 from harvester.connections import (
     ConnectionFields,
+    HttpCredentials,
     MongoTarget,
     RedisTarget,
+    http_credentials_from_fields,
     mongo_target_from_fields,
     redis_target_from_fields,
 )
@@ -59,6 +61,18 @@ class AirflowConnectionResolver:
                 return None
             raise
         return redis_target_from_fields(connection_id, _fields(connection), f"Airflow connection {connection_id}")
+
+    def http(self, connection_id: str) -> HttpCredentials | None:
+        """An HTTP connection (a source's ``http_connection_id``) read as HttpHook reads it."""
+        from airflow.sdk import BaseHook
+
+        try:
+            connection = BaseHook.get_connection(connection_id)
+        except Exception as error:
+            if _is_not_found(error):
+                return None
+            raise
+        return http_credentials_from_fields(connection_id, _fields(connection), f"Airflow connection {connection_id}")
 
     async def amongo(self, connection_id: str) -> MongoTarget | None:
         from airflow.sdk import BaseHook

@@ -95,12 +95,21 @@ def plan_run(source: SourceConfig, airflow_run_id: str, params: dict[str, Any] |
         planner = Planner(
             connections.database(connections.main, settings.mongo_database), input_database,
             connections.database(connections.output, output_database_name(source, settings)),
+            robots=_robots_cache(settings), user_agent=settings.user_agent,
         )
         result = planner.plan(source, airflow_run_id, options)
     log.info("planned run %s of %s: %s URLs in %s packages (%s new); skipped %s fresh, %s invalid; "
              "batch limit reached: %s", result.run_id, source.name, result.urls_planned, result.packages_total,
              result.packages_created, result.skipped_fresh, result.skipped_invalid, result.batch_limit_reached)
     return result.to_dict()
+
+
+def _robots_cache(settings: Any) -> Any:
+    """The workers' robots.txt cache in Redis: planning drops URLs a cached robots.txt disallows."""
+    from harvester.connections import REDIS_DEFAULT, redis_client
+    from harvester.scraping.robots import RobotsCache
+
+    return RobotsCache.from_settings(settings, redis_client(REDIS_DEFAULT, settings))
 
 
 def produce_run(source: SourceConfig, run_id: str) -> dict[str, Any]:

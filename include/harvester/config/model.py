@@ -103,6 +103,11 @@ class RateLimit(StrictModel):
     per_host_max_active: int | None = Field(
         default=None, ge=1, description="Politeness: tasks in flight per host (like Scrapy's slots)."
     )
+    per_host_per_minute: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="Politeness: requests started per host in any rolling minute, counted when each fetch starts "
+                    "(robots.txt Crawl-delay and Request-rate may make it slower).",
+    )
 
     @model_validator(mode="after")
     def _per_host_within_total(self) -> RateLimit:
@@ -257,6 +262,16 @@ class SourceConfig(StrictModel):
         default=20.0, gt=0, le=100,
         description="Selector drift: an attribute found in this many percentage points fewer records than "
                     "the median of the previous runs is flagged.",
+    )
+    robots: Literal["obey", "ignore"] = Field(
+        default="obey", description="obey: robots.txt Disallow, Crawl-delay and Request-rate apply (the default).")
+    max_retry_after: float | None = Field(
+        default=None, gt=0, description="Seconds: the longest pause a Retry-After of this site may ask for "
+                                        "(at most HARVESTER_MAX_RETRY_AFTER_SECONDS).")
+    http_connection_id: str | None = Field(
+        default=None, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="An Airflow HTTP connection whose login/password (basic auth) or extras (headers, cookies) "
+                    "every request carries; credentials never go in YAML.",
     )
 
     @model_validator(mode="before")

@@ -11,6 +11,7 @@ import hashlib
 import html
 import json
 import struct
+import time
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from harvester.demo_site.hostile import HOSTILE_FETCH_PAGES
 
 CLIENT_HEADER = b"x-demo-client"
 STATS_PATH = "/_stats"
@@ -37,10 +40,12 @@ class ClientCounter:
     max_concurrent: int = 0
     total: int = 0
     statuses: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    robots: int = 0  # fetches of /robots.txt, counted apart: they are not pages of the crawl
+    request_times: list[float] = field(default_factory=list)  # when each page request started (monotonic)
 
     def as_dict(self) -> dict[str, Any]:
         return {"current": self.current, "max_concurrent": self.max_concurrent, "total": self.total,
-                "statuses": dict(self.statuses)}
+                "statuses": dict(self.statuses), "robots": self.robots, "request_times": self.request_times[-500:]}
 
 
 @dataclass
@@ -91,6 +96,11 @@ class ConcurrencyCounter:
         if client is None:
             client = scope["client"][0] if scope.get("client") else "unknown"
         counter = self.site.clients[client]
+        if scope["path"] == "/robots.txt":
+            counter.robots += 1
+            await self.app(scope, receive, send)
+            return
+        counter.request_times.append(time.monotonic())
         counter.current += 1
         counter.total += 1
         counter.max_concurrent = max(counter.max_concurrent, counter.current)
@@ -227,7 +237,7 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     async def index(request: Request) -> HTMLResponse:
         faults = ["/slow/1?delay=2", "/status/500", "/flaky/demo?fail=2", "/ratelimited/demo?retry_after=2",
                   "/redirect-loop/a", "/redirect/3", "/huge?mb=8", "/malformed", "/wrong-type/1",
-                  "/js/product/1", "/data.json", "/blocked", "/links"]
+                  "/js/product/1", "/data.json", "/blocked", "/links", *HOSTILE_FETCH_PAGES]
         items = "".join(f'<li><a href="{url}">{html.escape(url)}</a></li>' for url in faults)
         return HTMLResponse(page("Home", f'<a class="shop" href="/shop">Shop</a><ul class="faults">{items}</ul>'))
 
@@ -410,6 +420,9 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
         Route(f"{STATS_PATH}/reset", reset, methods=["POST"]),
         Route("/_markup", markup, methods=["POST"]),
     ]
+    from harvester.demo_site.hostile import hostile_fetch_routes
+
+    routes += hostile_fetch_routes(product_body, page)
     app = Starlette(routes=routes)
     app.state.site = site
     return ConcurrencyCounter(app, site)

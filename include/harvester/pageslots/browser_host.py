@@ -42,6 +42,7 @@ from harvester.config.model import SourceConfig
 from harvester.pageslots.proxies import proxy_for
 from harvester.pageslots.registry import SlotState
 from harvester.queues import PAGESLOTS_QUEUE, page_slot_queue_name
+from harvester.scraping.addresses import AddressGuard
 from harvester.scraping.browser import (
     PageLoad,
     ResourceBlocker,
@@ -215,7 +216,7 @@ class BrowserHost:
                                                  **({"proxy": proxy.playwright()} if proxy else {}))
         slot.user_agent = user_agent
         slot.page = await slot.context.new_page()
-        slot.blocker = ResourceBlocker()
+        slot.blocker = ResourceBlocker(AddressGuard.from_settings(self.settings))
         await slot.blocker.attach(slot.page)
         slot.state = SlotState.PAGE_READY
         return slot.page

@@ -42,6 +42,7 @@ from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
 from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher, page_slot_queues
 from harvester.pageslots.proxies import Proxy, ProxyNotConfigured, require_proxy
 from harvester.pageslots.registry import KEYS, Orders, SlotRegistry, SlotState, SlotTransitionRefused
+from harvester.scraping.addresses import AddressGuard
 from harvester.scraping.browser import CHROMIUM_ARGS, PageLoad, ResourceBlocker, load_page, user_agent_and_headers
 from harvester.scraping.page_fetcher import FetchResult
 from harvester.settings import HarvesterSettings, get_settings
@@ -67,7 +68,7 @@ class SlotBrowser:
         self.browser: Browser | None = None
         self.context: BrowserContext | None = None
         self.page: Page | None = None
-        self.blocker = ResourceBlocker()
+        self.blocker = ResourceBlocker(AddressGuard.from_settings(self.settings))
         self.user_agent = ""
         self.pid: int | None = None
         self.pages_since_launch = 0
@@ -88,7 +89,7 @@ class SlotBrowser:
         self.context = await browser.new_context(user_agent=user_agent)
         self.user_agent = user_agent
         self.page = await self.context.new_page()
-        self.blocker = ResourceBlocker()
+        self.blocker = ResourceBlocker(AddressGuard.from_settings(self.settings))
         await self.blocker.attach(self.page)
         return self.page
 

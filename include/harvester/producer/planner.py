@@ -26,6 +26,7 @@ from pymongo.database import Database
 from harvester.config.model import SourceConfig
 from harvester.config.run_options import RunOptions
 from harvester.producer.streams import prefetch
+from harvester.scraping.robots import RobotsCache
 from harvester.storage.packages import PackageStore
 from harvester.storage.runs import RunStore
 from harvester.urls import canonicalise_url
@@ -65,6 +66,7 @@ class PlanResult:
     skipped_fresh: int = 0
     skipped_invalid: int = 0
     skipped_duplicate: int = 0
+    skipped_robots: int = 0
     invalid_examples: list[str] = field(default_factory=list)
     packages_created: int = 0
     packages_total: int = 0
@@ -143,7 +145,9 @@ class Planner:
     """Builds the packages of one run from seeds, a MongoDB input collection, or explicit URLs."""
 
     def __init__(self, database: Database, input_database: Database | None, output_database: Database,
-                 cursor_batch_size: int = 2000) -> None:
+                 cursor_batch_size: int = 2000, robots: RobotsCache | None = None, user_agent: str = "") -> None:
+        self.robots = robots  # cached robots.txt only (never fetched here); the fetch-time check still applies
+        self.user_agent = user_agent
         self.packages = PackageStore(database)
         self.runs = RunStore(database)
         self.input_database = input_database
@@ -279,10 +283,17 @@ class Planner:
                 continue
             chunk[url] = None
             if len(chunk) >= LAG_CHUNK:
-                yield list(chunk)
+                yield self._robots_allowed(source, list(chunk), result)
                 chunk = {}
         if chunk:
-            yield list(chunk)
+            yield self._robots_allowed(source, list(chunk), result)
+
+    def _robots_allowed(self, source: SourceConfig, urls: list[str], result: PlanResult) -> list[str]:
+        if self.robots is None or source.robots != "obey":
+            return urls
+        kept, result_dropped = self.robots.filter_allowed(urls, source.headers.get("User-Agent") or self.user_agent)
+        result.skipped_robots += result_dropped
+        return kept
 
     def _nothing_harvested_since(self, source: SourceConfig, cutoff: datetime) -> bool:
         """One query instead of one $in lookup per chunk when the whole output is older than the lag

@@ -12,8 +12,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin
 
 from harvester.config.model import SourceConfig
+from harvester.scraping.addresses import AddressGuard, AddressRefused
 from harvester.scraping.fetcher import FetchResult, request_headers
 from harvester.scraping.responses import DEFAULT_CLASSIFIER, ResponseClassifier
 from harvester.settings import HarvesterSettings
@@ -53,10 +55,12 @@ class ResourceBlocker:
     the bytes actually transferred (headers and bodies of finished requests), never an estimate.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, guard: AddressGuard | None = None) -> None:
         self.blocked_types: frozenset[str] = frozenset()
         self.blocked: Counter[str] = Counter()
         self._finished: list[Request] = []
+        self.guard = guard  # every request and every redirect hop of a navigation is checked (addresses.py)
+        self.navigation_refusal: str | None = None
 
     async def attach(self, page: Page) -> None:
         await page.route("**/*", self._intercept)
@@ -66,23 +70,69 @@ class ResourceBlocker:
         self.blocked_types = frozenset(blocked_types)
         self.blocked = Counter()
         self._finished = []
+        self.navigation_refusal = None
 
     def _request_finished(self, request: Request) -> None:
         self._finished.append(request)
 
     async def _intercept(self, route: Route) -> None:
-        resource_type = route.request.resource_type
+        request = route.request
+        resource_type = request.resource_type
         if resource_type in self.blocked_types:
             self.blocked[resource_type] += 1
             await route.abort("blockedbyclient")
-        else:
+            return
+        if self.guard is None:
             await route.continue_()
+            return
+        navigation = request.is_navigation_request() and request.frame.parent_frame is None
+        try:
+            await self.guard.check(request.url)
+            if not navigation:
+                await route.continue_()
+                return
+            # Chromium follows redirects without asking the route again: fetch the hop ourselves, check
+            # where it points, and hand the answer to the page (a redirect then comes back here).
+            response = await route.fetch(max_redirects=0)
+            location = response.headers.get("location")
+            if 300 <= response.status < 400 and location:
+                await self.guard.check(urljoin(request.url, location))
+            await route.fulfill(response=response)
+        except AddressRefused as refused:
+            self.blocked["address_refused"] += 1
+            if navigation:
+                self.navigation_refusal = str(refused)
+            await route.abort("addressunreachable")
+        except Exception as error:  # route.fetch failed (refused connection, reset): the page sees the same error
+            await route.abort(abort_code(error))
 
     async def transferred_bytes(self) -> int:
         """Response headers plus bodies of every request this load finished (as Chromium counted them)."""
         sizes = await asyncio.gather(*(request.sizes() for request in self._finished), return_exceptions=True)
         return sum(size["responseHeadersSize"] + size["responseBodySize"]
                    for size in sizes if isinstance(size, dict))
+
+
+FETCH_ERRORS_TO_ABORT_CODES = {"ECONNREFUSED": "connectionrefused", "ENOTFOUND": "namenotresolved",
+                               "EAI_AGAIN": "namenotresolved", "ETIMEDOUT": "timedout",
+                               "ECONNRESET": "connectionreset"}
+
+
+def abort_code(error: BaseException) -> str:
+    """The network error a page sees for a failed ``route.fetch`` (as Chromium would have reported it)."""
+    text = str(error)
+    return next((code for name, code in FETCH_ERRORS_TO_ABORT_CODES.items() if name in text), "failed")
+
+
+async def response_body_size(response: Any) -> int:
+    """The decoded size of the main document as Chromium received it (0 when unknown)."""
+    if response is None:
+        return 0
+    try:
+        sizes = await response.request.sizes()
+    except Exception:  # the request may be gone (a crashed page): the DOM size still applies
+        return 0
+    return int(sizes.get("responseBodySize", 0))
 
 
 @dataclass
@@ -120,6 +170,9 @@ async def load_page(page: Page, blocker: ResourceBlocker, url: str, source: Sour
                             elapsed=time.monotonic() - started)
         return PageLoad(fetch, load_failed=True, blocked=blocker.blocked)
     except PlaywrightError as error:
+        if blocker.navigation_refusal is not None:  # our refusal, not a failed load: never retried
+            fetch = FetchResult(url, "refused", reason=blocker.navigation_refusal, elapsed=time.monotonic() - started)
+            return PageLoad(fetch, blocked=blocker.blocked)
         fetch = FetchResult(url, "connection_error", reason=first_line(error),
                             elapsed=time.monotonic() - started)
         return PageLoad(fetch, load_failed=True, blocked=blocker.blocked)
@@ -130,8 +183,13 @@ async def load_page(page: Page, blocker: ResourceBlocker, url: str, source: Sour
     cap = settings.body_size_cap_bytes
     fetch = FetchResult(url, "ok", final_url=final_url, status=status, text=text, content_type="text/html",
                         size=len(body), elapsed=elapsed)
-    if len(body) > cap:
+    if blocker.navigation_refusal is not None:
+        fetch.outcome, fetch.reason, fetch.text = "refused", blocker.navigation_refusal, ""
+        return PageLoad(fetch, blocked=blocker.blocked)
+    received = await response_body_size(response)
+    if len(body) > cap or received > cap:
         fetch.text, fetch.truncated = body[:cap].decode(errors="ignore"), True
+        fetch.reason = f"body cut at {cap} decoded bytes (the server sent {max(received, len(body))})"
     classified = classifier.classify(status, headers_in, None)
     if classified.outcome != "ok":
         fetch.outcome, fetch.reason, fetch.retry_after = classified.outcome, classified.reason, classified.retry_after
@@ -150,7 +208,7 @@ async def render_page(url: str, source: SourceConfig, settings: HarvesterSetting
             user_agent, _ = user_agent_and_headers(source, settings)
             context = await browser.new_context(user_agent=user_agent)
             page = await context.new_page()
-            blocker = ResourceBlocker()
+            blocker = ResourceBlocker(AddressGuard.from_settings(settings))
             await blocker.attach(page)
             loaded = await load_page(page, blocker, url, source, settings)
         finally:

@@ -1,6 +1,13 @@
 """Async HTTP fetching with httpx: keep-alive (HTTP/2 where the site offers it over TLS), a total
 per-request deadline, a body-size cap and a redirect cap, and one outcome per page.
 
+Hostile sites (docs/workers.md, "Fetch-side defences"): redirects are followed here, hop by hop, each
+hop's address checked (:mod:`harvester.scraping.addresses`) and the connected peer checked after it;
+bodies are decoded with a cap on decoded bytes (:mod:`harvester.scraping.bodies`); text is decoded
+with w3lib's ``html_to_unicode`` (header, BOM, ``<meta charset>``, detection); robots.txt and the
+per-host rate are asked before a request starts; a source's ``http_connection_id`` supplies its
+credentials. Every refusal is a per-page outcome with its reason, never an exception.
+
 One :class:`Fetcher` is kept per worker process and reused across batches, so connections to a site
 stay open between Celery messages (like Scrapy's downloader, and unlike a client per task).
 """
@@ -8,13 +15,22 @@ stay open between Celery messages (like Scrapy's downloader, and unlike a client
 from __future__ import annotations
 
 import asyncio
+import base64
+import logging
 import time
+import zlib
 from collections.abc import Sequence
+from typing import Any, Protocol
+from urllib.parse import urljoin, urlsplit
 
 import httpx
+from w3lib.encoding import html_to_unicode
 
 from harvester.config.model import SourceConfig
-from harvester.scraping.page_fetcher import FetchedBatch, FetchResult
+from harvester.connections import HttpCredentials, resolve_http
+from harvester.scraping.addresses import AddressGuard, AddressRefused, strip_userinfo
+from harvester.scraping.bodies import ACCEPT_ENCODING, BodyRefused, read_body
+from harvester.scraping.page_fetcher import FetchedBatch, FetchResult, HostLimits, HostRateTimeout
 from harvester.scraping.responses import (
     BLOCKED_STATUSES,
     DEFAULT_CLASSIFIER,
@@ -24,38 +40,80 @@ from harvester.scraping.responses import (
     ResponseClassifier,
     parse_retry_after,
 )
+from harvester.scraping.robots import ROBOTS_SIZE_CAP_BYTES, RobotsCache, RobotsRules
 from harvester.settings import HarvesterSettings
 
+log = logging.getLogger(__name__)
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+CREDENTIALS_MEMORY_SECONDS = 60.0
+
 __all__ = ["BLOCKED_STATUSES", "DEFAULT_HEADERS", "HTML_TYPES", "RETRYABLE_STATUSES", "FetchResult", "Fetcher",
-           "Outcome", "parse_retry_after", "request_headers"]
+           "HostLimits", "Outcome", "RequestGate", "credential_headers", "decode_text", "parse_retry_after",
+           "request_headers"]
 
 DEFAULT_HEADERS = {
     "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
     "Accept-Language": "en-US,en;q=0.9",
-    "Upgrade-Insecure-Requests": "1",
+    "Accept-Encoding": ACCEPT_ENCODING,  # only what bodies.py decodes with a cap
 }
 
 
 def request_headers(source: SourceConfig, settings: HarvesterSettings) -> dict[str, str]:
-    """Realistic browser-like headers, overridden by the source's own."""
+    """Harvester's User-Agent and plain Accept headers, overridden by the source's own."""
     return {"User-Agent": settings.user_agent, **DEFAULT_HEADERS, **source.headers}
+
+
+class RequestGate(Protocol):
+    """Per-host politeness at fetch time (:class:`harvester.workers.host_rate.HostRateGate`)."""
+
+    max_wait_seconds: float
+
+    async def acquire(self, source: str, url: str, limits: HostLimits) -> Any: ...
+
+    async def release(self, token: Any) -> None: ...
+
+
+def decode_text(body: bytes, content_type: str | None) -> str:
+    """The page's text: the header's charset, else a BOM, else ``<meta charset>``, else detection (w3lib)."""
+    _, text = html_to_unicode(content_type or None, body)
+    return text
+
+
+def credential_headers(credentials: HttpCredentials) -> dict[str, str]:
+    """The headers an HTTP connection adds: its extras' headers, its cookies, and basic auth."""
+    headers = dict(credentials.headers)
+    if credentials.cookies:
+        headers["Cookie"] = "; ".join(f"{key}={value}" for key, value in credentials.cookies.items())
+    if credentials.auth is not None:
+        token = base64.b64encode(f"{credentials.auth[0]}:{credentials.auth[1]}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    return headers
+
+
+class RobotsDisallowed(Exception):
+    """robots.txt forbids the URL; the message names the origin."""
 
 
 class Fetcher:
     """A pooled httpx client with Harvester's limits. Use as ``async with Fetcher(settings) as fetcher``.
 
     Meets the :class:`~harvester.scraping.page_fetcher.PageFetcher` contract: a batch's pages are
-    fetched concurrently, each within ``source.timeout``.
+    fetched concurrently, each within ``source.timeout`` (plus, when the host is rate-limited, the
+    wait for its turn, at most the gate's ``max_wait_seconds``).
     """
 
     def __init__(self, settings: HarvesterSettings, max_connections: int = 100,
-                 classifier: ResponseClassifier = DEFAULT_CLASSIFIER) -> None:
+                 classifier: ResponseClassifier = DEFAULT_CLASSIFIER, guard: AddressGuard | None = None,
+                 robots: RobotsCache | None = None, gate: RequestGate | None = None) -> None:
         self.settings = settings
         self.classifier = classifier
+        self.guard = guard or AddressGuard.from_settings(settings)
+        self.robots = robots if robots is not None else RobotsCache.from_settings(settings, None)
+        self.gate = gate
+        self._credentials: dict[str, tuple[float, HttpCredentials]] = {}
         self.client = httpx.AsyncClient(
             http2=True,
-            follow_redirects=True,
-            max_redirects=settings.max_redirects,
+            follow_redirects=False,  # followed hop by hop in _send, each hop's address checked
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
                                 keepalive_expiry=60),
             timeout=httpx.Timeout(30.0),
@@ -72,23 +130,53 @@ class Fetcher:
         await self.client.aclose()
 
     @classmethod
-    def from_settings(cls, settings: HarvesterSettings) -> Fetcher:
-        return cls(settings)
+    def from_settings(cls, settings: HarvesterSettings, robots: RobotsCache | None = None,
+                      gate: RequestGate | None = None) -> Fetcher:
+        return cls(settings, robots=robots, gate=gate)
 
     def fetch_seconds(self, source: SourceConfig, pages: int) -> float:
-        """Pages are fetched concurrently and each ends by ``source.timeout``."""
-        return source.timeout
+        """Pages are fetched concurrently and each ends by ``source.timeout`` after its turn came; robots.txt
+        (once per host, within ``source.timeout``) and the host's rate may come first."""
+        waiting = self.gate.max_wait_seconds if self.gate is not None else 0.0
+        robots = source.timeout if source.robots == "obey" else 0.0
+        return source.timeout + robots + waiting
 
     async def fetch_all(self, urls: Sequence[str], source: SourceConfig) -> FetchedBatch:
         return FetchedBatch(list(await asyncio.gather(*(self.fetch(url, source) for url in urls))))
+
+    def credentials(self, source: SourceConfig) -> HttpCredentials | None:
+        """The source's ``http_connection_id`` resolved by the connection factory (kept a minute)."""
+        if source.http_connection_id is None:
+            return None
+        remembered = self._credentials.get(source.http_connection_id)
+        if remembered is not None and time.monotonic() - remembered[0] < CREDENTIALS_MEMORY_SECONDS:
+            return remembered[1]
+        credentials = resolve_http(source.http_connection_id)
+        self._credentials[source.http_connection_id] = (time.monotonic(), credentials)
+        return credentials
 
     async def fetch(self, url: str, source: SourceConfig) -> FetchResult:
         """Fetch one page; never raises for what a site can do wrong (that becomes the outcome)."""
         started = time.monotonic()
         started_at = time.time()
+        url = strip_userinfo(url)
+        token = None
         try:
+            limits = await self._before_request(url, source)
+            if self.gate is not None and limits is not None:
+                token = await self.gate.acquire(source.name, url, limits)
             async with asyncio.timeout(source.timeout):
                 result = await self._fetch(url, source)
+        except RobotsDisallowed as error:
+            result = FetchResult(url, "robots_disallowed", reason=str(error))
+        except AddressRefused as error:
+            result = FetchResult(url, "refused", reason=str(error))
+        except BodyRefused as error:
+            result = FetchResult(url, "decode_error", reason=str(error))
+        except (httpx.DecodingError, zlib.error) as error:
+            result = FetchResult(url, "decode_error", reason=f"undecodable body: {type(error).__name__}: {error}")
+        except MemoryError:
+            result = FetchResult(url, "decode_error", reason="out of memory reading the body")
         except TimeoutError:
             result = FetchResult(url, "timeout", reason=f"no complete response within {source.timeout:g}s")
         except httpx.TooManyRedirects:
@@ -98,16 +186,92 @@ class Fetcher:
             result = FetchResult(url, "timeout", reason=f"{type(error).__name__}: {error}")
         except (httpx.TransportError, OSError) as error:
             result = FetchResult(url, "connection_error", reason=f"{type(error).__name__}: {error}")
-        except httpx.InvalidURL as error:
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as error:
             result = FetchResult(url, "parse_error", reason=f"invalid URL: {error}")
+        except HostRateTimeout as error:
+            result = FetchResult(url, "host_rate_wait", reason=str(error))
+        finally:
+            if token is not None and self.gate is not None:
+                await self.gate.release(token)
         result.elapsed = time.monotonic() - started
         result.started_at = started_at
         return result
 
+    async def _before_request(self, url: str, source: SourceConfig) -> HostLimits | None:
+        """robots.txt (when obeyed) and the host's limits; raises :class:`RobotsDisallowed`."""
+        self.guard.split(url)  # a refused scheme never reaches robots.txt or the rate gate
+        interval = 0.0
+        if source.robots == "obey":
+            rules = await self.robots_rules(url, source)
+            user_agent = request_headers(source, self.settings)["User-Agent"]
+            if not rules.allowed(url, user_agent):
+                raise RobotsDisallowed(f"robots.txt of {rules.origin} disallows this URL for "
+                                       f"{user_agent.split('/', 1)[0]}")
+            interval = rules.min_interval_seconds(user_agent)
+        if self.gate is None:
+            return None
+        limit = source.rate_limit
+        return HostLimits(limit.per_host_per_minute or 0, interval, limit.per_host_max_active or 0)
+
+    async def robots_rules(self, url: str, source: SourceConfig) -> RobotsRules:
+        async def fetch_robots(robots_url: str) -> tuple[int | None, str]:
+            try:
+                async with asyncio.timeout(source.timeout):
+                    status, _, body, content_type = await self._get(robots_url, source, ROBOTS_SIZE_CAP_BYTES)
+            except (AddressRefused, BodyRefused, TimeoutError, httpx.HTTPError, OSError, MemoryError) as error:
+                log.info("robots.txt %s unreachable: %s", robots_url, error)
+                return None, ""
+            return status, decode_text(body, content_type) if 200 <= status < 300 else ""
+
+        return await self.robots.rules(url, fetch_robots)
+
+    async def _send(self, url: str, source: SourceConfig) -> httpx.Response:
+        """GET ``url`` and follow redirects by hand: every hop's URL and the peer it connected to are
+        checked, credentials are sent only to the first URL's origin, and userinfo is dropped."""
+        headers = request_headers(source, self.settings)
+        credentials = self.credentials(source)
+        origin = urlsplit(url)[:2]
+        current = url
+        for _ in range(self.settings.max_redirects + 1):
+            await self.guard.check(current)
+            hop_headers = dict(headers)
+            if credentials is not None and urlsplit(current)[:2] == origin:
+                hop_headers.update(credential_headers(credentials))
+            request = self.client.build_request("GET", current, headers=hop_headers)
+            response = await self.client.send(request, stream=True)
+            try:
+                self._check_peer(response, current)
+            except AddressRefused:
+                await response.aclose()
+                raise
+            location = response.headers.get("location")
+            if response.status_code not in REDIRECT_STATUSES or not location:
+                return response
+            await response.aclose()
+            current = strip_userinfo(urljoin(current, location.strip()))
+        raise httpx.TooManyRedirects(f"more than {self.settings.max_redirects} redirects")
+
+    def _check_peer(self, response: httpx.Response, url: str) -> None:
+        stream = response.extensions.get("network_stream")
+        if stream is None:
+            return
+        peer = stream.get_extra_info("server_addr")
+        _, _, port = self.guard.split(url)
+        self.guard.check_peer(peer, port)
+
+    async def _get(self, url: str, source: SourceConfig, cap: int) -> tuple[int, httpx.Response, bytes, str]:
+        """Status, response, decoded body (at most ``cap`` bytes) and content type of a guarded GET."""
+        response = await self._send(url, source)
+        try:
+            body = await read_body(response.aiter_raw(), response.headers.get("content-encoding"), cap)
+        finally:
+            await response.aclose()
+        return response.status_code, response, body.content, response.headers.get("content-type", "")
+
     async def _fetch(self, url: str, source: SourceConfig) -> FetchResult:
         cap = self.settings.body_size_cap_bytes
-        headers = request_headers(source, self.settings)
-        async with self.client.stream("GET", url, headers=headers) as response:
+        response = await self._send(url, source)
+        try:
             status = response.status_code
             content_type = response.headers.get("content-type", "")
             result = FetchResult(url, "ok", final_url=str(response.url), status=status,
@@ -117,23 +281,12 @@ class Fetcher:
                 result.outcome, result.reason = classified.outcome, classified.reason
                 result.retry_after = classified.retry_after
                 return result
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                if size + len(chunk) > cap:
-                    chunks.append(chunk[: cap - size])
-                    size = cap
-                    result.truncated = True
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            body = b"".join(chunks)
-            result.size = size
-            encoding = response.charset_encoding or "utf-8"
-            try:
-                result.text = body.decode(encoding, errors="replace")
-            except LookupError:
-                result.text = body.decode("utf-8", errors="replace")
-            if result.truncated:
-                result.reason = f"body cut at {cap} bytes"
-            return result
+            body = await read_body(response.aiter_raw(), response.headers.get("content-encoding"), cap)
+        finally:
+            await response.aclose()
+        result.size = len(body.content)
+        result.truncated = body.truncated
+        result.text = decode_text(body.content, content_type)
+        if result.truncated:
+            result.reason = f"body cut at {cap} decoded bytes"
+        return result

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harvester.config.model import SourceConfig
+from harvester.scraping.addresses import strip_userinfo
 from harvester.scraping.extraction import Extraction, extract_record, parse_html
 from harvester.scraping.fetcher import FetchResult
 from harvester.scraping.links import Discovery, canonicalise_url, discover_links
@@ -29,7 +30,8 @@ class PageResult:
 
 
 def record_url(url: str) -> str:
-    """The URL a record is stored under: the canonical form of the requested URL."""
+    """The URL a record is stored under: the canonical form of the requested URL, without credentials."""
+    url = strip_userinfo(url)
     return canonicalise_url(url) or url
 
 

@@ -18,6 +18,25 @@ from harvester.config.model import SourceConfig
 from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, Outcome, Verdict
 
 
+@dataclass(frozen=True, slots=True)
+class HostLimits:
+    """What one host allows a source at fetch time: request starts per rolling window
+    (``per_host_per_minute``), a minimum gap between starts (robots.txt Crawl-delay / Request-rate),
+    and requests in flight (``per_host_max_active``). Zero: no such limit."""
+
+    per_minute: int = 0
+    min_interval_seconds: float = 0.0
+    max_active: int = 0
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.per_minute or self.min_interval_seconds or self.max_active)
+
+
+class HostRateTimeout(Exception):
+    """No request slot on the host within the wait allowed: the task is retried later."""
+
+
 @dataclass(slots=True)
 class FetchResult:
     """What one request produced; ``outcome`` drives storage, retry or dead letter."""

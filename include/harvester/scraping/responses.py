@@ -8,6 +8,7 @@ loader both call :meth:`ResponseClassifier.classify`, and the failure policy rea
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,12 +19,16 @@ from typing import Literal
 Outcome = Literal[
     "ok", "not_modified", "http_error", "timeout", "blocked", "connection_error", "too_many_redirects",
     "parse_error",
+    "refused",  # a scheme or an address the crawl must not reach (scraping.addresses): never retried
+    "decode_error",  # a body we will not or cannot decode (stacked or corrupt encoding, no memory): never retried
+    "robots_disallowed",  # robots.txt forbids the URL to our User-Agent: never retried
+    "host_rate_wait",  # the host's per-host rate gave no request slot in time: retried later
 ]
 HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml", "text/xml", "text/plain")
 BLOCKED_STATUSES = frozenset({403, 451})
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
 RATE_LIMIT_STATUSES = frozenset({429, 503})
-TRANSIENT_OUTCOMES = frozenset({"timeout", "connection_error"})
+TRANSIENT_OUTCOMES = frozenset({"timeout", "connection_error", "host_rate_wait"})
 
 
 class Verdict(StrEnum):
@@ -49,18 +54,34 @@ class Classification:
     retry_after: float | None = None
 
 
+MAX_RETRY_AFTER_DIGITS = 9  # about 31 years: anything longer is not a delay a server means
+MAX_PARSED_RETRY_AFTER_SECONDS = 366 * 86_400.0  # a value further out is refused as absurd, not clamped
+
+
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Retry-After as seconds from now: either delta-seconds or an HTTP date."""
+    """Retry-After as seconds from now: either delta-seconds or an HTTP date.
+
+    None when absent or not believable: a value of more than nine digits (``99999999999``, a 400-digit
+    number that would parse to infinity), a date more than a year away, or anything non-finite. The
+    caller then uses its default wait; the pause a believable value asks for is clamped separately
+    (:meth:`harvester.workers.failures.FailurePolicy.decide`).
+    """
     if not value:
         return None
     value = value.strip()
     if value.isdigit():
-        return float(value)
-    try:
-        moment = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        if len(value.lstrip("0")) > MAX_RETRY_AFTER_DIGITS:
+            return None
+        seconds = float(int(value))
+    else:
+        try:
+            moment = parsedate_to_datetime(value)
+            seconds = max(0.0, moment.timestamp() - (time.time() if now is None else now))
+        except (TypeError, ValueError, OverflowError, IndexError):
+            return None
+    if not math.isfinite(seconds) or seconds > MAX_PARSED_RETRY_AFTER_SECONDS:
         return None
-    return max(0.0, moment.timestamp() - (time.time() if now is None else now))
+    return seconds
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:

@@ -87,6 +87,10 @@ class LocalStack:
             "HARVESTER_REDIS_URL": self.redis_url,
             "HARVESTER_MONGO_URI": self.mongo.uri,
             "HARVESTER_DEMO_SITE_URL": self.demo_site_url,
+            # the demo site is on loopback: allow exactly its port (redirects to Redis, MongoDB or cloud
+            # metadata stay refused); a deployment's own private networks go in the same variable
+            "HARVESTER_ALLOWED_PRIVATE_NETWORKS": self.environ.get(
+                "HARVESTER_ALLOWED_PRIVATE_NETWORKS", f"{LOOPBACK}/32:{self.ports.demo_site}"),
             "AIRFLOW_HOME": str(airflow_home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.root / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.root / "plugins"),

@@ -34,15 +34,18 @@ import redis
 from harvester.config.model import SourceConfig
 from harvester.distributor import RateLimitStore, TaskMessage
 from harvester.metrics.recording import record_fetches_quietly
+from harvester.scraping.addresses import AddressGuard
 from harvester.scraping.fetcher import Fetcher
 from harvester.scraping.page import PageResult, process_page
 from harvester.scraping.page_fetcher import FetchResult, PageFetcher
+from harvester.scraping.robots import RobotsCache
 from harvester.settings import HarvesterSettings, get_settings
 from harvester.storage.data_handler import DataHandler
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
 from harvester.workers.heartbeat import LeaseHeartbeat
+from harvester.workers.host_rate import HostRateGate
 from harvester.workers.report import BatchReport
 from harvester.workers.settler import Settler, StoredPage
 from harvester.workers.sources import SOURCE_CACHE_SECONDS, SourceCache
@@ -73,10 +76,13 @@ class BatchRunner:
         self.clients = clients or WorkerClients.from_settings(self.settings)
         self.sources = SourceCache.from_settings(self.settings)
         self.failures = FailurePolicy.from_settings(self.settings, self.clients)
-        self.follower = LinkFollower.from_settings(self.settings, self.clients)
-        self.settler = Settler.from_settings(self.settings, self.clients, self.failures)
         self.loop = new_event_loop()
-        self.fetcher: PageFetcher = Fetcher.from_settings(self.settings)
+        self.guard = AddressGuard.from_settings(self.settings)
+        self.robots = RobotsCache.from_settings(self.settings, self.clients.redis)
+        self.follower = LinkFollower.from_settings(self.settings, self.clients, self.address_refusals, self.robots)
+        self.settler = Settler.from_settings(self.settings, self.clients, self.failures)
+        self.fetcher: PageFetcher = Fetcher.from_settings(
+            self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis))
         self._browser: PageFetcher | None = None
 
     # -- the shared clients, under the names the tests and tools use --------------------------------
@@ -105,6 +111,10 @@ class BatchRunner:
 
             self._browser = BrowserPageFetcher.from_settings(self.settings)
         return self._browser
+
+    def address_refusals(self, urls: list[str]) -> dict[str, str]:
+        """Discovered links whose host resolves to a refused address (resolved on the process's loop)."""
+        return self.loop.run_until_complete(self.guard.refusals(urls))
 
     def fetcher_for(self, source: SourceConfig) -> PageFetcher:
         return self.browser if source.render == "browser" else self.fetcher
@@ -188,7 +198,7 @@ class BatchRunner:
             if fetch.outcome == "not_modified":
                 finished.append(message)
             elif not fetch.ok:
-                self.failures.fetch_failed(source.name, message, fetch, report)
+                self.failures.fetch_failed(source, message, fetch, report)
             elif page.extraction is not None:
                 for problem in page.extraction.problems:
                     report.outcomes[problem.counter] += 1

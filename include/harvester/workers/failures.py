@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
+from harvester.config.model import SourceConfig
 from harvester.distributor import RateLimitStore, TaskMessage
 from harvester.distributor.hosts import host_of
 from harvester.scraping.page_fetcher import FetchResult
@@ -31,6 +32,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 DEFAULT_RETRY_AFTER_SECONDS = 30.0
+DEFAULT_MAX_RETRY_AFTER_SECONDS = 3600.0
+
+
+def single_host(source: SourceConfig) -> bool:
+    """Whether all of a source's input is on one host (seeds only, one host): then a pause of that host
+    is a pause of the whole source, and admission skips the source at once instead of task by task."""
+    return source.input.mongo is None and len({host_of(seed) for seed in source.input.seeds}) == 1
 
 
 class FailureAction(StrEnum):
@@ -54,41 +62,60 @@ class FailurePolicy:
 
     def __init__(self, store: RateLimitStore, packages: Callable[[], PackageStore],
                  classifier: ResponseClassifier = DEFAULT_CLASSIFIER,
-                 default_retry_after: float = DEFAULT_RETRY_AFTER_SECONDS) -> None:
+                 default_retry_after: float = DEFAULT_RETRY_AFTER_SECONDS,
+                 max_retry_after: float = DEFAULT_MAX_RETRY_AFTER_SECONDS) -> None:
         self.store = store
         self.packages = packages
         self.classifier = classifier
         self.default_retry_after = default_retry_after
+        self.max_retry_after = max_retry_after
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, clients: WorkerClients) -> FailurePolicy:
-        return cls(clients.store, lambda: clients.packages)
+        return cls(clients.store, lambda: clients.packages, max_retry_after=settings.max_retry_after_seconds)
+
+    def longest_wait(self, source: SourceConfig | None) -> float:
+        """The longest pause a server may ask of ``source``: the setting, or the source's own, if lower."""
+        if source is not None and source.max_retry_after is not None:
+            return min(self.max_retry_after, source.max_retry_after)
+        return self.max_retry_after
 
     # -- deciding ------------------------------------------------------------------------------
-    def decide(self, fetch: FetchResult) -> FailureDecision:
+    def decide(self, fetch: FetchResult, source: SourceConfig | None = None) -> FailureDecision:
         """A failed fetch → its ending. A rate limit (429, 503, or a block naming Retry-After) pauses
-        the whole source and host for Retry-After, or ``default_retry_after`` when the server named none."""
+        the answering host for Retry-After, or ``default_retry_after`` when the server named none (or
+        an unbelievable value: ``parse_retry_after`` refuses those), never longer than :meth:`longest_wait`."""
         reason = f"{fetch.counter}: {fetch.reason}" if fetch.reason else fetch.counter
         verdict = self.classifier.verdict(fetch.outcome, fetch.status, fetch.retry_after)
         if verdict not in RETRY_VERDICTS:
             return FailureDecision(FailureAction.DEAD_LETTER, reason)
+        longest = self.longest_wait(source)
         if verdict is Verdict.RATE_LIMITED:
             wait = fetch.retry_after if fetch.retry_after is not None else self.default_retry_after
+            wait = min(wait, longest)
             return FailureDecision(FailureAction.RETRY, reason, retry_after=wait, pause_seconds=wait)
-        return FailureDecision(FailureAction.RETRY, reason, retry_after=fetch.retry_after)
+        retry_after = None if fetch.retry_after is None else min(fetch.retry_after, longest)
+        return FailureDecision(FailureAction.RETRY, reason, retry_after=retry_after)
 
     # -- applying ------------------------------------------------------------------------------
-    def fetch_failed(self, source_name: str, message: TaskMessage, fetch: FetchResult,
+    def fetch_failed(self, source: SourceConfig | str, message: TaskMessage, fetch: FetchResult,
                      report: BatchReport) -> FailureDecision:
-        """Decide and apply the ending of a failed fetch."""
-        decision = self.decide(fetch)
+        """Decide and apply the ending of a failed fetch. A rate limit pauses the host that answered
+        (after redirects); the whole source pauses too only when all its input is on that one host."""
+        config = source if isinstance(source, SourceConfig) else None
+        source_name = source.name if isinstance(source, SourceConfig) else source
+        decision = self.decide(fetch, config)
         if decision.action is FailureAction.DEAD_LETTER:
             self.dead_letter(message, decision.reason, report)
             return decision
         if decision.pause_seconds is not None:
-            try:  # the whole source waits, not just this task (DESIGN.md section 9)
-                self.store.pause_source(source_name, decision.pause_seconds)
-                self.store.pause_host(source_name, host_of(message.url), decision.pause_seconds)
+            answering = host_of(fetch.final_url or message.url) or host_of(message.url)
+            try:
+                self.store.pause_host(source_name, answering, decision.pause_seconds)
+                if answering != host_of(message.url):  # admission knows tasks by the host they name
+                    self.store.pause_host(source_name, host_of(message.url), decision.pause_seconds)
+                if config is None or single_host(config):
+                    self.store.pause_source(source_name, decision.pause_seconds)
             except redis.RedisError as error:
                 log.warning("pausing %s failed: %s", source_name, error)
         self.retry(message, decision.reason, decision.retry_after, report)

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 from harvester.config.model import SourceConfig
 from harvester.distributor import Intake, TaskMessage
+from harvester.scraping.addresses import strip_userinfo
 from harvester.scraping.page import PageResult
+from harvester.scraping.robots import RobotsCache
 from harvester.settings import HarvesterSettings
 from harvester.storage.data_handler import DataHandler
 from harvester.storage.packages import planned_task_id
@@ -45,16 +47,41 @@ class LinkFollower:
     """Listing page → canonical links → duplicate-URL checker and run cap → new tasks in package and intake."""
 
     def __init__(self, urls: URLStore, frontier: RunFrontier, intake: Intake, data: DataHandler,
-                 packages: Callable[[], PackageStore]) -> None:
+                 packages: Callable[[], PackageStore], refusals: Callable[[list[str]], dict[str, str]] | None = None,
+                 robots: RobotsCache | None = None, user_agent: str = "") -> None:
         self.urls = urls
         self.frontier = frontier
         self.intake = intake
         self.data = data
         self.packages = packages
+        self.refusals = refusals  # URLs -> reason for those whose address is refused (None: no checks)
+        self.robots = robots
+        self.user_agent = user_agent
 
     @classmethod
-    def from_settings(cls, settings: HarvesterSettings, clients: WorkerClients) -> LinkFollower:
-        return cls(clients.urls, clients.frontier, clients.intake, clients.data, lambda: clients.packages)
+    def from_settings(cls, settings: HarvesterSettings, clients: WorkerClients,
+                      refusals: Callable[[list[str]], dict[str, str]] | None = None,
+                      robots: RobotsCache | None = None) -> LinkFollower:
+        return cls(clients.urls, clients.frontier, clients.intake, clients.data, lambda: clients.packages,
+                   refusals, robots, settings.user_agent)
+
+    def screen(self, source: SourceConfig, urls: list[str], report: BatchReport) -> list[str]:
+        """Drop links whose address is refused (loopback, link-local, private...) and, when the source
+        obeys robots.txt, those a cached robots.txt disallows; each counted as an ignored link."""
+        if not urls:
+            return urls
+        urls = list(dict.fromkeys(strip_userinfo(url) for url in urls))  # credentials in links are never used
+        if self.refusals is not None:
+            refused = self.refusals(urls)
+            if refused:
+                report.outcomes["links_ignored:address_refused"] += len(refused)
+                urls = [url for url in urls if url not in refused]
+        if self.robots is not None and source.robots == "obey":
+            user_agent = source.headers.get("User-Agent") or self.user_agent
+            urls, disallowed = self.robots.filter_allowed(urls, user_agent)
+            if disallowed:
+                report.outcomes["links_ignored:robots_disallowed"] += disallowed
+        return urls
 
     def follow(self, source: SourceConfig, message: TaskMessage, page: PageResult, report: BatchReport) -> None:
         """Queue what ``page`` (a listing page of ``message``) links to. Raises on a Redis or MongoDB
@@ -64,12 +91,14 @@ class LinkFollower:
             return
         for reason, amount in discovery.ignored.items():
             report.outcomes[f"links_ignored:{reason}"] += amount
-        listings = self.frontier.new_listing_pages(source.name, message.run_id, discovery.listings,
+        listings = self.frontier.new_listing_pages(source.name, message.run_id,
+                                                   self.screen(source, discovery.listings, report),
                                                    owner=message.task_id)
         self.queue(source, message, [child_task(source, message, url, "listing") for url in listings], report)
         authority = None if self.data.discarding else self.data.collection(source)
-        details = self.urls.filter_new(source, discovery.details, owner=message.task_id, authority=authority)
-        report.outcomes["links_duplicate"] += len(discovery.details) - len(details)
+        candidates = self.screen(source, discovery.details, report)
+        details = self.urls.filter_new(source, candidates, owner=message.task_id, authority=authority)
+        report.outcomes["links_duplicate"] += len(candidates) - len(details)
         granted = self.frontier.reserve_new_urls(source.name, message.run_id, len(details),
                                                  source.listing.max_new_urls)
         if granted < len(details):

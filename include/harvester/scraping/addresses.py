@@ -1,0 +1,186 @@
+"""Which addresses a crawl may reach: server-side request forgery defences for redirects and links.
+
+A site we do not control can redirect us, or link us, to ``http://169.254.169.254/`` (cloud metadata),
+``http://127.0.0.1:6379/`` (our own Redis) or a private network; what we fetched would then be stored
+as the site's content. Every request URL, every redirect hop and every discovered link is checked
+here: the host is resolved (on the event loop's resolver, never blocking it) and refused when any
+address it resolves to is loopback, link-local, private, multicast, reserved or unspecified, unless
+``HARVESTER_ALLOWED_PRIVATE_NETWORKS`` lists its network (optionally with a port: the local demo
+site is ``127.0.0.1/32:8008``). After connecting, the fetcher checks the peer address too, so a name
+that resolved to a public address and then to a private one (DNS rebinding) is still refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+FETCHABLE_SCHEMES = frozenset({"http", "https"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+RESOLUTION_MEMORY_SECONDS = 60.0  # how long a host's verdict is reused for discovered links
+
+
+class AddressRefused(Exception):
+    """A URL the crawl must not fetch; the message is the reason recorded with the dead letter."""
+
+
+@dataclass(frozen=True, slots=True)
+class AllowedNetwork:
+    """One allow-listed network, on every port or on one."""
+
+    network: IPNetwork
+    port: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> AllowedNetwork:
+        """``127.0.0.1/32``, ``10.0.0.0/8:8080``, ``[::1/128]:8008``, or a bare address."""
+        text = text.strip()
+        port: int | None = None
+        if text.startswith("["):
+            inside, _, rest = text[1:].partition("]")
+            text, port = inside, int(rest[1:]) if rest.startswith(":") else None
+        elif text.count(":") == 1:
+            text, port_text = text.split(":")
+            port = int(port_text)
+        return cls(ipaddress.ip_network(text, strict=False), port)
+
+    def allows(self, address: IPAddress, port: int) -> bool:
+        return address.version == self.network.version and address in self.network and self.port in (None, port)
+
+
+def parse_allowed_networks(value: str) -> tuple[AllowedNetwork, ...]:
+    return tuple(AllowedNetwork.parse(item) for item in value.split(",") if item.strip())
+
+
+def address_problem(address: IPAddress) -> str | None:
+    """Why an address is not a public one a crawler may reach (None: it is)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address_problem(address.ipv4_mapped)
+    for name in ("loopback", "link_local", "multicast", "unspecified", "private", "reserved"):
+        if getattr(address, f"is_{name}"):
+            return name.replace("_", "-")
+    if not address.is_global:
+        return "not global"
+    return None
+
+
+def strip_userinfo(url: str) -> str:
+    """The URL without ``user:password@``: credentials in links are never sent (nor stored)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[1], parts.path, parts.query, parts.fragment))
+
+
+class AddressGuard:
+    """Refuses URLs that point at addresses the crawl must not reach (see the module docstring)."""
+
+    def __init__(self, allowed: tuple[AllowedNetwork, ...] = ()) -> None:
+        self.allowed = allowed
+        self._remembered: dict[tuple[str, int], tuple[float, str | None]] = {}
+
+    @classmethod
+    def from_settings(cls, settings: object) -> AddressGuard:
+        return cls(parse_allowed_networks(getattr(settings, "allowed_private_networks", "") or ""))
+
+    def address_refusal(self, address: IPAddress, port: int) -> str | None:
+        """Why connecting to ``address``:``port`` is refused, or None."""
+        problem = address_problem(address)
+        if problem is None or any(network.allows(address, port) for network in self.allowed):
+            return None
+        return f"address refused: {address} is {problem} (HARVESTER_ALLOWED_PRIVATE_NETWORKS does not list it)"
+
+    @staticmethod
+    def split(url: str) -> tuple[str, str, int]:
+        """Scheme, host and port of a URL we may fetch; raises :class:`AddressRefused` for other schemes."""
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as error:
+            raise AddressRefused(f"invalid URL: {error}") from None
+        scheme = parts.scheme.lower()
+        if scheme not in FETCHABLE_SCHEMES:
+            raise AddressRefused(f"scheme refused: {scheme or 'none'}:// is not http(s)")
+        if not parts.hostname:
+            raise AddressRefused("invalid URL: no host")
+        return scheme, parts.hostname, port or DEFAULT_PORTS[scheme]
+
+    def literal_refusal(self, url: str) -> str | None:
+        """The refusal a URL earns without a DNS lookup (its scheme, or a literal IP address), or None."""
+        try:
+            _, host, port = self.split(url)
+        except AddressRefused as refused:
+            return str(refused)
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return None
+        return self.address_refusal(address, port)
+
+    async def check(self, url: str) -> None:
+        """Raise :class:`AddressRefused` unless every address ``url``'s host resolves to may be fetched.
+        Resolution runs on the loop's resolver (a thread pool), so the event loop never blocks on DNS."""
+        _, host, port = self.split(url)
+        try:
+            addresses = [ipaddress.ip_address(host)]
+        except ValueError:
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except (socket.gaierror, UnicodeError):
+                return  # not refused: the connection then fails as a (retryable) connection error
+            addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+        for address in addresses:
+            if (reason := self.address_refusal(address, port)) is not None:
+                raise AddressRefused(f"{host}: {reason}" if str(address) != host else reason)
+
+    def check_peer(self, peer: object, port: int) -> None:
+        """Raise :class:`AddressRefused` when the connected peer (a socket's ``getpeername()``) is refused."""
+        if not isinstance(peer, tuple) or not peer:
+            return
+        try:
+            address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
+        except ValueError:
+            return
+        if (reason := self.address_refusal(address, port)) is not None:
+            raise AddressRefused(f"connected to {reason}")
+
+    async def refusals(self, urls: list[str]) -> dict[str, str]:
+        """URL → reason for each of ``urls`` that is refused; each distinct host and port is resolved once,
+        concurrently, and remembered for :data:`RESOLUTION_MEMORY_SECONDS`."""
+        by_origin: dict[tuple[str, int], list[str]] = {}
+        refused: dict[str, str] = {}
+        for url in urls:
+            try:
+                _, host, port = self.split(url)
+            except AddressRefused as error:
+                refused[url] = str(error)
+                continue
+            by_origin.setdefault((host.lower(), port), []).append(url)
+        origins = list(by_origin)
+        reasons = await asyncio.gather(*(self._origin_refusal(host, port) for host, port in origins))
+        for origin, reason in zip(origins, reasons, strict=True):
+            if reason is not None:
+                refused.update(dict.fromkeys(by_origin[origin], reason))
+        return refused
+
+    async def _origin_refusal(self, host: str, port: int) -> str | None:
+        now = time.monotonic()
+        remembered = self._remembered.get((host, port))
+        if remembered is not None and now - remembered[0] < RESOLUTION_MEMORY_SECONDS:
+            return remembered[1]
+        scheme_host = f"[{host}]" if ":" in host else host
+        try:
+            await self.check(f"http://{scheme_host}:{port}/")
+            reason = None
+        except AddressRefused as error:
+            reason = str(error)
+        if len(self._remembered) > 10_000:
+            self._remembered.clear()
+        self._remembered[(host, port)] = (now, reason)
+        return reason

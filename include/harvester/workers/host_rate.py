@@ -1,0 +1,90 @@
+"""Per-host politeness held at FETCH time: ``per_host_per_minute``, ``per_host_max_active`` and the
+robots.txt crawl delay, one atomic ``lua/host_fetch.lua`` call per request start.
+
+Admission (``admit.lua``) decides which tasks go to workers; the site only sees requests, and a
+retry, a slow batch or two workers on the same host start requests at times admission cannot know.
+So every request of the HTTP fetcher first takes a token for its host here, against one rolling
+window shared by all workers (Redis TIME is the clock). A request that must wait sleeps on the
+event loop (``asyncio.sleep``), never blocking its batch's other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from dataclasses import dataclass
+
+import redis
+
+from harvester.distributor.hosts import host_of
+from harvester.distributor.scripts import script_source
+from harvester.redis_keys import SourceKeys
+from harvester.scraping.page_fetcher import HostLimits, HostRateTimeout
+
+__all__ = ["HOST_FETCH_ARGUMENTS", "HOST_FETCH_KEYS", "HOST_FETCH_REPLY", "HostLimits", "HostRateGate",
+           "HostRateTimeout", "HostToken"]
+
+# The contract of lua/host_fetch.lua (its header comment says the same): KEYS, ARGV and the reply, in order.
+HOST_FETCH_KEYS = ("host_fetch_window", "host_fetch_active")
+HOST_FETCH_ARGUMENTS = ("token", "per_minute", "window_seconds", "min_interval_seconds", "max_active", "hold_seconds")
+HOST_FETCH_REPLY = ("wait_seconds",)
+
+
+@dataclass(frozen=True, slots=True)
+class HostToken:
+    source: str
+    host: str
+    token: str
+    holds_active: bool
+
+
+class HostRateGate:
+    """Tokens for request starts per source and host (see the module docstring)."""
+
+    def __init__(self, client: redis.Redis, window_seconds: float = 60.0, max_wait_seconds: float = 30.0,
+                 hold_seconds: float = 120.0) -> None:
+        self.client = client
+        self.window_seconds = window_seconds
+        self.max_wait_seconds = max_wait_seconds
+        self.hold_seconds = hold_seconds
+        self.script = client.register_script(script_source("host_fetch"))
+
+    @classmethod
+    def from_settings(cls, settings: object, client: redis.Redis) -> HostRateGate:
+        return cls(client, getattr(settings, "rate_window_seconds", 60.0),
+                   getattr(settings, "host_rate_max_wait_seconds", 30.0),
+                   getattr(settings, "lease_seconds", 120.0))
+
+    def try_acquire(self, source: str, host: str, limits: HostLimits, token: str) -> float:
+        """One Lua call: 0 when the token was taken, else the seconds to wait before asking again."""
+        keys = SourceKeys(source)
+        reply = self.script(keys=[keys.host_fetch_window(host), keys.host_fetch_active(host)],
+                            args=[token, limits.per_minute, self.window_seconds, limits.min_interval_seconds,
+                                  limits.max_active, self.hold_seconds])
+        return float(reply)
+
+    async def acquire(self, source: str, url: str, limits: HostLimits) -> HostToken | None:
+        """Wait (on the loop) for a token of ``url``'s host; None when the host is not limited. Raises
+        :class:`HostRateTimeout` past ``max_wait_seconds``. The Redis call itself is one short round trip."""
+        if not limits.limited:
+            return None
+        host = host_of(url)
+        token = secrets.token_hex(8)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait_seconds
+        while True:
+            wait = await asyncio.to_thread(self.try_acquire, source, host, limits, token)
+            if wait <= 0:
+                return HostToken(source, host, token, limits.max_active > 0)
+            if loop.time() + wait > deadline:
+                raise HostRateTimeout(f"host {host} rate: no request slot within {self.max_wait_seconds:g}s")
+            await asyncio.sleep(wait)
+
+    async def release(self, token: HostToken | None) -> None:
+        """The request ended: free its in-flight place (its start stays in the rolling window)."""
+        if token is None or not token.holds_active:
+            return
+        with contextlib.suppress(redis.RedisError):  # else the token expires after hold_seconds
+            await asyncio.to_thread(self.client.zrem, SourceKeys(token.source).host_fetch_active(token.host),
+                                    token.token)
