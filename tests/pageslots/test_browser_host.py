@@ -4,12 +4,16 @@ real Chromium and the demo site; slot hosting itself is tested in test_slot_host
 from __future__ import annotations
 
 import asyncio
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import psutil
 import pytest
 from harvester.config.model import SourceConfig
+from harvester.metrics.recording import QUEUE_LATENCY_SECONDS, bucket_field, record_fetches
 from harvester.pageslots.host import BrowserHost, SlotState
+from harvester.redis_keys import SourceKeys
 from harvester.settings import HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source_document
@@ -82,3 +86,24 @@ def test_a_crashed_browser_is_relaunched_by_the_next_load(demo_site) -> None:
             assert [process.pid for process in own_browsers()] != [browser.pid]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.integration
+def test_browser_loads_stamp_their_start_so_queue_latency_ends_at_the_fetch(demo_site, redis_client) -> None:
+    """Like HTTP fetches, a page load carries its wall-clock start: the queue-latency histogram measures
+    enqueue -> fetch start, not enqueue -> whenever the batch was recorded."""
+    source = SourceConfig.model_validate(browser_source_document(demo_site.url, "host_latency"))
+
+    async def render() -> Any:
+        async with BrowserHost(HarvesterSettings()) as host:
+            return await host.render(f"{demo_site.url}/js/product/6", source)
+
+    before = time.time()
+    fetch = asyncio.run(render())
+    after = time.time()
+    assert fetch.ok and before <= fetch.started_at <= after
+    enqueued = SimpleNamespace(enqueued_at=fetch.started_at - 3.0)  # waited 3 s for its page
+    record_fetches(redis_client, source.name, [enqueued], [fetch], now=after + 600)  # recorded 10 min later
+    histograms = {k.decode(): v.decode() for k, v in redis_client.hgetall(SourceKeys(source.name).histograms).items()}
+    assert histograms[bucket_field(QUEUE_LATENCY_SECONDS, 3.0)] == "1"
+    assert float(histograms[f"{QUEUE_LATENCY_SECONDS}:sum"]) == pytest.approx(3.0)

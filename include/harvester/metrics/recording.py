@@ -69,7 +69,7 @@ def record_fetches(client: redis.Redis, source: str, messages: Sequence[Enqueued
     for message, fetch in zip(messages, fetches, strict=True):
         requests[request_field(fetch.outcome, fetch.status)] += 1
         elapsed = max(0.0, float(fetch.elapsed))
-        started_at = fetch.started_at or (now - elapsed)  # browser loads do not stamp their start
+        started_at = fetch.started_at or (now - elapsed)  # a result made without a fetch has no start
         latency = max(0.0, started_at - float(message.enqueued_at))
         for histogram, value in ((FETCH_SECONDS, elapsed), (QUEUE_LATENCY_SECONDS, latency)):
             buckets[bucket_field(histogram, value)] += 1

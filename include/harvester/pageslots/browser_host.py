@@ -161,9 +161,10 @@ class BrowserHost:
     async def _render(self, url: str, source: SourceConfig) -> FetchResult:
         settings = self.settings
         slot = self.slots.setdefault(source.country or "", PageSlot(source.country or ""))
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()  # retries count from the first attempt
         while True:
             loaded = await self._load_in_slot(slot, url, source)
+            loaded.fetch.started_at = started_at
             self.totals.blocked_requests.update(loaded.blocked)
             self.totals.transferred_bytes += loaded.transferred_bytes
             if not loaded.load_failed:

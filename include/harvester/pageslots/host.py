@@ -516,12 +516,14 @@ class PageSlotHost:
         self._loaded_bytes = 0
         self._loaded_blocked: Counter[str] = Counter()
         self._task_counts: Counter[str] = Counter()
+        started_at = time.time()  # the queue latency ends at the first attempt, whatever the retries
         while True:
             try:
                 loaded = await self.browser.load(url, source)  # type: ignore[union-attr]
             except Exception as error:  # the browser crashed or could not start
                 reason = f"browser could not open a page: {type(error).__name__}: {str(error).splitlines()[0]}"
                 loaded = PageLoad(FetchResult(url, "connection_error", reason=reason), load_failed=True)
+            loaded.fetch.started_at = started_at
             self._loaded_bytes += loaded.transferred_bytes
             self._loaded_blocked.update(loaded.blocked)
             if not loaded.load_failed:

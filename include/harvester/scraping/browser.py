@@ -157,7 +157,7 @@ async def load_page(page: Page, blocker: ResourceBlocker, url: str, source: Sour
     from playwright.async_api import Error as PlaywrightError
     from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()  # started_at: the queue latency ends here
     blocker.begin(source.blocked_resource_types)
     _, headers = user_agent_and_headers(source, settings)
     try:
@@ -167,14 +167,15 @@ async def load_page(page: Page, blocker: ResourceBlocker, url: str, source: Sour
         final_url = page.url
     except PlaywrightTimeout:
         fetch = FetchResult(url, "timeout", reason=f"page did not load within {source.timeout:g}s",
-                            elapsed=time.monotonic() - started)
+                            elapsed=time.monotonic() - started, started_at=started_at)
         return PageLoad(fetch, load_failed=True, blocked=blocker.blocked)
     except PlaywrightError as error:
         if blocker.navigation_refusal is not None:  # our refusal, not a failed load: never retried
-            fetch = FetchResult(url, "refused", reason=blocker.navigation_refusal, elapsed=time.monotonic() - started)
+            fetch = FetchResult(url, "refused", reason=blocker.navigation_refusal,
+                                elapsed=time.monotonic() - started, started_at=started_at)
             return PageLoad(fetch, blocked=blocker.blocked)
         fetch = FetchResult(url, "connection_error", reason=first_line(error),
-                            elapsed=time.monotonic() - started)
+                            elapsed=time.monotonic() - started, started_at=started_at)
         return PageLoad(fetch, load_failed=True, blocked=blocker.blocked)
     elapsed = time.monotonic() - started
     status = response.status if response is not None else 200
@@ -182,7 +183,7 @@ async def load_page(page: Page, blocker: ResourceBlocker, url: str, source: Sour
     body = text.encode()
     cap = settings.body_size_cap_bytes
     fetch = FetchResult(url, "ok", final_url=final_url, status=status, text=text, content_type="text/html",
-                        size=len(body), elapsed=elapsed)
+                        size=len(body), elapsed=elapsed, started_at=started_at)
     if blocker.navigation_refusal is not None:
         fetch.outcome, fetch.reason, fetch.text = "refused", blocker.navigation_refusal, ""
         return PageLoad(fetch, blocked=blocker.blocked)
@@ -201,7 +202,7 @@ async def render_page(url: str, source: SourceConfig, settings: HarvesterSetting
     """Load ``url`` once in a browser of its own (`harvester try`): no retries, closed afterwards."""
     from playwright.async_api import async_playwright
 
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     async with async_playwright() as playwright:
         browser = await launch_chromium(playwright, settings)
         try:
@@ -214,5 +215,5 @@ async def render_page(url: str, source: SourceConfig, settings: HarvesterSetting
         finally:
             await browser.close()
     loaded.fetch.blocked_requests = sum(loaded.blocked.values())
-    loaded.fetch.elapsed = time.monotonic() - started
+    loaded.fetch.elapsed, loaded.fetch.started_at = time.monotonic() - started, started_at
     return loaded.fetch
