@@ -57,7 +57,10 @@ def celery_app_for(settings: HarvesterSettings) -> Celery:
     app (``harvester.workers.celery_app``) consumes: the distributor never imports worker code."""
     app = Celery("harvester", broker=settings.redis_url, set_as_current=False)
     app.conf.update(task_serializer="json", accept_content=["json"], result_backend=None, task_ignore_result=True,
-                    broker_connection_retry_on_startup=True)
+                    broker_connection_retry_on_startup=True,
+                    # send_task then publishes a task-sent event per message through the same producer
+                    # batch (Celery's event dispatcher), so Flower shows each batch from the moment it is queued
+                    task_send_sent_event=True)
     return app
 
 
