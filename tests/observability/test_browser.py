@@ -1,7 +1,9 @@
 """The Harvester page in a real browser (Playwright + Chromium) against `airflow standalone`, a real
-distributor, a Celery worker and the demo site: log in, open Harvester from the navigation, watch a
-harvest, see selector drift after the site changes its markup between two runs, requeue a dead
-letter and watch it leave the list, start a job from the page and see its run.
+distributor, a Celery worker, a page-slot host with an SG forward proxy and the demo site: log in,
+open Harvester from the navigation, watch an HTTP harvest and a browser harvest (the page_slots DAG
+creates SG slots, the slot host renders through the SG proxy), see selector drift after the site
+changes its markup between two runs, requeue a dead letter and watch it leave the list, start a job
+from the page and see its run.
 
 Screenshots land in var/test-artifacts/observability/ (and in the test's tmp directory).
 """
@@ -17,6 +19,8 @@ import httpx
 import pytest
 import yaml
 from harvester.distributor import DeadLetters
+from harvester.pageslots.registry import SlotHosts
+from harvester.redis_keys import PageSlotKeys
 from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
@@ -29,6 +33,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 ARTIFACTS = REPOSITORY_ROOT / "var" / "test-artifacts" / "observability"
 SOURCE = "watched"
 DAG_ID = f"harvest_{SOURCE}"
+BROWSER_SOURCE = "watched_sg"  # JavaScript pages rendered in SG page slots through the SG proxy
+BROWSER_DAG_ID = f"harvest_{BROWSER_SOURCE}"
+SLOTS_DAG_ID = "page_slots"
 
 
 @pytest.fixture
@@ -48,12 +55,59 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str, tail: C
     raise AssertionError(f"{what} within {timeout}s\n{tail()}")
 
 
-def run_state(client: httpx.Client, run_id: str) -> str:
-    return client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json().get("state", "")
+def run_state(client: httpx.Client, run_id: str, dag_id: str = DAG_ID) -> str:
+    return client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").json().get("state", "")
+
+
+def trigger(client: httpx.Client, dag_id: str) -> str:
+    """A run of ``dag_id`` now; standalone's SQLite may be locked by the scheduler for a moment (a 500)."""
+    for _ in range(10):
+        response = client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {}})
+        if response.status_code < 500:
+            break
+        time.sleep(2)
+    assert response.status_code in (200, 201), response.text
+    return response.json()["dag_run_id"]
+
+
+def browser_source_document(base_url: str) -> dict:
+    """24 JavaScript product pages (their facts only exist once the script ran), 2 pages per 3-second
+    window: long enough that the slots are still working while the page is watched."""
+    document = demo_source_document(base_url, BROWSER_SOURCE, rate_limit={"max_active": 2, "per_minute": 2},
+                                    harvesting_lag=0, schedule=None, retries=2, timeout=30,
+                                    batch={"size": 6, "max_packages": 50})
+    document.pop("listing")
+    document.update({
+        "render": "browser", "country": "SG",
+        "input": {"kind": "details", "seeds": [f"{base_url}/js/product/{n}" for n in range(101, 125)]},
+        "attributes": {"title": {"css": "#app.ready h1.title::text", "required": True},
+                       "sku": {"css": "#app.ready span.sku::text", "required": True},
+                       "price": {"css": "#app.ready span.price::text", "type": "float"}},
+        "output": {"key": ["sku"]}, "blocked_resource_types": ["image", "font", "media", "stylesheet"],
+    })
+    return document
+
+
+SLOT_CHART_FIGURES = """canvas => {
+  const chart = window.Chart && window.Chart.getChart(canvas);
+  if (!chart) return null;
+  return { countries: chart.data.labels,
+           states: Object.fromEntries(chart.data.datasets.map((set) => [set.label, set.data])) };
+}"""
+
+
+def chart_slots(chart, country: str) -> dict[str, int]:
+    """What the slots chart draws for ``country``: state -> slots (an empty dict before it draws it)."""
+    figures = chart.evaluate(SLOT_CHART_FIGURES)
+    if not figures or country not in figures["countries"]:
+        return {}
+    column = figures["countries"].index(country)
+    return {state: values[column] for state, values in figures["states"].items() if values[column]}
 
 
 def test_operators_watch_a_harvest_in_the_browser(browser_settings, demo_site, mongo_server, redis_client,
-                                                   celery_worker_factory, start_distributor, tmp_path) -> None:
+                                                   celery_worker_factory, start_distributor, forward_proxy_factory,
+                                                   monkeypatch, tmp_path) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     pages = [f"{demo_site.url}/product/{i}" for i in range(1, 24)]
@@ -63,7 +117,12 @@ def test_operators_watch_a_harvest_in_the_browser(browser_settings, demo_site, m
     document["input"] = {"kind": "details", "seeds": pages}
     document.pop("listing")
     (browser_settings.sources_dir / f"{SOURCE}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    (browser_settings.sources_dir / f"{BROWSER_SOURCE}.yaml").write_text(
+        yaml.safe_dump(browser_source_document(demo_site.url), sort_keys=False))
+    sg_proxy = forward_proxy_factory("SG")
+    monkeypatch.setenv("AIRFLOW_CONN_PROXY_SG", sg_proxy.url)  # the slot host, the DAGs and Airflow see it
     celery_worker_factory(queues="default,priority", concurrency=2)
+    celery_worker_factory(queues="pageslots", concurrency=2, name="slots")  # a slot host: 2 page slots
     start_distributor()
 
     port = free_port()
@@ -86,11 +145,14 @@ def test_operators_watch_a_harvest_in_the_browser(browser_settings, demo_site, m
 
     try:
         with airflow.client("operator") as client:
-            wait_for(lambda: client.get(f"/api/v2/dags/{DAG_ID}").status_code == 200, 180, "the DAG was parsed",
+            for dag_id in (DAG_ID, BROWSER_DAG_ID, SLOTS_DAG_ID):
+                wait_for(lambda dag_id=dag_id: client.get(f"/api/v2/dags/{dag_id}").status_code == 200, 180,
+                         f"the DAG {dag_id} was parsed", airflow.log_tail)
+            wait_for(lambda: SlotHosts(redis_client).live_capacity().slots == 2, 60, "the slot host advertised",
                      airflow.log_tail)
-            first = client.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {}})
-            assert first.status_code in (200, 201), first.text
-            first_run = first.json()["dag_run_id"]
+            first_run = trigger(client, DAG_ID)
+            browser_run = trigger(client, BROWSER_DAG_ID)
+            trigger(client, SLOTS_DAG_ID)  # at once rather than at the next minute: it waits for the browser work
 
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=str(browser_settings.chromium_executable),
@@ -108,12 +170,34 @@ def test_operators_watch_a_harvest_in_the_browser(browser_settings, demo_site, m
                 wait_for(lambda: int(source_row.locator("td").nth(4).inner_text() or 0) > 0, 120,
                          "the sources table showed stored pages", airflow.log_tail)
                 expect(source_row.locator("td").nth(2)).to_contain_text("/ 2")
-                expect(frame.locator("#slots-chart")).to_be_visible()
+                # the browser harvest: page_slots created SG slots, the slot host renders through the SG proxy
+                chart = frame.locator("#slots-chart")
+                expect(chart).to_be_visible()
+                sg_proxy_row = frame.locator("#proxy-table tr[data-country=SG]")
+                wait_for(lambda: sg_proxy_row.count() and int(sg_proxy_row.get_attribute("data-bytes") or 0) > 0,
+                         180, "the page showed bytes through the SG proxy", airflow.log_tail)
+                sg_slots = chart_slots(chart, "SG")
+                assert sum(sg_slots.values()) == 2, sg_slots  # the host's whole capacity goes to SG
+                assert set(sg_slots) <= {"NO_PAGE", "PREPARING_PAGE", "PAGE_READY", "RUNNING_SCRAPING_TASK",
+                                         "CLOSING_PAGE"} and set(sg_slots) & {"PAGE_READY", "RUNNING_SCRAPING_TASK"}
+                shown_bytes = int(sg_proxy_row.get_attribute("data-bytes") or 0)
+                assert 0 < shown_bytes <= int(redis_client.hget(PageSlotKeys().proxy_bytes, "country:SG") or 0)
+                # the pages went through the SG proxy (navigations are fetched by Playwright's route.fetch,
+                # which tunnels with CONNECT: counted per host, not per URL)
+                proxied = sg_proxy.stats()
+                assert proxied["by_host"].get(f"{LOOPBACK}:{demo_site.port}", 0) > 0, proxied["by_host"]
+                expect(frame.locator("#last-decision")).to_contain_text('"SG"')
+                expect(frame.locator(f"#sources-table tr[data-source={BROWSER_SOURCE}]")).to_be_visible()
                 shot(page, "1-harvest-running")
 
                 wait_for(lambda: run_state(client, first_run) in ("success", "failed"), 240, "the first run ended",
                          airflow.log_tail)
                 assert run_state(client, first_run) == "success", airflow.log_tail()
+                wait_for(lambda: run_state(client, browser_run, BROWSER_DAG_ID) in ("success", "failed"), 240,
+                         "the browser run ended", airflow.log_tail)
+                assert run_state(client, browser_run, BROWSER_DAG_ID) == "success", airflow.log_tail()
+                browser_row = frame.locator(f"#sources-table tr[data-source={BROWSER_SOURCE}]")
+                expect(browser_row.locator("td").nth(4)).to_have_text("24", timeout=30_000)
                 assert DeadLetters(redis_client).count(SOURCE) == 1
                 expect(frame.locator("#dead-letters tr.dead-letter")).to_have_count(1, timeout=30_000)
                 expect(frame.locator("#dead-letters")).to_contain_text("http_500")
@@ -140,7 +224,8 @@ def test_operators_watch_a_harvest_in_the_browser(browser_settings, demo_site, m
                 drift = frame.locator(f"#health-table tr[data-source={SOURCE}][data-attribute=price]")
                 expect(drift).to_have_attribute("data-drift", "yes", timeout=30_000)
                 expect(source_row.locator("td.drift")).to_contain_text("selector drift: price")
-                expect(frame.locator("#health-table tr[data-attribute=title]")).to_have_attribute("data-drift", "no")
+                expect(frame.locator(f"#health-table tr[data-source={SOURCE}][data-attribute=title]")
+                       ).to_have_attribute("data-drift", "no")
                 shot(page, "3-selector-drift")
                 report = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{second_run}/taskInstances/report/"
                                     "xcomEntries/return_value").json()["value"]

@@ -131,7 +131,8 @@ function drawSlots(slots) {
   }
   document.getElementById("slots-chart").dataset.slots = String(slots.slots.length);
   fill(document.querySelector("#proxy-table tbody"),
-    Object.entries(slots.proxy_bytes).map(([country, bytes]) => row([cell(country), cell(bytes.toLocaleString(), "number")])),
+    Object.entries(slots.proxy_bytes).map(([country, bytes]) => row([cell(country), cell(bytes.toLocaleString(), "number")],
+      { "data-country": country, "data-bytes": String(bytes) })),
     "no proxy traffic yet");
   document.getElementById("last-decision").textContent =
     slots.last_decision ? JSON.stringify(slots.last_decision, null, 1) : "none yet";
