@@ -5,14 +5,20 @@ tests and the benchmark start one per country on loopback to see which pages wen
 and how many bytes they cost. Plain HTTP in absolute form (``GET http://host/path``), one request per
 upstream connection (``Connection: close``), and CONNECT tunnels for HTTPS. ``GET /_proxy/stats`` (origin
 form, asked of the proxy itself) answers what it counted; ``POST /_proxy/reset`` starts again.
+
+It relays only to loopback upstreams unless started with ``allow_any_upstream``: it is a demo and test
+tool, and Chromium opens tunnels of its own (to Google's sign-in hosts) through whatever proxy it is given,
+which must never leave this machine from a test. Refused upstreams answer 403 and are counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
+import socket
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,9 +40,11 @@ class ProxyCounters:
     by_host: Counter[str] = field(default_factory=Counter)
     bytes_by_host: Counter[str] = field(default_factory=Counter)
     urls: list[str] = field(default_factory=list)
+    refused: Counter[str] = field(default_factory=Counter)  # upstreams refused (not loopback), by host
 
     def as_dict(self) -> dict[str, Any]:
         return {"label": self.label, "requests": self.requests, "bytes_to_client": self.bytes_to_client,
+                "refused": dict(self.refused),
                 "bytes_to_upstream": self.bytes_to_upstream, "bytes": self.bytes_to_client + self.bytes_to_upstream,
                 "by_host": dict(self.by_host), "bytes_by_host": dict(self.bytes_by_host), "urls": list(self.urls)}
 
@@ -47,8 +55,28 @@ class ProxyCounters:
 class ForwardProxy:
     """``await ForwardProxy(label).serve(host, port)``."""
 
-    def __init__(self, label: str = "proxy") -> None:
+    def __init__(self, label: str = "proxy", allow_any_upstream: bool = False) -> None:
         self.counters = ProxyCounters(label)
+        self.allow_any_upstream = allow_any_upstream
+
+    async def _upstream_allowed(self, host: str, port: int) -> bool:
+        """Loopback only (unless allowed): every address the name resolves to must be a loopback one."""
+        if self.allow_any_upstream:
+            return True
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError:
+            return False
+        addresses = {info[4][0] for info in infos}
+        return bool(addresses) and all(ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+                                       for address in addresses)
+
+    async def _refuse(self, host: str, writer: asyncio.StreamWriter) -> None:
+        self.counters.refused[host] += 1
+        message = f"forward proxy relays only to loopback upstreams, not {host}".encode()
+        writer.write(b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: "
+                     + str(len(message)).encode() + b"\r\n\r\n" + message)
+        await writer.drain()
 
     async def serve(self, host: str, port: int) -> None:
         server = await asyncio.start_server(self._client, host, port, limit=MAX_HEAD_BYTES)
@@ -99,6 +127,9 @@ class ForwardProxy:
         upstream_head = f"{method} {path} {version}\r\n" + "".join(f"{line}\r\n" for line in kept)
         upstream_head += "Connection: close\r\n\r\n"
         host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        if not await self._upstream_allowed(parts.hostname, parts.port or 80):
+            await self._refuse(host, writer)
+            return False
         counters = self.counters
         counters.requests += 1
         counters.by_host[host] += 1
@@ -133,6 +164,10 @@ class ForwardProxy:
 
     async def _tunnel(self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         host, _, port = target.rpartition(":")
+        host = host.strip("[]")
+        if not port.isdigit() or not await self._upstream_allowed(host, int(port)):
+            await self._refuse(target, writer)
+            return
         self.counters.requests += 1
         self.counters.by_host[target] += 1
         try:
