@@ -73,3 +73,36 @@ def test_loopback_upstreams_are_relayed() -> None:
     assert answers[0].startswith(b"HTTP/1.1 200 OK") and answers[1].startswith(b"HTTP/1.1 200 Connection")
     assert proxy.counters.refused == {} and proxy.counters.requests == 2
 
+
+
+@pytest.mark.unit
+def test_plain_http_through_a_tunnel_is_recorded_by_url() -> None:
+    """Playwright's route.fetch tunnels http:// through CONNECT: the test proxy still sees which pages."""
+    proxy = ForwardProxy("SG")
+    upstream_port, port = free_port(), free_port()
+
+    async def scenario() -> bytes:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+
+        upstream = await asyncio.start_server(answer, LOOPBACK, upstream_port)
+        server = asyncio.create_task(proxy.serve(LOOPBACK, port))
+        async with upstream:
+            await asyncio.sleep(0.2)
+            reader, writer = await asyncio.open_connection(LOOPBACK, port)
+            writer.write(f"CONNECT {LOOPBACK}:{upstream_port} HTTP/1.1\r\n\r\n".encode())
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"GET /js/product/7?x=1 HTTP/1.1\r\nHost: shop\r\n\r\n")
+            await writer.drain()
+            body = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+        server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
+        return body
+
+    assert asyncio.run(scenario()).endswith(b"ok")
+    assert proxy.counters.urls == [f"http://{LOOPBACK}:{upstream_port}/js/product/7?x=1"]

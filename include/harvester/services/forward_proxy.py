@@ -18,14 +18,17 @@ import contextlib
 import ipaddress
 import json
 import logging
+import re
 import socket
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 log = logging.getLogger("harvester.forward_proxy")
 MAX_HEAD_BYTES = 64 * 1024
+_REQUEST_LINE = re.compile(rb"(?:^|\r\n)(?:GET|HEAD|POST|PUT|DELETE|OPTIONS|PATCH) (/\S*) HTTP/1\.[01]\r\n")
 RECENT_URLS = 5000
 
 
@@ -154,13 +157,32 @@ class ForwardProxy:
         return False  # the upstream closed after its response: so does this connection
 
     @staticmethod
-    async def _pipe(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> int:
+    async def _pipe(source: asyncio.StreamReader, target: asyncio.StreamWriter,
+                    watch: Callable[[bytes], None] | None = None) -> int:
         total = 0
         while chunk := await source.read(65536):
             total += len(chunk)
+            if watch is not None:
+                watch(chunk)
             target.write(chunk)
             await target.drain()
         return total
+
+    def _plain_http_watcher(self, target: str) -> Callable[[bytes], None]:
+        """Record the URLs of plain-HTTP requests sent through a tunnel (Playwright's ``route.fetch``
+        tunnels http:// too); a TLS tunnel (first byte 0x16) is counted by host only."""
+        state = {"tls": None}
+
+        def watch(chunk: bytes) -> None:
+            if state["tls"] is None:
+                state["tls"] = chunk[:1] == b"\x16"
+            if state["tls"]:
+                return
+            for match in _REQUEST_LINE.finditer(chunk):
+                self.counters.urls.append(f"http://{target}{match.group(1).decode('latin-1')}")
+            del self.counters.urls[:-RECENT_URLS]
+
+        return watch
 
     async def _tunnel(self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         host, _, port = target.rpartition(":")
@@ -178,7 +200,8 @@ class ForwardProxy:
             return
         writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         await writer.drain()
-        up, down = await asyncio.gather(self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer),
+        up, down = await asyncio.gather(self._pipe(reader, upstream_writer, self._plain_http_watcher(target)),
+                                        self._pipe(upstream_reader, writer),
                                         return_exceptions=True)
         for amount, name in ((up, "bytes_to_upstream"), (down, "bytes_to_client")):
             if isinstance(amount, int):
