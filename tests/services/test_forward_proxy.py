@@ -97,7 +97,7 @@ def test_plain_http_through_a_tunnel_is_recorded_by_url() -> None:
             await reader.readuntil(b"\r\n\r\n")
             writer.write(b"GET /js/product/7?x=1 HTTP/1.1\r\nHost: shop\r\n\r\n")
             await writer.drain()
-            body = await asyncio.wait_for(reader.read(), 10)
+            body = await asyncio.wait_for(reader.readuntil(b"\r\n\r\nok"), 10)
             writer.close()
         server.cancel()
         with contextlib.suppress(asyncio.CancelledError):
