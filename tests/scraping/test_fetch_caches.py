@@ -72,19 +72,21 @@ class CountingGuard(AddressGuard):
 def test_address_verdicts_are_remembered_per_host_and_port_and_expire(monkeypatch) -> None:
     guard = CountingGuard("127.0.0.1/32:8008")
 
-    async def run() -> None:
+    async def run(remember: bool = True) -> None:
         for path in ("/a", "/b", "/c"):
-            await guard.check(f"http://127.0.0.1:8008{path}")
+            await guard.check(f"http://127.0.0.1:8008{path}", remember)
             with pytest.raises(AddressRefused, match="loopback"):  # a remembered refusal still refuses
-                await guard.check(f"http://127.0.0.1:6379{path}")
+                await guard.check(f"http://127.0.0.1:6379{path}", remember)
             with pytest.raises(AddressRefused, match="link-local"):
-                await guard.check(f"http://169.254.169.254{path}")
+                await guard.check(f"http://169.254.169.254{path}", remember)
 
     asyncio.run(run())
     assert sorted(guard.resolutions) == [("127.0.0.1", 6379), ("127.0.0.1", 8008), ("169.254.169.254", 80)]
+    asyncio.run(run(remember=False))  # the browser's route (no peer check) resolves every time
+    assert len(guard.resolutions) == 3 + 9
     monkeypatch.setattr(addresses, "RESOLUTION_MEMORY_SECONDS", 0.0)  # expired: resolved again
     asyncio.run(run())
-    assert len(guard.resolutions) == 3 + 9
+    assert len(guard.resolutions) == 3 + 9 + 9
 
 
 @pytest.mark.unit
@@ -96,7 +98,7 @@ def test_a_name_that_did_not_resolve_is_asked_again() -> None:
 
     guard = Unresolvable("")
     for _ in range(2):
-        asyncio.run(guard.check("http://not-yet.example/"))
+        asyncio.run(guard.check("http://not-yet.example/", remember=True))
     assert guard.resolutions == [("not-yet.example", 80)] * 2
 
 

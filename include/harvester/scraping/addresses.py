@@ -123,14 +123,19 @@ class AddressGuard:
             return None
         return self.address_refusal(address, port)
 
-    async def check(self, url: str) -> None:
+    async def check(self, url: str, remember: bool = False) -> None:
         """Raise :class:`AddressRefused` unless every address ``url``'s host resolves to may be fetched.
         Resolution runs on the loop's resolver (a thread pool), so the event loop never blocks on DNS.
-        A host and port's verdict is remembered for :data:`RESOLUTION_MEMORY_SECONDS`, so a crawl does not
-        resolve its site once per request; the fetcher's check of the connected peer still applies to
-        every new connection, so a name that later resolves elsewhere (DNS rebinding) is still refused."""
+        ``remember``: reuse a host and port's verdict for :data:`RESOLUTION_MEMORY_SECONDS`, so a crawl does
+        not resolve its site once per request. Only for callers that also check the connected peer of
+        every new connection (the HTTP fetcher), so a name that later resolves elsewhere (DNS rebinding)
+        is still refused; the browser's route cannot see its peer and resolves every time."""
         _, host, port = self.split(url)
-        if (reason := await self._origin_refusal(host.lower(), port)) is not None:
+        if remember:
+            reason = await self._origin_refusal(host.lower(), port)
+        else:
+            reason, _ = await self._resolved_refusal(host, port)
+        if reason is not None:
             raise AddressRefused(reason)
 
     async def _resolved_refusal(self, host: str, port: int) -> tuple[str | None, bool]:

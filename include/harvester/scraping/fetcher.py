@@ -236,7 +236,7 @@ class Fetcher:
         origin = urlsplit(url)[:2]
         current = url
         for _ in range(self.settings.max_redirects + 1):
-            await self.guard.check(current)
+            await self.guard.check(current, remember=True)  # the peer is checked below
             hop_headers = dict(headers)
             if credentials is not None and urlsplit(current)[:2] == origin:
                 hop_headers.update(credential_headers(credentials))
