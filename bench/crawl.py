@@ -6,7 +6,10 @@ and demo site on free loopback ports, and installs the Scrapy peer from bench/re
 and the same link discovery and extraction code; pages are counted by the demo site itself.
 
 - (a) crawl only: Harvester (distributor + Celery workers) with ``output_sink=discard`` against Scrapy
-  with no item pipeline -> ``pages_per_s``, ``scrapy_pages_per_s``, ``ratio`` (goal >= 1);
+  with no item pipeline -> ``pages_per_s``, ``scrapy_pages_per_s``, ``ratio`` (goal >= 1.5); and against
+  crawlee-python's ParselCrawler (bench/crawlee_peer.py, its default HTTP client, installed for the bench
+  only under var/bench-peers/) -> ``crawlee_pages_per_s``, ``crawlee_ratio`` (goal >= 1),
+  ``crawlee_cpu_ms_per_page`` beside ``cpu_ms_per_page`` (goal: ours no higher);
 - (b) end to end with MongoDB: Harvester's data handler against Scrapy with a batched bulk-upsert item
   pipeline into the same MongoDB -> ``end_to_end_pages_per_s``, ``scrapy_end_to_end_pages_per_s``,
   ``end_to_end_ratio`` (goal >= 1);
@@ -15,9 +18,9 @@ and the same link discovery and extraction code; pages are counted by the demo s
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
        [--latency-ms 20] [--workers 2] [--records 3000] [--repeat 2]
-Each round runs the four crawls alternately; the best round of each is reported (the machine may be
+Each round runs the five crawls alternately; the best round of each is reported (the machine may be
 shared, and a busy neighbour should not decide the ratio). ``cpu_ms_per_page`` is the CPU the crawler
-side spent per page (Harvester: distributor + Celery workers; Scrapy: its process).
+side spent per page (Harvester: distributor + Celery workers; Scrapy, crawlee: their process).
 The JSON object on the last line carries every figure and ``mongo`` (which server answered).
 """
 
@@ -53,6 +56,18 @@ def ensure_scrapy() -> str:
                         "-r", str(ROOT / "bench" / "requirements.txt")], check=True)
         import scrapy
     return scrapy.__version__
+
+
+def ensure_crawlee() -> tuple[str, Path]:
+    """Install the crawlee peer into a bench-only directory (never .venv), constrained by our lock."""
+    requirements = ROOT / "bench" / "requirements-crawlee.txt"
+    pin = next(line for line in requirements.read_text().splitlines() if line.startswith("crawlee"))
+    version = pin.split("==")[1]
+    target = ROOT / "var" / "bench-peers" / f"crawlee-{version}"
+    if not (target / "crawlee").is_dir():
+        subprocess.run([str(BIN / "pip"), "install", "-q", "--target", str(target), "-c",
+                        str(ROOT / "requirements.lock"), "-r", str(requirements)], check=True)
+    return version, target
 
 
 class Processes:
@@ -187,6 +202,19 @@ def run_scrapy(source_path: Path, site_url: str, name: str, concurrency: int, mo
     return {**result, "pages": observed["total"], "max_concurrent": observed["max_concurrent"]}
 
 
+def run_crawlee(peer_path: Path, source_path: Path, site_url: str, name: str, concurrency: int,
+                log_dir: Path) -> dict[str, Any]:
+    command = [sys.executable, str(ROOT / "bench" / "crawlee_peer.py"), "--peer-path", str(peer_path),
+               "--source-file", str(source_path), "--concurrency", str(concurrency)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=log_dir)
+    (log_dir / f"crawlee-{name}.log").write_text(completed.stderr)
+    if completed.returncode != 0:
+        raise RuntimeError(f"the crawlee peer failed:\n{completed.stderr[-3000:]}")
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    observed = site_stats(site_url, name)
+    return {**result, "pages": observed["total"], "max_concurrent": observed["max_concurrent"]}
+
+
 def bulk_against_insert_one(settings: Any, records: int) -> dict[str, float]:
     """(c) The data handler (one bulk_write per batch of 500) against insert_one per record."""
     from harvester.config.model import SourceConfig
@@ -234,6 +262,7 @@ def main() -> None:
     from harvester.settings import HarvesterSettings
 
     scrapy_version = ensure_scrapy()
+    crawlee_version, crawlee_path = ensure_crawlee()
     directory = Path(tempfile.mkdtemp(prefix="harvester-bench-crawl-"))
     sources = directory / "sources"
     sources.mkdir()
@@ -268,12 +297,12 @@ def main() -> None:
         pymongo.MongoClient(choice.uri).drop_database(database)
         print(f"MongoDB: {choice.describe()}", file=sys.stderr)
         print(f"demo site: {args.products} products, {listing_pages} listing pages, {args.latency_ms:g} ms/page; "
-              f"concurrency {args.concurrency}; Scrapy {scrapy_version}", file=sys.stderr)
+              f"concurrency {args.concurrency}; Scrapy {scrapy_version}; crawlee {crawlee_version}", file=sys.stderr)
 
         def source(name: str) -> Path:
             return write_source(sources, name, site_url, args.per_page, args.concurrency)
 
-        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "peer": [], "ours_e2e": [], "peer_e2e": []}
+        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "peer": [], "crawlee": [], "ours_e2e": [], "peer_e2e": []}
         stored = pymongo.MongoClient(choice.uri)[database]
         for round_number in range(1, args.repeat + 1):  # alternate, so load from other programs hits both
             suffix = f"_{round_number}"
@@ -282,6 +311,8 @@ def main() -> None:
                 site_url, expected, args.workers))
             runs["peer"].append(run_scrapy(source(f"scrapy_plain{suffix}"), site_url, f"scrapy_plain{suffix}",
                                            args.concurrency, None, directory))
+            runs["crawlee"].append(run_crawlee(crawlee_path, source(f"crawlee_plain{suffix}"), site_url,
+                                               f"crawlee_plain{suffix}", args.concurrency, directory))
             runs["ours_e2e"].append(run_harvester(
                 processes, {**env, "HARVESTER_OUTPUT_SINK": "mongo"}, source(f"ours_mongo{suffix}"),
                 site_url, expected, args.workers))
@@ -291,11 +322,13 @@ def main() -> None:
             runs["peer_e2e"][-1]["stored"] = stored[f"scrapy_mongo{suffix}"].count_documents({})
         best = {name: max(results, key=lambda run: run["pages"] / run["seconds"]) for name, results in runs.items()}
         ours, peer, ours_e2e, peer_e2e = best["ours"], best["peer"], best["ours_e2e"], best["peer_e2e"]
+        crawlee = best["crawlee"]
         ours_records, peer_records = ours_e2e["stored"], peer_e2e["stored"]
         records = bulk_against_insert_one(settings, args.records)
         rate = {name: run["pages"] / run["seconds"] for name, run in
-                {"ours": ours, "peer": peer, "ours_e2e": ours_e2e, "peer_e2e": peer_e2e}.items()}
+                {"ours": ours, "peer": peer, "crawlee": crawlee, "ours_e2e": ours_e2e, "peer_e2e": peer_e2e}.items()}
         for label, run in (("Harvester, discard sink", ours), ("Scrapy, no pipeline", peer),
+                           ("crawlee ParselCrawler", crawlee),
                            ("Harvester, MongoDB", ours_e2e), ("Scrapy, bulk-upsert pipeline", peer_e2e)):
             print(f"{label:32s} {run['pages']:6d} pages in {run['seconds']:7.2f} s = "
                   f"{run['pages'] / run['seconds']:8.1f} pages/s (max {run['max_concurrent']} in flight), "
@@ -313,12 +346,15 @@ def main() -> None:
             "latency_ms": args.latency_ms, "workers": args.workers, "scrapy": scrapy_version,
             "pages_per_s": round(rate["ours"], 1), "scrapy_pages_per_s": round(rate["peer"], 1),
             "ratio": round(rate["ours"] / rate["peer"], 3),
+            "crawlee": crawlee_version, "crawlee_pages_per_s": round(rate["crawlee"], 1),
+            "crawlee_ratio": round(rate["ours"] / rate["crawlee"], 3),
             "end_to_end_pages_per_s": round(rate["ours_e2e"], 1),
             "scrapy_end_to_end_pages_per_s": round(rate["peer_e2e"], 1),
             "end_to_end_ratio": round(rate["ours_e2e"] / rate["peer_e2e"], 3),
             "max_concurrent_observed": max(ours["max_concurrent"], ours_e2e["max_concurrent"]),
             "cpu_ms_per_page": round(1000 * ours["cpu_seconds"] / ours["pages"], 2),
             "scrapy_cpu_ms_per_page": round(1000 * peer["cpu_seconds"] / peer["pages"], 2),
+            "crawlee_cpu_ms_per_page": round(1000 * crawlee["cpu_seconds"] / crawlee["pages"], 2),
             "records_stored": ours_records, "scrapy_records_stored": peer_records,
             "bulk_records_per_s": round(records["bulk_records_per_s"], 1),
             "insert_one_records_per_s": round(records["insert_one_records_per_s"], 1),

@@ -39,9 +39,14 @@ def canonicalise_url(url: str | None, base: str | None = None) -> str | None:
     url = (url or "").strip()
     if not url:
         return None
-    if base is None and (match := _ALREADY_CANONICAL.fullmatch(url)) and _plain(*match.groups()):
+    if base is not None:  # a relative link joined first, so links such as "/product/12" take the fast path too
+        try:
+            url = urljoin(base, url)
+        except ValueError:
+            return None
+    if (match := _ALREADY_CANONICAL.fullmatch(url)) and _plain(*match.groups()):
         return url if match.group(3) else f"{url}/"
-    return _canonicalise(url, base)
+    return _canonicalise(url, None)
 
 
 def _plain(scheme: str, port: str | None, path: str) -> bool:

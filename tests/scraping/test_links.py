@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urljoin
+
 import pytest
 from harvester.scraping.extraction import parse_html
 from harvester.scraping.links import canonicalise_url, discover_links
@@ -169,3 +171,26 @@ def test_the_fast_path_for_canonical_urls_agrees_with_w3lib() -> None:
     for url in ["http://127.0.0.1:8008/product/12", "https://shop.example/a/b-c_d~e.html", "http://x.org",
                 "http://x.org/a/", "http://x.org/.well-known/a", "http://x.org/a..b/.c"]:
         assert canonicalise_url(url) == _canonicalise(url, None), url
+
+
+def test_relative_links_take_the_fast_path_and_agree_with_w3lib() -> None:
+    """A link is joined to its page first, so "/product/12" skips w3lib; on random relative links against
+    random bases, the answer is the one of the slow path (urljoin, then w3lib and Harvester's rules)."""
+    import random
+
+    from harvester.urls import _ALREADY_CANONICAL, _canonicalise
+
+    generator = random.Random(21)
+    pieces = ["a", "Z", "0", "-", "_", ".", "..", "~", "/", "//", "%41", "é", ":", "@", "?", "#", "&", "=", " ",
+              "http://x.org", "mailto:a", "javascript:"]
+    bases = ["http://127.0.0.1:8008/shop?per_page=100", "https://shop.example/a/b/", "http://EXAMPLE.com:80/a",
+             "http://x.org", "https://x.org:8443/a/b?c=d#e", "http://[::1]:8008/a"]
+    fast = 0
+    for _ in range(4000):
+        link = "".join(generator.choice(pieces) for _ in range(generator.randint(0, 6)))
+        base = generator.choice(bases)
+        assert canonicalise_url(link, base) == (_canonicalise(link.strip(), base) if link.strip() else None), \
+            (link, base)
+        fast += bool(link.strip() and _ALREADY_CANONICAL.fullmatch(urljoin(base, link.strip())))
+    assert fast > 300  # the fast path was really exercised
+    assert canonicalise_url("/product/12", "http://127.0.0.1:8008/shop?page=2") == "http://127.0.0.1:8008/product/12"

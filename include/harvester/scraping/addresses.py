@@ -23,7 +23,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 FETCHABLE_SCHEMES = frozenset({"http", "https"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
-RESOLUTION_MEMORY_SECONDS = 60.0  # how long a host's verdict is reused for discovered links
+RESOLUTION_MEMORY_SECONDS = 60.0  # how long a host and port's verdict is reused (requests and links)
 
 
 class AddressRefused(Exception):
@@ -123,21 +123,36 @@ class AddressGuard:
             return None
         return self.address_refusal(address, port)
 
-    async def check(self, url: str) -> None:
+    async def check(self, url: str, remember: bool = False) -> None:
         """Raise :class:`AddressRefused` unless every address ``url``'s host resolves to may be fetched.
-        Resolution runs on the loop's resolver (a thread pool), so the event loop never blocks on DNS."""
+        Resolution runs on the loop's resolver (a thread pool), so the event loop never blocks on DNS.
+        ``remember``: reuse a host and port's verdict for :data:`RESOLUTION_MEMORY_SECONDS`, so a crawl does
+        not resolve its site once per request. Only for callers that also check the connected peer of
+        every new connection (the HTTP fetcher), so a name that later resolves elsewhere (DNS rebinding)
+        is still refused; the browser's route cannot see its peer and resolves every time."""
         _, host, port = self.split(url)
+        if remember:
+            reason = await self._origin_refusal(host.lower(), port)
+        else:
+            reason, _ = await self._resolved_refusal(host, port)
+        if reason is not None:
+            raise AddressRefused(reason)
+
+    async def _resolved_refusal(self, host: str, port: int) -> tuple[str | None, bool]:
+        """Why ``host``:``port`` is refused (None: it is not), and whether that verdict may be remembered
+        (not when the name did not resolve: the next request asks again)."""
         try:
             addresses = [ipaddress.ip_address(host)]
         except ValueError:
             try:
                 infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
             except (socket.gaierror, UnicodeError):
-                return  # not refused: the connection then fails as a (retryable) connection error
+                return None, False  # not refused: the connection then fails as a (retryable) connection error
             addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
         for address in addresses:
             if (reason := self.address_refusal(address, port)) is not None:
-                raise AddressRefused(f"{host}: {reason}" if str(address) != host else reason)
+                return (f"{host}: {reason}" if str(address) != host else reason), True
+        return None, True
 
     def check_peer(self, peer: object, port: int) -> None:
         """Raise :class:`AddressRefused` when the connected peer (a socket's ``getpeername()``) is refused."""
@@ -170,17 +185,15 @@ class AddressGuard:
         return refused
 
     async def _origin_refusal(self, host: str, port: int) -> str | None:
+        """``host``:``port``'s refusal (None: allowed), from memory when resolved within the last
+        :data:`RESOLUTION_MEMORY_SECONDS`."""
         now = time.monotonic()
         remembered = self._remembered.get((host, port))
         if remembered is not None and now - remembered[0] < RESOLUTION_MEMORY_SECONDS:
             return remembered[1]
-        scheme_host = f"[{host}]" if ":" in host else host
-        try:
-            await self.check(f"http://{scheme_host}:{port}/")
-            reason = None
-        except AddressRefused as error:
-            reason = str(error)
-        if len(self._remembered) > 10_000:
-            self._remembered.clear()
-        self._remembered[(host, port)] = (now, reason)
+        reason, lasting = await self._resolved_refusal(host, port)
+        if lasting:
+            if len(self._remembered) > 10_000:
+                self._remembered.clear()
+            self._remembered[(host, port)] = (now, reason)
         return reason

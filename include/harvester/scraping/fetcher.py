@@ -18,6 +18,7 @@ import asyncio
 import base64
 import logging
 import time
+import weakref
 import zlib
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -111,6 +112,8 @@ class Fetcher:
         self.robots = robots if robots is not None else RobotsCache.from_settings(settings, None)
         self.gate = gate
         self._credentials: dict[str, tuple[float, HttpCredentials]] = {}
+        # connections whose peer was checked (stream -> port), so a kept-alive one is not checked per request
+        self._checked_peers: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         self.client = httpx.AsyncClient(
             http2=True,
             follow_redirects=False,  # followed hop by hop in _send, each hop's address checked
@@ -233,7 +236,7 @@ class Fetcher:
         origin = urlsplit(url)[:2]
         current = url
         for _ in range(self.settings.max_redirects + 1):
-            await self.guard.check(current)
+            await self.guard.check(current, remember=True)  # the peer is checked below
             hop_headers = dict(headers)
             if credentials is not None and urlsplit(current)[:2] == origin:
                 hop_headers.update(credential_headers(credentials))
@@ -252,12 +255,16 @@ class Fetcher:
         raise httpx.TooManyRedirects(f"more than {self.settings.max_redirects} redirects")
 
     def _check_peer(self, response: httpx.Response, url: str) -> None:
+        """Refuse the address the connection reached. A connection's peer never changes, so each kept-alive
+        connection is checked once (on its first response), and every new connection again."""
         stream = response.extensions.get("network_stream")
         if stream is None:
             return
-        peer = stream.get_extra_info("server_addr")
         _, _, port = self.guard.split(url)
-        self.guard.check_peer(peer, port)
+        if self._checked_peers.get(stream) == port:
+            return
+        self.guard.check_peer(stream.get_extra_info("server_addr"), port)
+        self._checked_peers[stream] = port
 
     async def _get(self, url: str, source: SourceConfig, cap: int) -> tuple[int, httpx.Response, bytes, str]:
         """Status, response, decoded body (at most ``cap`` bytes) and content type of a guarded GET."""
