@@ -14,7 +14,7 @@ import pydantic
 import redis
 
 from harvester.distributor.messages import TaskMessage
-from harvester.distributor.scripts import Scripts
+from harvester.distributor.scripts import ScriptPipeline, Scripts
 from harvester.distributor.store import wake_distributors
 from harvester.redis_keys import SourceKeys
 
@@ -57,15 +57,11 @@ class DeadLetters:
 
     def requeue(self, source: str, limit: int | None = None) -> int:
         """Move entries (oldest first) back to intake with attempt 0; malformed ones stay. Returns how many."""
-        keys = SourceKeys(source)
+        def build(pipeline: ScriptPipeline) -> None:
+            pipeline.call("requeue_dead", source, limit=-1 if limit is None else int(limit))
+            wake_distributors(pipeline.pipeline, source)
 
-        def build(pipeline: redis.client.Pipeline) -> None:
-            self.scripts.evalsha(pipeline, "requeue_dead", [keys.dead_letters, keys.intake, keys.run_dead],
-                                 [-1 if limit is None else int(limit)])
-            wake_distributors(pipeline, source)
-
-        requeued, _kept = self.scripts.run_pipeline(build)[0]
-        return int(requeued)
+        return self.scripts.run_pipeline(build)[0].requeued
 
     def purge(self, source: str) -> int:
         """Delete every entry; returns how many there were."""

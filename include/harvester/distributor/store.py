@@ -17,15 +17,11 @@ import redis
 
 from harvester.distributor.hosts import host_of
 from harvester.distributor.messages import TaskMessage
-from harvester.distributor.scripts import Scripts
+from harvester.distributor.scripts import ScriptPipeline, Scripts, text
 from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SourceKeys
 from harvester.settings import HarvesterSettings, get_settings
 
 SIGNAL_BACKLOG = 64  # wake-up tokens kept at most; one is enough to wake a distributor
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _now_argument(now: float | None) -> str:
@@ -115,28 +111,21 @@ class RateLimitStore:
         if not requests:
             return []
 
-        def build(pipeline: redis.client.Pipeline) -> None:
+        def build(pipeline: ScriptPipeline) -> None:
             for source, wanted in requests:
-                keys = SourceKeys(source)
-                self.scripts.evalsha(
-                    pipeline, "admit",
-                    [keys.intake, keys.delayed, keys.active, keys.active_messages, keys.active_hosts,
-                     keys.host_active_counts, keys.host_paused, keys.window, keys.paused_until, keys.counters,
-                     keys.config, keys.dead_letters],
-                    [int(wanted), self.settings.lease_seconds, self.settings.rate_window_seconds,
-                     _now_argument(now), source],
-                )
+                pipeline.call("admit", source, wanted=int(wanted), lease_seconds=self.settings.lease_seconds,
+                              window_seconds=self.settings.rate_window_seconds, now=_now_argument(now),
+                              expected_source=source)
 
         replies = self.scripts.run_pipeline(build)
         return [self._admission(source, reply) for (source, _), reply in zip(requests, replies, strict=True)]
 
     @staticmethod
-    def _admission(source: str, reply: list[Any]) -> Admission:
-        wait = float(reply[1])
+    def _admission(source: str, reply: Any) -> Admission:
         return Admission(
-            source=source, status=_text(reply[0]), wait_seconds=None if wait < 0 else wait,
-            pending=int(reply[2]), malformed=int(reply[3]), now=float(reply[4]), active=int(reply[5]),
-            messages=[_text(raw) for raw in reply[6:]],
+            source=source, status=reply.status, wait_seconds=None if reply.wait_seconds < 0 else reply.wait_seconds,
+            pending=reply.pending, malformed=reply.malformed, now=reply.now, active=reply.active,
+            messages=reply.messages,
         )
 
     # -- leases ------------------------------------------------------------------------------------
@@ -144,23 +133,19 @@ class RateLimitStore:
         """Extend the leases of ``task_ids``; returns how many are still held (a reaped lease is lost)."""
         if not task_ids:
             return 0
-        return int(self.scripts["heartbeat"](
-            keys=[SourceKeys(source).active],
-            args=[self.settings.lease_seconds, _now_argument(now), *task_ids],
-        ))
+        return self.scripts.call("heartbeat", source, lease_seconds=self.settings.lease_seconds,
+                                 now=_now_argument(now), task_ids=task_ids).extended
 
     def release(self, source: str, task_ids: list[str]) -> int:
         """The tasks' output is stored: free their leases (and wake a distributor waiting for room)."""
         if not task_ids:
             return 0
-        keys = SourceKeys(source)
 
-        def build(pipeline: redis.client.Pipeline) -> None:
-            self.scripts.evalsha(pipeline, "release", [keys.active, keys.active_messages, keys.active_hosts,
-                                                       keys.host_active_counts, keys.counters], list(task_ids))
-            wake_distributors(pipeline, source)
+        def build(pipeline: ScriptPipeline) -> None:
+            pipeline.call("release", source, task_ids=list(task_ids))
+            wake_distributors(pipeline.pipeline, source)
 
-        return int(self.scripts.run_pipeline(build)[0])
+        return self.scripts.run_pipeline(build)[0].released
 
     def fail(
         self, message: TaskMessage, reason: str, retry_after: float | None = None, now: float | None = None,
@@ -183,25 +168,19 @@ class RateLimitStore:
         self, source: str, task_id: str, message: TaskMessage | None, original_json: str, reason: str,
         retry_after: float | None, now: float | None, force_dead: bool = False,
     ) -> bool:
-        keys = SourceKeys(source)
         attempt = message.attempt if message is not None else 0
         next_attempt = 2**31 if force_dead else attempt + 1
         retry_json = message.model_copy(update={"attempt": attempt + 1}).to_json() if message else original_json
         host = host_of(message.url) if message is not None else ""
         delay = self.retry_policy.delay(attempt, retry_after)
 
-        def build(pipeline: redis.client.Pipeline) -> None:
-            self.scripts.evalsha(
-                pipeline, "fail",
-                [keys.active, keys.active_messages, keys.active_hosts, keys.host_active_counts, keys.counters,
-                 keys.config, keys.delayed, keys.dead_letters, keys.run_dead, keys.host_paused],
-                [task_id, next_attempt, retry_json, original_json, reason, delay, _now_argument(now), host,
-                 retry_after or 0],
-            )
-            wake_distributors(pipeline, source)
+        def build(pipeline: ScriptPipeline) -> None:
+            pipeline.call("fail", source, task_id=task_id, next_attempt=next_attempt, retry_message=retry_json,
+                          original_message=original_json, reason=reason, delay_seconds=delay,
+                          now=_now_argument(now), host=host, pause_host_seconds=retry_after or 0)
+            wake_distributors(pipeline.pipeline, source)
 
-        outcome = self.scripts.run_pipeline(build)[0]
-        return _text(outcome[0]) == "dead"
+        return self.scripts.run_pipeline(build)[0].outcome == "dead"
 
     def reap(self, sources: Iterable[str] | None = None, now: float | None = None) -> ReapResult:
         """Expired leases of every (or the given) source back to intake or to dead letters; one round trip."""
@@ -209,58 +188,48 @@ class RateLimitStore:
         if not names:
             return ReapResult(0, {})
 
-        def build(pipeline: redis.client.Pipeline) -> None:
+        def build(pipeline: ScriptPipeline) -> None:
             for name in names:
-                keys = SourceKeys(name)
-                self.scripts.evalsha(
-                    pipeline, "reap",
-                    [keys.active, keys.active_messages, keys.active_hosts, keys.host_active_counts, keys.counters,
-                     keys.config, keys.intake, keys.dead_letters, keys.run_dead, keys.delayed],
-                    [_now_argument(now), self.settings.reap_batch_size],
-                )
-            pipeline.lpush(INTAKE_SIGNAL, "reap")
-            pipeline.ltrim(INTAKE_SIGNAL, 0, SIGNAL_BACKLOG - 1)
+                pipeline.call("reap", name, now=_now_argument(now), limit=self.settings.reap_batch_size)
+            wake_distributors(pipeline.pipeline, "reap")
 
         replies = self.scripts.run_pipeline(build)[: len(names)]
-        reaped = sum(int(reply[0]) for reply in replies)
-        dead = {name: [_text(entry) for entry in reply[1:]] for name, reply in zip(names, replies, strict=True)
-                if len(reply) > 1}
+        reaped = sum(reply.reaped for reply in replies)
+        dead = {name: reply.dead_entries for name, reply in zip(names, replies, strict=True) if reply.dead_entries}
         return ReapResult(reaped, dead)
 
     # -- Retry-After -------------------------------------------------------------------------------
     def pause_source(self, source: str, seconds: float, now: float | None = None) -> float:
         """No task of ``source`` is admitted for ``seconds`` (a 429/503 Retry-After for the whole site)."""
-        return float(self.scripts["pause"](keys=[SourceKeys(source).paused_until],
-                                           args=[float(seconds), _now_argument(now), ""]))
+        return self.scripts.call("pause", source, {"paused": SourceKeys(source).paused_until},
+                                 seconds=float(seconds), now=_now_argument(now), host="").paused_until
 
     def pause_host(self, source: str, host: str, seconds: float, now: float | None = None) -> float:
         """No task of ``source`` on ``host`` (as :func:`host_of` gives it) is admitted for ``seconds``."""
-        return float(self.scripts["pause"](keys=[SourceKeys(source).host_paused],
-                                           args=[float(seconds), _now_argument(now), host.lower()]))
+        return self.scripts.call("pause", source, {"paused": SourceKeys(source).host_paused},
+                                 seconds=float(seconds), now=_now_argument(now), host=host.lower()).paused_until
 
     # -- numbers -----------------------------------------------------------------------------------
     def registered_sources(self) -> list[str]:
-        return sorted(_text(name) for name in self.redis.smembers(SOURCES_INDEX))
+        return sorted(text(name) for name in self.redis.smembers(SOURCES_INDEX))
 
     def stats(self, sources: list[str]) -> dict[str, SourceStats]:
         """Pending, delayed, active, admitted in the window, done, failed, dead of each source: one round trip."""
         if not sources:
             return {}
 
-        def build(pipeline: redis.client.Pipeline) -> None:
+        def build(pipeline: ScriptPipeline) -> None:
             for name in sources:
-                keys = SourceKeys(name)
-                self.scripts.evalsha(pipeline, "stats", [keys.intake, keys.delayed, keys.active, keys.window,
-                                                         keys.counters, keys.dead_letters],
-                                     [self.settings.rate_window_seconds])
+                pipeline.call("stats", name, window_seconds=self.settings.rate_window_seconds)
 
         replies = self.scripts.run_pipeline(build)
         return {
             name: SourceStats(
-                pending=int(r[0]), delayed=int(r[1]), active=int(r[2]), admitted_last_minute=int(r[3]),
-                done=int(r[4]), failed=int(r[5]), dead=int(r[8]), admitted=int(r[7]), dead_total=int(r[6]),
+                pending=reply.pending, delayed=reply.delayed, active=reply.active,
+                admitted_last_minute=reply.admitted_in_window, done=reply.done, failed=reply.failed,
+                dead=reply.dead_letters, admitted=reply.admitted, dead_total=reply.dead,
             )
-            for name, r in zip(sources, replies, strict=True)
+            for name, reply in zip(sources, replies, strict=True)
         }
 
     def stats_all(self) -> dict[str, SourceStats]:
@@ -278,10 +247,10 @@ class RateLimitStore:
 
     def counters(self, source: str) -> dict[str, int]:
         """Every running total of a source (admitted, done, failed, dead, retried, reaped, outcome:*...)."""
-        return {_text(k): int(v) for k, v in self.redis.hgetall(SourceKeys(source).counters).items()}
+        return {text(k): int(v) for k, v in self.redis.hgetall(SourceKeys(source).counters).items()}
 
     def active_task_ids(self, source: str) -> list[str]:
-        return [_text(task_id) for task_id in self.redis.zrange(SourceKeys(source).active, 0, -1)]
+        return [text(task_id) for task_id in self.redis.zrange(SourceKeys(source).active, 0, -1)]
 
     def server_time(self) -> float:
         seconds, microseconds = self.redis.time()

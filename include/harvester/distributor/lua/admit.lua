@@ -8,17 +8,17 @@
 -- KEYS[3]  active            zset task id -> lease deadline (s)
 -- KEYS[4]  active_messages   hash task id -> message
 -- KEYS[5]  active_hosts      hash task id -> host
--- KEYS[6]  host_counts       hash host -> tasks in flight
+-- KEYS[6]  host_active_counts  hash host -> tasks in flight
 -- KEYS[7]  host_paused       hash host -> paused until (s)
 -- KEYS[8]  window            zset admission sequence number -> admission time (s)
 -- KEYS[9]  paused_until      string: the whole source waits until this time (s)
 -- KEYS[10] counters          hash of running totals
 -- KEYS[11] config            hash max_active, per_minute, per_host_max_active, retries
--- KEYS[12] dead letters      list of JSON {message, reason, failed_at}
--- ARGV[1] wanted tasks (count)   ARGV[2] lease (s)   ARGV[3] rate window (s)   ARGV[4] now (s) or "" for server TIME
--- ARGV[5] expected source name (a message naming another source is malformed)
--- Returns {status, wait (s, "-1" = none known), intake length, malformed count, now (s), active after the call,
---          message 1, message 2, ...}
+-- KEYS[12] dead_letters      list of JSON {message, reason, failed_at}
+-- ARGV[1] wanted (count of tasks)   ARGV[2] lease_seconds (s)   ARGV[3] window_seconds (s, the rate window)
+-- ARGV[4] now (s) or "" for server TIME   ARGV[5] expected_source (a message naming another source is malformed)
+-- Returns {status, wait_seconds (s, "-1" = none known), pending (intake length), malformed (count), now (s),
+--          active (after the call), messages... (the admitted messages)}
 -- status: ok | empty | active_limit | rate_limit | paused | unregistered | host_limit
 
 local intake, delayed, active, active_messages = KEYS[1], KEYS[2], KEYS[3], KEYS[4]

@@ -1,11 +1,11 @@
 -- fail: a task failed. Free its lease, then retry it after a delay or, past the source's retries, dead-letter it.
 -- Only the holder of the lease decides: a task whose lease was already reaped was re-queued by the reaper.
--- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_counts   KEYS[5] counters
--- KEYS[6] config   KEYS[7] delayed   KEYS[8] dead letters   KEYS[9] run_dead   KEYS[10] host_paused
--- ARGV[1] task id   ARGV[2] next attempt (count)   ARGV[3] retry message JSON (attempt already raised)
--- ARGV[4] original message JSON   ARGV[5] reason   ARGV[6] delay (s)   ARGV[7] now (s) or ""
--- ARGV[8] host   ARGV[9] pause the host for (s), 0 = no pause
--- Returns {outcome, due time (s)}: outcome "retry" | "dead" | "no_lease"
+-- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
+-- KEYS[6] config   KEYS[7] delayed   KEYS[8] dead_letters   KEYS[9] run_dead   KEYS[10] host_paused
+-- ARGV[1] task_id   ARGV[2] next_attempt (count)   ARGV[3] retry_message (JSON, attempt already raised)
+-- ARGV[4] original_message (JSON)   ARGV[5] reason   ARGV[6] delay_seconds (s)   ARGV[7] now (s) or ""
+-- ARGV[8] host   ARGV[9] pause_host_seconds (s to pause the host for, 0 = no pause)
+-- Returns {outcome, due (s)}: outcome "retry" | "dead" | "no_lease"
 local now = now_or_server(ARGV[7])
 if drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]) == 0 then
   return {'no_lease', '0'}

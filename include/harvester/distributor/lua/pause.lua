@@ -1,8 +1,8 @@
 -- pause: Retry-After for a whole source (KEYS[1] is a string key) or one host (KEYS[1] is a hash, ARGV[3] the host).
 -- A pause only ever extends: a shorter Retry-After never shortens a longer one.
--- KEYS[1] paused_until (string) or host_paused (hash)
+-- KEYS[1] paused: the source's paused_until (string) or its host_paused (hash)
 -- ARGV[1] seconds (s)   ARGV[2] now (s) or ""   ARGV[3] host, or "" for the whole source
--- Returns the time (s) admission waits until.
+-- Returns paused_until: the time (s) admission waits until.
 local now = now_or_server(ARGV[2])
 local until_time = now + tonumber(ARGV[1])
 local host = ARGV[3]

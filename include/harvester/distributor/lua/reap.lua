@@ -1,9 +1,9 @@
 -- reap: leases past their deadline (the worker died or hangs) go back to intake with attempt + 1,
 -- or, past the source's retries, to dead letters. Also promotes retries whose delay is over.
--- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_counts   KEYS[5] counters
--- KEYS[6] config   KEYS[7] intake   KEYS[8] dead letters   KEYS[9] run_dead   KEYS[10] delayed
--- ARGV[1] now (s) or ""   ARGV[2] at most this many leases (count)
--- Returns {reaped count, dead entry 1, dead entry 2, ...}
+-- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
+-- KEYS[6] config   KEYS[7] intake   KEYS[8] dead_letters   KEYS[9] run_dead   KEYS[10] delayed
+-- ARGV[1] now (s) or ""   ARGV[2] limit (count: at most this many leases)
+-- Returns {reaped (count), dead_entries... (the dead-letter entries created)}
 local now = now_or_server(ARGV[1])
 promote_due(KEYS[10], KEYS[7], now, 1000)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))

@@ -1,7 +1,7 @@
 -- release: tasks are done (their output is stored); free their leases and count them done.
--- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_counts   KEYS[5] counters
--- ARGV[1..] task ids (no times: releasing needs no clock)
--- Returns the number of leases released (a lease already reaped is not counted twice).
+-- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
+-- ARGV[1..] task_ids (no times: releasing needs no clock)
+-- Returns released: the number of leases released (a lease already reaped is not counted twice).
 local released = 0
 for i = 1, #ARGV do
   released = released + drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[i])

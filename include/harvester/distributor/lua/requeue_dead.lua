@@ -1,8 +1,8 @@
 -- requeue_dead: move up to ARGV[1] dead letters of one source back to intake with attempt 0.
 -- Entries whose message is not a JSON object (malformed input) stay in dead letters.
--- KEYS[1] dead letters   KEYS[2] intake   KEYS[3] run_dead
--- ARGV[1] at most this many entries (count, -1 = all)
--- Returns {requeued, kept}
+-- KEYS[1] dead_letters   KEYS[2] intake   KEYS[3] run_dead
+-- ARGV[1] limit (count: at most this many entries, -1 = all)
+-- Returns {requeued (count), kept (count of malformed entries left)}
 local limit = tonumber(ARGV[1])
 local total = redis.call('LLEN', KEYS[1])
 if limit < 0 or limit > total then limit = total end

@@ -1,7 +1,8 @@
 -- stats: the numbers of one source, read atomically on the server clock.
--- KEYS[1] intake   KEYS[2] delayed   KEYS[3] active   KEYS[4] window   KEYS[5] counters   KEYS[6] dead letters
--- ARGV[1] rate window (s)
--- Returns {pending, delayed, active, admitted in the window, done, failed, dead, admitted total, dead-letter length}
+-- KEYS[1] intake   KEYS[2] delayed   KEYS[3] active   KEYS[4] window   KEYS[5] counters   KEYS[6] dead_letters
+-- ARGV[1] window_seconds (s) the rate window
+-- Returns {pending, delayed, active, admitted_in_window, done, failed, dead (total ever), admitted (total ever),
+--          dead_letters (entries now in the list)}
 local now = server_now()
 local totals = redis.call('HMGET', KEYS[5], 'done', 'failed', 'dead', 'admitted')
 return {
