@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
+from harvester.errors import ConnectionNotFound, MongoUnavailableError
 from harvester.settings import HarvesterSettings, get_settings
 
 if TYPE_CHECKING:  # the clients load when first asked for: DAG files import this module on every parse
@@ -52,14 +53,6 @@ BLOCKING_MARGIN_SECONDS = 10.0  # a blocking read's socket outlasts the longest 
 REDIS_CLIENT_RETRIES = 0
 
 _REDIS_SSL_EXTRAS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_keyfile", "ssl_certfile", "ssl_check_hostname")
-
-
-class ConnectionNotFound(LookupError):
-    """No resolver knows the id and there is no default to fall back to."""
-
-
-class MongoUnavailableError(RuntimeError):
-    """MongoDB could not be reached; the message is the one line an operator needs (password hidden)."""
 
 
 def redact(uri: str) -> str:

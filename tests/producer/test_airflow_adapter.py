@@ -68,7 +68,7 @@ def test_unreachable_mongodb_fails_plan_with_one_clear_line(tmp_path) -> None:
                   HARVESTER_PRODUCER_MONGO_TIMEOUT_MS="300")
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("harvester.connections.MongoUnavailableError: MongoDB unreachable at "), last
+    assert last.startswith("harvester.errors.MongoUnavailableError: MongoDB unreachable at "), last
     assert f"127.0.0.1:{closed}" in last and "secret" not in last and "(HARVESTER_MONGO_URI)" in last
     assert "Traceback" in result.stderr and "During handling" not in result.stderr  # no chained pymongo dump
 

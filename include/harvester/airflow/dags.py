@@ -26,6 +26,7 @@ from harvester.config.loader import (
 )
 from harvester.config.model import MAX_BATCH_SIZE, SourceConfig, format_duration
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM
+from harvester.errors import InvalidSourceFiles
 
 DAG_ID_PREFIX = "harvest_"
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -34,10 +35,6 @@ TASK_RETRY_DELAY = timedelta(minutes=1)
 # schema against its meta-schema first; draft-07's meta-schema checks about 4x faster than the default
 # 2020-12 one, which matters at 500 sources x 3 params. Our schemas use nothing newer than draft-07.
 _PARAM_DIALECT = {"$schema": "http://json-schema.org/draft-07/schema#"}
-
-
-class InvalidSourceFiles(ValueError):
-    """The source files that did not load, one ``file:line: field: reason`` line per problem."""
 
 
 def dag_id_for(source_name: str) -> str:

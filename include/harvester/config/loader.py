@@ -25,6 +25,7 @@ import yaml
 from pydantic import ValidationError
 
 from harvester.config.model import SourceConfig
+from harvester.errors import SourceConfigError
 
 SOURCE_SUFFIXES = (".yaml", ".yml")
 ROOT_FIELD = "(source)"
@@ -66,32 +67,6 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.field}: {self.reason}"
-
-
-class SourceConfigError(ValueError):
-    """A source file that cannot be used; ``problems`` lists every reason, each with its line."""
-
-    def __init__(self, problems: Iterable[Problem]) -> None:
-        self.problems: list[Problem] = list(problems)
-        if not self.problems:
-            raise ValueError("a SourceConfigError needs at least one problem")
-        super().__init__("\n".join(str(problem) for problem in self.problems))
-
-    @property
-    def file(self) -> str:
-        return self.problems[0].file
-
-    @property
-    def line(self) -> int:
-        return self.problems[0].line
-
-    @property
-    def field(self) -> str:
-        return self.problems[0].field
-
-    @property
-    def reason(self) -> str:
-        return self.problems[0].reason
 
 
 @dataclass

@@ -32,6 +32,7 @@ from harvester.connections import blocking_twin
 from harvester.distributor.intake import RegisteredSource, read_registered_sources
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.store import Admission, RateLimitStore
+from harvester.errors import ShutdownRequested, StorageUnavailableError
 from harvester.queues import kombu_queue
 from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys, distributor_heartbeat
 from harvester.settings import HarvesterSettings, get_settings
@@ -45,11 +46,10 @@ MAX_WAIT_SECONDS = 30.0  # a blocking wait never outlasts the blocking connectio
 BACKPRESSURE_POLL_SECONDS = 0.2  # Celery gives no event when a queue drains: look again this often
 HEARTBEAT_SECONDS = 5.0  # how often a working distributor refreshes its liveness key
 HEARTBEAT_TTL_SECONDS = 600  # a stopped distributor's key goes away on its own
-REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, KombuOperationalError)
-
-
-class ShutdownRequested(Exception):
-    """SIGTERM arrived while the distributor was blocked waiting for work."""
+# What an outage looks like: the store's wrapped errors, redis-py's own from the direct reads, kombu's on publish.
+REDIS_ERRORS: tuple[type[BaseException], ...] = (
+    StorageUnavailableError, redis.ConnectionError, redis.TimeoutError, KombuOperationalError,
+)
 
 
 def celery_app_for(settings: HarvesterSettings) -> Celery:

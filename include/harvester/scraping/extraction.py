@@ -23,6 +23,7 @@ from typing import Any
 from parsel import Selector
 
 from harvester.config.model import Attribute, SourceConfig
+from harvester.errors import CoercionError
 from harvester.urls import canonicalise_url
 
 # Digits with '.' or ',' between them; a space or apostrophe only before a group of exactly three digits.
@@ -32,10 +33,6 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _TRUE = frozenset({"true", "yes", "y", "1", "on", "in stock", "available"})
 _FALSE = frozenset({"false", "no", "n", "0", "off", "out of stock", "unavailable", "sold out"})
 _DATE_FORMATS = ("%Y-%m-%d", "%d/%m/%Y", "%d.%m.%Y", "%B %d, %Y", "%d %B %Y", "%b %d, %Y", "%d %b %Y")
-
-
-class CoercionError(ValueError):
-    """A value is present but not of the attribute's type."""
 
 
 @dataclass(frozen=True, slots=True)

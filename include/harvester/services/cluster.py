@@ -30,6 +30,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
+from harvester.errors import ClusterError
 from harvester.services import readiness
 from harvester.services.mongo import airflow_connection_uri, choose_mongo, redact
 from harvester.services.pidfiles import PidFile
@@ -42,10 +43,6 @@ CELERY_APP = "harvester.workers.celery_app"
 AIRFLOW_CELERY_APP = "airflow.providers.celery.executors.celery_executor.app"
 PORT_NAMES = ("postgres", "redis", "mongo", "airflow", "demo_site", "scheduler_health", "worker_logs",
               "trigger_logs")
-
-
-class ClusterError(RuntimeError):
-    """A step of the cluster did not start; the message names it and ends with its log's last lines."""
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-
-class ServiceNotReady(RuntimeError):
-    """A service did not answer within its deadline."""
+from harvester.errors import ServiceNotReady
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:

@@ -1,0 +1,174 @@
+"""Every exception Harvester raises on purpose, in one hierarchy under :class:`HarvesterError`.
+
+Backend exceptions are wrapped where Harvester talks to the backend (the ``limits`` library's
+``StorageError`` is the model): a ``redis.RedisError`` out of the distributor's stores and a
+``pymongo.errors.PyMongoError`` out of ``harvester.storage`` leave as a :class:`StorageError`
+(:class:`StorageUnavailableError` when the server could not be reached or did not answer in time),
+with the original as ``__cause__`` and :attr:`StorageError.backend_error`. Callers catch those,
+not the client library's classes.
+
+The wrapped exception is also an instance of the backend's class it came from (a ``RedisError``, a
+``redis.ConnectionError``, a ``PyMongoError``, a ``ConnectionFailure``), so code written against the
+backend's classes keeps working. Those classes are made the first time a backend error is wrapped:
+this module imports neither redis nor pymongo, because the DAG file's parse imports it (config errors)
+and must not pay for either client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from functools import cache
+from typing import Protocol
+
+__all__ = [
+    "ClusterError", "CoercionError", "ConfigError", "ConnectionNotFound", "DistributorError", "HarvesterError",
+    "InvalidSourceFiles", "MongoUnavailableError", "ScrapingError", "ServiceNotReady", "ShutdownRequested",
+    "SourceConfigError", "StorageError", "StorageUnavailableError", "mongo_storage_errors", "redis_storage_errors",
+]
+
+
+class HarvesterError(Exception):
+    """The base of every error Harvester raises on purpose."""
+
+
+# -- configuration ---------------------------------------------------------------------------------
+class Problem(Protocol):
+    """What a config error needs of one problem (``harvester.config.loader.Problem`` is the real one)."""
+
+    @property
+    def file(self) -> str: ...
+
+    @property
+    def line(self) -> int: ...
+
+
+class ConfigError(HarvesterError):
+    """A source file or setting Harvester cannot use."""
+
+
+class SourceConfigError(ConfigError, ValueError):
+    """A source file that cannot be used; ``problems`` lists every reason, each with its line."""
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        self.problems: list[Problem] = list(problems)
+        if not self.problems:
+            raise ValueError("a SourceConfigError needs at least one problem")
+        super().__init__("\n".join(str(problem) for problem in self.problems))
+
+    @property
+    def file(self) -> str:
+        return self.problems[0].file
+
+    @property
+    def line(self) -> int:
+        return self.problems[0].line
+
+
+class InvalidSourceFiles(ConfigError, ValueError):
+    """The source files that did not load, one ``file:line: field: reason`` line per problem."""
+
+
+class ConnectionNotFound(ConfigError, LookupError):
+    """No resolver knows the connection id and there is no default to fall back to."""
+
+
+# -- scraping --------------------------------------------------------------------------------------
+class ScrapingError(HarvesterError):
+    """A page or a value in it that Harvester cannot turn into a record."""
+
+
+class CoercionError(ScrapingError, ValueError):
+    """A value is present but not of the attribute's type."""
+
+
+# -- storage ---------------------------------------------------------------------------------------
+class StorageError(HarvesterError):
+    """A storage backend (Redis, MongoDB) failed; the backend's own exception is ``__cause__``."""
+
+    @property
+    def backend_error(self) -> BaseException | None:
+        """The exception of the client library (redis-py, pymongo) this one wraps."""
+        return self.__cause__
+
+
+class StorageUnavailableError(StorageError):
+    """The backend could not be reached or did not answer in time: worth retrying later."""
+
+
+class MongoUnavailableError(StorageUnavailableError, RuntimeError):
+    """MongoDB could not be reached; the message is the one line an operator needs (password hidden)."""
+
+
+@cache
+def _redis_error_classes() -> tuple[type[StorageError], type[StorageError]]:
+    """(StorageError, StorageUnavailableError) subclasses that are also redis-py's RedisError/ConnectionError."""
+    import redis
+
+    class RedisStorageError(StorageError, redis.RedisError):
+        """A Redis command failed."""
+
+    class RedisUnavailableError(RedisStorageError, StorageUnavailableError, redis.ConnectionError):
+        """Redis could not be reached or did not answer in time."""
+
+    return RedisStorageError, RedisUnavailableError
+
+
+@cache
+def _mongo_error_classes() -> tuple[type[StorageError], type[StorageError]]:
+    """(StorageError, StorageUnavailableError) subclasses that are also pymongo's PyMongoError/ConnectionFailure."""
+    from pymongo.errors import ConnectionFailure, PyMongoError
+
+    class MongoStorageError(StorageError, PyMongoError):
+        """A MongoDB operation failed."""
+
+    class MongoStorageUnavailableError(MongoStorageError, StorageUnavailableError, ConnectionFailure):
+        """MongoDB could not be reached, or a network operation timed out."""
+
+    return MongoStorageError, MongoStorageUnavailableError
+
+
+@contextlib.contextmanager
+def redis_storage_errors() -> Iterator[None]:
+    """Re-raise a redis-py error as a :class:`StorageError` (use as a context manager or a decorator)."""
+    import redis
+
+    try:
+        yield
+    except StorageError:
+        raise
+    except redis.RedisError as error:
+        failed, unavailable = _redis_error_classes()
+        unreachable = isinstance(error, (redis.ConnectionError, redis.TimeoutError))
+        raise (unavailable if unreachable else failed)(str(error)) from error
+
+
+@contextlib.contextmanager
+def mongo_storage_errors() -> Iterator[None]:
+    """Re-raise a pymongo error as a :class:`StorageError` (use as a context manager or a decorator)."""
+    from pymongo.errors import ConnectionFailure, PyMongoError
+
+    try:
+        yield
+    except StorageError:
+        raise
+    except PyMongoError as error:
+        failed, unavailable = _mongo_error_classes()
+        raise (unavailable if isinstance(error, ConnectionFailure) else failed)(str(error)) from error
+
+
+# -- distributor and services ----------------------------------------------------------------------
+class DistributorError(HarvesterError):
+    """Raised by the distributor's own control flow."""
+
+
+class ShutdownRequested(DistributorError):
+    """SIGTERM arrived while the distributor was blocked waiting for work."""
+
+
+class ServiceNotReady(HarvesterError, RuntimeError):
+    """A service did not answer within its deadline."""
+
+
+class ClusterError(HarvesterError, RuntimeError):
+    """A step of the cluster did not start; the message names it and ends with its log's last lines."""
