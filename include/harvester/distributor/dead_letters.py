@@ -16,6 +16,7 @@ import redis
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.scripts import ScriptPipeline, Scripts
 from harvester.distributor.store import wake_distributors
+from harvester.errors import redis_storage_errors
 from harvester.redis_keys import SourceKeys
 
 
@@ -47,14 +48,17 @@ class DeadLetters:
         self.redis = redis_client
         self.scripts = Scripts(redis_client)
 
+    @redis_storage_errors()
     def count(self, source: str) -> int:
         return int(self.redis.llen(SourceKeys(source).dead_letters))
 
+    @redis_storage_errors()
     def list(self, source: str, start: int = 0, limit: int = 100) -> list[DeadLetter]:
         """Entries oldest first."""
         raw = self.redis.lrange(SourceKeys(source).dead_letters, start, start + limit - 1)
         return [DeadLetter.from_json(entry) for entry in raw]
 
+    @redis_storage_errors()
     def requeue(self, source: str, limit: int | None = None) -> int:
         """Move entries (oldest first) back to intake with attempt 0; malformed ones stay. Returns how many."""
         def build(pipeline: ScriptPipeline) -> None:
@@ -63,6 +67,7 @@ class DeadLetters:
 
         return self.scripts.run_pipeline(build)[0].requeued
 
+    @redis_storage_errors()
     def purge(self, source: str) -> int:
         """Delete every entry; returns how many there were."""
         keys = SourceKeys(source)
@@ -72,6 +77,7 @@ class DeadLetters:
         count, _ = pipeline.execute()
         return int(count)
 
+    @redis_storage_errors()
     def dead_for_run(self, source: str, run_id: str, package_id: int | None = None) -> int:
         """Tasks of one run (or one package of it) now in dead letters."""
         field = run_id if package_id is None else f"{run_id}|{package_id}"

@@ -16,6 +16,7 @@ import redis
 from harvester.config.model import SourceConfig
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.store import wake_distributors
+from harvester.errors import redis_storage_errors
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
 from harvester.settings import HarvesterSettings, get_settings
 
@@ -59,6 +60,7 @@ def source_registration(source: SourceConfig) -> dict[str, str | int]:
     }
 
 
+@redis_storage_errors()
 def read_registered_sources(client: redis.Redis) -> dict[str, RegisteredSource]:
     """Every registered source, in two round trips."""
     names = sorted(_text(name) for name in client.smembers(SOURCES_INDEX))
@@ -94,6 +96,7 @@ class Intake:
         self.redis = redis_client
         self.settings = settings or get_settings()
 
+    @redis_storage_errors()
     def register_source(self, source: SourceConfig) -> None:
         """Store the source's limits, queue and retries in Redis (idempotent; the latest config wins)."""
         pipeline = self.redis.pipeline(transaction=False)
@@ -125,6 +128,7 @@ class Intake:
         """Append already serialised messages without validation (tools, and tests of malformed input)."""
         return self._push(source, raw_messages)
 
+    @redis_storage_errors()
     def _push(self, source: SourceConfig | str, raw_messages: Iterable[str]) -> int:
         name = source if isinstance(source, str) else source.name
         keys = SourceKeys(name)
@@ -145,5 +149,6 @@ class Intake:
             self.register_source(source)
         return total
 
+    @redis_storage_errors()
     def pending(self, source: str) -> int:
         return int(self.redis.llen(SourceKeys(source).intake))

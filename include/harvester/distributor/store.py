@@ -18,6 +18,7 @@ import redis
 from harvester.distributor.hosts import host_of
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.scripts import ScriptPipeline, Scripts, text
+from harvester.errors import redis_storage_errors
 from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SourceKeys
 from harvester.settings import HarvesterSettings, get_settings
 
@@ -106,6 +107,7 @@ class RateLimitStore:
         """Admit up to ``wanted`` tasks of ``source`` from its intake, within its limits, in one call."""
         return self.admit_many([(source, wanted)], now)[0]
 
+    @redis_storage_errors()
     def admit_many(self, requests: list[tuple[str, int]], now: float | None = None) -> list[Admission]:
         """One admit call per (source, wanted), all in one pipelined round trip (each call stays atomic)."""
         if not requests:
@@ -129,6 +131,7 @@ class RateLimitStore:
         )
 
     # -- leases ------------------------------------------------------------------------------------
+    @redis_storage_errors()
     def heartbeat(self, source: str, task_ids: list[str], now: float | None = None) -> int:
         """Extend the leases of ``task_ids``; returns how many are still held (a reaped lease is lost)."""
         if not task_ids:
@@ -136,6 +139,7 @@ class RateLimitStore:
         return self.scripts.call("heartbeat", source, lease_seconds=self.settings.lease_seconds,
                                  now=_now_argument(now), task_ids=task_ids).extended
 
+    @redis_storage_errors()
     def release(self, source: str, task_ids: list[str]) -> int:
         """The tasks' output is stored: free their leases (and wake a distributor waiting for room)."""
         if not task_ids:
@@ -164,6 +168,7 @@ class RateLimitStore:
         task_id = str(json.loads(raw_message).get("task_id", ""))
         return self._fail(source, task_id, None, raw_message, reason, None, now, force_dead=True)
 
+    @redis_storage_errors()
     def _fail(
         self, source: str, task_id: str, message: TaskMessage | None, original_json: str, reason: str,
         retry_after: float | None, now: float | None, force_dead: bool = False,
@@ -182,6 +187,7 @@ class RateLimitStore:
 
         return self.scripts.run_pipeline(build)[0].outcome == "dead"
 
+    @redis_storage_errors()
     def reap(self, sources: Iterable[str] | None = None, now: float | None = None) -> ReapResult:
         """Expired leases of every (or the given) source back to intake or to dead letters; one round trip."""
         names = sorted(self.registered_sources() if sources is None else sources)
@@ -199,20 +205,24 @@ class RateLimitStore:
         return ReapResult(reaped, dead)
 
     # -- Retry-After -------------------------------------------------------------------------------
+    @redis_storage_errors()
     def pause_source(self, source: str, seconds: float, now: float | None = None) -> float:
         """No task of ``source`` is admitted for ``seconds`` (a 429/503 Retry-After for the whole site)."""
         return self.scripts.call("pause", source, {"paused": SourceKeys(source).paused_until},
                                  seconds=float(seconds), now=_now_argument(now), host="").paused_until
 
+    @redis_storage_errors()
     def pause_host(self, source: str, host: str, seconds: float, now: float | None = None) -> float:
         """No task of ``source`` on ``host`` (as :func:`host_of` gives it) is admitted for ``seconds``."""
         return self.scripts.call("pause", source, {"paused": SourceKeys(source).host_paused},
                                  seconds=float(seconds), now=_now_argument(now), host=host.lower()).paused_until
 
     # -- numbers -----------------------------------------------------------------------------------
+    @redis_storage_errors()
     def registered_sources(self) -> list[str]:
         return sorted(text(name) for name in self.redis.smembers(SOURCES_INDEX))
 
+    @redis_storage_errors()
     def stats(self, sources: list[str]) -> dict[str, SourceStats]:
         """Pending, delayed, active, admitted in the window, done, failed, dead of each source: one round trip."""
         if not sources:
@@ -236,6 +246,7 @@ class RateLimitStore:
         """:meth:`stats` of every registered source (two round trips)."""
         return self.stats(self.registered_sources())
 
+    @redis_storage_errors()
     def count_outcomes(self, source: str, outcomes: Mapping[str, int]) -> None:
         """Add to the source's per-outcome counters (``outcome:<name>`` in its counters hash)."""
         if not outcomes:
@@ -245,13 +256,16 @@ class RateLimitStore:
             pipeline.hincrby(SourceKeys(source).counters, f"outcome:{name}", int(amount))
         pipeline.execute()
 
+    @redis_storage_errors()
     def counters(self, source: str) -> dict[str, int]:
         """Every running total of a source (admitted, done, failed, dead, retried, reaped, outcome:*...)."""
         return {text(k): int(v) for k, v in self.redis.hgetall(SourceKeys(source).counters).items()}
 
+    @redis_storage_errors()
     def active_task_ids(self, source: str) -> list[str]:
         return [text(task_id) for task_id in self.redis.zrange(SourceKeys(source).active, 0, -1)]
 
+    @redis_storage_errors()
     def server_time(self) -> float:
         seconds, microseconds = self.redis.time()
         return seconds + microseconds / 1_000_000

@@ -28,6 +28,7 @@ from pymongo.errors import BulkWriteError, DocumentTooLarge
 
 from harvester.config.model import SourceConfig
 from harvester.connections import mongo_client
+from harvester.errors import mongo_storage_errors
 from harvester.settings import HarvesterSettings
 
 KEY_INDEX_NAME = "harvester_output_key"
@@ -84,6 +85,7 @@ class DataHandler:
         client = self._client or mongo_client(source.output.connection_id, self.settings)
         return client[source.output.database or self.settings.mongo_database]
 
+    @mongo_storage_errors()
     def collection(self, source: SourceConfig) -> Collection:
         collection = self.database(source)[source.output_collection]
         self.ensure_indexes(collection, source)
@@ -133,12 +135,13 @@ class DataHandler:
             ))
         return upserts
 
+    @mongo_storage_errors()
     def write(self, source: SourceConfig, records: list[dict[str, Any]], run_id: str | None = None,
               now: datetime | None = None) -> WriteResult:
         """Store a batch; records MongoDB cannot store are in ``rejected``, the rest are written.
 
-        Raises pymongo errors of the connection or the server as a whole, so the caller can retry the
-        whole batch (idempotent).
+        Raises StorageError (a PyMongoError too) for the connection or the server as a whole, so the
+        caller can retry the whole batch (idempotent).
         """
         result = WriteResult()
         now = now or datetime.now(UTC)

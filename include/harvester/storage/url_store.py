@@ -21,6 +21,7 @@ import redis
 from pymongo.collection import Collection
 
 from harvester.config.model import SourceConfig
+from harvester.errors import mongo_storage_errors, redis_storage_errors
 from harvester.redis_keys import SourceKeys
 from harvester.urls import canonicalise_url
 
@@ -49,6 +50,8 @@ class URLStore:
     def lag_seconds(source: SourceConfig) -> int:
         return max(1, int(source.harvesting_lag.total_seconds()))
 
+    @mongo_storage_errors()
+    @redis_storage_errors()
     def filter_new(self, source: SourceConfig, urls: Iterable[str], owner: str = "1",
                    authority: Collection | None = None, now: datetime | None = None) -> list[str]:
         """The URLs not seen within the lag, in input order, each now marked as seen (one round trip).
@@ -81,6 +84,7 @@ class URLStore:
         }
         return [url for url in urls if url not in stored]
 
+    @redis_storage_errors()
     def mark_seen(self, source: SourceConfig, urls: Iterable[str]) -> None:
         """Refresh the lag of URLs just harvested (they were stored, so they count from now)."""
         lag = self.lag_seconds(source)
@@ -92,12 +96,14 @@ class URLStore:
         if count:
             pipeline.execute()
 
+    @redis_storage_errors()
     def forget(self, source: SourceConfig, urls: Iterable[str]) -> None:
         """Unmark URLs that were claimed but not queued (over a cap), so a later run may take them."""
         keys = [self.key(source.name, url) for url in canonical_urls(urls)]
         if keys:
             self.redis.delete(*keys)
 
+    @redis_storage_errors()
     def seen(self, source: SourceConfig, urls: Iterable[str]) -> dict[str, bool]:
         """Read-only check (for `harvester try`): which URLs (as given) the store already holds."""
         unique = list(dict.fromkeys(urls))
@@ -116,6 +122,7 @@ class RunFrontier:
         self.redis = redis_client
         self.ttl = ttl_seconds
 
+    @redis_storage_errors()
     def new_listing_pages(self, source: str, run_id: str | None, urls: list[str], owner: str = "1") -> list[str]:
         """The listing URLs not yet queued in this run, now marked as queued by ``owner`` (one round trip).
 
@@ -134,6 +141,7 @@ class RunFrontier:
         mine = owner.encode()
         return [url for url, holder in zip(urls, holders, strict=True) if holder == mine]
 
+    @redis_storage_errors()
     def reserve_new_urls(self, source: str, run_id: str | None, wanted: int, cap: int) -> int:
         """How many of ``wanted`` new detail URLs still fit under the run's cap (reserved atomically)."""
         if wanted <= 0:
