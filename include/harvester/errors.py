@@ -42,6 +42,12 @@ class Problem(Protocol):
     @property
     def line(self) -> int: ...
 
+    @property
+    def field(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
 
 class ConfigError(HarvesterError):
     """A source file or setting Harvester cannot use."""
@@ -63,6 +69,14 @@ class SourceConfigError(ConfigError, ValueError):
     @property
     def line(self) -> int:
         return self.problems[0].line
+
+    @property
+    def field(self) -> str:
+        return self.problems[0].field
+
+    @property
+    def reason(self) -> str:
+        return self.problems[0].reason
 
 
 class InvalidSourceFiles(ConfigError, ValueError):
