@@ -123,13 +123,6 @@ class SourceKeys:
         """Counter of new detail URLs discovered in one run (the listing's max_new_urls)."""
         return self._key(f"run:{run_id or 'adhoc'}:new-urls")
 
-    def host_active(self, host: str) -> str:
-        """Sorted set: task id -> lease deadline, per host (politeness, like Scrapy's slots)."""
-        return self._key(f"host:{host}:active")
-
-    def host_paused_until(self, host: str) -> str:
-        return self._key(f"host:{host}:paused-until")
-
     def host_fetch_window(self, host: str) -> str:
         """Sorted set: request starts on ``host`` in the rolling window (per_host_per_minute, crawl delay)."""
         return self._key(f"host:{host}:fetch-window")

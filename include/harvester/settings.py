@@ -33,7 +33,6 @@ class HarvesterSettings(BaseSettings):
     )
     mongo_database: str = "harvester"
     sources_dir: Path = REPOSITORY_ROOT / "include" / "sources"
-    var_dir: Path = REPOSITORY_ROOT / "var"
     demo_site_url: str = "http://127.0.0.1:8008"
 
     # Distributor and rate-limit store (DESIGN.md section 4).

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
+from harvester.settings import HarvesterSettings
+
 PENDING_TASK_SCORE = 30
 COMPLETED_TASK_SCORE = 10
 
@@ -101,3 +103,27 @@ def tasks_by_country_from(recent_tasks: Iterable[tuple[str, bool, float]], cap: 
     return {
         country: CountryTasks(pending[country], completed[country], oldest.get(country, 0.0)) for country in pending
     }
+
+
+@dataclass(frozen=True)
+class AllocationPolicy:
+    """The allocation and preparation rules with their numbers from settings (Scrapy's ``from_crawler``)."""
+
+    max_page_slots: int
+    min_scraping_tasks_by_page_slot: Fraction
+    starving_after_seconds: float
+    sample_size: int
+
+    @classmethod
+    def from_settings(cls, settings: HarvesterSettings) -> AllocationPolicy:
+        return cls(settings.max_page_slots, settings.min_scraping_tasks_by_pageslot,
+                   settings.page_slot_starving_seconds, settings.allocation_sample_size)
+
+    def allocate(self, recent_tasks: Iterable[tuple[str, bool, float]]) -> dict[str, int]:
+        """Slots per country from the most recent (country, completed, waited_seconds) scraping tasks."""
+        return allocate_page_slots(tasks_by_country_from(recent_tasks, self.sample_size), self.max_page_slots,
+                                   self.starving_after_seconds)
+
+    def to_start(self, slot_counts: Mapping[str, int], active_task_counts: Mapping[str, int]) -> dict[str, int]:
+        """Slots to start per country, given its slots and its pending+running tasks."""
+        return page_slots_to_start(slot_counts, active_task_counts, self.min_scraping_tasks_by_page_slot)
