@@ -1,1 +1,18 @@
-"""Browser page slots (DESIGN.md section 5): allocation, preparation, idle closing, the slot state machine."""
+"""Browser page slots (DESIGN.md section 5): allocation, preparation, idle closing, the slot state machine.
+"""
+
+from harvester import lazy_exports
+
+_EXPORTS = {
+    "AllocationPolicy": "allocation",
+    "BrowserHost": "host",
+    "BrowserHostThread": "host",
+    "CountryTasks": "allocation",
+    "allocate_page_slots": "allocation",
+    "browser_host": "host",
+    "page_slot_queues": "host",
+    "page_slots_to_start": "allocation",
+    "tasks_by_country_from": "allocation",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

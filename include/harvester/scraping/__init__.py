@@ -1,1 +1,25 @@
-"""Fetching (HTTP and browser), extraction into typed records, link discovery and URL canonicalisation."""
+"""Fetching (HTTP and browser), extraction into typed records, link discovery and URL canonicalisation.
+"""
+
+from harvester import lazy_exports
+
+_EXPORTS = {
+    "CHROMIUM_ARGS": "browser",
+    "FetchResult": "fetcher",
+    "Fetcher": "fetcher",
+    "PageLoad": "browser",
+    "PageResult": "page",
+    "ResourceBlocker": "browser",
+    "canonicalise_url": "links",
+    "discover_links": "links",
+    "extract_record": "extraction",
+    "first_line": "browser",
+    "launch_chromium": "browser",
+    "load_page": "browser",
+    "process_page": "page",
+    "record_url": "page",
+    "render_page": "browser",
+    "user_agent_and_headers": "browser",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
