@@ -101,6 +101,27 @@ def test_admit_batch_size_caps_the_tasks_one_source_gets_per_round(redis_client,
     assert Distributor(redis_client, settings).run_round().admitted == 3
 
 
+@pytest.mark.integration
+def test_queue_max_depth_stops_admission_to_a_full_queue(redis_client, redis_server):
+    source = SOURCE.model_copy(update={"rate_limit": SOURCE.rate_limit.model_copy(update={"max_active": 100,
+                                                                                       "per_minute": 1000})})
+    Intake(redis_client, HarvesterSettings()).push(source, [TaskMessage(source="shop", url=f"http://a.example/{n}")
+                                                            for n in range(4)])
+    redis_client.rpush(source.queue, *[f"waiting {n}" for n in range(3)])  # three Celery messages queued
+    for depth, admitted in ((3, 0), (4, 4)):
+        settings = HarvesterSettings(redis_url=redis_server.url, queue_max_depth=depth)
+        outcome = Distributor(redis_client, settings).run_round()
+        assert (outcome.admitted, outcome.backpressured) == (admitted, admitted == 0), depth
+
+
+@pytest.mark.unit
+def test_redis_url_is_the_broker_the_distributor_publishes_to():
+    from harvester.distributor.service import celery_app_for
+
+    assert celery_app_for(HarvesterSettings(redis_url="redis://127.0.0.1:1/5")).conf.broker_url == \
+        "redis://127.0.0.1:1/5"
+
+
 # -- storage, scraping, config ---------------------------------------------------------------------
 @pytest.mark.unit
 def test_output_sink_discard_writes_nothing():
