@@ -23,6 +23,8 @@ from harvester.redis_keys import SourceKeys
 from harvester.services.ports import free_port
 from harvester.settings import HarvesterSettings
 from harvester.storage.data_handler import DataHandler
+from harvester.storage.packages import PackageStore
+from harvester.storage.runs import RunStore
 from harvester.storage.url_store import URLStore
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -38,20 +40,23 @@ def test_every_declared_error_is_a_harvester_error_and_keeps_its_builtin_base():
     assert issubclass(errors.SourceConfigError, ValueError) and issubclass(errors.CoercionError, ValueError)
     assert issubclass(errors.ServiceNotReady, RuntimeError) and issubclass(errors.MongoUnavailableError, RuntimeError)
     assert issubclass(errors.MongoUnavailableError, StorageUnavailableError)
+    assert issubclass(errors.ConnectionNotFound, LookupError) and issubclass(errors.ClusterError, RuntimeError)
 
 
 @pytest.mark.unit
 def test_old_import_places_still_name_the_same_classes():
+    from harvester.airflow.dags import InvalidSourceFiles
     from harvester.config import SourceConfigError
-    from harvester.config.airflow_dags import InvalidSourceFiles
+    from harvester.connections import ConnectionNotFound, MongoUnavailableError
     from harvester.distributor.service import ShutdownRequested
-    from harvester.producer.airflow_tasks import MongoUnavailableError
     from harvester.scraping.extraction import CoercionError
+    from harvester.services.cluster import ClusterError
     from harvester.services.readiness import ServiceNotReady
 
     assert (SourceConfigError, InvalidSourceFiles, ShutdownRequested, MongoUnavailableError, CoercionError,
-            ServiceNotReady) == (errors.SourceConfigError, errors.InvalidSourceFiles, errors.ShutdownRequested,
-                                 errors.MongoUnavailableError, errors.CoercionError, errors.ServiceNotReady)
+            ServiceNotReady, ConnectionNotFound, ClusterError) == (
+        errors.SourceConfigError, errors.InvalidSourceFiles, errors.ShutdownRequested, errors.MongoUnavailableError,
+        errors.CoercionError, errors.ServiceNotReady, errors.ConnectionNotFound, errors.ClusterError)
 
 
 @pytest.mark.unit
@@ -129,6 +134,19 @@ def test_the_data_handler_raises_storage_unavailable_when_mongodb_is_down():
     finally:
         client.close()
     assert isinstance(caught.value.__cause__, pymongo.errors.ServerSelectionTimeoutError)
+
+
+@pytest.mark.unit
+def test_the_package_and_run_stores_raise_storage_unavailable_when_mongodb_is_down():
+    client = pymongo.MongoClient(port=free_port(), serverSelectionTimeoutMS=200, connect=False)
+    try:
+        for call in (lambda: PackageStore(client["harvester"]).claim("shop", "run-1", 1),
+                     lambda: RunStore(client["harvester"]).get("shop", "run-1")):
+            with pytest.raises(StorageUnavailableError) as caught:
+                call()
+            assert isinstance(caught.value, pymongo.errors.ConnectionFailure)  # what callers caught before
+    finally:
+        client.close()
 
 
 @pytest.mark.integration

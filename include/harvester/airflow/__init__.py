@@ -6,9 +6,23 @@ Importing this package registers :class:`~harvester.airflow.connections.AirflowC
 so connection ids resolve through Airflow in every process that loads a Harvester DAG or trigger.
 """
 
+from harvester import lazy_exports
 from harvester.airflow.connections import AirflowConnectionResolver
 from harvester.connections import register_resolver
 
 register_resolver(AirflowConnectionResolver())
 
-__all__ = ["AirflowConnectionResolver"]
+_EXPORTS = {  # loaded on first use: a DAG file needs only the factory
+    "HarvestProgressTrigger": "triggers",
+    "HarvestSensor": "operators",
+    "PlanOperator": "operators",
+    "ProduceOperator": "operators",
+    "ReportOperator": "operators",
+    "add_producer_tasks": "operators",
+    "build_source_dag": "dags",
+    "build_source_dags": "dags",
+    "output_asset": "operators",
+    "raise_for_invalid_sources": "dags",
+}
+__all__ = ["AirflowConnectionResolver", *sorted(_EXPORTS)]
+__getattr__ = lazy_exports(__name__, _EXPORTS)

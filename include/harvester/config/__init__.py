@@ -1,11 +1,20 @@
 """The config layer: one YAML file per source, validated into a :class:`SourceConfig`."""
 
-from harvester.config.loader import Problem, SourceSet, get_source, load_source_file, load_sources
-from harvester.config.model import Attribute, SourceConfig
-from harvester.config.run_options import RunOptions
+from harvester.config.loader import (
+    SOURCE_SUFFIXES,
+    Problem,
+    SourceSet,
+    default_directory,
+    get_source,
+    load_source_file,
+    load_sources,
+)
+from harvester.config.model import MAX_BATCH_SIZE, Attribute, SourceConfig, format_duration
+from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM, RunOptions
 from harvester.errors import SourceConfigError
 
 __all__ = [
-    "Attribute", "Problem", "RunOptions", "SourceConfig", "SourceConfigError", "SourceSet", "get_source",
-    "load_source_file", "load_sources",
+    "BATCH_SIZE_PARAM", "MAX_BATCH_SIZE", "MAX_PACKAGES_PARAM", "SOURCE_SUFFIXES", "URLS_PARAM", "Attribute",
+    "Problem", "RunOptions", "SourceConfig", "SourceConfigError", "SourceSet", "default_directory",
+    "format_duration", "get_source", "load_source_file", "load_sources",
 ]

@@ -7,6 +7,7 @@ _EXPORTS = {
     "AllocationPolicy": "allocation",
     "BrowserHost": "host",
     "BrowserHostThread": "host",
+    "BrowserPageFetcher": "host",
     "CountryTasks": "allocation",
     "allocate_page_slots": "allocation",
     "browser_host": "host",

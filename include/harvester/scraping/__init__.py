@@ -5,11 +5,17 @@ from harvester import lazy_exports
 
 _EXPORTS = {
     "CHROMIUM_ARGS": "browser",
+    "DEFAULT_CLASSIFIER": "responses",
+    "FetchedBatch": "page_fetcher",
     "FetchResult": "fetcher",
     "Fetcher": "fetcher",
     "PageLoad": "browser",
+    "PageFetcher": "page_fetcher",
     "PageResult": "page",
+    "RETRY_VERDICTS": "responses",
     "ResourceBlocker": "browser",
+    "ResponseClassifier": "responses",
+    "Verdict": "responses",
     "canonicalise_url": "links",
     "discover_links": "links",
     "extract_record": "extraction",

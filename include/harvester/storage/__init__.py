@@ -5,10 +5,13 @@ from harvester import lazy_exports
 
 _EXPORTS = {
     "DataHandler": "data_handler",
+    "PackageStatus": "packages",
+    "PackageStore": "packages",
     "RunFrontier": "url_store",
+    "RunStore": "runs",
     "URLStore": "url_store",
     "WriteResult": "data_handler",
-    "mongo_client": "mongo",
+    "planned_task_id": "packages",
     "url_digest": "url_store",
 }
 __all__ = sorted(_EXPORTS)

@@ -29,6 +29,8 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError
 
+from harvester.errors import mongo_storage_errors
+
 PACKAGES_COLLECTION = "packages"
 DUPLICATE_KEY = 11000
 
@@ -75,6 +77,7 @@ class PackageStore:
     def _key(source: str, run_id: str, package_id: int) -> dict[str, Any]:
         return {"source": source, "run_id": run_id, "package_id": int(package_id)}
 
+    @mongo_storage_errors()
     def ensure_indexes(self) -> None:
         """The unique index makes package creation idempotent; the status index serves claims."""
         self.collection.create_index(
@@ -87,6 +90,7 @@ class PackageStore:
 
     # Planning -------------------------------------------------------------------------------
 
+    @mongo_storage_errors()
     def create_packages(self, source: str, run_id: str, packages: Iterable[tuple[int, list[str] | list[PackageTask]]],
                         kind: str = "details", depth: int = 0) -> int:
         """Insert waiting packages of URLs; ones that already exist (same source, run, id) are left untouched.
@@ -130,12 +134,14 @@ class PackageStore:
                 raise
             return int(details.get("nInserted", 0))
 
+    @mongo_storage_errors()
     def last_package_id(self, source: str, run_id: str) -> int | None:
         document = self.collection.find_one(
             {"source": source, "run_id": run_id}, {"package_id": 1}, sort=[("package_id", -1)]
         )
         return None if document is None else int(document["package_id"])
 
+    @mongo_storage_errors()
     def planned_urls(self, source: str, run_id: str) -> set[str]:
         """URLs already planned in this run (bounded by the batch limit), to continue a half-done plan."""
         urls: set[str] = set()
@@ -145,6 +151,7 @@ class PackageStore:
 
     # Producing ------------------------------------------------------------------------------
 
+    @mongo_storage_errors()
     def claim(self, source: str, run_id: str, limit: int) -> list[dict[str, Any]]:
         """Claim up to ``limit`` waiting packages (waiting -> running), atomically per package.
 
@@ -173,6 +180,7 @@ class PackageStore:
 
     # Called by workers ----------------------------------------------------------------------
 
+    @mongo_storage_errors()
     def add_tasks(self, source: str, run_id: str, package_id: int, task_ids: list[str]) -> None:
         """Record discovered tasks as pending before they are pushed (so the package stays open).
 
@@ -198,6 +206,7 @@ class PackageStore:
             {"$set": {"status": int(PackageStatus.RUNNING)}, "$unset": {"finished_at": ""}},
         )
 
+    @mongo_storage_errors()
     def complete_tasks(
         self, source: str, run_id: str, package_id: int, task_ids: list[str], failed: bool = False
     ) -> bool:
@@ -233,6 +242,7 @@ class PackageStore:
             {"package_id": 1, "pending": 1, "urls": 1, "claim": 1},
         )
 
+    @mongo_storage_errors()
     def reset_to_waiting(self, source: str, run_id: str, package_id: int, claim: str | None,
                          lost_ids: list[str], repush_ids: list[str] | None = None) -> bool:
         """Put a stale running package back to waiting (only if nobody re-claimed it meanwhile).
@@ -261,6 +271,7 @@ class PackageStore:
         self._finish_if_empty(key)  # nothing left to push: it is finished, not waiting
         return True
 
+    @mongo_storage_errors()
     def finish_empty(self, source: str, run_id: str) -> int:
         """Finish packages with nothing pending (a count-down that died between its two updates)."""
         result = self.collection.update_many(
@@ -270,6 +281,7 @@ class PackageStore:
         )
         return result.modified_count
 
+    @mongo_storage_errors()
     def settle_dead(self, source: str, run_id: str, dead_by_package: dict[int, set[str]]) -> int:
         """Count dead-lettered tasks that are still pending as failed, in one bulk write.
 
@@ -302,6 +314,7 @@ class PackageStore:
 
     # Figures --------------------------------------------------------------------------------
 
+    @mongo_storage_errors()
     def summary(self, source: str, run_id: str) -> tuple[dict[PackageStatus, int], dict[str, int]]:
         """Packages per status and task totals of a run, in one server-side aggregation.
 
@@ -327,9 +340,11 @@ class PackageStore:
                 totals[name] += int(group[name])
         return statuses, totals
 
+    @mongo_storage_errors()
     def status_counts(self, source: str, run_id: str) -> dict[PackageStatus, int]:
         return self.summary(source, run_id)[0]
 
+    @mongo_storage_errors()
     def task_counts(self, source: str, run_id: str) -> dict[str, int]:
         """Planned, discovered, pending, done and failed tasks of a run, summed over its packages."""
         return self.summary(source, run_id)[1]
