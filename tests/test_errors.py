@@ -57,6 +57,15 @@ def test_old_import_places_still_name_the_same_classes():
             ServiceNotReady, ConnectionNotFound, ClusterError) == (
         errors.SourceConfigError, errors.InvalidSourceFiles, errors.ShutdownRequested, errors.MongoUnavailableError,
         errors.CoercionError, errors.ServiceNotReady, errors.ConnectionNotFound, errors.ClusterError)
+    from harvester.observability.views import UnknownSource
+    from harvester.pageslots.registry import SlotTransitionRefused
+    from harvester.scraping.addresses import AddressRefused
+    from harvester.scraping.bodies import BodyRefused
+    from harvester.scraping.page_fetcher import HostRateTimeout
+
+    assert (UnknownSource, SlotTransitionRefused, AddressRefused, BodyRefused, HostRateTimeout) == (
+        errors.UnknownSource, errors.SlotTransitionRefused, errors.AddressRefused, errors.BodyRefused,
+        errors.HostRateTimeout)
 
 
 @pytest.mark.unit

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import subprocess
 import sys
 
@@ -57,6 +58,29 @@ def test_components_use_only_each_other_s_surface():
                        if alias.name not in surface and not (len(module) == 2 and alias.name.islower()
                                                              and (PACKAGE / module[1] / f"{alias.name}.py").exists())]
     assert strays == []
+
+
+def is_submodule(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # the parent is a module, not a package
+        return False
+
+
+def test_every_harvester_import_resolves():
+    """Imports inside functions fail only when they run: a module that moved must not leave one behind."""
+    broken = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("harvester"):
+                try:
+                    module = importlib.import_module(node.module)
+                except ImportError as error:
+                    broken.append(f"{path.relative_to(PACKAGE)}: {node.module} ({error})")
+                    continue
+                broken += [f"{path.relative_to(PACKAGE)}: {node.module}.{alias.name}" for alias in node.names
+                           if not hasattr(module, alias.name) and not is_submodule(f"{node.module}.{alias.name}")]
+    assert broken == []
 
 
 def test_importing_the_components_loads_no_heavy_client():

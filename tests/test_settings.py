@@ -26,10 +26,20 @@ MINIMAL_YAML = "name: {name}\ninput: {{kind: details, seeds: ['{seed}']}}\nattri
 
 
 def attributes_read_by_the_package() -> set[str]:
+    """``x.name`` and ``getattr(x, "name", ...)`` anywhere, and ``info.data.get("name")`` in settings'
+    own validators (a setting whose default is built from another one)."""
     names: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
-        if path.name != "settings.py":
-            names |= {node.attr for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)}
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and path.name != "settings.py":
+                names.add(node.attr)
+            elif (isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.func, ast.Name)
+                  and node.func.id == "getattr" and isinstance(node.args[1], ast.Constant)):
+                names.add(str(node.args[1].value))
+            elif (path.name == "settings.py" and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "get" and ast.unparse(node.func.value) == "info.data"
+                  and node.args and isinstance(node.args[0], ast.Constant)):
+                names.add(str(node.args[0].value))
     return names
 
 

@@ -22,9 +22,30 @@ from functools import cache
 from typing import Protocol
 
 __all__ = [
-    "ClusterError", "CoercionError", "ConfigError", "ConnectionNotFound", "DistributorError", "HarvesterError",
-    "InvalidSourceFiles", "MongoUnavailableError", "ScrapingError", "ServiceNotReady", "ShutdownRequested",
-    "SourceConfigError", "StorageError", "StorageUnavailableError", "mongo_storage_errors", "redis_storage_errors",
+    "AddressRefused",
+    "BodyRefused",
+    "ClusterError",
+    "CoercionError",
+    "ConfigError",
+    "ConnectionNotFound",
+    "DistributorError",
+    "HarvesterError",
+    "HostRateTimeout",
+    "InvalidSourceFiles",
+    "MongoUnavailableError",
+    "PageSlotError",
+    "RobotsDisallowed",
+    "ScrapingError",
+    "ServiceNotReady",
+    "ShutdownRequested",
+    "SlotEnded",
+    "SlotTransitionRefused",
+    "SourceConfigError",
+    "StorageError",
+    "StorageUnavailableError",
+    "UnknownSource",
+    "mongo_storage_errors",
+    "redis_storage_errors",
 ]
 
 
@@ -94,6 +115,22 @@ class ScrapingError(HarvesterError):
 
 class CoercionError(ScrapingError, ValueError):
     """A value is present but not of the attribute's type."""
+
+
+class BodyRefused(ScrapingError):
+    """A body we will not decode (stacked, unknown or corrupt encoding); the message is the reason."""
+
+
+class RobotsDisallowed(ScrapingError):
+    """robots.txt forbids the URL; the message names the origin."""
+
+
+class AddressRefused(ScrapingError):
+    """A URL the crawl must not fetch; the message is the reason recorded with the dead letter."""
+
+
+class HostRateTimeout(ScrapingError):
+    """No request slot on the host within the wait allowed: the task is retried later."""
 
 
 # -- storage ---------------------------------------------------------------------------------------
@@ -169,6 +206,28 @@ def mongo_storage_errors() -> Iterator[None]:
     except PyMongoError as error:
         failed, unavailable = _mongo_error_classes()
         raise (unavailable if isinstance(error, ConnectionFailure) else failed)(str(error)) from error
+
+
+# -- page slots ------------------------------------------------------------------------------------
+class PageSlotError(HarvesterError):
+    """A page slot cannot go on as asked."""
+
+
+class SlotEnded(PageSlotError):
+    """The slot left its page (idle, ordered, blocked, gave up, lost, stopping): the process stops hosting."""
+
+
+class SlotTransitionRefused(PageSlotError):
+    """Redis refused a slot change (illegal transition, another owner, not idle, gone)."""
+
+    def __init__(self, slot_id: str, status: str, state: str, target: str) -> None:
+        super().__init__(f"slot {slot_id}: {state or 'missing'} -> {target} refused ({status})")
+        self.slot_id, self.status, self.state, self.target = slot_id, status, state, target
+
+
+# -- observability ---------------------------------------------------------------------------------
+class UnknownSource(HarvesterError, LookupError):
+    """No source of that name (neither a YAML file nor registered in Redis)."""
 
 
 # -- distributor and services ----------------------------------------------------------------------

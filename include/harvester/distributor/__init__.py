@@ -7,9 +7,14 @@ from harvester.distributor.intake import Intake, RegisteredSource, read_register
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.store import Admission, RateLimitStore, ReapResult, RetryPolicy, SourceStats
 
-_SERVICE = {"Distributor": "service"}  # the service loop needs Celery: loaded on first use
+_LAZY = {  # the service loop needs Celery: loaded on first use
+    "BrowserTaskBook": "browser_tasks", "CountryCensus": "browser_tasks", "Distributor": "service",
+    "celery_app_for": "service", "census_of": "browser_tasks", "script_source": "scripts",
+    "task_member": "browser_tasks",
+}
 __all__ = [
-    "Admission", "DeadLetter", "DeadLetters", "Distributor", "Intake", "RateLimitStore", "ReapResult",
-    "RegisteredSource", "RetryPolicy", "SourceStats", "TaskMessage", "host_of", "read_registered_sources",
+    "Admission", "BrowserTaskBook", "CountryCensus", "DeadLetter", "DeadLetters", "Distributor", "Intake",
+    "RateLimitStore", "ReapResult", "RegisteredSource", "RetryPolicy", "SourceStats", "TaskMessage",
+    "celery_app_for", "census_of", "host_of", "read_registered_sources", "script_source", "task_member",
 ]
-__getattr__ = lazy_exports(__name__, _SERVICE)
+__getattr__ = lazy_exports(__name__, _LAZY)

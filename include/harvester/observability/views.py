@@ -19,6 +19,7 @@ from pymongo.database import Database
 
 from harvester.config.model import SourceConfig
 from harvester.distributor.dead_letters import DeadLetters
+from harvester.errors import UnknownSource
 from harvester.metrics.slots import read_last_decision, read_proxy_bytes, slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
 from harvester.producer.progress import RunMonitor, format_eta
@@ -154,10 +155,6 @@ def decode_cursor(cursor: str) -> ObjectId:
         return ObjectId(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (InvalidId, ValueError, TypeError) as error:
         raise ValueError(f"invalid cursor {cursor!r}") from error
-
-
-class UnknownSource(LookupError):
-    """No source of that name (neither a YAML file nor registered in Redis)."""
 
 
 class HarvestViews:

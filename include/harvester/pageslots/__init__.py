@@ -6,7 +6,9 @@ from harvester import lazy_exports
 _EXPORTS = {
     "AllocationPolicy": "allocation",
     "BrowserHost": "host",
-    "BrowserHostThread": "host",
+    "PageSlotManager": "manager",
+    "host_slot": "host",
+    "proxy_environment_variable": "proxies",
     "BrowserPageFetcher": "host",
     "CountryTasks": "allocation",
     "allocate_page_slots": "allocation",

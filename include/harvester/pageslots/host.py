@@ -38,6 +38,7 @@ import redis
 
 from harvester.config.model import SourceConfig
 from harvester.distributor.messages import TaskMessage
+from harvester.errors import SlotEnded
 from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
 from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher, page_slot_queues
 from harvester.pageslots.proxies import Proxy, ProxyNotConfigured, require_proxy
@@ -283,10 +284,6 @@ class SlotReport:
     def as_dict(self) -> dict[str, Any]:
         return {**{k: v for k, v in vars(self).items() if k != "blocked_requests"},
                 "blocked_requests": dict(self.blocked_requests)}
-
-
-class SlotEnded(Exception):
-    """The slot left its page (idle, ordered, blocked, gave up, lost, stopping): the process stops hosting."""
 
 
 class PageSlotHost:

@@ -402,10 +402,10 @@ def dead_letter_tasks(client: redis.Redis, settings: HarvesterSettings, raw_mess
             if message.get("run_id") is not None and message.get("package_id") is not None:
                 try:
                     if packages is None:
-                        from harvester.producer.packages import PackageStore
-                        from harvester.storage.mongo import mongo_client
+                        from harvester.connections import mongo_client
+                        from harvester.storage.packages import PackageStore
 
-                        packages = PackageStore(mongo_client(settings)[settings.mongo_database])
+                        packages = PackageStore(mongo_client(settings=settings)[settings.mongo_database])
                     packages.complete_tasks(message["source"], message["run_id"], message["package_id"],
                                             [message["task_id"]], failed=True)
                 except Exception:

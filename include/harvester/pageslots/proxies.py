@@ -12,8 +12,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from harvester.errors import PageSlotError
 
-class ProxyNotConfigured(Exception):
+
+class ProxyNotConfigured(PageSlotError):
     """A country has browser work but no proxy; its pages must not open."""
 
     def __init__(self, country: str) -> None:

@@ -15,6 +15,7 @@ from enum import StrEnum
 
 import redis
 
+from harvester.errors import SlotTransitionRefused
 from harvester.pageslots.scripts import PageSlotScripts
 from harvester.redis_keys import PageSlotKeys
 
@@ -39,14 +40,6 @@ LEGAL_TRANSITIONS: dict[SlotState, frozenset[SlotState]] = {  # the same table a
         {SlotState.PAGE_READY, SlotState.CLOSING_PAGE, SlotState.PREPARING_PAGE}),
     SlotState.CLOSING_PAGE: frozenset({SlotState.NO_PAGE}),
 }
-
-
-class SlotTransitionRefused(Exception):
-    """Redis refused a slot change (illegal transition, another owner, not idle, gone)."""
-
-    def __init__(self, slot_id: str, status: str, state: str, target: str) -> None:
-        super().__init__(f"slot {slot_id}: {state or 'missing'} -> {target} refused ({status})")
-        self.slot_id, self.status, self.state, self.target = slot_id, status, state, target
 
 
 def _text(value: bytes | str | None) -> str:

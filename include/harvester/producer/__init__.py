@@ -10,6 +10,7 @@ _EXPORTS = {
     "Planner": "planner",
     "Producer": "producer",
     "RunMonitor": "progress",
+    "format_eta": "progress",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

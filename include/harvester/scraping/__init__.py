@@ -4,7 +4,12 @@
 from harvester import lazy_exports
 
 _EXPORTS = {
+    "AddressGuard": "addresses",
     "CHROMIUM_ARGS": "browser",
+    "HostLimits": "page_fetcher",
+    "HostRateTimeout": "page_fetcher",
+    "RobotsCache": "robots",
+    "strip_userinfo": "addresses",
     "DEFAULT_CLASSIFIER": "responses",
     "FetchedBatch": "page_fetcher",
     "FetchResult": "fetcher",

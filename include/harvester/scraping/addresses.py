@@ -19,15 +19,13 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from harvester.errors import AddressRefused
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 FETCHABLE_SCHEMES = frozenset({"http", "https"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
 RESOLUTION_MEMORY_SECONDS = 60.0  # how long a host and port's verdict is reused (requests and links)
-
-
-class AddressRefused(Exception):
-    """A URL the crawl must not fetch; the message is the reason recorded with the dead letter."""
 
 
 @dataclass(frozen=True, slots=True)

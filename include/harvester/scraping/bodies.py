@@ -14,12 +14,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from harvester.errors import BodyRefused
+
 SUPPORTED_ENCODINGS = ("gzip", "x-gzip", "deflate", "br")
 ACCEPT_ENCODING = "gzip, deflate, br"
-
-
-class BodyRefused(Exception):
-    """A body we will not decode (stacked, unknown or corrupt encoding); the message is the reason."""
 
 
 class Decoder(Protocol):

@@ -29,6 +29,7 @@ from w3lib.encoding import html_to_unicode
 
 from harvester.config.model import SourceConfig
 from harvester.connections import HttpCredentials, resolve_http
+from harvester.errors import RobotsDisallowed
 from harvester.scraping.addresses import AddressGuard, AddressRefused, strip_userinfo
 from harvester.scraping.bodies import ACCEPT_ENCODING, BodyRefused, read_body
 from harvester.scraping.page_fetcher import FetchedBatch, FetchResult, HostLimits, HostRateTimeout
@@ -89,10 +90,6 @@ def credential_headers(credentials: HttpCredentials) -> dict[str, str]:
         token = base64.b64encode(f"{credentials.auth[0]}:{credentials.auth[1]}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"
     return headers
-
-
-class RobotsDisallowed(Exception):
-    """robots.txt forbids the URL; the message names the origin."""
 
 
 class Fetcher:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from harvester.config.model import SourceConfig
+from harvester.errors import HostRateTimeout as HostRateTimeout  # its old home; tests import it here
 from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, Outcome, Verdict
 
 
@@ -31,10 +32,6 @@ class HostLimits:
     @property
     def limited(self) -> bool:
         return bool(self.per_minute or self.min_interval_seconds or self.max_active)
-
-
-class HostRateTimeout(Exception):
-    """No request slot on the host within the wait allowed: the task is retried later."""
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ _EXPORTS = {
     "PackageStatus": "packages",
     "PackageStore": "packages",
     "RunFrontier": "url_store",
+    "RUNS_COLLECTION": "runs",
     "RunStore": "runs",
     "URLStore": "url_store",
     "WriteResult": "data_handler",
