@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from harvester.errors import ClusterError
 from harvester.services import readiness
@@ -175,6 +176,12 @@ class Cluster:
         return self.demo_site_url or f"http://{LOOPBACK}:{self.ports.demo_site}"
 
     @property
+    def demo_site_network(self) -> str:
+        """The demo site's address as an allow-list entry of the address guard (``CIDR:port``)."""
+        parts = urlsplit(self.resolved_demo_site_url)
+        return f"{parts.hostname}/32:{parts.port or 80}"
+
+    @property
     def postgres_data(self) -> Path:
         """The cluster's data directory. As root it lives where the postgres user can reach it."""
         if os.geteuid() != 0:
@@ -203,6 +210,8 @@ class Cluster:
             "HARVESTER_MONGO_URI": self.resolved_mongo_uri,
             "HARVESTER_MONGO_DATABASE": self.mongo_database,
             "HARVESTER_DEMO_SITE_URL": self.resolved_demo_site_url,
+            # The fetcher refuses private and loopback addresses: only the local demo site is let through.
+            "HARVESTER_ALLOWED_PRIVATE_NETWORKS": self.demo_site_network,
             "AIRFLOW_CONN_MONGO_DEFAULT": airflow_connection_uri(self.resolved_mongo_uri),
             "AIRFLOW_CONN_REDIS_DEFAULT": self.redis_url,
             **self.harvester_overrides,
