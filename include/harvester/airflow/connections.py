@@ -49,49 +49,49 @@ class AirflowConnectionResolver:
         options = dict(hook.extras)  # what MongoHook.get_conn passes to MongoClient
         if hook.allow_insecure:
             options["tlsAllowInvalidCertificates"] = True
-        return MongoTarget(connection_id, hook.uri, f"Airflow connection {connection_id}", options)
+        return MongoTarget(connection_id, hook.uri, _via(connection_id), options)
 
     def redis(self, connection_id: str) -> RedisTarget | None:
-        from airflow.sdk import BaseHook
-
-        try:
-            connection = BaseHook.get_connection(connection_id)
-        except Exception as error:
-            if _is_not_found(error):
-                return None
-            raise
-        return redis_target_from_fields(connection_id, _fields(connection), f"Airflow connection {connection_id}")
+        fields = _connection_fields(connection_id)
+        return None if fields is None else redis_target_from_fields(connection_id, fields, _via(connection_id))
 
     def http(self, connection_id: str) -> HttpCredentials | None:
         """An HTTP connection (a source's ``http_connection_id``) read as HttpHook reads it."""
-        from airflow.sdk import BaseHook
-
-        try:
-            connection = BaseHook.get_connection(connection_id)
-        except Exception as error:
-            if _is_not_found(error):
-                return None
-            raise
-        return http_credentials_from_fields(connection_id, _fields(connection), f"Airflow connection {connection_id}")
+        fields = _connection_fields(connection_id)
+        return None if fields is None else http_credentials_from_fields(connection_id, fields, _via(connection_id))
 
     async def amongo(self, connection_id: str) -> MongoTarget | None:
-        from airflow.sdk import BaseHook
-
-        try:
-            connection = await BaseHook.aget_connection(connection_id)
-        except Exception as error:
-            if _is_not_found(error):
-                return None
-            raise
-        return mongo_target_from_fields(connection_id, _fields(connection), f"Airflow connection {connection_id}")
+        fields = await _aconnection_fields(connection_id)
+        return None if fields is None else mongo_target_from_fields(connection_id, fields, _via(connection_id))
 
     async def aredis(self, connection_id: str) -> RedisTarget | None:
-        from airflow.sdk import BaseHook
+        fields = await _aconnection_fields(connection_id)
+        return None if fields is None else redis_target_from_fields(connection_id, fields, _via(connection_id))
 
-        try:
-            connection = await BaseHook.aget_connection(connection_id)
-        except Exception as error:
-            if _is_not_found(error):
-                return None
-            raise
-        return redis_target_from_fields(connection_id, _fields(connection), f"Airflow connection {connection_id}")
+
+def _via(connection_id: str) -> str:
+    return f"Airflow connection {connection_id}"
+
+
+def _connection_fields(connection_id: str) -> ConnectionFields | None:
+    """The connection's fields, or None when Airflow has no connection of that id."""
+    from airflow.sdk import BaseHook
+
+    try:
+        return _fields(BaseHook.get_connection(connection_id))
+    except Exception as error:
+        if _is_not_found(error):
+            return None
+        raise
+
+
+async def _aconnection_fields(connection_id: str) -> ConnectionFields | None:
+    """:func:`_connection_fields` for the triggerer's event loop (``aget_connection``)."""
+    from airflow.sdk import BaseHook
+
+    try:
+        return _fields(await BaseHook.aget_connection(connection_id))
+    except Exception as error:
+        if _is_not_found(error):
+            return None
+        raise
