@@ -13,8 +13,8 @@ one Chromium, one page reused, launched through the proxy), one page after the o
 - ``crawlee_pages_per_min``, ``ratio`` (ours blocking / crawlee) and ``crawlee_pss_mb``: crawlee-python's
   PlaywrightCrawler (bench/crawlee_playwright_peer.py, in its own venv var/bench-venv, installed from
   bench/requirements-crawlee-playwright.txt on first use) on the same pages through the same proxy, same
-  Chromium,
-  same flags, same blocking, one page at a time; its PSS measured the same way (its driver and Chromium).
+  Chromium, same flags, same blocking, one page at a time; its PSS measured the same way (its driver and
+  Chromium).
   ``pss_by_kind`` splits both trees (driver, browser, renderer, gpu, utility...); ``*_uss_mb`` is their
   private memory, which other Chromiums on the machine (other test runs) do not shift as they shift PSS.
 
