@@ -198,7 +198,8 @@ def main() -> None:
         for port in (site_port, proxy_port):
             readiness.wait_until(lambda port=port: readiness.tcp_open(LOOPBACK, port), 30, f"port {port}")
         base, proxy_url = f"http://{LOOPBACK}:{site_port}", f"http://{LOOPBACK}:{proxy_port}"
-        settings = HarvesterSettings()
+        # the browser refuses loopback unless allow-listed: the bench's demo site port only
+        settings = HarvesterSettings(allowed_private_networks=f"{LOOPBACK}/32:{site_port}")
         urls = [f"{base}/js/product/{n}" for n in range(1, args.pages + 1)]
         unblocked = asyncio.run(slot_run(settings, proxy_url, urls, source(base, [])))
         ours_rounds, crawlee_rounds = [], []
