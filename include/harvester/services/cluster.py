@@ -220,9 +220,6 @@ class Cluster:
             "HARVESTER_ALLOWED_PRIVATE_NETWORKS": self.demo_site_network,
             "AIRFLOW_CONN_MONGO_DEFAULT": airflow_connection_uri(self.resolved_mongo_uri),
             "AIRFLOW_CONN_REDIS_DEFAULT": self.redis_url,
-            # the fetcher and the browser refuse loopback unless allow-listed: the demo site's port only
-            "HARVESTER_ALLOWED_PRIVATE_NETWORKS": self.environ.get(
-                "HARVESTER_ALLOWED_PRIVATE_NETWORKS", f"{LOOPBACK}/32:{urlsplit(self.resolved_demo_site_url).port}"),
             **self.proxy_environment(),
             **self.harvester_overrides,
         }
