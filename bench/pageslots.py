@@ -9,10 +9,18 @@ one Chromium, one page reused, launched through the proxy), one page after the o
   AT the proxy (requests + responses), and ``bytes_cut`` = 1 - blocked / unblocked;
 - ``slot_pss_mb``: PSS of the slot's Chromium process tree plus its Playwright driver after the run;
 - ``allocator_ms``: census fold + allocation + preparation for 3000 recent tasks across 50 countries
-  (the pure computation each DAG run does after its two Redis reads), median of 20.
+  (the pure computation each DAG run does after its two Redis reads), median of 20;
+- ``crawlee_pages_per_min``, ``ratio`` (ours blocking / crawlee) and ``crawlee_pss_mb``: crawlee-python's
+  PlaywrightCrawler (bench/crawlee_playwright_peer.py, in its own venv var/bench-venv, installed from
+  bench/requirements-crawlee-playwright.txt on first use) on the same pages through the same proxy, same
+  Chromium, same flags, same blocking, one page at a time; its PSS measured the same way (its driver and
+  Chromium).
+  ``pss_by_kind`` splits both trees (driver, browser, renderer, gpu, utility...); ``*_uss_mb`` is their
+  private memory, which other Chromiums on the machine (other test runs) do not shift as they shift PSS.
 
-Not measured yet (reported as null): crawlee-python's PlaywrightCrawler on the same pages.
-Usage: .venv/bin/python bench/pageslots.py [--pages 60]. The JSON object on the last line carries every figure.
+The two crawlers run in turn, ours first then crawlee, ``--rounds`` times (best round of each reported).
+Usage: .venv/bin/python bench/pageslots.py [--pages 60] [--rounds 2]. The JSON object on the last line
+carries every figure.
 """
 
 from __future__ import annotations
@@ -22,9 +30,11 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from fractions import Fraction
@@ -36,13 +46,15 @@ from harvester.config.model import SourceConfig
 from harvester.distributor.browser_tasks import census_of
 from harvester.pageslots.allocation import allocate_page_slots, page_slots_to_start
 from harvester.pageslots.bookkeeping import country_tasks
-from harvester.pageslots.host import SlotBrowser
+from harvester.pageslots.host import SLOT_CHROMIUM_ARGS, SlotBrowser
 from harvester.pageslots.proxies import Proxy
 from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import HarvesterSettings
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
+CRAWLEE_VENV = ROOT / "var" / "bench-venv"
 BLOCKED = ["image", "font", "media", "stylesheet"]
 
 
@@ -66,9 +78,18 @@ def proxy_stats(proxy_url: str, reset: bool = False) -> dict[str, Any]:
 SERVER_PIDS: set[int] = set()  # the demo site and the proxy: not the slot's
 
 
-def pss_mb(root_pid: int) -> float:
-    """PSS of this process's children that belong to the slot (Playwright's driver and Chromium)."""
-    total = 0
+def process_kind(process: psutil.Process) -> str:
+    """driver (Playwright's node), browser, or Chromium's --type= (renderer, gpu-process, utility, zygote)."""
+    command = process.cmdline()
+    if not command or "chrom" not in command[0]:
+        return "driver"
+    kind = next((a.split("=", 1)[1] for a in command if a.startswith("--type=")), "browser")
+    return kind
+
+
+def pss_by_kind(root_pid: int) -> dict[str, float]:
+    """PSS in MB of this process's children that belong to the browser (driver and Chromium), by kind."""
+    kinds: dict[str, float] = {}
     root = psutil.Process(root_pid)
     servers = set(SERVER_PIDS)
     for pid in SERVER_PIDS:
@@ -80,10 +101,13 @@ def pss_mb(root_pid: int) -> float:
         if process.pid in servers:
             continue
         try:
-            total += process.memory_full_info().pss
+            kind = process_kind(process)
+            memory = process.memory_full_info()
+            kinds[kind] = kinds.get(kind, 0.0) + memory.pss / (1024 * 1024)
+            kinds["uss"] = kinds.get("uss", 0.0) + memory.uss / (1024 * 1024)  # private: blind to other Chromiums
         except psutil.Error:
             continue
-    return total / (1024 * 1024)
+    return {kind: round(mb, 1) for kind, mb in sorted(kinds.items())}
 
 
 async def slot_run(settings: HarvesterSettings, proxy_url: str, urls: list[str], config: SourceConfig) -> dict:
@@ -98,11 +122,46 @@ async def slot_run(settings: HarvesterSettings, proxy_url: str, urls: list[str],
             assert loaded.fetch.ok and "SKU-" in loaded.fetch.text, loaded.fetch.reason
         elapsed = time.perf_counter() - started
         seen = proxy_stats(proxy_url)
-        pss = pss_mb(os.getpid())
+        kinds = pss_by_kind(os.getpid())
     finally:
         await browser.close()
+    uss = kinds.pop("uss", 0.0)
     return {"pages_per_min": 60 * len(urls) / elapsed, "proxy_bytes_per_page": seen["bytes"] / len(urls),
-            "proxy_requests_per_page": seen["requests"] / len(urls), "pss_mb": pss}
+            "proxy_requests_per_page": seen["requests"] / len(urls), "pss_mb": sum(kinds.values()),
+            "uss_mb": uss, "pss_by_kind": kinds}
+
+
+def ensure_crawlee() -> Path:
+    """The Python of the crawlee venv, created and filled on first use (never .venv: crawlee pins its own)."""
+    python = CRAWLEE_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import crawlee.crawlers, playwright, psutil"]
+    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    subprocess.run([sys.executable, "-m", "venv", str(CRAWLEE_VENV)], check=True)
+    requirements = ROOT / "bench" / "requirements-crawlee-playwright.txt"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
+    return python
+
+
+def crawlee_run(python: Path, settings: HarvesterSettings, proxy_url: str, urls: list[str], blocked: list[str],
+                workdir: Path) -> dict[str, Any]:
+    """The same pages through crawlee's PlaywrightCrawler, with one warm-up page it handles first (its
+    browser launch stays outside the timing, as ours)."""
+    url_file = workdir / "crawlee-urls.txt"
+    url_file.write_text("\n".join([f"{urls[0]}?warm-up=1", *urls]) + "\n")
+    command = [str(python), str(ROOT / "bench" / "crawlee_playwright_peer.py"), "--urls", str(url_file),
+               "--chromium", str(settings.chromium_executable), "--proxy", proxy_url, "--blocked", ",".join(blocked),
+               *(f"--arg={flag}" for flag in SLOT_CHROMIUM_ARGS), *(["--sandbox"] if settings.chromium_sandbox else [])]
+    proxy_stats(proxy_url, reset=True)
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=workdir,
+                               env={**os.environ, "CRAWLEE_STORAGE_DIR": str(workdir / "crawlee-storage")})
+    if completed.returncode != 0:
+        raise RuntimeError(f"the crawlee peer failed:\n{completed.stdout[-2000:]}\n{completed.stderr[-3000:]}")
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    seen = proxy_stats(proxy_url)
+    pages = result["pages"] - 1  # intervals after the warm-up page: len(urls) loads
+    return {"pages_per_min": 60 * pages / result["seconds"], "pss_mb": result["pss_mb"], "uss_mb": result["uss_mb"],
+            "pss_by_kind": result["pss_by_kind"], "proxy_bytes_per_page": seen["bytes"] / result["pages"]}
 
 
 def allocator_ms() -> float:
@@ -123,7 +182,10 @@ def allocator_ms() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    crawlee_python = ensure_crawlee()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-pageslots-"))
     site_port, proxy_port = free_port(), free_port()
     processes = [
         subprocess.Popen([str(BIN / "harvester"), "demo-site", "--host", LOOPBACK, "--port", str(site_port)],
@@ -136,11 +198,18 @@ def main() -> None:
         for port in (site_port, proxy_port):
             readiness.wait_until(lambda port=port: readiness.tcp_open(LOOPBACK, port), 30, f"port {port}")
         base, proxy_url = f"http://{LOOPBACK}:{site_port}", f"http://{LOOPBACK}:{proxy_port}"
-        settings = HarvesterSettings()
+        # the browser refuses loopback unless allow-listed: the bench's demo site port only
+        settings = HarvesterSettings(allowed_private_networks=f"{LOOPBACK}/32:{site_port}")
         urls = [f"{base}/js/product/{n}" for n in range(1, args.pages + 1)]
-        blocked = asyncio.run(slot_run(settings, proxy_url, urls, source(base, BLOCKED)))
         unblocked = asyncio.run(slot_run(settings, proxy_url, urls, source(base, [])))
+        ours_rounds, crawlee_rounds = [], []
+        for _ in range(args.rounds):  # in turn, so both see the same load
+            ours_rounds.append(asyncio.run(slot_run(settings, proxy_url, urls, source(base, BLOCKED))))
+            crawlee_rounds.append(crawlee_run(crawlee_python, settings, proxy_url, urls, BLOCKED, workdir))
+        blocked = max(ours_rounds, key=lambda run: run["pages_per_min"])
+        crawlee = max(crawlee_rounds, key=lambda run: run["pages_per_min"])
     finally:
+        shutil.rmtree(workdir, ignore_errors=True)
         for process in processes:
             process.terminate()
             process.wait(timeout=10)
@@ -155,7 +224,17 @@ def main() -> None:
         "bytes_cut": round(1 - blocked["proxy_bytes_per_page"] / unblocked["proxy_bytes_per_page"], 3),
         "slot_pss_mb": round(blocked["pss_mb"], 1),
         "allocator_ms": round(allocator_ms(), 2),
-        "crawlee_pages_per_min": None, "ratio": None, "crawlee_pss_mb": None,
+        "crawlee_pages_per_min": round(crawlee["pages_per_min"]),
+        "ratio": round(blocked["pages_per_min"] / crawlee["pages_per_min"], 2),
+        "crawlee_pss_mb": round(crawlee["pss_mb"], 1),
+        "slot_uss_mb": round(blocked["uss_mb"], 1), "crawlee_uss_mb": round(crawlee["uss_mb"], 1),
+        "crawlee_proxy_bytes_per_page": round(crawlee["proxy_bytes_per_page"]),
+        "pss_by_kind": {"slot": blocked["pss_by_kind"], "crawlee": crawlee["pss_by_kind"]},
+        "rounds": {"slot_pages_per_min": [round(run["pages_per_min"]) for run in ours_rounds],
+                   "crawlee_pages_per_min": [round(run["pages_per_min"]) for run in crawlee_rounds],
+                   "slot_pss_mb": [round(run["pss_mb"], 1) for run in ours_rounds],
+                   "crawlee_pss_mb": [round(run["pss_mb"], 1) for run in crawlee_rounds]},
+        "load_average": [round(value, 2) for value in os.getloadavg()],
     }
     print(json.dumps(result))
 

@@ -107,3 +107,30 @@ def test_browser_loads_stamp_their_start_so_queue_latency_ends_at_the_fetch(demo
     histograms = {k.decode(): v.decode() for k, v in redis_client.hgetall(SourceKeys(source.name).histograms).items()}
     assert histograms[bucket_field(QUEUE_LATENCY_SECONDS, 3.0)] == "1"
     assert float(histograms[f"{QUEUE_LATENCY_SECONDS}:sum"]) == pytest.approx(3.0)
+
+
+def test_a_slot_browser_opens_a_fresh_page_after_its_page_served_enough(demo_site) -> None:
+    """One page navigated for ever grows its renderer (85 MB after one load, 195 MB after 60, bench/pageslots.py):
+    after page_slot_reopen_page_after_pages loads the slot's next load gets a new context and page, in the same
+    browser."""
+    from harvester.pageslots.host import SlotBrowser
+
+    settings = HarvesterSettings(page_slot_reopen_page_after_pages=2, page_slot_allow_direct_connections=True)
+    source = SourceConfig.model_validate(browser_source_document(demo_site.url, "reopening"))
+
+    async def scenario() -> None:
+        browser = SlotBrowser("reopen-test", None, settings)
+        try:
+            pages, browser_pids = [], set()
+            for number in range(1, 6):
+                loaded = await browser.load(f"{demo_site.url}/js/product/{number}", source)
+                assert loaded.fetch.ok and f"SKU-{number:05d}" in loaded.fetch.text
+                pages.append(browser.page)
+                browser_pids.add(browser.pid)
+            assert [pages.index(page) for page in pages] == [0, 0, 2, 2, 4]  # fresh pages for loads 3 and 5
+            assert browser.reopens == 2 and browser.launches == 1 and len(browser_pids) == 1
+            assert pages[0].is_closed() and not pages[4].is_closed()
+        finally:
+            await browser.close()
+
+    asyncio.run(scenario())

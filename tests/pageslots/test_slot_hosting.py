@@ -6,6 +6,7 @@ The allocator's jobs are called as the page_slots DAG calls them (tests/pageslot
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -68,14 +69,24 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: Callable[[], s
     pytest.fail(f"timed out after {timeout}s: {what()}")
 
 
-def slot_browsers() -> list[psutil.Process]:
-    """Every Chromium browser process a slot launched, on this machine."""
+def slot_processes() -> list[psutil.Process]:
+    """Every Chromium process (browser, renderer, helpers) a slot of THIS test launched: other test runs on
+    the machine launch slot browsers too, so one is ours when it inherited our Redis (HARVESTER_REDIS_URL)."""
+    ours = os.environ.get("HARVESTER_REDIS_URL")
     found = []
     for process in psutil.process_iter(["cmdline"]):
-        command = process.info.get("cmdline") or []
-        if any(a.startswith(OWNER_FLAG) for a in command) and not any(a.startswith("--type=") for a in command):
-            found.append(process)
+        if any(a.startswith(SLOT_FLAG) for a in process.info.get("cmdline") or []):
+            with contextlib.suppress(psutil.Error):
+                if process.environ().get("HARVESTER_REDIS_URL") == ours:
+                    found.append(process)
     return found
+
+
+def slot_browsers() -> list[psutil.Process]:
+    """The browser processes (not renderers) among :func:`slot_processes`."""
+    return [process for process in slot_processes()
+            if any(a.startswith(OWNER_FLAG) for a in process.info.get("cmdline") or [])
+            and not any(a.startswith("--type=") for a in process.info.get("cmdline") or [])]
 
 
 def pids_of(processes: list[psutil.Process]) -> set[int]:
@@ -194,7 +205,7 @@ def test_slots_follow_demand_through_their_country_proxy_idle_out_and_recover(
     # 6. Stop: nothing left running.
     worker.stop()
     wait_for(lambda: not slot_browsers(), 20, lambda: f"browsers left: {pids_of(slot_browsers())}")
-    assert not any(SLOT_FLAG in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+    assert not slot_processes()
 
 
 def test_a_page_that_never_loads_relaunches_after_4_and_gives_up_after_7(

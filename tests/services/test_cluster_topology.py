@@ -4,7 +4,8 @@ PostgreSQL, Redis with a password, the tests' MongoDB, Airflow with the CeleryEx
 processes (api-server, scheduler, dag-processor, triggerer, `airflow celery worker`), the distributor,
 and Harvester worker hosts with node names of their own (harvester.services.cluster, which
 `make run MODE=cluster` also uses). A demo harvest runs end to end through the REST API; then a worker
-host is SIGKILLed and the next run is served by the host that remains.
+host is SIGKILLed and the next run is served by the host that remains. A browser harvest is rendered by
+a page slot on the slot host, opened by the `page_slots` DAG, through the SG forward proxy.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import pytest
 import yaml
 from harvester.services.cluster import CELERY_APP, Cluster, ClusterPorts, WorkerHost
 from harvester.settings import REPOSITORY_ROOT
+
+from tests.fixtures.forward_proxy import ForwardProxyServer, start_forward_proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -37,7 +40,16 @@ def unscheduled_source(name: str, **changes: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, mongo_server, demo_site_server) -> Iterator[Cluster]:
+def sg_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForwardProxyServer]:
+    """The SG forward proxy (AIRFLOW_CONN_PROXY_SG), counting what the slot's browser sent through it."""
+    proxy = start_forward_proxy("SG", tmp_path_factory.mktemp("proxy"))
+    yield proxy
+    proxy.server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, mongo_server, demo_site_server,
+            sg_proxy: ForwardProxyServer) -> Iterator[Cluster]:
     base = tmp_path_factory.mktemp("cluster")
     sources = base / "sources"
     sources.mkdir()
@@ -50,6 +62,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, mongo_server, demo_site_se
         demo_site_url=demo_site_server.url, sources_dir=sources, hosts=[HOST_A, PAGESLOTS_HOST],
         harvester_overrides={"HARVESTER_PRODUCER_POLL_SECONDS": "2", "HARVESTER_LEASE_SECONDS": "20",
                              "HARVESTER_HEARTBEAT_SECONDS": "3"},
+        proxies={"SG": sg_proxy.url},
         fast_unsafe_postgres=True, dag_refresh_seconds=5,
     )
     started = time.monotonic()
@@ -64,29 +77,30 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, mongo_server, demo_site_se
         client.close()
 
 
-def run_to_the_end(cluster: Cluster, dag_id: str, timeout: float = 300) -> dict[str, Any]:
-    run_id = cluster.trigger(dag_id)
+def run_to_the_end(cluster: Cluster, dag_id: str, timeout: float = 300, run_id: str | None = None) -> dict[str, Any]:
+    run_id = run_id or cluster.trigger(dag_id)
     run = cluster.wait_for_run(dag_id, run_id, timeout=timeout)
     assert run["state"] == "success", (
         f"{dag_id} {run_id}: {run['state']}, tasks {run['task_states']}\n"
         + "\n".join(cluster.log_tail(name, 15) for name in ("airflow-worker", "airflow-triggerer", "distributor",
-                                                            "worker-host-a", "worker-host-b"))
+                                                            "worker-host-a", "worker-host-b", "worker-host-c"))
     )
     return run
 
 
-def report_of(cluster: Cluster, dag_id: str, run_id: str) -> dict[str, Any]:
+def report_of(cluster: Cluster, dag_id: str, run_id: str, task_id: str = "report") -> dict[str, Any]:
+    """A task's return value (XCom) through the REST API."""
     with cluster.api() as client:
-        response = client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/report/xcomEntries/return_value")
+        response = client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value")
         response.raise_for_status()
     value = response.json()["value"]
     return json.loads(value) if isinstance(value, str) else value
 
 
-def batches_received(cluster: Cluster, host: WorkerHost) -> int:
-    """Celery's "Task harvester.scrape_batch[<id>] received" lines (not the task list printed at start-up)."""
+def batches_received(cluster: Cluster, host: WorkerHost, task: str = "harvester.scrape_batch") -> int:
+    """Celery's "Task <name>[<id>] received" lines (not the task list printed at start-up)."""
     log = cluster.log_dir / f"worker-{host.name}.log"
-    return log.read_text(errors="replace").count("Task harvester.scrape_batch[") if log.exists() else 0
+    return log.read_text(errors="replace").count(f"Task {task}[") if log.exists() else 0
 
 
 def compose_healthcheck(cluster: Cluster, *command: str) -> subprocess.CompletedProcess[str]:
@@ -130,11 +144,42 @@ def test_a_harvest_runs_on_the_production_topology_and_survives_losing_a_worker_
     assert batches_received(cluster, HOST_B) > 0, "the surviving host did not serve the queue"
 
 
-@pytest.mark.skipif(not (REPOSITORY_ROOT / "dags" / "page_slots.py").exists(),
-                    reason="the page_slots DAG (dags/page_slots.py) is not merged yet; this case runs once it is")
-def test_a_page_slots_run_and_a_browser_harvest_succeed_on_the_production_topology(cluster, mongo_server) -> None:
-    browser = run_to_the_end(cluster, "harvest_demo_shop_browser", timeout=400)
-    run_to_the_end(cluster, "page_slots", timeout=400)
+def test_a_page_slots_run_and_a_browser_harvest_succeed_on_the_production_topology(
+        cluster, mongo_server, sg_proxy: ForwardProxyServer) -> None:
+    """The browser harvest's tasks wait in SG's Redis list until a page slot takes them; the page_slots DAG
+    (every minute, here also triggered) allocates an SG slot within the slot host's capacity and starts it
+    there as a harvester.host_page_slot task; the slot's Chromium renders every page through the SG proxy."""
+    rendered = mongo_server.client()[cluster.mongo_database]["demo_shop_rendered"]
+    sg_proxy.reset()
+    browser_run = cluster.trigger("harvest_demo_shop_browser")
+    slots_run = run_to_the_end(cluster, "page_slots", timeout=300)
+    assert set(slots_run["task_states"].values()) == {"success"}, slots_run["task_states"]  # ran, not skipped
+    browser = run_to_the_end(cluster, "harvest_demo_shop_browser", timeout=300, run_id=browser_run)
+
     report = report_of(cluster, "harvest_demo_shop_browser", browser["dag_run_id"])
-    assert report["records_stored"] >= 1 and report["complete"], report
-    assert batches_received(cluster, PAGESLOTS_HOST) > 0
+    planned = report["urls_planned"]
+    assert planned == 5 and report["complete"] and report["tasks_failed"] == 0, report
+    assert rendered.count_documents({"run_id": browser_run}) == report["records_stored"] == planned, report
+    assert len(rendered.distinct("sku")) == rendered.count_documents({}) == planned  # each record landed once
+
+    # Rendered by a slot of the slot host: its Celery worker received host_page_slot, the slot record names it.
+    assert batches_received(cluster, PAGESLOTS_HOST, "harvester.host_page_slot") >= 1
+    assert batches_received(cluster, HOST_A, "harvester.host_page_slot") == 0
+    slots = compose_healthcheck(cluster, str(cluster.bin / "harvester"), "slots", "--json")
+    assert slots.returncode == 0, slots.stderr
+    census = json.loads(slots.stdout)
+    sg_slots = [slot for slot in census["slots"] if slot["country"] == "SG"]
+    assert sg_slots and {slot["host"] for slot in sg_slots} == {PAGESLOTS_HOST.node_names()[0]}, census["slots"]
+    assert sum(slot["pages_served"] for slot in sg_slots) >= planned, sg_slots
+    # The allocator's last decision: one SG slot, capped by the slot host's live capacity (concurrency 1).
+    figures = census["last_decision"]["figures"]
+    assert figures["desired"] == {"SG": 1} and figures["live_capacity"] == PAGESLOTS_HOST.concurrency, figures
+
+    # Every product page went through the SG proxy (Playwright sends loopback through it too). The slot's
+    # navigations are fetched by Playwright (route.fetch, so each redirect hop is checked) and reach the
+    # proxy as CONNECT tunnels to the demo site, whose plain-HTTP request lines the proxy reads.
+    stats = sg_proxy.stats()
+    demo_host = cluster.resolved_demo_site_url.split("://", 1)[1]
+    assert stats["by_host"].get(demo_host, 0) >= 1 and stats["bytes_by_host"][demo_host] >= planned * 1000, stats
+    proxied = {url.split(demo_host, 1)[-1] for url in stats["urls"]}
+    assert {f"/js/product/{number}" for number in range(1, 6)} <= proxied, stats["urls"]

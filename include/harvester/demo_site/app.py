@@ -10,9 +10,7 @@ import asyncio
 import hashlib
 import html
 import json
-import struct
 import time
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -24,6 +22,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from harvester.demo_site import assets
 from harvester.demo_site.hostile import HOSTILE_FETCH_PAGES
 
 CLIENT_HEADER = b"x-demo-client"
@@ -167,18 +166,6 @@ def page(title: str, body: str) -> str:
         '</head><body><nav><a href="/">Home</a> <a href="/shop">Shop</a></nav>'
         f"<main>{body}</main><footer>Demo Shop for Harvester</footer></body></html>"
     )
-
-
-def tiny_png(seed: int) -> bytes:
-    """A valid 8x8 one-colour PNG, different per product."""
-    colour = bytes(((seed * 37) % 256, (seed * 91) % 256, (seed * 53) % 256))
-    raw = b"".join(b"\x00" + colour * 8 for _ in range(8))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
 # -- hostile pages (issue 12): what the config layer, URL rules and extraction must survive --------------
@@ -368,17 +355,22 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     async def hostile_values(request: Request) -> HTMLResponse:
         return HTMLResponse(page("Hostile values", hostile_values_body(int(request.path_params["product_id"]))))
 
+    # Assets as a shop serves them (harvester.demo_site.assets), cacheable for an hour: a long-lived page
+    # downloads the font, the stylesheet and the texture once and each product's photo once.
+    cached = {"Cache-Control": "public, max-age=3600"}
+
     async def image(request: Request) -> Response:
-        return Response(tiny_png(int(request.path_params["image_id"])), media_type="image/png",
-                        headers={"Cache-Control": "max-age=3600"})
+        photo = await asyncio.to_thread(assets.product_photo, int(request.path_params["image_id"]))
+        return Response(photo, media_type="image/png", headers=cached)
+
+    async def texture(request: Request) -> Response:
+        return Response(assets.background_texture(), media_type="image/png", headers=cached)
 
     async def font(request: Request) -> Response:
-        return Response(b"wOF2" + bytes(range(256)) * 64, media_type="font/woff2")
+        return Response(assets.web_font(), media_type="font/woff2", headers=cached)
 
     async def stylesheet(request: Request) -> Response:
-        css = ("@font-face{font-family:Demo;src:url(/static/font.woff2) format('woff2')}"
-               "body{font-family:Demo,sans-serif;background:url(/static/img/0.png)}")
-        return Response(css, media_type="text/css")
+        return Response(assets.stylesheet(), media_type="text/css", headers=cached)
 
     async def stats(request: Request) -> JSONResponse:
         return JSONResponse(site.stats())
@@ -414,6 +406,7 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
         Route("/hostile/links", hostile_links),
         Route("/hostile/values/{product_id:int}", hostile_values),
         Route("/static/img/{image_id:int}.png", image),
+        Route("/static/img/texture.png", texture),
         Route("/static/font.woff2", font),
         Route("/static/site.css", stylesheet),
         Route(STATS_PATH, stats),

@@ -57,6 +57,8 @@ __all__ = ["BrowserHost", "BrowserPageFetcher", "PageSlotHost", "SlotBrowser", "
 log = logging.getLogger("harvester.pageslots.host")
 SLOT_FLAG = "--harvester-slot="  # Chromium ignores unknown switches; ours name the slot and its owner
 OWNER_FLAG = "--harvester-slot-owner="
+# A slot has one page, so one renderer process is enough: no spare renderer kept warm beside it.
+SLOT_CHROMIUM_ARGS = [*CHROMIUM_ARGS, "--renderer-process-limit=1"]
 
 
 # -- the browser of one slot ---------------------------------------------------------------------------
@@ -73,7 +75,9 @@ class SlotBrowser:
         self.user_agent = ""
         self.pid: int | None = None
         self.pages_since_launch = 0
+        self.pages_on_page = 0  # loads since the page was opened: re-opened after page_slot_reopen_page_after_pages
         self.launches = 0
+        self.reopens = 0
 
     @property
     def open(self) -> bool:
@@ -83,13 +87,17 @@ class SlotBrowser:
     async def ensure_page(self, source: SourceConfig | None) -> Page:
         """The open page, or a new one (launching the browser if needed). Raises when Chromium fails."""
         user_agent = user_agent_and_headers(source, self.settings)[0] if source else self.settings.user_agent
-        if self.open and (source is None or user_agent == self.user_agent):
+        worn = self.pages_on_page >= self.settings.page_slot_reopen_page_after_pages
+        if self.open and not worn and (source is None or user_agent == self.user_agent):
             return self.page  # type: ignore[return-value]
+        if self.open and worn:
+            self.reopens += 1  # a long-navigated page keeps growing its renderer: a fresh one costs ~50 ms
         await self.close_page()
         browser = await self._ensure_browser()
         self.context = await browser.new_context(user_agent=user_agent)
         self.user_agent = user_agent
         self.page = await self.context.new_page()
+        self.pages_on_page = 0
         self.blocker = ResourceBlocker(AddressGuard.from_settings(self.settings))
         await self.blocker.attach(self.page)
         return self.page
@@ -102,7 +110,7 @@ class SlotBrowser:
             from playwright.async_api import async_playwright
 
             self.playwright = await async_playwright().start()
-        args = [*CHROMIUM_ARGS, f"{SLOT_FLAG}{self.slot_id}", f"{OWNER_FLAG}{os.getpid()}"]
+        args = [*SLOT_CHROMIUM_ARGS, f"{SLOT_FLAG}{self.slot_id}", f"{OWNER_FLAG}{os.getpid()}"]
         options: dict[str, Any] = {"executable_path": str(self.settings.chromium_executable), "headless": True,
                                    "args": args, "chromium_sandbox": self.settings.chromium_sandbox}
         if self.proxy is not None:
@@ -118,6 +126,7 @@ class SlotBrowser:
     async def load(self, url: str, source: SourceConfig) -> PageLoad:
         page = await self.ensure_page(source)
         loaded = await load_page(page, self.blocker, url, source, self.settings)
+        self.pages_on_page += 1
         if not loaded.load_failed:
             self.pages_since_launch += 1
         return loaded

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harvester.errors import ClusterError
+from harvester.queues import PAGESLOTS_QUEUE
 from harvester.services import readiness
 from harvester.services.mongo import airflow_connection_uri, choose_mongo, redact
 from harvester.services.pidfiles import PidFile
@@ -43,7 +44,7 @@ POSTGRES_USER = "airflow"
 CELERY_APP = "harvester.workers.celery_app"
 AIRFLOW_CELERY_APP = "airflow.providers.celery.executors.celery_executor.app"
 PORT_NAMES = ("postgres", "redis", "mongo", "airflow", "demo_site", "scheduler_health", "worker_logs",
-              "trigger_logs")
+              "trigger_logs", "forward_proxy")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class ClusterPorts:
     scheduler_health: int = 8975
     worker_logs: int = 8794
     trigger_logs: int = 8795
+    forward_proxy: int = 3138  # the first demo country's proxy (demo_proxies); the next countries the next ports
 
     @classmethod
     def from_environment(cls, environ: dict[str, str]) -> ClusterPorts:
@@ -135,6 +137,10 @@ class Cluster:
     hosts: list[WorkerHost] = field(default_factory=lambda: [WorkerHost("host-a", "http"),
                                                             WorkerHost("host-c", "pageslots")])
     harvester_overrides: dict[str, str] = field(default_factory=dict)  # HARVESTER_* of every Harvester process
+    # Country -> forward proxy URL, given to the slot hosts and the allocator as AIRFLOW_CONN_PROXY_<C>
+    # (compose sets the same variables). The caller's own AIRFLOW_CONN_PROXY_<C> count as configured too.
+    proxies: dict[str, str] = field(default_factory=dict)
+    demo_proxies: bool = False  # start a counting forward proxy for each browser country left without one
     fast_unsafe_postgres: bool = False  # fsync off: for throwaway clusters (tests) only
     dag_refresh_seconds: int = 30
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -214,6 +220,7 @@ class Cluster:
             "HARVESTER_ALLOWED_PRIVATE_NETWORKS": self.demo_site_network,
             "AIRFLOW_CONN_MONGO_DEFAULT": airflow_connection_uri(self.resolved_mongo_uri),
             "AIRFLOW_CONN_REDIS_DEFAULT": self.redis_url,
+            **self.proxy_environment(),
             **self.harvester_overrides,
         }
         if self.sources_dir is not None:
@@ -256,6 +263,35 @@ class Cluster:
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": str(self.dag_refresh_seconds),
         }
 
+    def browser_countries(self) -> list[str]:
+        """Countries of the browser sources: each needs a proxy before a page slot may open a page for it."""
+        from harvester.config.loader import load_sources
+
+        directory = self.sources_dir or REPOSITORY_ROOT / "include" / "sources"
+        return sorted({source.country for source in load_sources(directory).sources.values()
+                       if source.render == "browser" and source.country})
+
+    def demo_proxy_ports(self) -> dict[str, int]:
+        """Country -> port of the forward proxy the cluster starts for it (``demo_proxies``; a proxy given in
+        ``proxies`` or the caller's AIRFLOW_CONN_PROXY_<C> wins: then none is started for that country)."""
+        from harvester.pageslots.proxies import proxy_environment_variable
+
+        if not self.demo_proxies:
+            return {}
+        countries = [country for country in self.browser_countries()
+                     if country not in self.proxies and proxy_environment_variable(country) not in self.environ]
+        return {country: self.ports.forward_proxy + index for index, country in enumerate(countries)}
+
+    def proxy_environment(self) -> dict[str, str]:
+        """AIRFLOW_CONN_PROXY_<C> for every browser country that has a proxy (configured, given or started)."""
+        from harvester.pageslots.proxies import proxy_environment_variable
+
+        configured = {country: self.environ[proxy_environment_variable(country)] for country in self.browser_countries()
+                      if proxy_environment_variable(country) in self.environ}
+        started = {country: f"http://{LOOPBACK}:{port}" for country, port in self.demo_proxy_ports().items()}
+        return {proxy_environment_variable(country): url
+                for country, url in {**configured, **started, **self.proxies}.items()}
+
     @property
     def passwords_file(self) -> Path:
         return self.airflow_home / "auth" / "passwords.json"
@@ -281,6 +317,11 @@ class Cluster:
                 "demo-site", [[str(self.bin / "harvester"), "demo-site", "--host", LOOPBACK,
                                "--port", str(self.ports.demo_site)]], base, port=self.ports.demo_site,
                 ready=lambda: readiness.http_ok(self.resolved_demo_site_url + "/"), ready_timeout=30))
+        for country, port in self.demo_proxy_ports().items():
+            services.append(Service(
+                f"proxy-{country}", [[str(self.bin / "harvester"), "forward-proxy", "--host", LOOPBACK,
+                                      "--port", str(port), "--label", country]], base, port=port,
+                ready=lambda port=port: readiness.tcp_open(LOOPBACK, port), ready_timeout=20))
         return services
 
     def airflow_services(self) -> list[Service]:
@@ -314,18 +355,12 @@ class Cluster:
             commands = [[*celery, "-Q", queue, "-n", f"{queue}@{host.name}", "--concurrency", str(host.concurrency)]
                         for queue in ("priority", "default")]
         else:
-            commands = [[*celery, "-Q", ",".join(self.page_slot_queues()), "-n", f"pageslots@{host.name}",
+            # a slot host, as compose's worker-pageslots: one page slot per prefork child
+            commands = [[*celery, "-Q", PAGESLOTS_QUEUE, "-n", f"pageslots@{host.name}",
                          "--pool", "prefork", "--concurrency", str(host.concurrency)]]
         return Service(f"worker-{host.name}", commands,
                        self.harvester_environment(),
                        ready=lambda: self.celery_nodes_answer(self.redis_url, host.node_names()), ready_timeout=120)
-
-    def page_slot_queues(self) -> list[str]:
-        from harvester.config.loader import load_sources
-        from harvester.pageslots.host import page_slot_queues
-
-        directory = self.sources_dir or REPOSITORY_ROOT / "include" / "sources"
-        return page_slot_queues(load_sources(directory).sources.values())
 
     def all_services(self) -> list[Service]:
         return [*self.infrastructure(), *self.airflow_services(), self.distributor_service(),
@@ -594,6 +629,9 @@ class Cluster:
 
     def describe(self) -> str:
         mongo = redact(self.resolved_mongo_uri)
+        proxies = ", ".join(f"{name.removeprefix('AIRFLOW_CONN_PROXY_')} {redact(url)}"
+                            for name, url in self.proxy_environment().items())
+        proxies = proxies or "none (browser tasks of a country without one are dead-lettered)"
         return (
             "\nHarvester cluster is running (the docker-compose topology, on loopback).\n"
             f"  Airflow UI:   {self.airflow_url}  user {AIRFLOW_USER}, password in {self.base_dir / 'secrets.json'}"
@@ -603,6 +641,7 @@ class Cluster:
             f"  MongoDB:      {mongo}\n"
             f"  Demo site:    {self.resolved_demo_site_url}\n"
             f"  Worker hosts: {', '.join(node for host in self.hosts for node in host.node_names())}\n"
+            f"  Proxies:      {proxies}\n"
             f"  Logs:         {self.log_dir}/\n"
             "  Stop:         make stop MODE=cluster\n"
         )
@@ -659,7 +698,7 @@ def step(message: str) -> None:
 def local_cluster(environ: dict[str, str] | None = None) -> Cluster:
     environ = dict(os.environ if environ is None else environ)
     return Cluster(base_dir=REPOSITORY_ROOT / "var" / "cluster", ports=ClusterPorts.from_environment(environ),
-                   mongo_uri=environ.get("HARVESTER_MONGO_URI"), environ=environ)
+                   mongo_uri=environ.get("HARVESTER_MONGO_URI"), demo_proxies=True, environ=environ)
 
 
 def main(argv: list[str] | None = None) -> int:

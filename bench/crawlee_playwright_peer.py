@@ -1,0 +1,111 @@
+"""The browser crawlee peer of bench/pageslots.py: crawlee-python's PlaywrightCrawler on the same pages.
+
+Run by bench/pageslots.py with the Python of var/bench-venv (crawlee and its own Playwright live
+there, not in .venv). Same Chromium (``--executable-path``), same launch flags, the same forward proxy
+given at launch, the same resource blocking (a route that aborts the blocked resource types, installed
+in a pre-navigation hook because crawlee opens a page per request), one page at a time
+(concurrency 1). Everything else is crawlee's default (fingerprints, page per request, its
+statistics), as a crawlee user would run it; storage is in memory so the disk is not measured.
+Prints one JSON line: pages, seconds (from the first page handled to the last, so the browser launch
+is outside the timing as in ours), pss_mb (the crawler's Playwright driver and Chromium, while the last
+page is open, and their private USS) as one JSON line; the caller counts the proxy bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+from crawlee import ConcurrencySettings, service_locator
+from crawlee.crawlers import PlaywrightCrawler, PlaywrightCrawlingContext, PlaywrightPreNavCrawlingContext
+from crawlee.storage_clients import MemoryStorageClient
+from playwright.async_api import Route
+
+
+def process_kind(process: psutil.Process) -> str:
+    """As bench/pageslots.py: driver, browser, or Chromium's --type= (renderer, gpu-process, utility...)."""
+    command = process.cmdline()
+    if not command or "chrom" not in command[0]:
+        return "driver"
+    return next((a.split("=", 1)[1] for a in command if a.startswith("--type=")), "browser")
+
+
+def pss_by_kind() -> dict[str, float]:
+    """PSS in MB of everything this process started (Playwright's driver, Chromium's tree), by kind."""
+    kinds: dict[str, float] = {}
+    for process in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            kind = process_kind(process)
+            memory = process.memory_full_info()
+            kinds[kind] = kinds.get(kind, 0.0) + memory.pss / (1024 * 1024)
+            kinds["uss"] = kinds.get("uss", 0.0) + memory.uss / (1024 * 1024)  # private: blind to other Chromiums
+        except psutil.Error:
+            continue
+    return {kind: round(mb, 1) for kind, mb in sorted(kinds.items())}
+
+
+async def crawl(urls: list[str], chromium: str, args: list[str], proxy: str, blocked: set[str],
+                sandbox: bool) -> dict[str, float]:
+    service_locator.set_storage_client(MemoryStorageClient())
+    crawler = PlaywrightCrawler(
+        concurrency_settings=ConcurrencySettings(min_concurrency=1, max_concurrency=1, desired_concurrency=1),
+        browser_type="chromium", headless=True,
+        browser_launch_options={"executable_path": chromium, "args": args, "chromium_sandbox": sandbox,
+                                "proxy": {"server": proxy}},
+        max_request_retries=0, request_handler_timeout=timedelta(seconds=30),
+    )
+    times: list[float] = []
+    seen: dict[str, Any] = {"pss_by_kind": {}, "failed": 0}
+
+    @crawler.pre_navigation_hook
+    async def block_resources(context: PlaywrightPreNavCrawlingContext) -> None:
+        async def intercept(route: Route) -> None:
+            if route.request.resource_type in blocked:
+                await route.abort("blockedbyclient")
+            else:
+                await route.continue_()
+
+        await context.page.route("**/*", intercept)
+
+    @crawler.router.default_handler
+    async def handle(context: PlaywrightCrawlingContext) -> None:
+        text = await context.page.content()
+        if "SKU-" not in text:
+            seen["failed"] += 1
+        times.append(time.perf_counter())
+        if len(times) == len(urls):
+            seen["pss_by_kind"] = pss_by_kind()
+
+    await crawler.run(urls)
+    if len(times) != len(urls) or seen["failed"]:
+        raise SystemExit(f"crawlee handled {len(times)} of {len(urls)} pages, {seen['failed']} without the product")
+    kinds = dict(seen["pss_by_kind"])
+    uss = kinds.pop("uss", 0.0)
+    return {"pages": len(urls), "seconds": times[-1] - times[0], "pss_mb": sum(kinds.values()), "uss_mb": uss,
+            "pss_by_kind": kinds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--urls", required=True, help="a file with one URL a line")
+    parser.add_argument("--chromium", required=True)
+    parser.add_argument("--proxy", required=True)
+    parser.add_argument("--blocked", default="", help="comma-separated resource types to abort")
+    parser.add_argument("--arg", action="append", default=[], help="a Chromium flag (repeat)")
+    parser.add_argument("--sandbox", action="store_true")
+    options = parser.parse_args()
+    urls = [line.strip() for line in Path(options.urls).read_text().splitlines() if line.strip()]
+    blocked = {kind for kind in options.blocked.split(",") if kind}
+    result = asyncio.run(crawl(urls, options.chromium, options.arg, options.proxy, blocked, options.sandbox))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
