@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 import pytest
 from harvester.distributor import RetryPolicy
 from harvester.distributor.hosts import host_of
 from harvester.distributor.intake import RegisteredSource
-from harvester.distributor.scripts import CONTRACTS, LUA_DIRECTORY, SCRIPT_NAMES, script_source
+from harvester.distributor.scripts import CONTRACTS
 from harvester.distributor.service import Distributor
 from harvester.redis_keys import SourceKeys
 
@@ -47,60 +44,6 @@ def test_fair_order_puts_high_priority_first_and_rotates_inside_each_tier():
     assert orders == [["x", "y", "a", "b", "c"], ["y", "x", "b", "c", "a"], ["x", "y", "c", "a", "b"]]
 
 
-def test_every_script_has_a_header_naming_its_keys_and_units():
-    for name in SCRIPT_NAMES:
-        own = (LUA_DIRECTORY / f"{name}.lua").read_text()
-        header = "\n".join(line for line in own.splitlines() if line.startswith("--"))
-        assert own.startswith(f"-- {name}"), name
-        assert "KEYS[1]" in header and ("(s)" in header or "(count" in header or "no times" in header), name
-        assert script_source(name).startswith("-- Shared helpers")
-
-
-def declared_in_header(script: str) -> dict[str, Any]:
-    """KEYS, ARGV and reply names as a script's header comment declares them.
-
-    Lines starting ``KEYS[n] name`` or ``ARGV[n] name`` (``ARGV[n..] name`` for "the rest"), then
-    ``Returns {a, b, c...}`` for a table (notes in parentheses) or ``Returns name: ...`` for one value.
-    """
-    header = "\n".join(line.removeprefix("--").strip() for line in script.splitlines() if line.startswith("--"))
-    declarations = "\n".join(line for line in header.splitlines() if line.startswith(("KEYS[", "ARGV[")))
-    keys = [(int(n), name) for n, name in re.findall(r"KEYS\[(\d+)\]\s+([a-z_]+)", declarations)]
-    arguments = [(int(n), name + ("..." if rest else ""))
-                 for n, rest, name in re.findall(r"ARGV\[(\d+)(\.\.)?\]\s+([a-z_]+)", declarations)]
-    for numbered in (keys, arguments):
-        assert [n for n, _ in numbered] == list(range(1, len(numbered) + 1)), f"numbered out of order: {numbered}"
-    returns = header[header.index("Returns "):].removeprefix("Returns ")
-    if returns.startswith("{"):
-        fields = re.sub(r"\([^)]*\)", "", returns[1:returns.index("}")])
-        reply, table = [" ".join(field.split()) for field in fields.split(",")], True
-    else:
-        reply, table = [returns.split(":")[0].strip()], False
-    return {"keys": [name for _, name in keys], "arguments": [name for _, name in arguments], "reply": reply,
-            "table": table}
-
-
-@pytest.mark.parametrize("name", SCRIPT_NAMES)
-def test_each_script_header_names_the_keys_arguments_and_reply_of_its_contract(name: str):
-    contract = CONTRACTS[name]
-    script = (LUA_DIRECTORY / f"{name}.lua").read_text()
-    assert declared_in_header(script) == {"keys": list(contract.keys), "arguments": list(contract.arguments),
-                                          "reply": list(contract.reply), "table": contract.table}
-    body = "\n".join(line for line in script.splitlines() if not line.startswith("--"))
-    used_keys = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", body)}
-    assert used_keys == set(range(1, len(contract.keys) + 1)), "the body uses exactly the declared KEYS"
-    fixed_arguments = [argument for argument in contract.arguments if not argument.endswith("...")]
-    assert {int(n) for n in re.findall(r"ARGV\[(\d+)\]", body)} <= set(range(1, len(fixed_arguments) + 1))
-    for key in set(contract.keys) - contract.explicit_keys:
-        assert isinstance(getattr(SourceKeys, key), property), f"{name}: {key} is not a SourceKeys key"
-
-
-def test_the_header_parser_sees_a_mismatch():
-    script = (LUA_DIRECTORY / "fail.lua").read_text().replace("KEYS[8] dead_letters", "KEYS[8] dead letters")
-    assert declared_in_header(script)["keys"][7] == "dead"
-    with pytest.raises(AssertionError, match="out of order"):
-        declared_in_header("-- KEYS[2] intake\n-- Returns x: y")
-
-
 def test_a_contract_builds_keys_and_argv_by_name_and_decodes_replies_by_name():
     admit = CONTRACTS["admit"]
     keys = SourceKeys("shop")
@@ -120,3 +63,18 @@ def test_a_contract_builds_keys_and_argv_by_name_and_decodes_replies_by_name():
     assert pause.key_names("shop", {"paused": keys.host_paused}) == [keys.host_paused]
     with pytest.raises(TypeError, match="explicit keys"):
         pause.key_names("shop")
+
+
+def test_a_contract_on_another_key_space_takes_its_key_object_not_a_source_name():
+    from harvester.pageslots.scripts import CONTRACTS as PAGE_SLOT_CONTRACTS
+    from harvester.redis_keys import PageSlotKeys
+
+    page_slot_keys = PageSlotKeys()
+    transition = PAGE_SLOT_CONTRACTS["slot_transition"]
+    assert transition.key_names(page_slot_keys, {"slot": page_slot_keys.slot("SG-1")}) == [
+        page_slot_keys.slot("SG-1"), page_slot_keys.all_slots]
+    with pytest.raises(TypeError, match="PageSlotKeys expected"):
+        transition.key_names(SourceKeys("shop"), {"slot": page_slot_keys.slot("SG-1")})
+    reply = PAGE_SLOT_CONTRACTS["slot_heartbeat"].decode([b"ok", b"PAGE_READY", b"SG", b"0", b""])
+    assert (reply.status, reply.state, reply.country, reply.retire, reply.next_country) == (
+        "ok", "PAGE_READY", "SG", "0", "")

@@ -108,3 +108,27 @@ def test_a_starving_country_gets_a_slot_while_others_can_spare_one(tasks: dict[s
 def test_seed_example_is_unchanged_by_the_starvation_rule() -> None:
     waited = {c: CountryTasks(t.pending, t.completed, 60.0 if t.pending else 0.0) for c, t in SEED_TASKS.items()}
     assert allocate_page_slots(waited, 20) == {"SG": 7, "MY": 6, "PH": 3, "TH": 2, "ID": 2, "VN": 0}
+
+
+def test_the_policy_caps_the_maximum_by_the_live_capacity_and_allocates_the_census() -> None:
+    from harvester.pageslots.allocation import AllocationPolicy
+
+    policy = AllocationPolicy(max_page_slots=8, min_scraping_tasks_by_page_slot=Fraction(1, 3),
+                              starving_after_seconds=50.0, sample_size=3000)
+    assert (policy.effective_max_page_slots(), policy.effective_max_page_slots(3)) == (8, 3)
+    assert policy.allocate_tasks(SEED_TASKS) == allocate_page_slots(SEED_TASKS, 8)
+    assert policy.allocate_tasks(SEED_TASKS, live_capacity=3) == allocate_page_slots(SEED_TASKS, 3) != \
+        allocate_page_slots(SEED_TASKS, 8)
+
+
+def test_the_manager_applies_the_policy_built_from_its_settings() -> None:
+    import redis
+    from harvester.pageslots.allocation import AllocationPolicy
+    from harvester.pageslots.manager import PageSlotManager
+    from harvester.settings import HarvesterSettings
+
+    settings = HarvesterSettings(max_page_slots=7, min_scraping_tasks_by_pageslot="1/2", page_slot_starving_seconds=9,
+                                 allocation_sample_size=11)
+    manager = PageSlotManager(redis.Redis(port=1), settings)  # never contacted: building opens no connection
+    assert manager.policy == AllocationPolicy.from_settings(settings) == AllocationPolicy(7, Fraction(1, 2), 9.0, 11)
+    assert manager.book.sample_size == 11

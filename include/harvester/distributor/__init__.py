@@ -5,6 +5,7 @@ from harvester.distributor.dead_letters import DeadLetter, DeadLetters
 from harvester.distributor.hosts import host_of
 from harvester.distributor.intake import Intake, RegisteredSource, read_registered_sources
 from harvester.distributor.messages import TaskMessage
+from harvester.distributor.scripts import ScriptContract, ScriptPipeline, Scripts, declare_script, optional_text, text
 from harvester.distributor.store import Admission, RateLimitStore, ReapResult, RetryPolicy, SourceStats
 
 _LAZY = {  # the service loop needs Celery: loaded on first use
@@ -14,7 +15,8 @@ _LAZY = {  # the service loop needs Celery: loaded on first use
 }
 __all__ = [
     "Admission", "BrowserTaskBook", "CountryCensus", "DeadLetter", "DeadLetters", "Distributor", "Intake",
-    "RateLimitStore", "ReapResult", "RegisteredSource", "RetryPolicy", "SourceStats", "TaskMessage",
-    "celery_app_for", "census_of", "host_of", "read_registered_sources", "script_source", "task_member",
+    "RateLimitStore", "ReapResult", "RegisteredSource", "RetryPolicy", "ScriptContract", "ScriptPipeline", "Scripts",
+    "SourceStats", "TaskMessage", "celery_app_for", "census_of", "declare_script", "host_of", "optional_text",
+    "read_registered_sources", "script_source", "task_member", "text",
 ]
 __getattr__ = lazy_exports(__name__, _LAZY)

@@ -14,24 +14,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import redis
-from redis.commands.core import Script
 
+from harvester.distributor.scripts import ScriptPipeline, Scripts
 from harvester.redis_keys import PageSlotKeys
 
 KEYS = PageSlotKeys()
 BROWSER_QUEUE_PREFIX = "pageslots."
 TRACK_CHUNK = 500  # tasks per Lua call (ARGV stays small)
-TRACK_SCRIPT = Path(__file__).with_name("lua") / "track_browser_tasks.lua"
-
-
-@cache
-def _track_source() -> str:
-    return TRACK_SCRIPT.read_text()
 
 
 def task_member(source: str, task_id: str) -> str:
@@ -69,19 +61,19 @@ class CountryCensus:
 class BrowserTaskBook:
     """Pending / running / completed of the recent browser tasks, kept in Redis."""
 
-    def __init__(self, client: redis.Redis, sample_size: int = 3000) -> None:
+    def __init__(self, client: redis.Redis, sample_size: int = 3000, scripts: Scripts | None = None) -> None:
         self.redis = client
         self.sample_size = sample_size
-        self.script: Script = client.register_script(_track_source())
+        self.scripts = scripts or Scripts(client)
 
-    def pending(self, tasks: Iterable[tuple[str, str]], pipeline: redis.client.Pipeline | None = None) -> None:
-        """Record admitted tasks, given as (member, country), as pending from now."""
+    def pending(self, tasks: Iterable[tuple[str, str]], pipeline: ScriptPipeline | None = None) -> None:
+        """Record admitted tasks, given as (member, country), as pending from now (queued on ``pipeline``)."""
         entries = list(tasks)
         for start in range(0, len(entries), TRACK_CHUNK):
-            args: list[str] = []
+            arguments: list[str] = []
             for member, country in entries[start:start + TRACK_CHUNK]:
-                args += [member, country]
-            self._track("pending", args, pipeline)
+                arguments += [member, country]
+            self._track("pending", arguments, pipeline)
 
     def running(self, members: Iterable[str]) -> None:
         self._track("running", list(members))
@@ -89,11 +81,14 @@ class BrowserTaskBook:
     def completed(self, members: Iterable[str]) -> None:
         self._track("completed", list(members))
 
-    def _track(self, state: str, args: list[str], pipeline: redis.client.Pipeline | None = None) -> None:
-        if not args:
+    def _track(self, state: str, entries: list[str], pipeline: ScriptPipeline | None = None) -> None:
+        if not entries:
             return
-        self.script(keys=[KEYS.recent_tasks, KEYS.recent_task_states], args=[self.sample_size, state, *args],
-                    client=pipeline)
+        if pipeline is None:
+            self.scripts.call("track_browser_tasks", KEYS, sample_size=self.sample_size, state=state,
+                              entries=entries)
+        else:
+            pipeline.call("track_browser_tasks", KEYS, sample_size=self.sample_size, state=state, entries=entries)
 
     def census(self) -> dict[str, CountryCensus]:
         """Per country: pending, running, completed and the oldest pending wait (by the Redis clock)."""
@@ -122,14 +117,14 @@ def census_of(entries: Iterable[str], now: float) -> dict[str, CountryCensus]:
 
 
 def push_browser_tasks(client: redis.Redis, country: str, tasks: list[dict[str, Any]], sample_size: int,
-                       pipeline: redis.client.Pipeline | None = None) -> None:
-    """Append admitted tasks to the country's list and record them as pending, in one round trip."""
+                       pipeline: ScriptPipeline | None = None) -> None:
+    """Append admitted tasks to the country's list and record them as pending, in one round trip
+    (queued on ``pipeline`` when given, from :meth:`Scripts.run_pipeline`)."""
     if not tasks:
         return
-    own = pipeline is None
-    pipe = pipeline if pipeline is not None else client.pipeline(transaction=False)
-    pipe.rpush(KEYS.browser_tasks(country), *(json.dumps(task, separators=(",", ":")) for task in tasks))
-    BrowserTaskBook(client, sample_size).pending(
-        ((task_member(task["source"], task["task_id"]), country) for task in tasks), pipeline=pipe)
-    if own:
-        pipe.execute()
+    if pipeline is None:
+        Scripts(client).run_pipeline(lambda own: push_browser_tasks(client, country, tasks, sample_size, own))
+        return
+    pipeline.pipeline.rpush(KEYS.browser_tasks(country), *(json.dumps(task, separators=(",", ":")) for task in tasks))
+    BrowserTaskBook(client, sample_size, pipeline.scripts).pending(
+        ((task_member(task["source"], task["task_id"]), country) for task in tasks), pipeline=pipeline)

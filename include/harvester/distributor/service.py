@@ -302,15 +302,17 @@ class Distributor:
         if not self._unpublished:
             return 0
         from harvester.distributor.browser_tasks import browser_country, push_browser_tasks
+        from harvester.distributor.scripts import ScriptPipeline
 
         celery_work = [(queue, tasks) for queue, tasks in self._unpublished if browser_country(queue) is None]
         browser_work = [(queue, tasks) for queue, tasks in self._unpublished if browser_country(queue) is not None]
         if browser_work:
-            pipeline = self.redis.pipeline(transaction=False)
-            for queue, tasks in browser_work:
-                push_browser_tasks(self.redis, browser_country(queue) or "", tasks,
-                                   self.settings.allocation_sample_size, pipeline)
-            pipeline.execute()
+            def build(pipeline: ScriptPipeline) -> None:
+                for queue, tasks in browser_work:
+                    push_browser_tasks(self.redis, browser_country(queue) or "", tasks,
+                                       self.settings.allocation_sample_size, pipeline)
+
+            self.store.scripts.run_pipeline(build)
             self._unpublished = celery_work
         sent = self.publisher.publish(celery_work) if celery_work else 0
         self._unpublished = []

@@ -107,7 +107,8 @@ def tasks_by_country_from(recent_tasks: Iterable[tuple[str, bool, float]], cap: 
 
 @dataclass(frozen=True)
 class AllocationPolicy:
-    """The allocation and preparation rules with their numbers from settings (Scrapy's ``from_crawler``)."""
+    """The allocation and preparation rules with their numbers from settings (Scrapy's ``from_crawler``): the one
+    place that reads them; :class:`~harvester.pageslots.manager.PageSlotManager` applies this policy."""
 
     max_page_slots: int
     min_scraping_tasks_by_page_slot: Fraction
@@ -116,13 +117,22 @@ class AllocationPolicy:
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings) -> AllocationPolicy:
-        return cls(settings.max_page_slots, settings.min_scraping_tasks_by_pageslot,
+        return cls(settings.max_page_slots, Fraction(settings.min_scraping_tasks_by_pageslot),
                    settings.page_slot_starving_seconds, settings.allocation_sample_size)
+
+    def effective_max_page_slots(self, live_capacity: int | None = None) -> int:
+        """MAX_PAGE_SLOTS, capped by the live capacity of the slot hosts when it is known."""
+        return self.max_page_slots if live_capacity is None else min(self.max_page_slots, live_capacity)
+
+    def allocate_tasks(self, tasks_by_country: Mapping[str, CountryTasks],
+                       live_capacity: int | None = None) -> dict[str, int]:
+        """Slots per country from each country's recent tasks (what the manager's census gives)."""
+        return allocate_page_slots(tasks_by_country, self.effective_max_page_slots(live_capacity),
+                                   self.starving_after_seconds)
 
     def allocate(self, recent_tasks: Iterable[tuple[str, bool, float]]) -> dict[str, int]:
         """Slots per country from the most recent (country, completed, waited_seconds) scraping tasks."""
-        return allocate_page_slots(tasks_by_country_from(recent_tasks, self.sample_size), self.max_page_slots,
-                                   self.starving_after_seconds)
+        return self.allocate_tasks(tasks_by_country_from(recent_tasks, self.sample_size))
 
     def to_start(self, slot_counts: Mapping[str, int], active_task_counts: Mapping[str, int]) -> dict[str, int]:
         """Slots to start per country, given its slots and its pending+running tasks."""

@@ -13,12 +13,11 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import redis
 
-from harvester.pageslots.allocation import allocate_page_slots, page_slots_to_start
+from harvester.pageslots.allocation import AllocationPolicy
 from harvester.pageslots.bookkeeping import BrowserTaskBook, CountryCensus, country_tasks, task_member
 from harvester.pageslots.proxies import ProxyNotConfigured, require_proxy
 from harvester.pageslots.registry import (
@@ -123,9 +122,10 @@ class PageSlotManager:
                  start_slot: SlotStarter | None = None, dead_letter: DeadLetterer | None = None) -> None:
         self.redis = client
         self.settings = settings or get_settings()
+        self.policy = AllocationPolicy.from_settings(self.settings)  # the allocation numbers, read once
         self.registry = SlotRegistry(client)
         self.hosts = SlotHosts(client)
-        self.book = BrowserTaskBook(client, self.settings.allocation_sample_size)
+        self.book = BrowserTaskBook(client, self.policy.sample_size)
         self._start_slot = start_slot
         self._dead_letter = dead_letter
 
@@ -157,7 +157,7 @@ class PageSlotManager:
     def effective_max_page_slots(self) -> tuple[int, int]:
         """(MAX_PAGE_SLOTS capped by the live capacity of the slot hosts, that capacity)."""
         capacity = self.hosts.live_capacity().slots
-        return min(self.settings.max_page_slots, capacity), capacity
+        return self.policy.effective_max_page_slots(capacity), capacity
 
     def unproxied_countries(self, countries: set[str]) -> set[str]:
         missing = set()
@@ -187,8 +187,8 @@ class PageSlotManager:
         tasks = {country: country_tasks(census.get(country, CountryCensus())) for country in sorted(countries)}
         for country in unproxied:
             tasks[country] = country_tasks(CountryCensus())
-        desired = allocate_page_slots(tasks, maximum, self.settings.page_slot_starving_seconds)
-        report.figures = {"max_page_slots": self.settings.max_page_slots, "live_capacity": capacity,
+        desired = self.policy.allocate_tasks(tasks, capacity)
+        report.figures = {"max_page_slots": self.policy.max_page_slots, "live_capacity": capacity,
                           "effective_max": maximum, "desired": desired,
                           "scores": {c: t.score for c, t in tasks.items()},
                           "census": {c: asdict(v) for c, v in sorted(census.items())}}
@@ -310,8 +310,8 @@ class PageSlotManager:
             by_country[record.country].append(record)
         counts = {country: len(slots) for country, slots in by_country.items()}
         active = {country: census.get(country, CountryCensus()).active for country in counts}
-        minimum = Fraction(self.settings.min_scraping_tasks_by_pageslot)
-        targets = page_slots_to_start(counts, active, minimum)
+        minimum = self.policy.min_scraping_tasks_by_page_slot
+        targets = self.policy.to_start(counts, active)
         unproxied = self.unproxied_countries({c for c, n in targets.items() if n})
         report.figures = {"slots": counts, "active_tasks": active, "started_target": targets,
                           "min_scraping_tasks_by_pageslot": str(minimum)}

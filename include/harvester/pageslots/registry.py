@@ -16,7 +16,7 @@ from enum import StrEnum
 import redis
 
 from harvester.errors import SlotTransitionRefused
-from harvester.pageslots.scripts import PageSlotScripts
+from harvester.pageslots.scripts import page_slot_scripts
 from harvester.redis_keys import PageSlotKeys
 
 KEYS = PageSlotKeys()
@@ -138,7 +138,7 @@ class SlotRegistry:
 
     def __init__(self, client: redis.Redis) -> None:
         self.redis = client
-        self.scripts = PageSlotScripts(client)
+        self.scripts = page_slot_scripts(client)
 
     # -- reading -----------------------------------------------------------------------------------
     def slots(self) -> list[SlotRecord]:
@@ -165,24 +165,24 @@ class SlotRegistry:
     def create(self, country: str, count: int) -> list[str]:
         if count <= 0:
             return []
-        reply = self.scripts["slot_create"](
-            keys=[KEYS.all_slots, KEYS.slot_sequence, KEYS.country_slots(country)],
-            args=[country, int(count), KEYS.slot_prefix])
-        return [_text(slot_id) for slot_id in reply]
+        reply = self.scripts.call("slot_create", KEYS, {"country_slots": KEYS.country_slots(country)},
+                                  country=country, count=int(count), slot_prefix=KEYS.slot_prefix)
+        return reply.slot_ids
 
     def reassign(self, slot_id: str, country: str | None) -> str:
         """Delete (``country=None``) or move a slot; a busy one finishes first. Returns what happened."""
-        reply = self.scripts["slot_reassign"](keys=[KEYS.slot(slot_id), KEYS.all_slots],
-                                              args=[slot_id, country or "", KEYS.country_slots_prefix])
-        return _text(reply[0])
+        reply = self.scripts.call("slot_reassign", KEYS, {"slot": KEYS.slot(slot_id)}, slot_id=slot_id,
+                                  new_country=country or "", country_prefix=KEYS.country_slots_prefix)
+        return reply.status
 
     def reset_stale(self, stale_after_seconds: float) -> list[ResetSlot]:
-        reply = [_text(value) for value in self.scripts["slot_reset_stale"](
-            keys=[KEYS.all_slots], args=[float(stale_after_seconds), KEYS.slot_prefix, KEYS.country_slots_prefix])]
+        flat = self.scripts.call("slot_reset_stale", KEYS, stale_after_seconds=float(stale_after_seconds),
+                                 slot_prefix=KEYS.slot_prefix, country_prefix=KEYS.country_slots_prefix).reset_slots
+        fields = iter(flat)  # six per reset slot, in the order the script's header names them
         return [
-            ResetSlot(reply[i], SlotState(reply[i + 1]), reply[i + 2], int(reply[i + 3]) if reply[i + 3] else None,
-                      int(reply[i + 4]) if reply[i + 4] else None, reply[i + 5])
-            for i in range(0, len(reply), 6)
+            ResetSlot(slot_id, SlotState(previous), host, int(process_id) if process_id else None,
+                      int(browser_pid) if browser_pid else None, outcome)
+            for slot_id, previous, host, process_id, browser_pid, outcome in zip(*[fields] * 6, strict=True)
         ]
 
     # -- transitions -----------------------------------------------------------------------------------
@@ -199,35 +199,33 @@ class SlotRegistry:
         pairs: list[str] = []
         for name, value in (fields or {}).items():
             pairs += [name, str(value)]
-        reply = self.scripts["slot_transition"](
-            keys=[KEYS.slot(slot_id), KEYS.all_slots],
-            args=[slot_id, target.value, owner, KEYS.country_slots_prefix, required.value if required else "",
-                  "" if min_idle_seconds is None else float(min_idle_seconds), reason, *pairs])
-        status, previous, outcome = (_text(value) for value in reply)
-        if status != "ok":
-            raise SlotTransitionRefused(slot_id, status, previous, target.value)
-        return TransitionResult(SlotState(previous), outcome)
+        reply = self.scripts.call(
+            "slot_transition", KEYS, {"slot": KEYS.slot(slot_id)}, slot_id=slot_id, target=target.value, owner=owner,
+            country_prefix=KEYS.country_slots_prefix, required=required.value if required else "",
+            min_idle_seconds="" if min_idle_seconds is None else float(min_idle_seconds), reason=reason,
+            fields=pairs)
+        if reply.status != "ok":
+            raise SlotTransitionRefused(slot_id, reply.status, reply.previous, target.value)
+        return TransitionResult(SlotState(reply.previous), reply.outcome)
 
     def claim(self, slot_id: str, owner: str, host: str, process_id: int, stale_after_seconds: float) -> str:
         """A host process takes a started slot; returns ok | missing | not_started | owned (then it must exit)."""
-        reply = self.scripts["slot_claim"](keys=[KEYS.slot(slot_id)],
-                                           args=[owner, host, process_id, float(stale_after_seconds)])
-        return _text(reply[0])
+        return self.scripts.call("slot_claim", KEYS, {"slot": KEYS.slot(slot_id)}, owner=owner, host=host,
+                                 process_id=process_id, stale_after_seconds=float(stale_after_seconds)).status
 
     def heartbeat(self, slot_id: str, owner: str, browser_pid: int | None) -> Orders | None:
         """Refresh the slot's heartbeat; None when the slot is gone or no longer this process's."""
-        reply = [_text(value) for value in self.scripts["slot_heartbeat"](
-            keys=[KEYS.slot(slot_id)], args=[owner, "" if browser_pid is None else browser_pid])]
-        if reply[0] != "ok":
+        reply = self.scripts.call("slot_heartbeat", KEYS, {"slot": KEYS.slot(slot_id)}, owner=owner,
+                                  browser_pid="" if browser_pid is None else browser_pid)
+        if reply.status != "ok":
             return None
-        return Orders(SlotState(reply[1]), reply[2], reply[3] == "1", reply[4])
+        return Orders(SlotState(reply.state), reply.country, reply.retire == "1", reply.next_country)
 
     def begin_task(self, slot_id: str, owner: str, country: str, raw_message: str, member: str) -> str:
         """PAGE_READY -> RUNNING_SCRAPING_TASK with a popped task (put back if refused); returns the status."""
-        reply = self.scripts["slot_begin_task"](
-            keys=[KEYS.slot(slot_id), KEYS.browser_tasks(country), KEYS.recent_task_states],
-            args=[owner, raw_message, member])
-        return _text(reply[0])
+        return self.scripts.call("slot_begin_task", KEYS,
+                                 {"slot": KEYS.slot(slot_id), "browser_tasks": KEYS.browser_tasks(country)},
+                                 owner=owner, message=raw_message, member=member).status
 
 
 @dataclass(frozen=True)
@@ -240,12 +238,12 @@ class SlotHosts:
     """Slot hosts advertise how many slots they can host; MAX_PAGE_SLOTS is capped by the live total."""
 
     def __init__(self, client: redis.Redis) -> None:
-        self.scripts = PageSlotScripts(client)
+        self.scripts = page_slot_scripts(client)
 
     def advertise(self, host: str, capacity: int, ttl_seconds: float) -> HostCapacity:
-        reply = self.scripts["hosts_advertise"](keys=[KEYS.hosts, KEYS.host_capacity],
-                                                args=[host, int(capacity), float(ttl_seconds)])
-        return HostCapacity(int(reply[0]), int(reply[1]))
+        reply = self.scripts.call("hosts_advertise", KEYS, host=host, capacity=int(capacity),
+                                  ttl_seconds=float(ttl_seconds))
+        return HostCapacity(reply.live_capacity, reply.live_hosts)
 
     def withdraw(self, host: str) -> HostCapacity:
         return self.advertise(host, 0, 0)

@@ -1,34 +1,54 @@
-"""The Lua scripts of the page slots, read from ``lua/*.lua`` and registered once per Redis client.
+"""The contracts of the page-slot Lua scripts (``lua/*.lua``), called through :class:`Scripts`.
 
 Every script is prefixed with ``lua/common.lua`` (server time, the legal transitions, landing in NO_PAGE).
-Each file starts with a header naming its KEYS, ARGV and reply; redis-py's :class:`Script` sends EVALSHA
-and loads the script again when Redis forgot it (after a restart).
+KEYS are :class:`~harvester.redis_keys.PageSlotKeys` properties, or passed explicitly when built from a slot
+id or a country; each file's header names the same KEYS, ARGV and reply (``tests/test_lua_contracts.py``).
 """
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import redis
-from redis.commands.core import Script
+
+from harvester.distributor import ScriptContract, Scripts, declare_script, optional_text, text
+from harvester.redis_keys import PageSlotKeys
+
+__all__ = ["CONTRACTS", "LUA_DIRECTORY", "page_slot_scripts"]
 
 LUA_DIRECTORY = Path(__file__).with_name("lua")
-SCRIPT_NAMES = ("slot_create", "slot_transition", "slot_claim", "slot_heartbeat", "slot_begin_task",
-                "slot_reassign", "slot_reset_stale", "hosts_advertise")
 
 
-@cache
-def script_source(name: str) -> str:
-    common = (LUA_DIRECTORY / "common.lua").read_text()
-    return f"{common}\n{(LUA_DIRECTORY / f'{name}.lua').read_text()}"
+def _contract(name: str, keys: str, arguments: str, reply: Mapping[str, Callable[[Any], Any]],
+              table: bool = True, explicit_keys: Iterable[str] = ()) -> ScriptContract:
+    return declare_script(name, keys, arguments, reply, table, explicit_keys, key_space=PageSlotKeys,
+                          directory=LUA_DIRECTORY)
 
 
-class PageSlotScripts:
-    """The registered page-slot scripts of one Redis client, by name."""
+CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in (
+    _contract("slot_create", "all_slots slot_sequence country_slots", "country count slot_prefix",
+              {"slot_ids...": text}, explicit_keys=("country_slots",)),
+    _contract("slot_transition", "slot all_slots",
+              "slot_id target owner country_prefix required min_idle_seconds reason fields...",
+              {"status": text, "previous": optional_text, "outcome": optional_text}, explicit_keys=("slot",)),
+    _contract("slot_claim", "slot", "owner host process_id stale_after_seconds",
+              {"status": text, "state": optional_text, "country": optional_text}, explicit_keys=("slot",)),
+    _contract("slot_heartbeat", "slot", "owner browser_pid",
+              {"status": text, "state": optional_text, "country": optional_text, "retire": optional_text,
+               "next_country": optional_text}, explicit_keys=("slot",)),
+    _contract("slot_begin_task", "slot browser_tasks recent_task_states", "owner message member",
+              {"status": text, "state": optional_text}, explicit_keys=("slot", "browser_tasks")),
+    _contract("slot_reassign", "slot all_slots", "slot_id new_country country_prefix",
+              {"status": text, "state": optional_text}, explicit_keys=("slot",)),
+    _contract("slot_reset_stale", "all_slots", "stale_after_seconds slot_prefix country_prefix",
+              {"reset_slots...": optional_text}),
+    _contract("hosts_advertise", "hosts host_capacity", "host capacity ttl_seconds",
+              {"live_capacity": int, "live_hosts": int}),
+)}
 
-    def __init__(self, client: redis.Redis) -> None:
-        self.by_name: dict[str, Script] = {name: client.register_script(script_source(name)) for name in SCRIPT_NAMES}
 
-    def __getitem__(self, name: str) -> Script:
-        return self.by_name[name]
+def page_slot_scripts(client: redis.Redis) -> Scripts:
+    """The page-slot scripts registered on ``client``."""
+    return Scripts(client, CONTRACTS)

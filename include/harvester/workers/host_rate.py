@@ -17,18 +17,12 @@ from dataclasses import dataclass
 
 import redis
 
+from harvester.distributor import Scripts
 from harvester.distributor.hosts import host_of
-from harvester.distributor.scripts import script_source
 from harvester.redis_keys import SourceKeys
 from harvester.scraping.page_fetcher import HostLimits, HostRateTimeout
 
-__all__ = ["HOST_FETCH_ARGUMENTS", "HOST_FETCH_KEYS", "HOST_FETCH_REPLY", "HostLimits", "HostRateGate",
-           "HostRateTimeout", "HostToken"]
-
-# The contract of lua/host_fetch.lua (its header comment says the same): KEYS, ARGV and the reply, in order.
-HOST_FETCH_KEYS = ("host_fetch_window", "host_fetch_active")
-HOST_FETCH_ARGUMENTS = ("token", "per_minute", "window_seconds", "min_interval_seconds", "max_active", "hold_seconds")
-HOST_FETCH_REPLY = ("wait_seconds",)
+__all__ = ["HostLimits", "HostRateGate", "HostRateTimeout", "HostToken"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +42,7 @@ class HostRateGate:
         self.window_seconds = window_seconds
         self.max_wait_seconds = max_wait_seconds
         self.hold_seconds = hold_seconds
-        self.script = client.register_script(script_source("host_fetch"))
+        self.scripts = Scripts(client)  # host_fetch's contract is in harvester.distributor.scripts
 
     @classmethod
     def from_settings(cls, settings: object, client: redis.Redis) -> HostRateGate:
@@ -59,10 +53,13 @@ class HostRateGate:
     def try_acquire(self, source: str, host: str, limits: HostLimits, token: str) -> float:
         """One Lua call: 0 when the token was taken, else the seconds to wait before asking again."""
         keys = SourceKeys(source)
-        reply = self.script(keys=[keys.host_fetch_window(host), keys.host_fetch_active(host)],
-                            args=[token, limits.per_minute, self.window_seconds, limits.min_interval_seconds,
-                                  limits.max_active, self.hold_seconds])
-        return float(reply)
+        reply = self.scripts.call(
+            "host_fetch", source,
+            {"host_fetch_window": keys.host_fetch_window(host), "host_fetch_active": keys.host_fetch_active(host)},
+            token=token, per_minute=limits.per_minute, window_seconds=self.window_seconds,
+            min_interval_seconds=limits.min_interval_seconds, max_active=limits.max_active,
+            hold_seconds=self.hold_seconds)
+        return reply.wait_seconds
 
     async def acquire(self, source: str, url: str, limits: HostLimits) -> HostToken | None:
         """Wait (on the loop) for a token of ``url``'s host; None when the host is not limited. Raises

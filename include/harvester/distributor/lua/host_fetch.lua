@@ -2,10 +2,11 @@
 -- request starts has room (per_host_per_minute), the last start is at least min_interval ago (robots.txt
 -- Crawl-delay / Request-rate) and fewer than max_active requests are in flight there; else say how long to wait.
 -- Counted when the request starts, across every worker and retry, with the Redis server's clock (TIME).
--- KEYS[1] host_fetch_window (sorted set: token -> start time)   KEYS[2] host_fetch_active (sorted set: token -> deadline)
--- ARGV[1] token   ARGV[2] per_minute (count, 0 = none)   ARGV[3] window (s)   ARGV[4] min_interval (s, 0 = none)
--- ARGV[5] max_active (count, 0 = none)   ARGV[6] hold (s): an unreleased in-flight token expires after this
--- Returns wait (s) as a string: "0" when the token was taken, else the seconds until one may be.
+-- KEYS[1] host_fetch_window (sorted set: token -> start time, s)   KEYS[2] host_fetch_active (sorted set: token -> deadline, s)
+-- ARGV[1] token   ARGV[2] per_minute (count, 0 = none)   ARGV[3] window_seconds (s)
+-- ARGV[4] min_interval_seconds (s, 0 = none)   ARGV[5] max_active (count, 0 = none)
+-- ARGV[6] hold_seconds (s): an unreleased in-flight token expires after this
+-- Returns wait_seconds: a string (s), "0" when the token was taken, else the seconds until one may be.
 -- Both keys expire (window + 1 s, hold + 1 s after the last start) and hold at most max(per_minute, window /
 -- min_interval, max_active) members: trimmed on every call.
 local now = server_now()

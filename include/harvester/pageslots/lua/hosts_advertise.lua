@@ -1,8 +1,8 @@
 -- hosts_advertise: a slot host says how many slots it can host, for ARGV[3] seconds (its heartbeat);
 -- a capacity of 0 withdraws it. Hosts past their deadline are forgotten.
--- KEYS[1] hosts (zset host -> deadline, s)   KEYS[2] host capacity (hash host -> slots)
--- ARGV[1] host ('' = only read)   ARGV[2] capacity (slots)   ARGV[3] time to live (s)
--- Reply: {live capacity (slots), live hosts}
+-- KEYS[1] hosts (zset host -> deadline, s)   KEYS[2] host_capacity (hash host -> slots)
+-- ARGV[1] host ('' = only read)   ARGV[2] capacity (count of slots)   ARGV[3] ttl_seconds (s, time to live)
+-- Returns {live_capacity (count of slots), live_hosts (count)}
 local hosts, capacity = KEYS[1], KEYS[2]
 local host, slots, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = server_now()

@@ -1,9 +1,10 @@
 -- slot_begin_task: a ready slot starts a task it popped from its country's list (PAGE_READY ->
 -- RUNNING_SCRAPING_TASK), and the allocator's bookkeeping marks the task running. A slot that may not
 -- start it (not ready, not its owner, ordered to close, moved) puts the task back at the list's head.
--- KEYS[1] the slot record (hash)   KEYS[2] the country's browser task list   KEYS[3] recent task states (hash)
--- ARGV[1] owner token   ARGV[2] the task message (JSON, as popped)   ARGV[3] its bookkeeping member ("source|task id")
--- Reply: {status, state}: status ok | not_ready | not_owner | missing | leaving
+-- KEYS[1] slot (the slot record, hash; state_since, last_used (s))   KEYS[2] browser_tasks (the country's task list)
+-- KEYS[3] recent_task_states (hash member -> "country|state|admitted at, s")
+-- ARGV[1] owner (token)   ARGV[2] message (the task, JSON, as popped)   ARGV[3] member (bookkeeping "source|task id")
+-- Returns {status, state}: status ok | not_ready | not_owner | missing | leaving
 local slot_key, task_list, states = KEYS[1], KEYS[2], KEYS[3]
 local owner, message, member = ARGV[1], ARGV[2], ARGV[3]
 local record = redis.call('HMGET', slot_key, 'state', 'owner', 'retire', 'next_country')

@@ -1,8 +1,9 @@
 -- slot_claim: a slot host process takes charge of a started slot (PREPARING_PAGE). A slot runs in one
 -- process only: the claim is refused while another owner's heartbeat is fresh (a redelivered host task).
--- KEYS[1] the slot record (hash)
--- ARGV[1] owner token   ARGV[2] host name   ARGV[3] process id   ARGV[4] a heartbeat older than this (s) is stale
--- Reply: {status, state, country}: status ok | missing | not_started | owned
+-- KEYS[1] slot (the slot record, hash)
+-- ARGV[1] owner (token)   ARGV[2] host (name)   ARGV[3] process_id   ARGV[4] stale_after_seconds (s): a heartbeat
+--   older than this is stale
+-- Returns {status, state, country}: status ok | missing | not_started | owned
 local slot_key = KEYS[1]
 local owner, host, process_id, stale_after = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now = server_now()

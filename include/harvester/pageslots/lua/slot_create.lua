@@ -1,7 +1,7 @@
 -- slot_create: create ARGV[2] slot records of country ARGV[1], all in NO_PAGE with no process.
--- KEYS[1] all slots (set of ids)   KEYS[2] slot sequence (counter)   KEYS[3] the country's slot ids (set)
--- ARGV[1] country   ARGV[2] how many   ARGV[3] slot key prefix (slot key = prefix .. id)
--- Reply: the new slot ids
+-- KEYS[1] all_slots (set of ids)   KEYS[2] slot_sequence (counter)   KEYS[3] country_slots (the country's ids, set)
+-- ARGV[1] country   ARGV[2] count (of slots to create)   ARGV[3] slot_prefix (slot key = prefix .. id); no times
+-- Returns {slot_ids... (the new slot ids)}
 local all_slots, sequence, country_slots = KEYS[1], KEYS[2], KEYS[3]
 local country, count, slot_prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = server_now()

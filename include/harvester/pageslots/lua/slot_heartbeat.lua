@@ -1,7 +1,7 @@
 -- slot_heartbeat: the owning process says it is alive and learns its orders.
--- KEYS[1] the slot record (hash)
--- ARGV[1] owner token   ARGV[2] browser pid ('' = no browser open)
--- Reply: {status, state, country, retire ('1' = delete me after this task), next country ('' = stay)}:
+-- KEYS[1] slot (the slot record, hash; heartbeat: the server time (s))
+-- ARGV[1] owner (token)   ARGV[2] browser_pid ('' = no browser open)
+-- Returns {status, state, country, retire ('1' = delete me after this task), next_country ('' = stay)}:
 --   status ok | missing | not_owner (the slot was reset or handed to another process: stop)
 local slot_key = KEYS[1]
 local owner, browser_pid = ARGV[1], ARGV[2]

@@ -1,8 +1,8 @@
 -- slot_reset_stale: a slot whose process stopped heartbeating is reset to NO_PAGE (its running task comes
 -- back by its lease). "Stale" = not NO_PAGE and no heartbeat (or, never claimed, no state change) for ARGV[1] s.
--- KEYS[1] all slots (set)
--- ARGV[1] stale after (s)   ARGV[2] slot key prefix   ARGV[3] country index key prefix
--- Reply: flat list of {slot id, previous state, host, process id, browser pid, outcome} per reset slot
+-- KEYS[1] all_slots (set)
+-- ARGV[1] stale_after_seconds (s)   ARGV[2] slot_prefix (slot key prefix)   ARGV[3] country_prefix (country index)
+-- Returns {reset_slots... (flat: slot id, previous state, host, process id, browser pid, outcome per reset slot)}
 local all_slots = KEYS[1]
 local stale_after, slot_prefix, country_prefix = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local now = server_now()

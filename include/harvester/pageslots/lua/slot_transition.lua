@@ -1,11 +1,11 @@
 -- slot_transition: move one slot to another state, atomically, only along the legal transitions.
--- KEYS[1] the slot record (hash)   KEYS[2] all slots (set)
--- ARGV[1] slot id   ARGV[2] target state   ARGV[3] owner token ('' = the allocator's jobs, which may act on
+-- KEYS[1] slot (the slot record, hash)   KEYS[2] all_slots (set)
+-- ARGV[1] slot_id   ARGV[2] target (state)   ARGV[3] owner (token; '' = the allocator's jobs, which may act on
 --   any slot; a host passes its token and is refused on a slot another process owns)
--- ARGV[4] country index key prefix   ARGV[5] required current state ('' = any legal one)
--- ARGV[6] minimum idle seconds since last_used ('' = none; idle closing)   ARGV[7] reason ('' keeps it)
--- ARGV[8...] field/value pairs to set; a value '+N' adds N to the field (pages_served '+1')
--- Reply: {status, previous state, outcome}: status ok | illegal | not_owner | missing | not_in_state | not_idle;
+-- ARGV[4] country_prefix (country index key prefix)   ARGV[5] required (current state, '' = any legal one)
+-- ARGV[6] min_idle_seconds (s since last_used, '' = none; idle closing)   ARGV[7] reason ('' keeps it)
+-- ARGV[8..] fields (field/value pairs to set; a value '+N' adds N to the field, pages_served '+1')
+-- Returns {status, previous (state), outcome}: status ok | illegal | not_owner | missing | not_in_state | not_idle;
 --   outcome is the new state, or 'deleted'/'moved' when the slot landed in NO_PAGE with such an order.
 local slot_key, all_slots = KEYS[1], KEYS[2]
 local id, target, owner, country_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
