@@ -29,7 +29,7 @@ NOT_YET_SMALL_TESTED = frozenset({
     "heartbeat_seconds", "redis_retry_max_seconds", "body_size_cap_bytes", "max_redirects", "producer_push_batch_size",
     "page_slot_relaunch_after_failures", "page_slot_give_up_after_failures", "page_slot_retry_delay_seconds",
     "page_slot_recycle_after_pages", "page_slot_recycle_rss_mb", "page_slot_block_markers",
-    "page_slot_task_wait_seconds",
+    "page_slot_task_wait_seconds", "page_slot_reopen_page_after_pages",
 })
 
 

@@ -71,3 +71,33 @@ def test_the_dag_runs_every_minute_one_run_at_a_time_with_a_deferred_sensor_firs
     sensor = dag.get_task("wait_for_browser_work")
     assert isinstance(sensor, BrowserWorkSensor) and sensor.deferrable and sensor.soft_fail
     assert sensor.timeout < 60  # it gives the minute back before the next run
+
+
+@pytest.mark.integration
+def test_the_sensor_trigger_carries_the_connection_id_and_first_looks_after_one_interval(
+    redis_client: redis.Redis, configure_settings: Callable[..., HarvesterSettings],
+) -> None:
+    """No Redis URL (it may hold a password) in the trigger table; and a trigger that fired at once let the
+    task resume before the scheduler saw its deferral, which Airflow then failed (seen under make run)."""
+    import asyncio
+    import time
+
+    from harvester.airflow.page_slots import BrowserWorkTrigger
+
+    from harvester.redis_keys import PageSlotKeys
+
+    configure_settings()
+    redis_client.rpush(PageSlotKeys().browser_tasks("SG"), "a browser task waiting for a slot")
+    trigger = BrowserWorkTrigger("redis_default", 1.0, time.time() + 30)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "harvester.airflow.page_slots.BrowserWorkTrigger"
+    assert kwargs["redis_connection_id"] == "redis_default" and "://" not in json.dumps(kwargs)
+
+    async def first_event() -> tuple[float, dict]:
+        started = time.monotonic()
+        async for event in BrowserWorkTrigger(**kwargs).run():
+            return time.monotonic() - started, event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    waited, payload = asyncio.run(first_event())
+    assert payload == {"status": "work"} and waited >= 1.0

@@ -25,6 +25,7 @@ from harvester.settings import get_settings
 DAG_ID = "page_slots"
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 SENSOR_POLL_SECONDS = 10.0
+REDIS_CONNECTION_ID = "redis_default"
 STEPS = ("allocate_page_slots", "prepare_page_slots", "close_idle_page_slots")
 
 
@@ -36,18 +37,12 @@ def _manager() -> Any:
     return PageSlotManager(redis_client(settings=settings), settings)
 
 
-def _redis_url() -> str:
-    """Where ``redis_default`` points (an Airflow connection, AIRFLOW_CONN_REDIS_DEFAULT or HARVESTER_REDIS_URL)."""
-    from harvester.connections import resolve_redis
-
-    return resolve_redis(settings=get_settings()).url
-
-
-def has_browser_work(redis_url: str) -> bool:
+def has_browser_work(target: Any) -> bool:
+    """True when there is browser work or a slot to reconcile (``target``: a resolved RedisTarget)."""
     from harvester.connections import open_redis_client
     from harvester.pageslots.manager import PageSlotManager
 
-    client = open_redis_client(redis_url)  # the triggerer's URL, resolved when the sensor deferred
+    client = open_redis_client(target)
     try:
         return PageSlotManager(client, get_settings()).has_work()
     finally:
@@ -55,20 +50,33 @@ def has_browser_work(redis_url: str) -> bool:
 
 
 class BrowserWorkTrigger(BaseTrigger):
-    """Fires "work" as soon as there is browser work or a slot to reconcile, or "idle" at the deadline."""
+    """Fires "work" as soon as there is browser work or a slot to reconcile, or "idle" at the deadline.
 
-    def __init__(self, redis_url: str, poll_seconds: float, deadline: float) -> None:
+    It carries the Redis connection id, never its URL (which may hold a password): the triggerer
+    resolves the id itself, as the harvest trigger does.
+    """
+
+    def __init__(self, redis_connection_id: str, poll_seconds: float, deadline: float) -> None:
         super().__init__()
-        self.redis_url, self.poll_seconds, self.deadline = redis_url, poll_seconds, deadline
+        self.redis_connection_id, self.poll_seconds, self.deadline = redis_connection_id, poll_seconds, deadline
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"redis_url": self.redis_url, "poll_seconds": self.poll_seconds, "deadline": self.deadline})
+                {"redis_connection_id": self.redis_connection_id, "poll_seconds": self.poll_seconds,
+                 "deadline": self.deadline})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from harvester.connections import aresolve_redis
+
+        # The sensor has just looked and found nothing: the first look here waits one interval. Firing
+        # at once lets the task resume before the scheduler has handled the executor's event of the
+        # deferral, and Airflow then fails the resumed task ("finished with state success, but the task
+        # instance's state attribute is running"), seen under `make run` with the LocalExecutor.
+        await asyncio.sleep(min(self.poll_seconds, max(0.0, self.deadline - time.time())))
         while True:
             try:
-                if await asyncio.to_thread(has_browser_work, self.redis_url):
+                target = await aresolve_redis(self.redis_connection_id, get_settings())
+                if await asyncio.to_thread(has_browser_work, target):
                     yield TriggerEvent({"status": "work"})
                     return
             except redis.RedisError as error:
@@ -90,7 +98,9 @@ class BrowserWorkSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def poke(self, context: Any) -> bool:
-        return has_browser_work(_redis_url())
+        from harvester.connections import resolve_redis
+
+        return has_browser_work(resolve_redis(REDIS_CONNECTION_ID, get_settings()))
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
@@ -99,7 +109,7 @@ class BrowserWorkSensor(BaseSensorOperator):
             self.log.info("browser work or slots to reconcile: running the page-slot jobs")
             return None
         self.defer(
-            trigger=BrowserWorkTrigger(_redis_url(), float(self.poke_interval),
+            trigger=BrowserWorkTrigger(REDIS_CONNECTION_ID, float(self.poke_interval),
                                        time.time() + float(self.timeout)),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout) + 3 * float(self.poke_interval)),
