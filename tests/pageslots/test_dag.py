@@ -83,7 +83,6 @@ def test_the_sensor_trigger_carries_the_connection_id_and_first_looks_after_one_
     import time
 
     from harvester.airflow.page_slots import BrowserWorkTrigger
-
     from harvester.redis_keys import PageSlotKeys
 
     configure_settings()
