@@ -23,6 +23,7 @@ def admit_one(store: RateLimitStore, source: str, now: float) -> TaskMessage:
     return TaskMessage.from_json(admission.messages[0])
 
 
+@pytest.mark.xfail(strict=True, reason="issue 11: the first worker's late release frees the new holder's lease")
 def test_an_expired_lease_goes_back_to_intake_with_attempt_raised(
     redis_client: redis.Redis, settings: HarvesterSettings
 ):
@@ -42,7 +43,9 @@ def test_an_expired_lease_goes_back_to_intake_with_attempt_raised(
 
     again = admit_one(store, "shop", now + 2 * lease)
     assert (again.task_id, again.attempt, again.run_id, again.package_id) == (task.task_id, 1, "r1", 7)
-    assert store.release("shop", [task.task_id]) == 1  # the first worker's late release frees the new lease
+    # the first worker's late release must not free the lease of the task's new holder (issue 11)
+    assert store.release("shop", [task.task_id]) == 0
+    assert store.active_task_ids("shop") == [task.task_id]
     assert store.counters("shop")["reaped"] == 1
 
 

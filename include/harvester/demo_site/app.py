@@ -27,13 +27,19 @@ from harvester.demo_site.hostile import HOSTILE_FETCH_PAGES
 
 CLIENT_HEADER = b"x-demo-client"
 STATS_PATH = "/_stats"
+RECORDED_STARTS_MAX = 200_000  # request starts (and path counts) kept per client
 _TAGS = ["garden", "kitchen", "outdoor", "tools", "kids", "office", "sale", "eco"]
 _COLOURS = ["red", "green", "blue", "black", "white", "yellow"]
 
 
 @dataclass
 class ClientCounter:
-    """Requests of one client: in flight now, the most ever in flight at once, and the total."""
+    """Requests of one client: in flight now, the most ever in flight at once, and the total.
+
+    Also when each request started (wall clock, seconds since the epoch) and how often each path
+    was asked for, so a test can check ``per_minute`` over any rolling window and "fetched once"
+    as the site saw them; both are bounded (``RECORDED_STARTS_MAX``).
+    """
 
     current: int = 0
     max_concurrent: int = 0
@@ -41,6 +47,13 @@ class ClientCounter:
     statuses: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     robots: int = 0  # fetches of /robots.txt, counted apart: they are not pages of the crawl
     request_times: list[float] = field(default_factory=list)  # when each page request started (monotonic)
+    starts: list[float] = field(default_factory=list)  # when each request started (wall clock, s)
+    paths: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def record_start(self, path: str) -> None:
+        if len(self.starts) < RECORDED_STARTS_MAX:
+            self.starts.append(time.time())
+            self.paths[path] += 1
 
     def as_dict(self) -> dict[str, Any]:
         return {"current": self.current, "max_concurrent": self.max_concurrent, "total": self.total,
@@ -103,6 +116,8 @@ class ConcurrencyCounter:
         counter.current += 1
         counter.total += 1
         counter.max_concurrent = max(counter.max_concurrent, counter.current)
+        query = scope.get("query_string", b"").decode()
+        counter.record_start(scope["path"] + (f"?{query}" if query else ""))
 
         async def counting_send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -375,6 +390,15 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     async def stats(request: Request) -> JSONResponse:
         return JSONResponse(site.stats())
 
+    async def requests_of(request: Request) -> JSONResponse:
+        """Every recorded request start of one client, and how often each path was fetched."""
+        counter = site.clients.get(request.path_params["client"])
+        if counter is None:
+            return JSONResponse({"starts": [], "paths": {}, "max_concurrent": 0, "current": 0, "total": 0})
+        return JSONResponse({"starts": counter.starts, "paths": dict(counter.paths),
+                             "max_concurrent": counter.max_concurrent, "current": counter.current,
+                             "total": counter.total})
+
     async def reset(request: Request) -> JSONResponse:
         site.reset()
         return JSONResponse({"reset": True})
@@ -412,6 +436,7 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
         Route(STATS_PATH, stats),
         Route(f"{STATS_PATH}/reset", reset, methods=["POST"]),
         Route("/_markup", markup, methods=["POST"]),
+        Route(STATS_PATH + "/requests/{client}", requests_of),
     ]
     from harvester.demo_site.hostile import hostile_fetch_routes
 
