@@ -51,8 +51,21 @@ class SourceKeys:
         return self._key("active-messages")
 
     @property
+    def leases(self) -> str:
+        """Hash: task id -> "<state>|<fencing token>" of every task in ``active``; state ``a`` admitted (not yet
+        confirmed published), ``q`` queued in Celery, ``s`` started by a worker. Only the holder of the
+        matching token may heartbeat, release or fail the task."""
+        return self._key("leases")
+
+    @property
+    def worker_lost(self) -> str:
+        """Hash: task id -> batches that died with the task started (a batch that kills its worker twice is
+        dead-lettered, never looped); an entry goes when its task settles."""
+        return self._key("worker-lost")
+
+    @property
     def window(self) -> str:
-        """Sorted set of admission times in the rolling rate window."""
+        """Sorted set of fetch starts (a worker takes one per request) in the rolling rate window."""
         return self._key("window")
 
     @property

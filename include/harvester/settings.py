@@ -41,12 +41,33 @@ class HarvesterSettings(BaseSettings):
     heartbeat_seconds: float = Field(default=20.0, gt=0)
     reap_interval_seconds: float = Field(default=5.0, gt=0)
     queue_max_depth: int = Field(default=2000, ge=1, description="Backpressure: Celery queue depth cap.")
-    admit_batch_size: int = Field(default=500, ge=1)
+    admit_batch_size: int = Field(
+        default=500, ge=1, le=10_000,
+        description="Tasks admitted per source per round (admitted in chunks of at most 1000 per atomic call).")
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_max_seconds: float = Field(default=300.0, ge=0)
     publish_batch_size: int = Field(default=16, ge=1, description="Tasks of one source per Celery message.")
     reap_batch_size: int = Field(default=1000, ge=1, description="Expired leases handled per source per reap.")
     redis_retry_max_seconds: float = Field(default=5.0, gt=0, description="Longest wait between Redis reconnects.")
+    publish_grace_seconds: float = Field(
+        default=30.0, gt=0,
+        description="Admitted tasks a distributor has not confirmed published by then go back to intake, uncharged.")
+    queued_lease_seconds: float = Field(
+        default=3 * 3600.0, gt=0,
+        description="A published task no worker started by then (its message lost) goes back to intake, uncharged; "
+                    "keep it above celery_visibility_timeout_seconds.")
+    dead_letters_max_per_source: int = Field(
+        default=100_000, ge=1, description="Dead letters kept per source; older ones are dropped and counted.")
+    host_pause_max_seconds: float = Field(
+        default=3600.0, gt=0, description="Longest Retry-After pause honoured for one host (its record expires).")
+
+    # Celery delivery (issue 11: no fetch outside admission whatever Celery redelivers).
+    celery_visibility_timeout_seconds: float = Field(
+        default=3600.0, gt=0,
+        description="kombu hands an unacknowledged message out again after this; keep it above every batch's "
+                    "time limit.")
+    worker_max_memory_per_child_kb: int = Field(
+        default=1_000_000, ge=10_000, description="A pool process using more than this is replaced after its batch.")
 
     # Producer runs (DESIGN.md section 6).
     producer_push_batch_size: int = Field(default=2000, ge=1, description="Tasks per pipelined intake push.")

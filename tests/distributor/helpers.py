@@ -11,7 +11,28 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from harvester.distributor import Admission, RateLimitStore, TaskMessage
 from harvester.settings import REPOSITORY_ROOT
+
+
+def held_messages(admission: Admission) -> list[TaskMessage]:
+    """The admitted messages with their fencing tokens, as a worker receives them."""
+    return [TaskMessage.from_json(raw).model_copy(update={"lease_token": token})
+            for raw, token in zip(admission.messages, admission.tokens, strict=True)]
+
+
+def leases_of(*messages: TaskMessage) -> dict[str, str]:
+    return {message.task_id: str(message.lease_token) for message in messages}
+
+
+def admit_and_start(store: RateLimitStore, source: str, wanted: int, now: float | None = None
+                    ) -> list[TaskMessage]:
+    """What the distributor and a worker do: admit, confirm published, start; the held messages."""
+    messages = held_messages(store.admit(source, wanted, now=now))
+    store.mark_published(source, leases_of(*messages), now=now)
+    started = store.start(source, leases_of(*messages), now=now)
+    assert started.stale == 0, started
+    return messages
 
 
 def published_batches(client: redis.Redis, queue: str) -> list[list[dict[str, Any]]]:

@@ -15,6 +15,7 @@ from harvester.redis_keys import SourceKeys
 from harvester.settings import HarvesterSettings
 
 from tests.distributor.conftest import make_source
+from tests.distributor.helpers import admit_and_start, held_messages, leases_of
 
 pytestmark = pytest.mark.integration
 
@@ -30,10 +31,12 @@ def test_admits_up_to_max_active_then_waits_for_a_release(redis_client: redis.Re
 
     first = store.admit("shop", 10)
     assert (first.status, len(first.messages), first.active, first.pending) == ("ok", 3, 3, 7)
+    assert len(set(first.tokens)) == 3  # a fencing token per task and attempt
     blocked = store.admit("shop", 10)
     assert (blocked.status, blocked.messages) == ("active_limit", [])
 
-    done = [TaskMessage.from_json(raw).task_id for raw in first.messages[:2]]
+    done = leases_of(*held_messages(first)[:2])
+    store.start("shop", done)
     assert store.release("shop", done) == 2
     assert store.release("shop", done) == 0  # releasing twice counts once
     again = store.admit("shop", 10)
@@ -41,49 +44,52 @@ def test_admits_up_to_max_active_then_waits_for_a_release(redis_client: redis.Re
     assert store.counters("shop")["done"] == 2
 
 
-def test_per_minute_counts_a_rolling_window(redis_client: redis.Redis, settings: HarvesterSettings):
+def test_per_minute_counts_fetch_starts_in_a_rolling_window(redis_client: redis.Redis, settings: HarvesterSettings):
     source = make_source("shop", rate_limit={"max_active": 100, "per_minute": 5})
     Intake(redis_client, settings).push(source, tasks("shop", 20))
     store = RateLimitStore(redis_client, settings)
     start = store.server_time()
     window = settings.rate_window_seconds
 
-    assert len(store.admit("shop", 3, now=start).messages) == 3
-    assert len(store.admit("shop", 3, now=start + 0.5).messages) == 2
+    assert [store.acquire_fetch("shop", now=start) for _ in range(3)] == [0.0] * 3
+    assert [store.acquire_fetch("shop", now=start + 0.5) for _ in range(2)] == [0.0] * 2
+    assert store.acquire_fetch("shop", now=start + 1.0) == pytest.approx(window - 1.0, abs=1e-3)
+    # admission has no room either while the window of fetch starts is full
     limited = store.admit("shop", 3, now=start + 1.0)
     assert limited.status == "rate_limit"
     assert limited.wait_seconds == pytest.approx(window - 1.0, abs=1e-3)
     # the first three leave the window at start + window; the two at +0.5 are still inside
-    assert len(store.admit("shop", 10, now=start + window + 0.01).messages) == 3
-    assert store.admit("shop", 10, now=start + window + 0.02).status == "rate_limit"
-    assert len(store.admit("shop", 10, now=start + window + 0.51).messages) == 2
+    assert [store.acquire_fetch("shop", now=start + window + 0.01) for _ in range(4)][:3] == [0.0] * 3
+    assert store.acquire_fetch("shop", now=start + window + 0.02) > 0
+    assert store.acquire_fetch("shop", now=start + window + 0.51) == 0.0
 
 
-def _admit_and_release(url: str, seconds: float, seed: int, results: multiprocessing.Queue) -> None:
-    """One of several concurrent admitters: admit a few, hold them briefly, release, repeat."""
+def _fetch_like_a_worker(url: str, seconds: float, seed: int, results: multiprocessing.Queue) -> None:
+    """One of several concurrent workers: admit a few, start them, take a rate token per fetch, release."""
     client = redis.Redis.from_url(url)
     store = RateLimitStore(client)
     rng = random.Random(seed)
-    events: list[tuple[float, int, int]] = []
-    held: list[tuple[float, list[str]]] = []
+    starts: list[float] = []
+    actives: list[int] = []
     ends = time.monotonic() + seconds
     while time.monotonic() < ends:
         admission = store.admit("shop", rng.randint(1, 4))
-        if admission.messages:
-            events.append((admission.now, len(admission.messages), admission.active))
-            held.append((time.monotonic() + rng.uniform(0.01, 0.12),
-                         [json.loads(raw)["task_id"] for raw in admission.messages]))
-        due = [ids for release_at, ids in held if release_at <= time.monotonic()]
-        held = [(release_at, ids) for release_at, ids in held if release_at > time.monotonic()]
-        for ids in due:
-            store.release("shop", ids)
-        time.sleep(rng.uniform(0, 0.005))
-    for _, ids in held:
-        store.release("shop", ids)
-    results.put(events)
+        if not admission.messages:
+            time.sleep(rng.uniform(0, 0.005))
+            continue
+        actives.append(admission.active)
+        messages = held_messages(admission)
+        store.start("shop", leases_of(*messages))
+        for _ in messages:
+            while (wait := store.acquire_fetch("shop")) > 0:
+                time.sleep(min(wait, 0.05))
+            starts.append(store.server_time())
+        time.sleep(rng.uniform(0.01, 0.05))
+        store.release("shop", leases_of(*messages))
+    results.put((starts, actives))
 
 
-def test_limits_hold_exactly_with_eight_concurrent_admitting_processes(
+def test_limits_hold_exactly_with_eight_concurrent_worker_processes(
     redis_client: redis.Redis, settings: HarvesterSettings, redis_server
 ):
     max_active, per_minute, window = 5, 40, settings.rate_window_seconds
@@ -92,26 +98,27 @@ def test_limits_hold_exactly_with_eight_concurrent_admitting_processes(
 
     context = multiprocessing.get_context("fork")
     results: multiprocessing.Queue = context.Queue()
-    processes = [context.Process(target=_admit_and_release, args=(redis_server.url, 5.0, seed, results))
+    processes = [context.Process(target=_fetch_like_a_worker, args=(redis_server.url, 5.0, seed, results))
                  for seed in range(8)]
     for process in processes:
         process.start()
-    events = sorted(event for _ in processes for event in results.get(timeout=60))
+    outcomes = [results.get(timeout=60) for _ in processes]
     for process in processes:
         process.join(timeout=30)
         assert process.exitcode == 0
+    starts = sorted(start for process_starts, _ in outcomes for start in process_starts)
+    assert max(active for _, actives in outcomes for active in actives) <= max_active
+    # any window of the rate window's length holds at most per_minute fetch starts (taken just before)
+    busiest = max(sum(1 for other in starts[index:] if other < start + window - 0.01)
+                  for index, start in enumerate(starts))
+    assert busiest <= per_minute
+    assert store_counter(redis_client, settings, "fetch_starts") == len(starts)
+    # five seconds of a two-second window of 40: the limit was the bottleneck
+    assert per_minute * 2 <= len(starts) <= per_minute * 3
 
-    assert max(active for _, _, active in events) == max_active  # reached, never passed
-    # every admission call saw a window of (t - window, t] holding at most per_minute admissions
-    busiest = 0
-    for index, (now, _, _) in enumerate(events):
-        in_window = sum(count for when, count, _ in events[: index + 1] if when > now - window)
-        busiest = max(busiest, in_window)
-    assert busiest == per_minute
-    total = sum(count for _, count, _ in events)
-    assert total == RateLimitStore(redis_client, settings).counters("shop")["admitted"]
-    # five seconds of a two-second window of 40: at most 40 per window, and the limit was the bottleneck
-    assert per_minute * 2 <= total <= per_minute * 3
+
+def store_counter(client: redis.Redis, settings: HarvesterSettings, name: str) -> int:
+    return RateLimitStore(client, settings).counters("shop").get(name, 0)
 
 
 def test_malformed_messages_go_to_dead_letters_and_admission_goes_on(
@@ -146,10 +153,10 @@ def test_per_host_limit_keeps_other_hosts_moving(redis_client: redis.Redis, sett
     source = make_source("shop", rate_limit={"max_active": 10, "per_minute": 100, "per_host_max_active": 2})
     Intake(redis_client, settings).push(source, tasks("shop", 5, host="a.test") + tasks("shop", 3, host="B.test"))
     store = RateLimitStore(redis_client, settings)
-    admitted = [TaskMessage.from_json(raw) for raw in store.admit("shop", 10).messages]
+    admitted = admit_and_start(store, "shop", 10)
     assert sorted(host_of(m.url) for m in admitted) == ["a.test", "a.test", "b.test", "b.test"]
     assert store.admit("shop", 10).status == "host_limit"
-    store.release("shop", [m.task_id for m in admitted if host_of(m.url) == "a.test"][:1])
+    store.release("shop", leases_of(*[m for m in admitted if host_of(m.url) == "a.test"][:1]))
     again = [TaskMessage.from_json(raw) for raw in store.admit("shop", 10).messages]
     assert [host_of(m.url) for m in again] == ["a.test"]
     counts = redis_client.hgetall(SourceKeys("shop").host_active_counts)
@@ -161,12 +168,13 @@ def test_stats_of_many_sources_in_one_round_trip(redis_client: redis.Redis, sett
     intake.push(make_source("one", rate_limit={"max_active": 2, "per_minute": 100}), tasks("one", 5))
     intake.push(make_source("two", retries=0), tasks("two", 1))
     store = RateLimitStore(redis_client, settings)
-    one = store.admit("one", 10)
-    store.release("one", [TaskMessage.from_json(one.messages[0]).task_id])
-    store.fail(TaskMessage.from_json(store.admit("two", 1).messages[0]), "HTTP 500")
+    one = admit_and_start(store, "one", 10)
+    store.release("one", leases_of(one[0]))
+    store.acquire_fetch("one")
+    store.fail(admit_and_start(store, "two", 1)[0], "HTTP 500")
     stats = store.stats(["one", "two", "never"])
     assert (stats["one"].pending, stats["one"].active, stats["one"].admitted_last_minute, stats["one"].done) == (
-        3, 1, 2, 1)
+        3, 1, 1, 1)
     assert (stats["two"].failed, stats["two"].dead, stats["two"].pending) == (1, 1, 0)
     assert stats["never"].pending == 0
     assert set(store.stats_all()) == {"one", "two"}

@@ -13,17 +13,17 @@ from harvester.redis_keys import SourceKeys
 from harvester.settings import HarvesterSettings
 
 from tests.distributor.conftest import make_source
+from tests.distributor.helpers import admit_and_start, leases_of
 
 pytestmark = pytest.mark.integration
 
 
 def admit_one(store: RateLimitStore, source: str, now: float) -> TaskMessage:
-    admission = store.admit(source, 1, now=now)
-    assert admission.status == "ok", admission
-    return TaskMessage.from_json(admission.messages[0])
+    """Admit, publish and start one task (its lease starts now); the message with its fencing token."""
+    [message] = admit_and_start(store, source, 1, now=now)
+    return message
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: the first worker's late release frees the new holder's lease")
 def test_an_expired_lease_goes_back_to_intake_with_attempt_raised(
     redis_client: redis.Redis, settings: HarvesterSettings
 ):
@@ -36,16 +36,19 @@ def test_an_expired_lease_goes_back_to_intake_with_attempt_raised(
     task = admit_one(store, "shop", now)
 
     assert store.reap(now=now + lease - 0.1).reaped == 0  # still leased
-    assert store.heartbeat("shop", [task.task_id], now=now + lease - 0.1) == 1
+    assert store.heartbeat("shop", leases_of(task), now=now + lease - 0.1) == 1
     assert store.reap(now=now + lease + 0.5).reaped == 0  # the heartbeat moved the deadline
     assert store.reap(now=now + 2 * lease).reaped == 1
-    assert store.heartbeat("shop", [task.task_id], now=now + 2 * lease) == 0  # that lease is gone
+    assert store.heartbeat("shop", leases_of(task), now=now + 2 * lease) == 0  # that lease is gone
 
     again = admit_one(store, "shop", now + 2 * lease)
     assert (again.task_id, again.attempt, again.run_id, again.package_id) == (task.task_id, 1, "r1", 7)
     # the first worker's late release must not free the lease of the task's new holder (issue 11)
-    assert store.release("shop", [task.task_id]) == 0
+    assert again.lease_token != task.lease_token
+    assert store.release("shop", leases_of(task)) == 0
     assert store.active_task_ids("shop") == [task.task_id]
+    assert store.counters("shop")["stale"] == 2  # the late heartbeat and the late release
+    assert store.release("shop", leases_of(again)) == 1
     assert store.counters("shop")["reaped"] == 1
 
 
@@ -137,8 +140,8 @@ def test_dead_letters_list_requeue_purge_and_the_command(
                          for i in range(3)])
     intake.push_raw("shop", ["garbage"])
     store = RateLimitStore(redis_client, settings)
-    for raw in store.admit("shop", 10).messages:
-        assert store.fail(TaskMessage.from_json(raw), "HTTP 404") is True
+    for message in admit_and_start(store, "shop", 10):
+        assert store.fail(message, "HTTP 404") is True
     dead = DeadLetters(redis_client)
     assert dead.count("shop") == 4 and dead.dead_for_run("shop", "r1") == 3
 

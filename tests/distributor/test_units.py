@@ -48,16 +48,17 @@ def test_a_contract_builds_keys_and_argv_by_name_and_decodes_replies_by_name():
     admit = CONTRACTS["admit"]
     keys = SourceKeys("shop")
     assert admit.key_names("shop")[:3] == [keys.intake, keys.delayed, keys.active]
-    assert admit.key_names("shop")[-1] == keys.dead_letters
-    assert admit.argument_values({"wanted": 5, "lease_seconds": 120, "window_seconds": 60, "now": "",
-                                  "expected_source": "shop"}) == [5, 120, 60, "", "shop"]
+    assert admit.key_names("shop")[-3:] == [keys.dead_letters, keys.leases, keys.run_dead]
+    assert admit.argument_values({"wanted": 5, "publish_grace_seconds": 30, "window_seconds": 60, "now": "",
+                                  "expected_source": "shop", "dead_letters_max": 9}) == [5, 30, 60, "", "shop", 9]
     with pytest.raises(TypeError, match="expected"):
         admit.argument_values({"wanted": 5})
-    reply = admit.decode([b"ok", b"-1", 3, 0, b"12.5", 2, b'{"a": 1}', b'{"b": 2}'])
+    reply = admit.decode([b"ok", b"-1", 3, 0, b"12.5", 2, 41, b'{"a": 1}', b'{"b": 2}'])
     assert (reply.status, reply.wait_seconds, reply.pending, reply.now, reply.active) == ("ok", -1.0, 3, 12.5, 2)
+    assert reply.first_token == 41
     assert reply.messages == ['{"a": 1}', '{"b": 2}']
     heartbeat = CONTRACTS["heartbeat"]
-    assert heartbeat.argument_values({"lease_seconds": 9, "now": "", "task_ids": ["a", "b"]}) == [9, "", "a", "b"]
+    assert heartbeat.argument_values({"lease_seconds": 9, "now": "", "leases": ["a", "7"]}) == [9, "", "a", "7"]
     assert heartbeat.decode(2).extended == 2
     pause = CONTRACTS["pause"]
     assert pause.key_names("shop", {"paused": keys.host_paused}) == [keys.host_paused]

@@ -43,7 +43,6 @@ def push(client: redis.Redis, settings: HarvesterSettings, name: str = "shop", c
 
 
 # -- fencing ------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: leases are keyed by task id alone (no fencing tokens)")
 def test_a_stale_holder_changes_nothing_and_is_counted(redis_client: redis.Redis, settings: HarvesterSettings):
     push(redis_client, settings)
     store = RateLimitStore(redis_client, settings)
@@ -64,7 +63,6 @@ def test_a_stale_holder_changes_nothing_and_is_counted(redis_client: redis.Redis
     assert store.release("shop", leases(new)) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: no start call; a lease starts at admission")
 def test_a_lease_starts_when_work_starts_and_a_queued_task_is_never_reaped(
         redis_client: redis.Redis, settings: HarvesterSettings):
     push(redis_client, settings, count=3, retries=0)
@@ -83,7 +81,6 @@ def test_a_lease_starts_when_work_starts_and_a_queued_task_is_never_reaped(
     assert DeadLetters(redis_client).count("shop") == 2  # retries 0: the started ones were charged
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: a distributor crash charges an attempt to unpublished tasks")
 def test_admitted_but_never_published_tasks_come_back_uncharged(
         redis_client: redis.Redis, settings: HarvesterSettings):
     push(redis_client, settings, count=4, retries=0)
@@ -99,8 +96,6 @@ def test_admitted_but_never_published_tasks_come_back_uncharged(
 
 
 # -- admission in bounded chunks ----------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: admit.lua unpacks every admitted task at once and fails past "
-                                       "~4,000 after popping intake and writing the leases")
 def test_admitting_5000_at_once_admits_them_all_or_nothing_is_lost(
         redis_client: redis.Redis, settings: HarvesterSettings):
     push(redis_client, settings, count=5000, max_active=10_000, per_minute=1_000_000)
@@ -111,14 +106,12 @@ def test_admitting_5000_at_once_admits_them_all_or_nothing_is_lost(
     assert stats.pending == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: admit_batch_size has no upper bound")
 def test_the_admit_batch_setting_is_bounded():
     with pytest.raises(pydantic.ValidationError):
         HarvesterSettings(admit_batch_size=50_000)
 
 
 # -- the resume scan ----------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: the resume scan pages intake with LRANGE while it moves")
 def test_the_resume_scan_misses_no_live_task_while_intake_moves(
         redis_client: redis.Redis, settings: HarvesterSettings):
     messages = push(redis_client, settings, count=20_000, max_active=10_000, per_minute=1_000_000)
@@ -143,7 +136,6 @@ def test_the_resume_scan_misses_no_live_task_while_intake_moves(
 
 
 # -- one clock ----------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: the distributor decides due retries by its own clock")
 def test_due_retries_are_decided_by_redis_time_not_the_distributors_clock(
         redis_client: redis.Redis, settings: HarvesterSettings, monkeypatch: pytest.MonkeyPatch):
     source = make_source("shop", rate_limit={"max_active": 5, "per_minute": 100})
@@ -160,14 +152,12 @@ def test_due_retries_are_decided_by_redis_time_not_the_distributors_clock(
 
 
 # -- bounded keys -------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: host pauses never expire")
 def test_host_pauses_expire(redis_client: redis.Redis, settings: HarvesterSettings):
     store = RateLimitStore(redis_client, settings)
     store.pause_host("shop", "a.test", 5)
     assert 0 < redis_client.pttl(SourceKeys("shop").host_paused) <= 5000 + 60_000
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: dead letters grow without bound")
 def test_dead_letters_are_capped_per_source_with_the_overflow_counted(
         redis_client: redis.Redis, settings: HarvesterSettings, monkeypatch: pytest.MonkeyPatch):
     capped = settings.model_copy(update={"dead_letters_max_per_source": 5})
@@ -175,13 +165,12 @@ def test_dead_letters_are_capped_per_source_with_the_overflow_counted(
     store = RateLimitStore(redis_client, capped)
     for message in admit(store, "shop", 8):
         store.start("shop", leases(message))
-        assert store.reject("shop", message.to_json(), "HTTP 404") is True
+        assert store.reject("shop", message.to_json(), "HTTP 404", token=message.lease_token) is True
     assert DeadLetters(redis_client).count("shop") == 5
     assert store.counters("shop")["dead_overflow"] == 3
     assert store.counters("shop")["dead"] == len(messages)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: per-run dead-letter records are never trimmed")
 def test_per_run_dead_letter_records_are_trimmed_when_the_run_ends(
         redis_client: redis.Redis, settings: HarvesterSettings):
     push(redis_client, settings, count=2, retries=0)
@@ -196,7 +185,6 @@ def test_per_run_dead_letter_records_are_trimmed_when_the_run_ends(
 
 
 # -- per_minute as the site sees it -------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: per_minute counts admissions, not fetch starts")
 def test_per_minute_is_taken_at_fetch_time(redis_client: redis.Redis, settings: HarvesterSettings):
     push(redis_client, settings, count=6, per_minute=3, max_active=10)
     store = RateLimitStore(redis_client, settings)
@@ -208,8 +196,6 @@ def test_per_minute_is_taken_at_fetch_time(redis_client: redis.Redis, settings: 
 
 
 # -- Celery: no redelivery outside admission ----------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: no visibility timeout, no memory recycling, no cancel on "
-                                       "connection loss, and a batch that killed its worker is redelivered")
 @pytest.mark.unit
 def test_the_celery_app_bounds_redelivery(monkeypatch: pytest.MonkeyPatch):
     from harvester.settings import get_settings

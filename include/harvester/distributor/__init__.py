@@ -6,7 +6,15 @@ from harvester.distributor.hosts import host_of
 from harvester.distributor.intake import Intake, RegisteredSource, read_registered_sources
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.scripts import ScriptContract, ScriptPipeline, Scripts, declare_script, optional_text, text
-from harvester.distributor.store import Admission, RateLimitStore, ReapResult, RetryPolicy, SourceStats
+from harvester.distributor.store import (
+    Admission,
+    RateLimitStore,
+    ReapResult,
+    RetryPolicy,
+    SourceStats,
+    StartResult,
+    WorkerLostResult,
+)
 
 _LAZY = {  # the service loop needs Celery: loaded on first use
     "BrowserTaskBook": "browser_tasks", "CountryCensus": "browser_tasks", "Distributor": "service",
@@ -16,7 +24,7 @@ _LAZY = {  # the service loop needs Celery: loaded on first use
 __all__ = [
     "Admission", "BrowserTaskBook", "CountryCensus", "DeadLetter", "DeadLetters", "Distributor", "Intake",
     "RateLimitStore", "ReapResult", "RegisteredSource", "RetryPolicy", "ScriptContract", "ScriptPipeline", "Scripts",
-    "SourceStats", "TaskMessage", "celery_app_for", "census_of", "declare_script", "host_of", "optional_text",
-    "read_registered_sources", "script_source", "task_member", "text",
+    "SourceStats", "StartResult", "TaskMessage", "WorkerLostResult", "celery_app_for", "census_of", "declare_script",
+    "host_of", "optional_text", "read_registered_sources", "script_source", "task_member", "text",
 ]
 __getattr__ = lazy_exports(__name__, _LAZY)

@@ -82,3 +82,12 @@ class DeadLetters:
         """Tasks of one run (or one package of it) now in dead letters."""
         field = run_id if package_id is None else f"{run_id}|{package_id}"
         return int(self.redis.hget(SourceKeys(source).run_dead, field) or 0)
+
+    @redis_storage_errors()
+    def end_run(self, source: str, run_id: str) -> int:
+        """The run is over (its report was written): drop its per-run dead-letter records, so the hash holds
+        only runs in progress. The dead letters themselves stay (capped per source). Returns fields dropped."""
+        keys = SourceKeys(source)
+        fields = [run_id, *(field for field, _ in self.redis.hscan_iter(keys.run_dead, match=f"{run_id}|*",
+                                                                         count=1000))]
+        return int(self.redis.hdel(keys.run_dead, *fields))

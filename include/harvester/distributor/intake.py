@@ -39,6 +39,7 @@ class RegisteredSource:
     per_minute: int
     per_host_max_active: int
     retries: int
+    timeout: float = 30.0  # seconds a fetch of this source may take (batch time limits)
 
     @property
     def high_priority(self) -> bool:
@@ -57,6 +58,7 @@ def source_registration(source: SourceConfig) -> dict[str, str | int]:
         "per_minute": source.rate_limit.per_minute,
         "per_host_max_active": source.rate_limit.per_host_max_active or 0,
         "retries": source.retries,
+        "timeout": source.timeout,
     }
 
 
@@ -78,7 +80,7 @@ def read_registered_sources(client: redis.Redis) -> dict[str, RegisteredSource]:
             name=name, queue=fields.get("queue", "default"), priority=fields.get("priority", "normal"),
             max_active=int(fields["max_active"]), per_minute=int(fields.get("per_minute", "0")),
             per_host_max_active=int(fields.get("per_host_max_active", "0")),
-            retries=int(fields.get("retries", "3")),
+            retries=int(fields.get("retries", "3")), timeout=float(fields.get("timeout", "30")),
         )
     return sources
 

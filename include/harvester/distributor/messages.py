@@ -24,9 +24,13 @@ class TaskMessage(BaseModel):
     attempt: int = Field(default=0, ge=0)
     country: str | None = None
     enqueued_at: float = Field(default_factory=time.time)
+    # The fencing token of this delivery (set by the distributor on the Celery message, never in intake):
+    # only its holder may start, heartbeat, release or fail the task.
+    lease_token: str | None = None
 
     def to_json(self) -> str:
-        return self.model_dump_json()
+        """The task as intake and dead letters keep it (without the delivery's lease token)."""
+        return self.model_dump_json(exclude={"lease_token"})
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> TaskMessage:

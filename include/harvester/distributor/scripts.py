@@ -127,32 +127,45 @@ def optional_text(value: bytes | str | None) -> str:
 _STATS_FIELDS = ("pending", "delayed", "active", "admitted_in_window", "done", "failed", "dead", "admitted",
                  "dead_letters")
 
+_RESERVATION_KEYS = "active active_messages active_hosts host_active_counts counters"
+
 CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in (
     _contract(
         "admit",
         "intake delayed active active_messages active_hosts host_active_counts host_paused window paused_until "
-        "counters config dead_letters",
-        "wanted lease_seconds window_seconds now expected_source",
+        "counters config dead_letters leases run_dead",
+        "wanted publish_grace_seconds window_seconds now expected_source dead_letters_max",
         {"status": text, "wait_seconds": float, "pending": int, "malformed": int, "now": float, "active": int,
-         "messages...": text},
+         "first_token": int, "messages...": text},
     ),
-    _contract("heartbeat", "active", "lease_seconds now task_ids...", {"extended": int}, table=False),
-    _contract("release", "active active_messages active_hosts host_active_counts counters", "task_ids...",
-              {"released": int}, table=False),
+    _contract("mark_published", "active leases", "queued_lease_seconds now leases...", {"marked": int},
+              table=False),
+    _contract("start", "active leases counters", "lease_seconds now leases...", {"held...": text}),
+    _contract("heartbeat", "active leases counters", "lease_seconds now leases...", {"extended": int},
+              table=False),
+    _contract("release", f"{_RESERVATION_KEYS} leases worker_lost", "leases...", {"released": int}, table=False),
     _contract(
         "fail",
-        "active active_messages active_hosts host_active_counts counters config delayed dead_letters run_dead "
-        "host_paused",
-        "task_id next_attempt retry_message original_message reason delay_seconds now host pause_host_seconds",
+        f"{_RESERVATION_KEYS} config delayed dead_letters run_dead host_paused leases worker_lost",
+        "task_id next_attempt retry_message original_message reason delay_seconds now host pause_host_seconds "
+        "token dead_letters_max host_pause_max_seconds",
         {"outcome": text, "due": float},
     ),
     _contract(
         "reap",
-        "active active_messages active_hosts host_active_counts counters config intake dead_letters run_dead "
-        "delayed",
-        "now limit",
-        {"reaped": int, "dead_entries...": text},
+        f"{_RESERVATION_KEYS} config intake dead_letters run_dead delayed leases worker_lost",
+        "now limit dead_letters_max",
+        {"reaped": int, "returned": int, "dead_entries...": text},
     ),
+    _contract(
+        "worker_lost",
+        f"{_RESERVATION_KEYS} config intake dead_letters run_dead delayed leases worker_lost",
+        "now delay_seconds kills_allowed dead_letters_max leases...",
+        {"retried": int, "returned": int, "dead_entries...": text},
+    ),
+    _contract("acquire_fetch", "window config counters", "window_seconds now", {"wait_seconds": float},
+              table=False),
+    _contract("live_tasks", "intake delayed active active_messages", "run_id page", {"task_ids...": text}),
     _contract("pause", "paused", "seconds now host", {"paused_until": float}, table=False,
               explicit_keys=("paused",)),
     _contract("stats", "intake delayed active window counters dead_letters", "window_seconds",

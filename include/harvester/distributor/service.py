@@ -43,6 +43,7 @@ SCRAPE_TASK = "harvester.scrape_batch"
 SOURCES_REFRESH_SECONDS = 1.0
 SUMMARY_SECONDS = 60.0
 MAX_WAIT_SECONDS = 30.0  # a blocking wait never outlasts the blocking connection's socket timeout
+SOFT_LIMIT_MARGIN_SECONDS = 15.0  # a batch past its soft limit gets this long to hand its tasks back
 BACKPRESSURE_POLL_SECONDS = 0.2  # Celery gives no event when a queue drains: look again this often
 HEARTBEAT_SECONDS = 5.0  # how often a working distributor refreshes its liveness key
 HEARTBEAT_TTL_SECONDS = 600  # a stopped distributor's key goes away on its own
@@ -67,9 +68,11 @@ def celery_app_for(settings: HarvesterSettings) -> Celery:
 class CeleryPublisher:
     """Sends admitted tasks as ``harvester.scrape_batch`` messages without importing worker code."""
 
-    def __init__(self, app: Celery, batch_size: int) -> None:
+    def __init__(self, app: Celery, batch_size: int,
+                 time_limit_for: Callable[[str, int], float] | None = None) -> None:
         self.app = app
         self.batch_size = batch_size
+        self.time_limit_for = time_limit_for  # (source, tasks in the message) -> hard time limit (s)
         self._queues: dict[str, Queue] = {}
 
     def queue(self, name: str) -> Queue:
@@ -96,8 +99,12 @@ class CeleryPublisher:
         for queue, tasks in work:
             for start in range(0, len(tasks), self.batch_size):
                 batch = tasks[start:start + self.batch_size]
+                limits: dict[str, float] = {}
+                if self.time_limit_for is not None:
+                    hard = self.time_limit_for(batch[0]["source"], len(batch))
+                    limits = {"time_limit": hard, "soft_time_limit": max(1.0, hard - SOFT_LIMIT_MARGIN_SECONDS)}
                 self.app.send_task(
-                    SCRAPE_TASK, args=[batch], queue=self.queue(queue), producer=producer,
+                    SCRAPE_TASK, args=[batch], queue=self.queue(queue), producer=producer, **limits,
                     # a short argsrepr: Celery's default saferepr of the batch costs more than the rest
                     # of the publish put together, and logs/Flower only need to know what it holds
                     argsrepr=f"[<{len(batch)} tasks of {batch[0]['source']}>]", kwargsrepr="{}",
@@ -140,7 +147,8 @@ class Distributor:
         self.redis = redis_client
         self.blocking = blocking_client or blocking_twin(redis_client, MAX_WAIT_SECONDS)
         self.store = RateLimitStore(redis_client, self.settings)
-        self.publisher = CeleryPublisher(app or celery_app_for(self.settings), self.settings.publish_batch_size)
+        self.publisher = CeleryPublisher(app or celery_app_for(self.settings), self.settings.publish_batch_size,
+                                         self.batch_time_limit)
         self.on_dead_letters = on_dead_letters
         self.totals = DistributorTotals()
         self._stop = threading.Event()
@@ -151,6 +159,7 @@ class Distributor:
         self._next_reap = 0.0
         self._unpublished: list[tuple[str, list[dict[str, Any]]]] = []
         self._outage_since: float | None = None
+        self._clock_offset: float | None = None  # Redis TIME minus this machine's clock (s)
 
     # -- life cycle -------------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -263,6 +272,8 @@ class Distributor:
             return outcome
         admissions = self.store.admit_many(requests)
         work: list[tuple[str, list[dict[str, Any]]]] = []
+        if admissions:
+            self._clock_offset = admissions[-1].now - time.time()
         for admission in admissions:
             outcome.malformed += admission.malformed
             if admission.messages:
@@ -286,24 +297,33 @@ class Distributor:
     def _valid_tasks(self, admission: Admission) -> list[dict[str, Any]]:
         """Admitted messages as dicts; one that is not a valid TaskMessage goes to dead letters with the reason."""
         tasks = []
-        for raw in admission.messages:
+        for raw, token in zip(admission.messages, admission.tokens, strict=True):
             try:
-                tasks.append(TaskMessage.model_validate_json(raw).model_dump(mode="json"))
+                task = TaskMessage.model_validate_json(raw).model_dump(mode="json")
             except pydantic.ValidationError as error:
                 reason = "malformed message: " + "; ".join(
                     f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors()
                 )
-                self.store.reject(admission.source, raw, reason)
+                self.store.reject(admission.source, raw, reason, token=token)
                 self.totals.malformed += 1
+                continue
+            task["lease_token"] = token  # the fencing token travels with the Celery message
+            tasks.append(task)
         return tasks
 
     def _publish_pending(self) -> int:
-        """Send admitted work: HTTP tasks as Celery messages, browser tasks to their country's slot list."""
+        """Send admitted work (HTTP tasks as Celery messages, browser tasks to their country's slot list),
+        then confirm it: the reservations then last while the tasks queue.
+
+        Crash between the two, and the reservations expire after ``publish_grace_seconds``: the tasks
+        return to intake uncharged, and the messages already sent are stale (workers drop them).
+        """
         if not self._unpublished:
             return 0
         from harvester.distributor.browser_tasks import browser_country, push_browser_tasks
         from harvester.distributor.scripts import ScriptPipeline
 
+        published = self._unpublished
         celery_work = [(queue, tasks) for queue, tasks in self._unpublished if browser_country(queue) is None]
         browser_work = [(queue, tasks) for queue, tasks in self._unpublished if browser_country(queue) is not None]
         if browser_work:
@@ -317,7 +337,22 @@ class Distributor:
         sent = self.publisher.publish(celery_work) if celery_work else 0
         self._unpublished = []
         self.totals.published_messages += sent
+        by_source: dict[str, dict[str, str]] = {}
+        for _, tasks in published:
+            for task in tasks:
+                by_source.setdefault(task["source"], {})[task["task_id"]] = task["lease_token"]
+        self.store.mark_published_many(list(by_source.items()))
         return sent
+
+    def batch_time_limit(self, source: str, tasks: int) -> float:
+        """Celery's hard time limit of one message: every fetch ends by the source's timeout, storing gets
+        two leases, and the per_minute tokens of the batch may take their share of windows. Keep
+        ``celery_visibility_timeout_seconds`` above it, so kombu never redelivers a running batch."""
+        registered = self._sources.get(source)
+        timeout = registered.timeout if registered is not None else 30.0
+        per_minute = registered.per_minute if registered is not None and registered.per_minute > 0 else tasks
+        rate_windows = -(-tasks // per_minute)
+        return timeout * 2 + 2 * self.settings.lease_seconds + rate_windows * self.settings.rate_window_seconds + 30
 
     def reap(self) -> int:
         result = self.store.reap(list(self._registered_sources()))
@@ -325,6 +360,9 @@ class Distributor:
         self.totals.reaped += result.reaped
         if result.reaped:
             log.info("reaped %d expired leases", result.reaped)
+        if result.returned:
+            log.info("%d reservations never started (unpublished or their message lost) went back to intake, "
+                     "uncharged", result.returned)
         for source, entries in result.dead_letters.items():
             log.warning("%s: %d tasks dead-lettered after their last lease expired", source, len(entries))
             if self.on_dead_letters is not None:
@@ -357,7 +395,7 @@ class Distributor:
         from harvester.distributor.browser_tasks import browser_country, depth_key
 
         queues = sorted({source.queue for source in sources})
-        now = time.time()
+        now = self.server_now()
         pipeline = self.redis.pipeline(transaction=False)
         for name in queues:
             pipeline.llen(depth_key(name))
@@ -380,6 +418,14 @@ class Distributor:
                 max(0.0, float(earliest[0][1]) - now) if earliest and ready[source.name] == 0 else None
             )
         return depths, ready, retry_due_in
+
+    def server_now(self) -> float:
+        """The Redis server's clock, as every script uses it: this machine's clock plus the offset measured
+        with TIME (once, then refreshed by every admission's reply), so due times agree on every machine."""
+        if self._clock_offset is None:
+            seconds, microseconds = self.redis.time()
+            self._clock_offset = seconds + microseconds / 1_000_000 - time.time()
+        return time.time() + self._clock_offset
 
     # -- waiting ----------------------------------------------------------------------------------
     def _wait_seconds(self, outcome: RoundOutcome) -> float:

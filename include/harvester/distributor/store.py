@@ -3,6 +3,11 @@
 Every decision is one atomic Lua call on the keys of one source (they share the ``{source}`` hash tag),
 so any number of distributors and workers on any number of machines hold a source to its limits.
 Times come from the Redis server clock unless a caller passes ``now`` (tests do, to step time).
+
+Delivery (issue 11): admission RESERVES capacity under a fencing token per task and attempt; the lease
+starts when a worker starts the task (:meth:`RateLimitStore.start`), and heartbeat, release and fail act
+only for the holder of the matching token. A stale holder changes nothing and is counted (``stale``);
+a redelivered message whose tasks are no longer held is dropped and counted (``stale_deliveries``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SourceKeys
 from harvester.settings import HarvesterSettings, get_settings
 
 SIGNAL_BACKLOG = 64  # wake-up tokens kept at most; one is enough to wake a distributor
+ADMIT_CHUNK = 1000  # tasks per atomic admit call: a large batch is several bounded calls in one round trip
+LIVE_SCAN_PAGE = 1000  # entries read per command inside live_tasks.lua
+KILLS_ALLOWED = 2  # a batch that kills its worker this many times is dead-lettered with that reason
+
+Leases = Mapping[str, str]  # task id -> fencing token
+
+
+def _lease_arguments(leases: Leases) -> list[str]:
+    """(task id, token) pairs flattened into ARGV."""
+    return [part for task_id, token in leases.items() for part in (task_id, str(token))]
 
 
 def _now_argument(now: float | None) -> str:
@@ -45,8 +60,28 @@ class Admission:
     pending: int  # intake length after the call
     malformed: int  # messages moved to dead letters by this call
     now: float  # the server time the call decided at (s)
-    active: int  # the source's tasks in flight right after the call
+    active: int  # the source's tasks reserved or in flight right after the call
     messages: list[str] = field(default_factory=list)  # admitted task messages, raw JSON
+    tokens: list[str] = field(default_factory=list)  # the fencing token of each admitted message
+
+    def leases(self) -> dict[str, str]:
+        """Task id -> token of the admitted tasks (what :meth:`RateLimitStore.mark_published` takes)."""
+        return {str(json.loads(raw)["task_id"]): token for raw, token in zip(self.messages, self.tokens, strict=True)}
+
+
+@dataclass(frozen=True)
+class StartResult:
+    """What a worker's start call gave it: the tasks it holds (fetch only these) and how many it does not."""
+
+    held: list[str]
+    stale: int
+
+
+@dataclass(frozen=True)
+class WorkerLostResult:
+    retried: int
+    returned: int  # tasks of the batch that had not started: back to intake uncharged
+    dead_entries: list[str]  # dead-letter entries created (a batch that killed its worker twice)
 
 
 @dataclass(frozen=True)
@@ -56,7 +91,7 @@ class SourceStats:
     pending: int
     delayed: int
     active: int
-    admitted_last_minute: int  # admissions in the rolling rate window (settings.rate_window_seconds)
+    admitted_last_minute: int  # fetch starts in the rolling rate window (settings.rate_window_seconds)
     done: int
     failed: int
     dead: int  # entries now in dead letters
@@ -66,8 +101,9 @@ class SourceStats:
 
 @dataclass(frozen=True)
 class ReapResult:
-    reaped: int
+    reaped: int  # started tasks whose lease expired
     dead_letters: dict[str, list[str]]  # source -> dead-letter entries (JSON) created by this reap
+    returned: int = 0  # reservations never started (unpublished, or their message lost): back uncharged
 
 
 @dataclass(frozen=True)
@@ -109,44 +145,97 @@ class RateLimitStore:
 
     @redis_storage_errors()
     def admit_many(self, requests: list[tuple[str, int]], now: float | None = None) -> list[Admission]:
-        """One admit call per (source, wanted), all in one pipelined round trip (each call stays atomic)."""
+        """One admission per (source, wanted), all in one pipelined round trip. Each is a few atomic calls of
+        at most ``ADMIT_CHUNK`` tasks (a Lua call never handles an unbounded batch)."""
         if not requests:
             return []
+        chunks: list[tuple[int, str]] = []  # (request index, source) of each call, in order
 
         def build(pipeline: ScriptPipeline) -> None:
-            for source, wanted in requests:
-                pipeline.call("admit", source, wanted=int(wanted), lease_seconds=self.settings.lease_seconds,
-                              window_seconds=self.settings.rate_window_seconds, now=_now_argument(now),
-                              expected_source=source)
+            chunks.clear()  # build runs again when Redis forgot the scripts
+            for index, (source, wanted) in enumerate(requests):
+                remaining = max(0, int(wanted))
+                while True:
+                    size = min(remaining, ADMIT_CHUNK)
+                    pipeline.call("admit", source, wanted=size,
+                                  publish_grace_seconds=self.settings.publish_grace_seconds,
+                                  window_seconds=self.settings.rate_window_seconds, now=_now_argument(now),
+                                  expected_source=source, dead_letters_max=self.settings.dead_letters_max_per_source)
+                    chunks.append((index, source))
+                    remaining -= size
+                    if remaining <= 0:
+                        break
 
         replies = self.scripts.run_pipeline(build)
-        return [self._admission(source, reply) for (source, _), reply in zip(requests, replies, strict=True)]
+        merged: list[Admission | None] = [None] * len(requests)
+        for (index, source), reply in zip(chunks, replies, strict=True):
+            merged[index] = self._admission(source, reply, merged[index])
+        return [admission for admission in merged if admission is not None]
 
     @staticmethod
-    def _admission(source: str, reply: Any) -> Admission:
-        return Admission(
+    def _admission(source: str, reply: Any, before: Admission | None = None) -> Admission:
+        tokens = [str(reply.first_token + offset) for offset in range(len(reply.messages))]
+        admission = Admission(
             source=source, status=reply.status, wait_seconds=None if reply.wait_seconds < 0 else reply.wait_seconds,
             pending=reply.pending, malformed=reply.malformed, now=reply.now, active=reply.active,
-            messages=reply.messages,
+            messages=reply.messages, tokens=tokens,
         )
+        if before is None:
+            return admission
+        return Admission(
+            source=source, status="ok" if before.messages or admission.messages else admission.status,
+            wait_seconds=admission.wait_seconds, pending=admission.pending,
+            malformed=before.malformed + admission.malformed, now=admission.now, active=admission.active,
+            messages=before.messages + admission.messages, tokens=before.tokens + admission.tokens,
+        )
+
+    @redis_storage_errors()
+    def mark_published(self, source: str, leases: Leases, now: float | None = None) -> int:
+        """The distributor sent these admitted tasks to Celery: their reservations last while they queue."""
+        return self.mark_published_many([(source, leases)], now)
+
+    @redis_storage_errors()
+    def mark_published_many(self, published: list[tuple[str, Leases]], now: float | None = None) -> int:
+        """:meth:`mark_published` of several sources in one round trip."""
+        published = [(source, leases) for source, leases in published if leases]
+        if not published:
+            return 0
+
+        def build(pipeline: ScriptPipeline) -> None:
+            for source, leases in published:
+                pipeline.call("mark_published", source, queued_lease_seconds=self.settings.queued_lease_seconds,
+                              now=_now_argument(now), leases=_lease_arguments(leases))
+
+        return sum(reply.marked for reply in self.scripts.run_pipeline(build))
 
     # -- leases ------------------------------------------------------------------------------------
     @redis_storage_errors()
-    def heartbeat(self, source: str, task_ids: list[str], now: float | None = None) -> int:
-        """Extend the leases of ``task_ids``; returns how many are still held (a reaped lease is lost)."""
-        if not task_ids:
-            return 0
-        return self.scripts.call("heartbeat", source, lease_seconds=self.settings.lease_seconds,
-                                 now=_now_argument(now), task_ids=task_ids).extended
+    def start(self, source: str, leases: Leases, now: float | None = None) -> StartResult:
+        """A worker's first act on a batch: start the tasks still reserved under these tokens (their leases
+        begin now) and return them; the worker fetches only those. The rest are stale deliveries."""
+        if not leases:
+            return StartResult([], 0)
+        reply = self.scripts.call("start", source, lease_seconds=self.settings.lease_seconds, now=_now_argument(now),
+                                  leases=_lease_arguments(leases))
+        return StartResult(list(reply.held), len(leases) - len(reply.held))
 
     @redis_storage_errors()
-    def release(self, source: str, task_ids: list[str]) -> int:
-        """The tasks' output is stored: free their leases (and wake a distributor waiting for room)."""
-        if not task_ids:
+    def heartbeat(self, source: str, leases: Leases, now: float | None = None) -> int:
+        """Extend the leases still held under these tokens; returns how many (a reaped lease is lost)."""
+        if not leases:
+            return 0
+        return self.scripts.call("heartbeat", source, lease_seconds=self.settings.lease_seconds,
+                                 now=_now_argument(now), leases=_lease_arguments(leases)).extended
+
+    @redis_storage_errors()
+    def release(self, source: str, leases: Leases) -> int:
+        """The tasks' output is stored and counted down: free the leases still held under these tokens (and
+        wake a distributor waiting for room). A stale holder frees nothing."""
+        if not leases:
             return 0
 
         def build(pipeline: ScriptPipeline) -> None:
-            pipeline.call("release", source, task_ids=list(task_ids))
+            pipeline.call("release", source, leases=_lease_arguments(leases))
             wake_distributors(pipeline.pipeline, source)
 
         return self.scripts.run_pipeline(build)[0].released
@@ -157,21 +246,28 @@ class RateLimitStore:
         """A task failed: free its lease, then retry it after backoff (or ``retry_after`` seconds, which also
         pauses its host for every worker), or past the source's ``retries`` dead-letter it with ``reason``.
 
-        Returns True when the task went to dead letters. A task whose lease was already reaped is left
-        alone (the reaper re-queued it), and False is returned.
+        Returns True when the task went to dead letters. Only the holder of ``message.lease_token`` acts:
+        a stale holder (the task was reaped and handed on) changes nothing, and False is returned.
         """
-        return self._fail(message.source, message.task_id, message, message.to_json(), reason, retry_after, now)
+        return self._fail(message.source, message.task_id, message, message.to_json(), reason, retry_after, now,
+                          token=message.lease_token)
 
-    def reject(self, source: str, raw_message: str, reason: str, now: float | None = None) -> bool:
+    def reject(self, source: str, raw_message: str, reason: str, now: float | None = None,
+               token: str | None = None) -> bool:
         """Dead-letter an admitted task at once, whatever its retries (a malformed message, or a failure
-        retrying cannot fix). True when done; False when the lease was no longer held (already reaped)."""
-        task_id = str(json.loads(raw_message).get("task_id", ""))
-        return self._fail(source, task_id, None, raw_message, reason, None, now, force_dead=True)
+        retrying cannot fix). True when done; False when the lease was no longer held under ``token``
+        (default: the message's own ``lease_token``)."""
+        parsed = json.loads(raw_message)
+        task_id = str(parsed.get("task_id", ""))
+        if "lease_token" in parsed:  # delivery metadata, not part of the task: keep it out of dead letters
+            token = str(parsed.pop("lease_token")) if token is None else token
+            raw_message = json.dumps(parsed, separators=(",", ":"))
+        return self._fail(source, task_id, None, raw_message, reason, None, now, force_dead=True, token=token)
 
     @redis_storage_errors()
     def _fail(
         self, source: str, task_id: str, message: TaskMessage | None, original_json: str, reason: str,
-        retry_after: float | None, now: float | None, force_dead: bool = False,
+        retry_after: float | None, now: float | None, force_dead: bool = False, token: str | None = None,
     ) -> bool:
         attempt = message.attempt if message is not None else 0
         next_attempt = 2**31 if force_dead else attempt + 1
@@ -182,10 +278,41 @@ class RateLimitStore:
         def build(pipeline: ScriptPipeline) -> None:
             pipeline.call("fail", source, task_id=task_id, next_attempt=next_attempt, retry_message=retry_json,
                           original_message=original_json, reason=reason, delay_seconds=delay,
-                          now=_now_argument(now), host=host, pause_host_seconds=retry_after or 0)
+                          now=_now_argument(now), host=host, pause_host_seconds=retry_after or 0,
+                          token=token or "", dead_letters_max=self.settings.dead_letters_max_per_source,
+                          host_pause_max_seconds=self.settings.host_pause_max_seconds)
             wake_distributors(pipeline.pipeline, source)
 
         return self.scripts.run_pipeline(build)[0].outcome == "dead"
+
+    @redis_storage_errors()
+    def worker_lost(self, source: str, leases: Leases, now: float | None = None) -> WorkerLostResult:
+        """The pool process running a batch died: its tasks come back through admission (started ones with
+        attempt + 1 after a lease, so the dead process's requests drain at the site first); a task whose
+        batch killed its worker ``KILLS_ALLOWED`` times is dead-lettered with that reason."""
+        if not leases:
+            return WorkerLostResult(0, 0, [])
+
+        def build(pipeline: ScriptPipeline) -> None:
+            pipeline.call("worker_lost", source, now=_now_argument(now), delay_seconds=self.settings.lease_seconds,
+                          kills_allowed=KILLS_ALLOWED, dead_letters_max=self.settings.dead_letters_max_per_source,
+                          leases=_lease_arguments(leases))
+            wake_distributors(pipeline.pipeline, source)
+
+        reply = self.scripts.run_pipeline(build)[0]
+        return WorkerLostResult(reply.retried, reply.returned, list(reply.dead_entries))
+
+    @redis_storage_errors()
+    def acquire_fetch(self, source: str, now: float | None = None) -> float:
+        """Take one per_minute token for a request about to start; 0.0 when taken, else seconds to wait."""
+        return self.scripts.call("acquire_fetch", source, window_seconds=self.settings.rate_window_seconds,
+                                 now=_now_argument(now)).wait_seconds
+
+    @redis_storage_errors()
+    def live_task_ids(self, source: str, run_id: str) -> set[str]:
+        """Ids of one run's tasks in intake, delayed, reserved or leased: one atomic look (it cannot miss a
+        task moving from intake to a lease while it looks)."""
+        return set(self.scripts.call("live_tasks", source, run_id=run_id, page=LIVE_SCAN_PAGE).task_ids)
 
     @redis_storage_errors()
     def reap(self, sources: Iterable[str] | None = None, now: float | None = None) -> ReapResult:
@@ -196,13 +323,14 @@ class RateLimitStore:
 
         def build(pipeline: ScriptPipeline) -> None:
             for name in names:
-                pipeline.call("reap", name, now=_now_argument(now), limit=self.settings.reap_batch_size)
+                pipeline.call("reap", name, now=_now_argument(now), limit=self.settings.reap_batch_size,
+                              dead_letters_max=self.settings.dead_letters_max_per_source)
             wake_distributors(pipeline.pipeline, "reap")
 
         replies = self.scripts.run_pipeline(build)[: len(names)]
         reaped = sum(reply.reaped for reply in replies)
         dead = {name: reply.dead_entries for name, reply in zip(names, replies, strict=True) if reply.dead_entries}
-        return ReapResult(reaped, dead)
+        return ReapResult(reaped, dead, sum(reply.returned for reply in replies))
 
     # -- Retry-After -------------------------------------------------------------------------------
     @redis_storage_errors()
@@ -214,8 +342,9 @@ class RateLimitStore:
     @redis_storage_errors()
     def pause_host(self, source: str, host: str, seconds: float, now: float | None = None) -> float:
         """No task of ``source`` on ``host`` (as :func:`host_of` gives it) is admitted for ``seconds``."""
+        seconds = min(float(seconds), self.settings.host_pause_max_seconds)  # the pause (and its key) expire
         return self.scripts.call("pause", source, {"paused": SourceKeys(source).host_paused},
-                                 seconds=float(seconds), now=_now_argument(now), host=host.lower()).paused_until
+                                 seconds=seconds, now=_now_argument(now), host=host.lower()).paused_until
 
     # -- numbers -----------------------------------------------------------------------------------
     @redis_storage_errors()

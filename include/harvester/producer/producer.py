@@ -21,13 +21,11 @@ from pymongo.database import Database
 from harvester.config.model import SourceConfig
 from harvester.distributor.messages import TaskMessage
 from harvester.producer.streams import prefetch
-from harvester.redis_keys import SourceKeys
 from harvester.storage.packages import PackageStore, planned_task_id
 
 log = logging.getLogger(__name__)
 
 CLAIM_TASKS = 10_000  # tasks claimed per claim round trip (a few packages; memory stays bounded)
-REDIS_PAGE = 5000  # list/sorted-set entries read per round trip when looking for live tasks
 
 
 class IntakeLike(Protocol):
@@ -50,39 +48,14 @@ class ProduceResult:
 
 
 def live_task_ids(client: redis.Redis, source: str, run_id: str) -> set[str]:
-    """Ids of this run's tasks that Redis still holds: in intake, delayed for a retry, or leased.
+    """Ids of this run's tasks that Redis still holds: in intake, delayed for a retry, reserved or leased.
 
-    Read in pages; called once per produce step (resume), not per task.
+    One atomic Lua call (``live_tasks.lua``): paging through intake while a distributor pops it would
+    miss tasks that moved between pages. Called once per produce step (resume), not per task.
     """
-    keys = SourceKeys(source)
-    live: set[str] = set()
+    from harvester.distributor import RateLimitStore
 
-    def consider(raw: bytes | str) -> None:
-        try:
-            message = json.loads(raw)
-        except ValueError:
-            return
-        if isinstance(message, dict) and message.get("run_id") == run_id and message.get("task_id"):
-            live.add(str(message["task_id"]))
-
-    start = 0
-    while page := client.lrange(keys.intake, start, start + REDIS_PAGE - 1):
-        for raw in page:
-            consider(raw)
-        start += REDIS_PAGE
-    start = 0
-    while page := client.zrange(keys.delayed, start, start + REDIS_PAGE - 1):
-        for raw in page:
-            consider(raw)
-        start += REDIS_PAGE
-    for _, raw in client.hscan_iter(keys.active_messages, count=REDIS_PAGE):
-        consider(raw)
-    # Leased ids without a stored message still count as live (the lease is the authority).
-    live.update(
-        member.decode() if isinstance(member, bytes) else str(member)
-        for member in client.zrange(keys.active, 0, -1)
-    )
-    return live
+    return RateLimitStore(client).live_task_ids(source, run_id)
 
 
 class Producer:

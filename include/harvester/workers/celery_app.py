@@ -38,8 +38,15 @@ def create_app() -> Celery:
         result_backend=None,
         task_ignore_result=True,
         task_acks_late=True,
-        task_reject_on_worker_lost=True,
+        # A batch whose pool process died is acknowledged, not redelivered: its tasks go back through
+        # admission (harvester.workers.tasks counts the loss; twice and the batch is dead-lettered).
+        task_reject_on_worker_lost=False,
         worker_prefetch_multiplier=1,
+        # kombu hands an unacknowledged message out again after this (its default is one hour, unset);
+        # a redelivered message whose tasks are no longer held is dropped by the worker's start call.
+        broker_transport_options={"visibility_timeout": settings.celery_visibility_timeout_seconds},
+        worker_max_memory_per_child=settings.worker_max_memory_per_child_kb,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
         task_queues=declared_queues(),
         task_default_exchange=harvester_exchange.name,
         task_default_exchange_type="direct",

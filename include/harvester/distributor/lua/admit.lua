@@ -1,31 +1,42 @@
--- admit: atomically admit up to ARGV[1] tasks of ONE source from its intake.
--- A task is admitted only while   active < max_active   AND   admissions in the rolling window < per_minute
+-- admit: atomically admit up to ARGV[1] tasks of ONE source from its intake, reserving capacity for them.
+-- A task is admitted only while   active < max_active   AND   fetch starts in the rolling window < per_minute
 -- (and, when per_host_max_active is set, its host has fewer tasks in flight; a paused host waits).
--- An admitted task gets a lease (active: task id -> deadline) and one entry in the rate window.
+-- An admitted task RESERVES a place in active (it counts against max_active) under a fresh fencing token;
+-- its lease starts only when a worker starts it (start.lua). Until the distributor confirms it published the
+-- task (mark_published.lua) the reservation lasts publish_grace_seconds, after which reap.lua puts the task
+-- back in intake uncharged. Workers take the per_minute tokens when they fetch (acquire_fetch.lua).
+-- Every popped message is classified (malformed, duplicate, host-blocked, admitted) before anything is
+-- written, and nothing is unpacked in bulk, so a large batch cannot fail half way.
 --
 -- KEYS[1]  intake            list of JSON task messages
 -- KEYS[2]  delayed           zset message -> due time (s)
--- KEYS[3]  active            zset task id -> lease deadline (s)
+-- KEYS[3]  active            zset task id -> reservation or lease deadline (s)
 -- KEYS[4]  active_messages   hash task id -> message
 -- KEYS[5]  active_hosts      hash task id -> host
 -- KEYS[6]  host_active_counts  hash host -> tasks in flight
 -- KEYS[7]  host_paused       hash host -> paused until (s)
--- KEYS[8]  window            zset admission sequence number -> admission time (s)
+-- KEYS[8]  window            zset fetch sequence number -> fetch start time (s)
 -- KEYS[9]  paused_until      string: the whole source waits until this time (s)
 -- KEYS[10] counters          hash of running totals
 -- KEYS[11] config            hash max_active, per_minute, per_host_max_active, retries
 -- KEYS[12] dead_letters      list of JSON {message, reason, failed_at}
--- ARGV[1] wanted (count of tasks)   ARGV[2] lease_seconds (s)   ARGV[3] window_seconds (s, the rate window)
+-- KEYS[13] leases            hash task id -> "<state>|<token>"
+-- KEYS[14] run_dead          hash run id (and "run|package") -> tasks of that run in dead letters
+-- ARGV[1] wanted (count of tasks)   ARGV[2] publish_grace_seconds (s)   ARGV[3] window_seconds (s, the rate window)
 -- ARGV[4] now (s) or "" for server TIME   ARGV[5] expected_source (a message naming another source is malformed)
+-- ARGV[6] dead_letters_max (count kept per source)
 -- Returns {status, wait_seconds (s, "-1" = none known), pending (intake length), malformed (count), now (s),
---          active (after the call), messages... (the admitted messages)}
+--          active (after the call), first_token (count: message i has token first_token + i - 1),
+--          messages... (the admitted messages)}
 -- status: ok | empty | active_limit | rate_limit | paused | unregistered | host_limit
 
 local intake, delayed, active, active_messages = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local active_hosts, host_counts, host_paused, window = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local paused_until, counters, config, dead = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local leases, run_dead = KEYS[13], KEYS[14]
 local wanted = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
+local dead_cap = tonumber(ARGV[6])
 local window_seconds = tonumber(ARGV[3])
 local now = now_or_server(ARGV[4])
 local source = ARGV[5]
@@ -38,9 +49,9 @@ local function next_due_wait()
   return string.format('%.6f', math.max(0, tonumber(first[2]) - now))
 end
 
-local function answer(status, wait, malformed, admitted)
+local function answer(status, wait, malformed, admitted, first_token)
   local reply = {status, wait, redis.call('LLEN', intake), malformed, string.format('%.6f', now),
-    redis.call('ZCARD', active)}
+    redis.call('ZCARD', active), first_token or 0}
   if admitted then for i = 1, #admitted do reply[#reply + 1] = admitted[i] end end
   return reply
 end
@@ -89,9 +100,11 @@ local rotated = {}
 local malformed = 0
 local scanned = 0
 local scan_limit = room * 4 + 16  -- tasks of a blocked host are rotated behind the others, but not forever
-local deadline = now + lease
+local deadline = now + lease  -- the publish grace: the distributor confirms within it
 local host_wait = nil
 
+local admitted_hosts, admitted_task_ids = {}, {}
+local problems = {}
 while #admitted < room and scanned < scan_limit do
   local batch = redis.call('LPOP', intake, math.min(room - #admitted, scan_limit - scanned))
   if not batch then break end
@@ -109,10 +122,7 @@ while #admitted < room and scanned < scan_limit do
       problem = 'malformed message: source is not ' .. source
     end
     if problem then
-      redis.call('RPUSH', dead, dead_entry(cjson.encode(raw), problem, now))
-      redis.call('HINCRBY', counters, 'dead', 1)
-      redis.call('HINCRBY', counters, 'malformed', 1)
-      malformed = malformed + 1
+      problems[#problems + 1] = {raw, problem}
     else
       local task_id = message['task_id']
       local host = nil
@@ -133,21 +143,41 @@ while #admitted < room and scanned < scan_limit do
           if host_taken[host] >= per_host then
             admit_it = false
             rotated[#rotated + 1] = raw
+          else
+            host_taken[host] = host_taken[host] + 1
           end
         end
       end
       if admit_it then
-        redis.call('ZADD', active, deadline, task_id)
-        redis.call('HSET', active_messages, task_id, raw)
-        if host and per_host > 0 then
-          host_taken[host] = host_taken[host] + 1
-          redis.call('HSET', active_hosts, task_id, host)
-          redis.call('HINCRBY', host_counts, host, 1)
-        end
         admitted_ids[task_id] = true
         admitted[#admitted + 1] = raw
+        admitted_hosts[#admitted] = (host and per_host > 0) and host or false
+        admitted_task_ids[#admitted] = task_id
       end
     end
+  end
+end
+
+-- Everything is decided: now write (one command per task, never a bulk unpack).
+for _, item in ipairs(problems) do
+  push_dead(dead, counters, run_dead, dead_entry(cjson.encode(item[1]), item[2], now), nil, dead_cap)
+  redis.call('HINCRBY', counters, 'malformed', 1)
+  malformed = malformed + 1
+end
+local first_token = 0
+if #admitted > 0 then
+  first_token = redis.call('HINCRBY', counters, 'leases', #admitted) - #admitted + 1
+  redis.call('HINCRBY', counters, 'admitted', #admitted)
+end
+for i, raw in ipairs(admitted) do
+  local task_id = admitted_task_ids[i]
+  redis.call('ZADD', active, deadline, task_id)
+  redis.call('HSET', active_messages, task_id, raw)
+  redis.call('HSET', leases, task_id, 'a|' .. string.format('%d', first_token + i - 1))
+  local host = admitted_hosts[i]
+  if host then
+    redis.call('HSET', active_hosts, task_id, host)
+    redis.call('HINCRBY', host_counts, host, 1)
   end
 end
 
@@ -161,12 +191,4 @@ if #admitted == 0 then
   return answer('empty', next_due_wait(), malformed)
 end
 
--- One sequence number per admission makes every window member unique.
-local last = redis.call('HINCRBY', counters, 'admitted', #admitted)
-local members = {}
-for i = 1, #admitted do
-  members[#members + 1] = now
-  members[#members + 1] = last - #admitted + i
-end
-redis.call('ZADD', window, unpack(members))
-return answer('ok', '0', malformed, admitted)
+return answer('ok', '0', malformed, admitted, first_token)

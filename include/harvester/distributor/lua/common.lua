@@ -43,19 +43,52 @@ local function promote_due(delayed, intake, now, limit)
   return #due
 end
 
+-- The lease record of a task: its state ('a' admitted, 'q' queued in Celery, 's' started by a worker) and
+-- its fencing token, or nil when the task holds no lease.
+local function lease_of(leases, task_id)
+  local value = redis.call('HGET', leases, task_id)
+  if not value then return nil, nil end
+  return string.sub(value, 1, 1), string.sub(value, 3)
+end
+
+-- True when task_id is held under exactly this token (a stale holder's token never matches again).
+local function holds(leases, task_id, token)
+  local state, current = lease_of(leases, task_id)
+  return state ~= nil and current == token, state
+end
+
 -- A dead-letter entry {message, reason, failed_at}; message is the original JSON (or a JSON string if malformed).
 local function dead_entry(raw_message_json, reason, now)
   return '{"message":' .. raw_message_json .. ',"reason":' .. cjson.encode(reason)
     .. ',"failed_at":' .. string.format('%.6f', now) .. '}'
 end
 
-local function count_dead_for_run(run_dead, message)
+local function count_dead_for_run(run_dead, message, by)
   if type(message) ~= 'table' then return end
   local run_id = message['run_id']
   if type(run_id) ~= 'string' then return end
-  redis.call('HINCRBY', run_dead, run_id, 1)
+  by = by or 1
+  local left = redis.call('HINCRBY', run_dead, run_id, by)
+  if left <= 0 then redis.call('HDEL', run_dead, run_id) end
   local package_id = message['package_id']
   if type(package_id) == 'number' then
-    redis.call('HINCRBY', run_dead, run_id .. '|' .. string.format('%d', package_id), 1)
+    local field = run_id .. '|' .. string.format('%d', package_id)
+    if redis.call('HINCRBY', run_dead, field, by) <= 0 then redis.call('HDEL', run_dead, field) end
+  end
+end
+
+-- Append a dead letter; past cap entries the oldest go (their runs' counts with them), counted as overflow.
+local function push_dead(dead, counters, run_dead, entry, message, cap)
+  redis.call('RPUSH', dead, entry)
+  redis.call('HINCRBY', counters, 'dead', 1)
+  count_dead_for_run(run_dead, message)
+  local over = redis.call('LLEN', dead) - cap
+  while over > 0 do
+    local oldest = redis.call('LPOP', dead)
+    if not oldest then break end
+    local ok, old_entry = pcall(cjson.decode, oldest)
+    if ok and type(old_entry) == 'table' then count_dead_for_run(run_dead, old_entry['message'], -1) end
+    redis.call('HINCRBY', counters, 'dead_overflow', 1)
+    over = over - 1
   end
 end

@@ -1,14 +1,18 @@
--- heartbeat: extend the leases of tasks still held; a lease already reaped stays gone.
--- KEYS[1] active (zset task id -> lease deadline, s)
--- ARGV[1] lease_seconds (s)   ARGV[2] now (s) or "" for server TIME   ARGV[3..] task_ids
+-- heartbeat: extend the leases a worker still holds (started, matching token); a stale holder extends
+-- nothing and is counted.
+-- KEYS[1] active   KEYS[2] leases   KEYS[3] counters
+-- ARGV[1] lease_seconds (s)   ARGV[2] now (s) or "" for server TIME   ARGV[3..] leases (task id, token, ...)
 -- Returns extended: the number of leases extended.
-local active = KEYS[1]
 local deadline = now_or_server(ARGV[2]) + tonumber(ARGV[1])
-local extended = 0
-for i = 3, #ARGV do
-  if redis.call('ZSCORE', active, ARGV[i]) then
-    redis.call('ZADD', active, deadline, ARGV[i])
+local extended, stale = 0, 0
+for i = 3, #ARGV - 1, 2 do
+  local held, state = holds(KEYS[2], ARGV[i], ARGV[i + 1])
+  if held and state == 's' then
+    redis.call('ZADD', KEYS[1], deadline, ARGV[i])
     extended = extended + 1
+  else
+    stale = stale + 1
   end
 end
+if stale > 0 then redis.call('HINCRBY', KEYS[3], 'stale', stale) end
 return extended

@@ -1,30 +1,38 @@
--- reap: leases past their deadline (the worker died or hangs) go back to intake with attempt + 1,
--- or, past the source's retries, to dead letters. Also promotes retries whose delay is over.
+-- reap: reservations and leases past their deadline. A STARTED task whose lease expired (its worker died or
+-- hangs) goes back to intake with attempt + 1, or, past the source's retries, to dead letters. A task that
+-- was never started (admitted but not confirmed published: its distributor died; or queued so long its
+-- message must be lost) goes back to intake uncharged: it has not run. Also promotes retries that are due.
 -- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
 -- KEYS[6] config   KEYS[7] intake   KEYS[8] dead_letters   KEYS[9] run_dead   KEYS[10] delayed
--- ARGV[1] now (s) or ""   ARGV[2] limit (count: at most this many leases)
--- Returns {reaped (count), dead_entries... (the dead-letter entries created)}
+-- KEYS[11] leases   KEYS[12] worker_lost
+-- ARGV[1] now (s) or ""   ARGV[2] limit (count: at most this many leases)   ARGV[3] dead_letters_max (count)
+-- Returns {reaped (count of started leases), returned (count of unstarted reservations), dead_entries...}
 local now = now_or_server(ARGV[1])
 promote_due(KEYS[10], KEYS[7], now, 1000)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-if #expired == 0 then return {0} end
+if #expired == 0 then return {0, 0} end
 local retries = tonumber(redis.call('HGET', KEYS[6], 'retries') or '3')
-local reply = {0}
-local reaped = 0
+local dead_cap = tonumber(ARGV[3])
+local reply = {0, 0}
+local reaped, returned = 0, 0
 for _, task_id in ipairs(expired) do
   local raw = redis.call('HGET', KEYS[2], task_id)
+  local state = lease_of(KEYS[11], task_id)
   drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], task_id)
-  reaped = reaped + 1
-  if raw then
+  redis.call('HDEL', KEYS[11], task_id)
+  if raw and state ~= nil and state ~= 's' then
+    redis.call('LPUSH', KEYS[7], raw)  -- never started: the same attempt again
+    returned = returned + 1
+  elseif raw then
+    reaped = reaped + 1
     local message = cjson.decode(raw)
     local attempt = (tonumber(message['attempt']) or 0) + 1
     if attempt > retries then
       local entry = dead_entry(raw, 'lease expired: no worker finished the task (attempt '
         .. string.format('%d', attempt) .. ' of ' .. string.format('%d', retries + 1) .. ')', now)
-      redis.call('RPUSH', KEYS[8], entry)
-      redis.call('HINCRBY', KEYS[5], 'dead', 1)
+      push_dead(KEYS[8], KEYS[5], KEYS[9], entry, message, dead_cap)
       redis.call('HINCRBY', KEYS[5], 'failed', 1)
-      count_dead_for_run(KEYS[9], message)
+      redis.call('HDEL', KEYS[12], task_id)
       reply[#reply + 1] = entry
     else
       message['attempt'] = attempt
@@ -33,5 +41,7 @@ for _, task_id in ipairs(expired) do
     end
   end
 end
+if returned > 0 then redis.call('HINCRBY', KEYS[5], 'returned_unstarted', returned) end
 reply[1] = reaped
+reply[2] = returned
 return reply

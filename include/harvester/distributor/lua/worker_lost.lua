@@ -1,0 +1,54 @@
+-- worker_lost: the pool process running a batch died (SIGKILL, segfault, the OOM killer); Celery acknowledged
+-- the message instead of redelivering it. Each task this batch still held comes back through admission:
+-- a started one with attempt + 1 after delay_seconds (the dead process's requests drain at the site
+-- meanwhile); a task whose batch has now killed its worker twice is dead-lettered with that reason, never
+-- looped. A task of the batch not yet started goes back uncharged. Stale tokens change nothing.
+-- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
+-- KEYS[6] config   KEYS[7] intake   KEYS[8] dead_letters   KEYS[9] run_dead   KEYS[10] delayed
+-- KEYS[11] leases   KEYS[12] worker_lost
+-- ARGV[1] now (s) or ""   ARGV[2] delay_seconds (s)   ARGV[3] kills_allowed (count: dead-letter at this many)
+-- ARGV[4] dead_letters_max (count)   ARGV[5..] leases (task id, token, task id, token, ...)
+-- Returns {retried (count), returned (count), dead_entries...}
+local now = now_or_server(ARGV[1])
+local retries = tonumber(redis.call('HGET', KEYS[6], 'retries') or '3')
+local kills_allowed = tonumber(ARGV[3])
+local reply = {0, 0}
+local retried, returned = 0, 0
+for i = 5, #ARGV - 1, 2 do
+  local task_id, token = ARGV[i], ARGV[i + 1]
+  local held, state = holds(KEYS[11], task_id, token)
+  local raw = held and redis.call('HGET', KEYS[2], task_id) or nil
+  if raw then
+    drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], task_id)
+    redis.call('HDEL', KEYS[11], task_id)
+    if state ~= 's' then
+      redis.call('LPUSH', KEYS[7], raw)
+      returned = returned + 1
+    else
+      local kills = redis.call('HINCRBY', KEYS[12], task_id, 1)
+      local message = cjson.decode(raw)
+      local attempt = (tonumber(message['attempt']) or 0) + 1
+      redis.call('HINCRBY', KEYS[5], 'failed', 1)
+      redis.call('HINCRBY', KEYS[5], 'worker_lost', 1)
+      if kills >= kills_allowed or attempt > retries then
+        local reason = 'poison message: its batch killed the worker ' .. string.format('%d', kills) .. ' times'
+        if kills < kills_allowed then
+          reason = 'worker lost: the pool process died running the task (attempt ' .. string.format('%d', attempt)
+            .. ' of ' .. string.format('%d', retries + 1) .. ')'
+        end
+        local entry = dead_entry(raw, reason, now)
+        push_dead(KEYS[8], KEYS[5], KEYS[9], entry, message, tonumber(ARGV[4]))
+        redis.call('HDEL', KEYS[12], task_id)
+        reply[#reply + 1] = entry
+      else
+        message['attempt'] = attempt
+        redis.call('ZADD', KEYS[10], now + tonumber(ARGV[2]), cjson.encode(message))
+        redis.call('HINCRBY', KEYS[5], 'retried', 1)
+        retried = retried + 1
+      end
+    end
+  end
+end
+reply[1] = retried
+reply[2] = returned
+return reply
