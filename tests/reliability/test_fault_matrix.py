@@ -51,7 +51,9 @@ def fetching_now(harvest: Harvest) -> bool:
 
 
 # -- 1 ------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: a batch whose pool process died is redelivered at once and fetched outside admission; per_minute counts admissions, so the site sees more starts than per_minute")
+@pytest.mark.xfail(strict=True, reason="issue 11: a batch whose pool process died is redelivered at once and "
+                                       "fetched outside admission; per_minute counts admissions, so the site "
+                                       "sees more starts than per_minute")
 def test_row_1_a_worker_process_sigkilled_mid_batch(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
     harvest = harvest_factory("row1", count=40, delay=0.4)
@@ -124,7 +126,8 @@ def test_row_4_a_distributor_killed_between_admission_and_publish(
     assert DeadLetters(harvest.redis).count(harvest.source.name) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: per_minute counts admissions, not fetch starts: the site sees more starts than per_minute in a window")
+@pytest.mark.xfail(strict=True, reason="issue 11: per_minute counts admissions, not fetch starts: the site "
+                                       "sees more starts than per_minute in a window")
 def test_row_4_b_two_distributors_one_sigkilled(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
     harvest = harvest_factory("row4b", count=60, delay=0.2)
@@ -337,7 +340,8 @@ def test_row_9_a_poison_message_that_kills_its_worker(
 
 
 # -- 10 -----------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: per_minute counts admissions, not fetch starts: the site sees more starts than per_minute in a window")
+@pytest.mark.xfail(strict=True, reason="issue 11: per_minute counts admissions, not fetch starts: the site "
+                                       "sees more starts than per_minute in a window")
 def test_row_10_eight_distributors_and_four_workers_on_one_source_for_a_minute(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
     harvest = harvest_factory("row10", count=330, delay=0.3, package_size=30,
