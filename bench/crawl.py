@@ -14,7 +14,10 @@ and the same link discovery and extraction code; pages are counted by the demo s
   pipeline into the same MongoDB -> ``end_to_end_pages_per_s``, ``scrapy_end_to_end_pages_per_s``,
   ``end_to_end_ratio`` (goal >= 1);
 - (c) the data handler's records/s against one ``insert_one`` per record -> ``bulk_vs_insert_one``
-  (goal >= 10).
+  (goal >= 10 on a real mongod);
+- (d) the storage's ceiling: the records of (b) read back and written again by one raw ``bulk_write``
+  of upserts into a fresh collection of the same MongoDB -> ``storage_ceiling_records_per_s``, and
+  (b)'s records/s end to end against it -> ``storage_ceiling_ratio`` (goal >= 0.8).
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
        [--latency-ms 20] [--workers 2] [--records 3000] [--repeat 2]
@@ -244,6 +247,24 @@ def bulk_against_insert_one(settings: Any, records: int) -> dict[str, float]:
             "bulk_vs_insert_one": bulk_rate / single_rate}
 
 
+def storage_ceiling(uri: str, database: str, collection: str) -> dict[str, float]:
+    """(d) The same records, raw: one unordered ``bulk_write`` of upserts on the output key (what our data
+    handler does, without anything else) into a fresh collection with the same unique index."""
+    from pymongo import ReplaceOne
+
+    client = pymongo.MongoClient(uri)
+    records = [{key: value for key, value in document.items() if key != "_id"}
+               for document in client[database][collection].find({})]
+    target = client[database][f"{collection}_ceiling"]
+    target.drop()
+    target.create_index("url", unique=True)
+    started = time.perf_counter()
+    target.bulk_write([ReplaceOne({"url": record["url"]}, record, upsert=True) for record in records], ordered=False)
+    seconds = time.perf_counter() - started
+    client.close()
+    return {"records": len(records), "records_per_s": len(records) / seconds if seconds > 0 else 0.0}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--products", type=int, default=2000)
@@ -325,6 +346,9 @@ def main() -> None:
         crawlee = best["crawlee"]
         ours_records, peer_records = ours_e2e["stored"], peer_e2e["stored"]
         records = bulk_against_insert_one(settings, args.records)
+        best_e2e_round = runs["ours_e2e"].index(ours_e2e) + 1
+        ceiling = storage_ceiling(choice.uri, database, f"ours_mongo_{best_e2e_round}")
+        ours_records_per_s = ours_records / ours_e2e["seconds"]
         rate = {name: run["pages"] / run["seconds"] for name, run in
                 {"ours": ours, "peer": peer, "crawlee": crawlee, "ours_e2e": ours_e2e, "peer_e2e": peer_e2e}.items()}
         for label, run in (("Harvester, discard sink", ours), ("Scrapy, no pipeline", peer),
@@ -341,6 +365,8 @@ def main() -> None:
               file=sys.stderr)
         print(f"data handler {records['bulk_records_per_s']:.0f} records/s, insert_one "
               f"{records['insert_one_records_per_s']:.0f} records/s", file=sys.stderr)
+        print(f"end to end {ours_records_per_s:.0f} records/s; raw bulk_write of the same {ceiling['records']} "
+              f"records {ceiling['records_per_s']:.0f} records/s", file=sys.stderr)
         result = {
             "bench": "crawl", "products": args.products, "repeat": args.repeat, "concurrency": args.concurrency,
             "latency_ms": args.latency_ms, "workers": args.workers, "scrapy": scrapy_version,
@@ -359,6 +385,10 @@ def main() -> None:
             "bulk_records_per_s": round(records["bulk_records_per_s"], 1),
             "insert_one_records_per_s": round(records["insert_one_records_per_s"], 1),
             "bulk_vs_insert_one": round(records["bulk_vs_insert_one"], 2),
+            "end_to_end_records_per_s": round(ours_records_per_s, 1),
+            "storage_ceiling_records_per_s": round(ceiling["records_per_s"], 1),
+            "storage_ceiling_ratio": round(ours_records_per_s / ceiling["records_per_s"], 3)
+            if ceiling["records_per_s"] else None,
             "mongo": choice.kind,
         }
         print(json.dumps(result))
