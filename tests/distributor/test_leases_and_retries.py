@@ -36,10 +36,10 @@ def test_an_expired_lease_goes_back_to_intake_with_attempt_raised(
     task = admit_one(store, "shop", now)
 
     assert store.reap(now=now + lease - 0.1).reaped == 0  # still leased
-    assert store.heartbeat("shop", leases_of(task), now=now + lease - 0.1) == 1
+    assert store.heartbeat("shop", leases_of(task), now=now + lease - 0.1) == [task.task_id]
     assert store.reap(now=now + lease + 0.5).reaped == 0  # the heartbeat moved the deadline
     assert store.reap(now=now + 2 * lease).reaped == 1
-    assert store.heartbeat("shop", leases_of(task), now=now + 2 * lease) == 0  # that lease is gone
+    assert store.heartbeat("shop", leases_of(task), now=now + 2 * lease) == []  # that lease is gone
 
     again = admit_one(store, "shop", now + 2 * lease)
     assert (again.task_id, again.attempt, again.run_id, again.package_id) == (task.task_id, 1, "r1", 7)

@@ -59,7 +59,7 @@ def test_a_contract_builds_keys_and_argv_by_name_and_decodes_replies_by_name():
     assert reply.messages == ['{"a": 1}', '{"b": 2}']
     heartbeat = CONTRACTS["heartbeat"]
     assert heartbeat.argument_values({"lease_seconds": 9, "now": "", "leases": ["a", "7"]}) == [9, "", "a", "7"]
-    assert heartbeat.decode(2).extended == 2
+    assert heartbeat.decode([b"a", b"b"]).held == ["a", "b"]
     pause = CONTRACTS["pause"]
     assert pause.key_names("shop", {"paused": keys.host_paused}) == [keys.host_paused]
     with pytest.raises(TypeError, match="explicit keys"):

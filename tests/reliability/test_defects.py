@@ -54,7 +54,7 @@ def test_a_stale_holder_changes_nothing_and_is_counted(redis_client: redis.Redis
     assert new.task_id == old.task_id and new.lease_token != old.lease_token and new.attempt == 1
     store.start("shop", leases(new), now=now + settings.lease_seconds + 1)
 
-    assert store.heartbeat("shop", leases(old)) == 0
+    assert store.heartbeat("shop", leases(old)) == []
     assert store.release("shop", leases(old)) == 0  # the late release of the stale holder frees nothing
     assert store.fail(old, "HTTP 500") is False  # and its late failure queues no third run
     assert store.active_task_ids("shop") == [new.task_id]

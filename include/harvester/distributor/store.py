@@ -68,6 +68,15 @@ class Admission:
         """Task id -> token of the admitted tasks (what :meth:`RateLimitStore.mark_published` takes)."""
         return {str(json.loads(raw)["task_id"]): token for raw, token in zip(self.messages, self.tokens, strict=True)}
 
+    def deliveries(self) -> list[dict[str, Any]]:
+        """The admitted tasks as the distributor publishes them: message dicts carrying their lease token."""
+        pairs = zip(self.messages, self.tokens, strict=True)
+        return [{**json.loads(raw), "lease_token": token} for raw, token in pairs]
+
+    def task_messages(self) -> list[TaskMessage]:
+        """The admitted tasks as a worker holds them (with their lease tokens)."""
+        return [TaskMessage.model_validate(delivery) for delivery in self.deliveries()]
+
 
 @dataclass(frozen=True)
 class StartResult:
@@ -220,12 +229,13 @@ class RateLimitStore:
         return StartResult(list(reply.held), len(leases) - len(reply.held))
 
     @redis_storage_errors()
-    def heartbeat(self, source: str, leases: Leases, now: float | None = None) -> int:
-        """Extend the leases still held under these tokens; returns how many (a reaped lease is lost)."""
+    def heartbeat(self, source: str, leases: Leases, now: float | None = None) -> list[str]:
+        """Extend the leases still held under these tokens; returns their task ids (a reaped lease is lost:
+        its task is someone else's now, and the batch must neither fetch nor settle it)."""
         if not leases:
-            return 0
-        return self.scripts.call("heartbeat", source, lease_seconds=self.settings.lease_seconds,
-                                 now=_now_argument(now), leases=_lease_arguments(leases)).extended
+            return []
+        return list(self.scripts.call("heartbeat", source, lease_seconds=self.settings.lease_seconds,
+                                      now=_now_argument(now), leases=_lease_arguments(leases)).held)
 
     @redis_storage_errors()
     def release(self, source: str, leases: Leases) -> int:
