@@ -37,6 +37,9 @@ FAST_RELIABILITY_SETTINGS: dict[str, object] = {
     "retry_max_seconds": 1,
     "redis_retry_max_seconds": 0.5,
     "publish_batch_size": 4,
+    "publish_grace_seconds": 3,  # an admission no distributor confirmed published comes back this soon
+    "queued_lease_seconds": 60,  # a queued task's message presumed lost after this (above the visibility timeout)
+    "celery_visibility_timeout_seconds": 20,  # kombu hands unacknowledged messages out again after this
     "body_size_cap_bytes": 512 * 1024,
 }
 

@@ -31,7 +31,7 @@ for i = 5, #ARGV - 1, 2 do
       redis.call('HINCRBY', KEYS[5], 'failed', 1)
       redis.call('HINCRBY', KEYS[5], 'worker_lost', 1)
       if kills >= kills_allowed or attempt > retries then
-        local reason = 'poison message: its batch killed the worker ' .. string.format('%d', kills) .. ' times'
+        local reason = 'poison message: its batch killed its worker ' .. string.format('%d', kills) .. ' times'
         if kills < kills_allowed then
           reason = 'worker lost: the pool process died running the task (attempt ' .. string.format('%d', attempt)
             .. ' of ' .. string.format('%d', retries + 1) .. ')'
