@@ -22,8 +22,8 @@ import redis
 import yaml
 from harvester.config.model import SourceConfig
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
-from harvester.producer.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
 from harvester.settings import HarvesterSettings
+from harvester.storage.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
 
 from tests.fixtures.demo_site import DemoSiteServer, demo_source_document
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -57,7 +56,7 @@ class Crawl:
         admission = self.store.admit(source.name, batch)
         if not admission.messages:
             return None
-        return self.runner.run([json.loads(raw) for raw in admission.messages])
+        return self.runner.run(admission.deliveries())  # with their lease tokens, as Celery delivers them
 
 
 @pytest.fixture

@@ -173,7 +173,8 @@ def test_pages_fetched_elsewhere_finish_the_same_way(write_source, crawl, demo_s
     source = write_source()
     crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/js/product/6"))
     admission = crawl.store.admit(source.name, 1)
-    message = TaskMessage.from_json(admission.messages[0])
+    message = admission.task_messages()[0]
+    crawl.store.start(source.name, {message.task_id: message.lease_token})  # what the page slot's batch did
     rendered = FetchResult(message.url, "ok", final_url=message.url, status=200, text=page("p", product_body(6)))
     report = crawl.runner.finish(source, [message], [rendered])
     assert report.stored == 1
@@ -183,7 +184,6 @@ def test_pages_fetched_elsewhere_finish_the_same_way(write_source, crawl, demo_s
 
 def test_leases_are_heartbeaten_while_a_slow_batch_runs(write_source, demo_site, redis_client, monkeypatch,
                                                         mongo_server) -> None:
-    import json
     import threading
 
     from harvester.settings import get_settings
@@ -199,7 +199,7 @@ def test_leases_are_heartbeaten_while_a_slow_batch_runs(write_source, demo_site,
         crawl = Crawl(runner, redis_client)
         source = write_source()
         crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/slow/1?delay=2.5"))
-        admitted = [json.loads(raw) for raw in crawl.store.admit(source.name, 1).messages]
+        admitted = crawl.store.admit(source.name, 1).deliveries()
         worker = threading.Thread(target=runner.run, args=(admitted,))
         worker.start()
         reaped = 0
@@ -231,7 +231,7 @@ def test_a_stuck_batch_stops_being_vouched_for(redis_client, worker_settings) ->
     store = RateLimitStore(redis_client, worker_settings)
     beats: list[float] = []
     original = store.heartbeat
-    store.heartbeat = lambda source, task_ids: beats.append(time.monotonic()) or original(source, task_ids)
-    with LeaseHeartbeat(store, "stuck", ["t1"], interval=0.05, max_seconds=0.3):
+    store.heartbeat = lambda source, leases: beats.append(time.monotonic()) or original(source, leases)
+    with LeaseHeartbeat(store, "stuck", {"t1": "1"}, interval=0.05, max_seconds=0.3):
         time.sleep(0.8)
     assert 3 <= len(beats) <= 7 and beats[-1] - beats[0] < 0.4

@@ -65,8 +65,8 @@ def admitted(redis_client, settings: HarvesterSettings, retries: int, url: str =
     source = demo_source("http://shop.example:8080", "failing", retries=retries)
     Intake(redis_client, settings).push(source, [TaskMessage(task_id="t1", source=source.name, url=url)])
     store = RateLimitStore(redis_client, settings)
-    (raw,) = store.admit(source.name, 1).messages
-    return TaskMessage.from_json(raw), source
+    (message,) = store.admit(source.name, 1).task_messages()
+    return message, source
 
 
 def admit_again(store: RateLimitStore, source_name: str, timeout: float = 10.0) -> TaskMessage:
@@ -74,7 +74,7 @@ def admit_again(store: RateLimitStore, source_name: str, timeout: float = 10.0) 
     while time.monotonic() < deadline:
         admission = store.admit(source_name, 1)
         if admission.messages:
-            return TaskMessage.from_json(admission.messages[0])
+            return admission.task_messages()[0]
         time.sleep(0.05)
     raise AssertionError(f"{source_name}: no retry admitted within {timeout}s")
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import yaml
 from harvester.distributor import TaskMessage
@@ -43,7 +41,7 @@ def test_a_browser_batch_runs_the_same_flow_in_process(worker_settings: Harveste
     crawl = Crawl(runner, redis_client)
     crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}{path}")
                          for path in ("/js/product/8", "/product/99999")))
-    admitted = [json.loads(raw) for raw in crawl.store.admit(source.name, 2).messages]
+    admitted = crawl.store.admit(source.name, 2).deliveries()
     report = runner.run(admitted)
     assert isinstance(runner.fetcher_for(source), BrowserPageFetcher)
     assert (report["stored"], report["dead"]) == (1, 1)

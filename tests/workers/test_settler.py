@@ -1,4 +1,4 @@
-"""The settler against real Redis and MongoDB: one write per run, then release, then count down."""
+"""The settler against real Redis and MongoDB: one write per run, then count down, then release."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def admit(clients: WorkerClients, source, messages: list[TaskMessage]) -> list[T
     clients.intake.push(source, messages)
     admission = clients.store.admit(source.name, len(messages))
     assert len(admission.messages) == len(messages)
-    return [TaskMessage.from_json(raw) for raw in admission.messages]
+    return admission.task_messages()
 
 
 def detail_page(message: TaskMessage, record: dict) -> tuple[TaskMessage, PageResult]:
@@ -92,7 +92,7 @@ def test_an_unreachable_output_sends_every_task_back(clients) -> None:
     assert (stats.active, stats.delayed) == (0, 2)
 
 
-def test_complete_releases_then_counts_packages_down(clients, mongo_server) -> None:
+def test_complete_counts_packages_down_then_releases(clients, mongo_server) -> None:
     source = demo_source(BASE, "completed")
     packages = clients.packages
     packages.ensure_indexes()
@@ -108,8 +108,9 @@ def test_complete_releases_then_counts_packages_down(clients, mongo_server) -> N
     assert statuses == {0: PackageStatus.FINISHED, 1: PackageStatus.FINISHED}
 
 
-def test_today_the_leases_go_before_the_count_down(clients) -> None:
-    """The order as it is (another issue changes it): a package store that fails leaves the leases freed."""
+def test_a_failed_count_down_hands_the_task_back_instead_of_releasing_it(clients) -> None:
+    """Count down first, release after (issue 11): a package store that fails never strands a package,
+    the task goes back for a retry (its record is an upsert) and is not counted done."""
     source = demo_source(BASE, "ordered")
     (message,) = admit(clients, source, [TaskMessage(task_id="t", source=source.name, url=f"{BASE}/p",
                                                      run_id="run", package_id=0)])
@@ -119,6 +120,9 @@ def test_today_the_leases_go_before_the_count_down(clients) -> None:
 
     settler = Settler(clients.store, clients.data, clients.urls, unreachable_packages,
                       FailurePolicy(clients.store, unreachable_packages))
-    with pytest.raises(pymongo.errors.ServerSelectionTimeoutError):
-        settler.complete(source, [message])
-    assert clients.store.stats([source.name])[source.name].active == 0
+    report = BatchReport(source=source.name)
+    clients.store.start(source.name, {message.task_id: message.lease_token})
+    settler.complete(source, [message], report)
+    stats = clients.store.stats([source.name])[source.name]
+    assert (stats.active, stats.done, stats.delayed) == (0, 0, 1)  # not released as done: retried
+    assert report.outcomes["count_down_failed"] == 1 and report.retried == 1

@@ -52,7 +52,7 @@ from harvester.scraping.browser import (
     user_agent_and_headers,
 )
 from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.page_fetcher import FetchedBatch
+from harvester.scraping.page_fetcher import SKIPPED_REASON, FetchedBatch, FetchGate
 from harvester.settings import HarvesterSettings, get_settings
 
 if TYPE_CHECKING:
@@ -351,11 +351,21 @@ class BrowserPageFetcher:
         per_attempt = source.timeout + self.settings.page_slot_retry_delay_seconds
         return pages * self.settings.page_slot_give_up_after_failures * per_attempt
 
-    async def fetch_all(self, urls: Sequence[str], source: SourceConfig) -> FetchedBatch:
+    async def fetch_all(self, urls: Sequence[str], source: SourceConfig, gate: FetchGate | None = None
+                        ) -> FetchedBatch:
         thread = self.thread
         before = thread.host.totals.snapshot()
-        rendering = asyncio.run_coroutine_threadsafe(thread.host.render_all(list(urls), source), thread.loop)
-        results = await asyncio.wrap_future(rendering)
+        if gate is None:
+            rendering = asyncio.run_coroutine_threadsafe(thread.host.render_all(list(urls), source), thread.loop)
+            results = await asyncio.wrap_future(rendering)
+            return FetchedBatch(results, thread.host.totals.outcomes_since(before))
+        results = []
+        for index, url in enumerate(urls):  # pages render one after the other: the gate opens for each
+            if not await gate(index):
+                results.append(FetchResult(url, "skipped", reason=SKIPPED_REASON))
+                continue
+            rendering = asyncio.run_coroutine_threadsafe(thread.host.render_all([url], source), thread.loop)
+            results.extend(await asyncio.wrap_future(rendering))
         return FetchedBatch(results, thread.host.totals.outcomes_since(before))
 
     async def aclose(self) -> None:

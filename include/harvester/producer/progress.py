@@ -205,4 +205,8 @@ class RunMonitor:
             report["selector_drift"] = report["extraction"]["selector_drift"]
             publish_health(self.redis, source, report["extraction"])
         self.runs.record_report(source, run_id, report)
+        # The run is over: its per-run dead-letter records go (the dead letters themselves stay, capped).
+        from harvester.distributor import DeadLetters
+
+        DeadLetters(self.redis).end_run(source, run_id)
         return report

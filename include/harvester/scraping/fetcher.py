@@ -32,7 +32,14 @@ from harvester.connections import HttpCredentials, resolve_http
 from harvester.errors import RobotsDisallowed
 from harvester.scraping.addresses import AddressGuard, AddressRefused, strip_userinfo
 from harvester.scraping.bodies import ACCEPT_ENCODING, BodyRefused, read_body
-from harvester.scraping.page_fetcher import FetchedBatch, FetchResult, HostLimits, HostRateTimeout
+from harvester.scraping.page_fetcher import (
+    SKIPPED_REASON,
+    FetchedBatch,
+    FetchGate,
+    FetchResult,
+    HostLimits,
+    HostRateTimeout,
+)
 from harvester.scraping.responses import (
     BLOCKED_STATUSES,
     DEFAULT_CLASSIFIER,
@@ -141,8 +148,14 @@ class Fetcher:
         robots = source.timeout if source.robots == "obey" else 0.0
         return source.timeout + robots + waiting
 
-    async def fetch_all(self, urls: Sequence[str], source: SourceConfig) -> FetchedBatch:
-        return FetchedBatch(list(await asyncio.gather(*(self.fetch(url, source) for url in urls))))
+    async def fetch_all(self, urls: Sequence[str], source: SourceConfig, gate: FetchGate | None = None
+                        ) -> FetchedBatch:
+        async def one(index: int, url: str) -> FetchResult:
+            if gate is not None and not await gate(index):  # outside the timeout: waiting is not fetching
+                return FetchResult(url, "skipped", reason=SKIPPED_REASON)
+            return await self.fetch(url, source)
+
+        return FetchedBatch(list(await asyncio.gather(*(one(index, url) for index, url in enumerate(urls)))))
 
     def credentials(self, source: SourceConfig) -> HttpCredentials | None:
         """The source's ``http_connection_id`` resolved by the connection factory (kept a minute)."""

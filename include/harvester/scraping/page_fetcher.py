@@ -10,13 +10,19 @@ one page after the other in the process's page slot.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from harvester.config.model import SourceConfig
 from harvester.errors import HostRateTimeout as HostRateTimeout  # its old home; tests import it here
 from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, Outcome, Verdict
+
+# Awaited before the request of the page at this index of the batch starts: True to fetch, False when the
+# task is no longer the worker's (its lease was lost). The worker's gate takes the source's per_minute
+# token here, at fetch time, so the limit holds as the site sees it (issue 11).
+FetchGate = Callable[[int], Awaitable[bool]]
+SKIPPED_REASON = "not fetched: the task's lease was lost before its request could start"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +98,10 @@ class PageFetcher(Protocol):
         (plus time to store)."""
         ...
 
-    async def fetch_all(self, urls: Sequence[str], source: SourceConfig) -> FetchedBatch:
-        """One :class:`FetchResult` per URL, in the order given."""
+    async def fetch_all(self, urls: Sequence[str], source: SourceConfig, gate: FetchGate | None = None
+                        ) -> FetchedBatch:
+        """One :class:`FetchResult` per URL, in the order given. With ``gate``, each request starts only
+        once ``gate(index)`` says so; a page it refuses is not fetched (outcome ``skipped``)."""
         ...
 
     async def aclose(self) -> None:

@@ -23,6 +23,7 @@ Outcome = Literal[
     "decode_error",  # a body we will not or cannot decode (stacked or corrupt encoding, no memory): never retried
     "robots_disallowed",  # robots.txt forbids the URL to our User-Agent: never retried
     "host_rate_wait",  # the host's per-host rate gave no request slot in time: retried later
+    "skipped",  # not fetched: the task's lease was lost before its request could start (issue 11)
 ]
 HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml", "text/xml", "text/plain")
 BLOCKED_STATUSES = frozenset({403, 451})

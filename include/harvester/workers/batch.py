@@ -2,17 +2,20 @@
 
 The flow is the same whatever renders the pages (DESIGN.md section 1):
 
+0. one atomic call starts the batch's tasks (their leases begin now) and returns those this delivery
+   still holds; only those are fetched (a redelivered or duplicated message is dropped, issue 11);
 1. a :class:`~harvester.scraping.page_fetcher.PageFetcher` fetches every page of the batch (the HTTP
    :class:`~harvester.scraping.fetcher.Fetcher` concurrently, or the page slot's browser through
    :class:`~harvester.pageslots.host.BrowserPageFetcher`) while a :class:`LeaseHeartbeat` vouches for
-   the leases;
+   the leases; each request waits at the :class:`FetchGate` for a per_minute token;
 2. :func:`~harvester.scraping.page.process_page` extracts a record (details) or links (listings);
 3. each page is sorted by its outcome: a failed fetch goes to the :class:`FailurePolicy` (retry,
    dead letter, pause), a rejected record to dead letters;
 4. the :class:`Settler` writes every record with one ``bulk_write`` per run;
 5. the :class:`LinkFollower` adds discovered tasks to their package and pushes them to intake, before
    the listing page that found them completes, so a package never finishes with work still to come;
-6. the :class:`Settler` releases the leases of finished tasks and counts their packages down;
+6. the :class:`Settler` counts the packages of finished tasks down, then releases their leases (a failed
+   count-down hands the tasks back for a retry instead: a package is never stranded);
 7. the batch's outcome counters go to Redis.
 
 Every task ends stored, retried or dead-lettered with a reason; nothing a site does raises out of here.
@@ -44,7 +47,7 @@ from harvester.storage.data_handler import DataHandler
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
-from harvester.workers.heartbeat import LeaseHeartbeat
+from harvester.workers.heartbeat import FetchGate, LeaseHeartbeat
 from harvester.workers.host_rate import HostRateGate
 from harvester.workers.report import BatchReport
 from harvester.workers.settler import Settler, StoredPage
@@ -146,9 +149,27 @@ class BatchRunner:
             return reports[0].as_dict()
         return {"sources": [report.as_dict() for report in reports]}
 
+    def start(self, name: str, messages: list[TaskMessage], report: BatchReport) -> list[TaskMessage]:
+        """The batch's first act: start its tasks in one atomic call; the messages this delivery holds.
+
+        A message without a token, or whose task was reaped and handed on, or that another delivery of
+        the same message already started, is not ours: it is dropped (counted ``stale_delivery``)."""
+        leases = {message.task_id: message.lease_token for message in messages if message.lease_token}
+        held = set(self.store.start(name, leases).held) if leases else set()
+        ours = [message for message in messages if message.task_id in held]
+        if len(ours) < len(messages):
+            report.outcomes["stale_delivery"] += len(messages) - len(ours)
+            log.warning("%s: %d of %d tasks of this message are no longer held (a redelivered or duplicated "
+                        "message): dropped, not fetched", name, len(messages) - len(ours), len(messages))
+        return ours
+
     def run_source(self, name: str, messages: list[TaskMessage]) -> BatchReport:
-        """Fetch (HTTP or browser, one flow), extract and settle one source's batch."""
+        """Start, fetch (HTTP or browser, one flow), extract and settle one source's batch."""
         report = BatchReport(source=name, tasks=len(messages))
+        messages = self.start(name, messages, report)
+        if not messages:
+            self.count(name, report)
+            return report
         try:
             source = self.sources.get(name)
         except Exception as error:  # a broken or deleted YAML file: retry later, never crash
@@ -158,10 +179,14 @@ class BatchRunner:
             self.count(name, report)
             return report
         fetcher = self.fetcher_for(source)
-        with LeaseHeartbeat(self.store, name, [message.task_id for message in messages],
-                            self.settings.heartbeat_seconds, self.batch_deadline(source, len(messages), fetcher)):
-            fetched = self.loop.run_until_complete(fetcher.fetch_all([message.url for message in messages], source))
+        with LeaseHeartbeat(self.store, name, leases_of(messages), self.settings.heartbeat_seconds,
+                            self.batch_deadline(source, len(messages), fetcher)) as heartbeat:
+            gate = FetchGate(self.store, name, [message.task_id for message in messages], heartbeat)
+            fetched = self.loop.run_until_complete(
+                fetcher.fetch_all([message.url for message in messages], source, gate))
             report.outcomes.update(fetched.outcomes)
+            if gate.waited_seconds >= 0.001:
+                report.outcomes["rate_wait_ms"] += int(gate.waited_seconds * 1000)
             self.settle(source, messages, self.process(source, messages, fetched.results), report)
         self.count(name, report)
         return report
@@ -172,8 +197,8 @@ class BatchRunner:
         :meth:`run_source`; ``outcomes`` adds counters of the fetching (blocked requests, bytes)."""
         report = BatchReport(source=source.name, tasks=len(messages))
         report.outcomes.update(outcomes or {})
-        with LeaseHeartbeat(self.store, source.name, [message.task_id for message in messages],
-                            self.settings.heartbeat_seconds, self.batch_deadline(source)):
+        with LeaseHeartbeat(self.store, source.name, leases_of(messages), self.settings.heartbeat_seconds,
+                            self.batch_deadline(source)):
             self.settle(source, messages, self.process(source, messages, fetches), report)
         self.count(source.name, report)
         return report
@@ -192,6 +217,9 @@ class BatchRunner:
         finished: list[TaskMessage] = []
         for message, page in zip(messages, pages, strict=True):
             fetch = page.fetch
+            if fetch.outcome == "skipped":  # the lease went to another worker: it is not ours to settle
+                report.outcomes["lease_lost"] += 1
+                continue
             report.outcomes[fetch.counter] += 1
             if fetch.truncated:
                 report.outcomes["truncated"] += 1
@@ -220,13 +248,18 @@ class BatchRunner:
                 log.exception("following the links of %s failed", message.url)
                 self.failures.retry(message, f"link discovery failed: {type(error).__name__}: {error}", None,
                                     report)
-        self.settler.complete(source, finished + stored + followed)
+        self.settler.complete(source, finished + stored + followed, report)
 
     def count(self, source: str, report: BatchReport) -> None:
         try:
             self.store.count_outcomes(source, report.outcomes)
         except redis.RedisError as error:
             log.warning("counting outcomes of %s failed: %s", source, error)
+
+
+def leases_of(messages: list[TaskMessage]) -> dict[str, str]:
+    """Task id -> fencing token of the messages a batch holds."""
+    return {message.task_id: str(message.lease_token) for message in messages}
 
 
 _runner: BatchRunner | None = None

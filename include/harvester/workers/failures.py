@@ -141,7 +141,7 @@ class FailurePolicy:
     def dead_letter(self, message: TaskMessage, reason: str, report: BatchReport) -> None:
         """A failure retrying cannot fix (404, not HTML, redirect loop, rejected record)."""
         try:
-            self.store.reject(message.source, message.to_json(), reason)
+            self.store.reject(message.source, message.to_json(), reason, token=message.lease_token)
         except redis.RedisError:
             log.exception("could not dead-letter task %s", message.task_id)
             return

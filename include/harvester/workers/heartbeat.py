@@ -1,10 +1,13 @@
-"""Lease heartbeats: a batch vouches for its tasks for as long as it runs, and no longer."""
+"""Lease heartbeats and the fetch gate: a batch vouches for the tasks it holds for as long as it runs,
+and no longer, and sends a request only for a task it still holds, with a per_minute token in hand."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
+from collections.abc import Mapping
 
 import redis
 
@@ -12,16 +15,24 @@ from harvester.distributor import RateLimitStore
 
 log = logging.getLogger(__name__)
 
+GATE_POLL_SECONDS = 1.0  # longest sleep between two looks at a full rate window
+GATE_OUTAGE_SECONDS = 0.5  # wait between tries while Redis does not answer
+
 
 class LeaseHeartbeat:
     """Extends the batch's leases every ``interval`` seconds from a thread, for as long as the batch runs
     (fetching AND storing: a slow bulk_write must not let the reaper hand the tasks to another worker).
-    Heartbeating a released task does nothing, so it may run until the very end."""
 
-    def __init__(self, store: RateLimitStore, source: str, task_ids: list[str], interval: float,
+    ``leases`` maps task id -> fencing token; only leases still held under that token are extended, and
+    :attr:`held` is what the last beat found held (a task reaped meanwhile drops out: its new holder
+    fetches it, this batch must not). Heartbeating a released task does nothing, so it may run until
+    the very end."""
+
+    def __init__(self, store: RateLimitStore, source: str, leases: Mapping[str, str], interval: float,
                  max_seconds: float | None = None) -> None:
-        self.store, self.source, self.task_ids, self.interval = store, source, task_ids, interval
+        self.store, self.source, self.leases, self.interval = store, source, dict(leases), interval
         self.max_seconds = max_seconds
+        self.held: set[str] = set(self.leases)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{source}", daemon=True)
 
@@ -43,6 +54,38 @@ class LeaseHeartbeat:
                             self.max_seconds)
                 return
             try:
-                self.store.heartbeat(self.source, self.task_ids)
+                held = self.store.heartbeat(self.source, {task_id: self.leases[task_id] for task_id in self.held})
             except redis.RedisError as error:
                 log.warning("heartbeat of %s failed: %s", self.source, error)
+                continue
+            lost = self.held - set(held)
+            if lost:
+                log.warning("%s: %d leases of this batch were lost (reaped and handed on); their tasks are "
+                            "not fetched or settled here", self.source, len(lost))
+            self.held = set(held)
+
+
+class FetchGate:
+    """Opens for one request of the batch: only while the task is still held, and only with one of the
+    source's per_minute tokens (taken at fetch time across all workers, retries included, so the site
+    never sees more than ``per_minute`` starts in a window)."""
+
+    def __init__(self, store: RateLimitStore, source: str, task_ids: list[str], heartbeat: LeaseHeartbeat) -> None:
+        self.store, self.source, self.task_ids, self.heartbeat = store, source, task_ids, heartbeat
+        self.waited_seconds = 0.0
+
+    async def __call__(self, index: int) -> bool:
+        task_id = self.task_ids[index]
+        while True:
+            if task_id not in self.heartbeat.held:
+                return False
+            try:
+                wait = await asyncio.to_thread(self.store.acquire_fetch, self.source)
+            except redis.RedisError as error:  # Redis away: no token, no request; look again shortly
+                log.warning("rate token of %s unavailable: %s", self.source, error)
+                wait = GATE_OUTAGE_SECONDS
+            if wait <= 0:
+                return True
+            pause = min(wait, GATE_POLL_SECONDS)
+            self.waited_seconds += pause
+            await asyncio.sleep(pause)

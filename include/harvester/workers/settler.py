@@ -77,14 +77,32 @@ class Settler:
                 self.failures.retry(message, f"storage failed: {type(error).__name__}: {error}", None, report)
             return []
 
-    def complete(self, source: SourceConfig, messages: list[TaskMessage]) -> None:
-        """Release the leases of finished tasks, then count their packages down (one call per package)."""
+    def complete(self, source: SourceConfig, messages: list[TaskMessage], report: BatchReport | None = None) -> None:
+        """Count the packages of finished tasks down (one call per package), THEN release their leases.
+
+        This order never strands a package: a count-down that fails (MongoDB down) hands its tasks back
+        for a retry (their records are upserts, so the retry stores nothing twice), and a release that
+        fails after the count-down only lets the lease expire (counting down again changes nothing)."""
         if not messages:
             return
-        self.store.release(source.name, [message.task_id for message in messages])
-        by_package: dict[tuple[str, int], list[str]] = defaultdict(list)
+        report = report if report is not None else BatchReport(source=source.name)
+        by_package: dict[tuple[str, int], list[TaskMessage]] = defaultdict(list)
+        counted: list[TaskMessage] = []
         for message in messages:
             if message.run_id is not None and message.package_id is not None:
-                by_package[(message.run_id, message.package_id)].append(message.task_id)
-        for (run_id, package_id), task_ids in by_package.items():
-            self.packages().complete_tasks(source.name, run_id, package_id, task_ids)
+                by_package[(message.run_id, message.package_id)].append(message)
+            else:
+                counted.append(message)
+        for (run_id, package_id), group in by_package.items():
+            try:
+                self.packages().complete_tasks(source.name, run_id, package_id, [message.task_id for message in group])
+            except Exception as error:
+                log.warning("counting down package %s of run %s failed (%s: %s): its %d tasks are retried", package_id,
+                            run_id, type(error).__name__, error, len(group))
+                report.outcomes["count_down_failed"] += len(group)
+                for message in group:
+                    self.failures.retry(message, f"package count-down failed: {type(error).__name__}: {error}",
+                                        None, report)
+            else:
+                counted.extend(group)
+        self.store.release(source.name, {message.task_id: str(message.lease_token) for message in counted})

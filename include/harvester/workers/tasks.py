@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery.signals import worker_process_init
+from billiard.exceptions import WorkerLostError
+from celery.signals import task_failure, worker_process_init
 
 import harvester.pageslots.hosting  # noqa: F401  (a pageslots worker's supervisor: capacity, resets, reaping)
 from harvester.workers.celery_app import app
@@ -42,3 +43,19 @@ def scrape_batch(messages: list[dict[str, Any]]) -> dict[str, Any]:
     from harvester.workers.batch import batch_runner
 
     return batch_runner().run(messages)
+
+
+@task_failure.connect(sender=scrape_batch)
+def _batch_lost(exception: BaseException | None = None, args: Any = None, **_: Any) -> None:
+    """In the worker's main process: the pool process running this batch died. Its message is acknowledged
+    (never redelivered); its tasks go back through admission (harvester.workers.lost)."""
+    if not isinstance(exception, WorkerLostError) or not args:
+        return
+    from harvester.workers.lost import lost_batch_handler
+
+    try:
+        lost_batch_handler().settle(args[0])
+    except Exception:  # Redis down as well: the leases expire and the reaper brings the tasks back
+        import logging
+
+        logging.getLogger(__name__).exception("could not hand back the tasks of a lost batch")
