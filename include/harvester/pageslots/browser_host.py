@@ -52,7 +52,7 @@ from harvester.scraping.browser import (
     user_agent_and_headers,
 )
 from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.page_fetcher import SKIPPED_REASON, FetchedBatch, FetchGate
+from harvester.scraping.page_fetcher import SKIPPED_REASON, FetchedBatch, FetchPermit
 from harvester.settings import HarvesterSettings, get_settings
 
 if TYPE_CHECKING:
@@ -351,17 +351,17 @@ class BrowserPageFetcher:
         per_attempt = source.timeout + self.settings.page_slot_retry_delay_seconds
         return pages * self.settings.page_slot_give_up_after_failures * per_attempt
 
-    async def fetch_all(self, urls: Sequence[str], source: SourceConfig, gate: FetchGate | None = None
+    async def fetch_all(self, urls: Sequence[str], source: SourceConfig, permit: FetchPermit | None = None
                         ) -> FetchedBatch:
         thread = self.thread
         before = thread.host.totals.snapshot()
-        if gate is None:
+        if permit is None:
             rendering = asyncio.run_coroutine_threadsafe(thread.host.render_all(list(urls), source), thread.loop)
             results = await asyncio.wrap_future(rendering)
             return FetchedBatch(results, thread.host.totals.outcomes_since(before))
         results = []
-        for index, url in enumerate(urls):  # pages render one after the other: the gate opens for each
-            if not await gate(index):
+        for index, url in enumerate(urls):  # pages render one after the other: the permit is asked for each
+            if not await permit(index):
                 results.append(FetchResult(url, "skipped", reason=SKIPPED_REASON))
                 continue
             rendering = asyncio.run_coroutine_threadsafe(thread.host.render_all([url], source), thread.loop)

@@ -35,7 +35,7 @@ from harvester.scraping.bodies import ACCEPT_ENCODING, BodyRefused, read_body
 from harvester.scraping.page_fetcher import (
     SKIPPED_REASON,
     FetchedBatch,
-    FetchGate,
+    FetchPermit,
     FetchResult,
     HostLimits,
     HostRateTimeout,
@@ -148,10 +148,10 @@ class Fetcher:
         robots = source.timeout if source.robots == "obey" else 0.0
         return source.timeout + robots + waiting
 
-    async def fetch_all(self, urls: Sequence[str], source: SourceConfig, gate: FetchGate | None = None
+    async def fetch_all(self, urls: Sequence[str], source: SourceConfig, permit: FetchPermit | None = None
                         ) -> FetchedBatch:
         async def one(index: int, url: str) -> FetchResult:
-            if gate is not None and not await gate(index):  # outside the timeout: waiting is not fetching
+            if permit is not None and not await permit(index):  # outside the timeout: waiting is not fetching
                 return FetchResult(url, "skipped", reason=SKIPPED_REASON)
             return await self.fetch(url, source)
 

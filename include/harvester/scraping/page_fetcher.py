@@ -19,9 +19,9 @@ from harvester.errors import HostRateTimeout as HostRateTimeout  # its old home;
 from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, Outcome, Verdict
 
 # Awaited before the request of the page at this index of the batch starts: True to fetch, False when the
-# task is no longer the worker's (its lease was lost). The worker's gate takes the source's per_minute
+# task is no longer the worker's (its lease was lost). The worker's permit takes the source's per_minute
 # token here, at fetch time, so the limit holds as the site sees it (issue 11).
-FetchGate = Callable[[int], Awaitable[bool]]
+FetchPermit = Callable[[int], Awaitable[bool]]
 SKIPPED_REASON = "not fetched: the task's lease was lost before its request could start"
 
 
@@ -98,10 +98,10 @@ class PageFetcher(Protocol):
         (plus time to store)."""
         ...
 
-    async def fetch_all(self, urls: Sequence[str], source: SourceConfig, gate: FetchGate | None = None
+    async def fetch_all(self, urls: Sequence[str], source: SourceConfig, permit: FetchPermit | None = None
                         ) -> FetchedBatch:
-        """One :class:`FetchResult` per URL, in the order given. With ``gate``, each request starts only
-        once ``gate(index)`` says so; a page it refuses is not fetched (outcome ``skipped``)."""
+        """One :class:`FetchResult` per URL, in the order given. With ``permit``, each request starts only
+        once ``permit(index)`` says so; a page it refuses is not fetched (outcome ``skipped``)."""
         ...
 
     async def aclose(self) -> None:

@@ -7,7 +7,7 @@ The flow is the same whatever renders the pages (DESIGN.md section 1):
 1. a :class:`~harvester.scraping.page_fetcher.PageFetcher` fetches every page of the batch (the HTTP
    :class:`~harvester.scraping.fetcher.Fetcher` concurrently, or the page slot's browser through
    :class:`~harvester.pageslots.host.BrowserPageFetcher`) while a :class:`LeaseHeartbeat` vouches for
-   the leases; each request waits at the :class:`FetchGate` for a per_minute token;
+   the leases; each request waits at the :class:`FetchPermit` for a per_minute token;
 2. :func:`~harvester.scraping.page.process_page` extracts a record (details) or links (listings);
 3. each page is sorted by its outcome: a failed fetch goes to the :class:`FailurePolicy` (retry,
    dead letter, pause), a rejected record to dead letters;
@@ -47,7 +47,7 @@ from harvester.storage.data_handler import DataHandler
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
-from harvester.workers.heartbeat import FetchGate, LeaseHeartbeat
+from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
 from harvester.workers.host_rate import HostRateGate
 from harvester.workers.report import BatchReport
 from harvester.workers.settler import Settler, StoredPage
@@ -181,12 +181,12 @@ class BatchRunner:
         fetcher = self.fetcher_for(source)
         with LeaseHeartbeat(self.store, name, leases_of(messages), self.settings.heartbeat_seconds,
                             self.batch_deadline(source, len(messages), fetcher)) as heartbeat:
-            gate = FetchGate(self.store, name, [message.task_id for message in messages], heartbeat)
+            permit = RateTokenPermit(self.store, name, [message.task_id for message in messages], heartbeat)
             fetched = self.loop.run_until_complete(
-                fetcher.fetch_all([message.url for message in messages], source, gate))
+                fetcher.fetch_all([message.url for message in messages], source, permit))
             report.outcomes.update(fetched.outcomes)
-            if gate.waited_seconds >= 0.001:
-                report.outcomes["rate_wait_ms"] += int(gate.waited_seconds * 1000)
+            if permit.waited_seconds >= 0.001:
+                report.outcomes["rate_wait_ms"] += int(permit.waited_seconds * 1000)
             self.settle(source, messages, self.process(source, messages, fetched.results), report)
         self.count(name, report)
         return report

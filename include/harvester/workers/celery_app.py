@@ -44,7 +44,13 @@ def create_app() -> Celery:
         worker_prefetch_multiplier=1,
         # kombu hands an unacknowledged message out again after this (its default is one hour, unset);
         # a redelivered message whose tasks are no longer held is dropped by the worker's start call.
-        broker_transport_options={"visibility_timeout": settings.celery_visibility_timeout_seconds},
+        # kombu looks for such messages every unacked_restore_interval * unacked_restore_throttle seconds
+        # (10 * 10 by default): every few seconds instead, so they come back soon after the timeout.
+        broker_transport_options={
+            "visibility_timeout": settings.celery_visibility_timeout_seconds,
+            "unacked_restore_interval": max(1.0, min(10.0, settings.celery_visibility_timeout_seconds / 4)),
+            "unacked_restore_throttle": 1,
+        },
         worker_max_memory_per_child=settings.worker_max_memory_per_child_kb,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         task_queues=declared_queues(),

@@ -1,4 +1,4 @@
-"""Lease heartbeats and the fetch gate: a batch vouches for the tasks it holds for as long as it runs,
+"""Lease heartbeats and the fetch permit: a batch vouches for the tasks it holds for as long as it runs,
 and no longer, and sends a request only for a task it still holds, with a per_minute token in hand."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class LeaseHeartbeat:
             self.held = set(held)
 
 
-class FetchGate:
+class RateTokenPermit:
     """Opens for one request of the batch: only while the task is still held, and only with one of the
     source's per_minute tokens (taken at fetch time across all workers, retries included, so the site
     never sees more than ``per_minute`` starts in a window)."""
