@@ -59,7 +59,8 @@ def test_resume_repushes_only_packages_whose_tasks_vanished(database, redis_clie
     # Package 0 finished; package 1 half stored; then Redis loses everything (a crash before admission).
     store.complete_tasks("shop", "run1", 0, [m.task_id for m in by_package[0]])
     store.complete_tasks("shop", "run1", 1, [by_package[1][0].task_id])
-    # Package 2's last task is leased by a live worker: that package must be left alone.
+    # Package 2's first task is leased by a live worker: the package stays running, that task is left to its
+    # worker, and only its other tasks (nowhere in Redis now) are pushed again (issue 11: never stranded).
     redis_client.delete(SourceKeys("shop").intake)
     redis_client.zadd(SourceKeys("shop").active, {by_package[2][0].task_id: 9e9})
     assert live_task_ids(redis_client, "shop", "run1") == {by_package[2][0].task_id}
@@ -68,8 +69,10 @@ def test_resume_repushes_only_packages_whose_tasks_vanished(database, redis_clie
     assert result.packages_claimed == 2
     pushed = _intake_messages(redis_client, "shop")
     assert sorted(m.task_id for m in pushed) == sorted(
-        [m.task_id for m in by_package[1][1:]] + [m.task_id for m in by_package[3]]
+        [m.task_id for m in by_package[1][1:]] + [m.task_id for m in by_package[2][1:]]
+        + [m.task_id for m in by_package[3]]
     )
+    assert result.tasks_repushed == len(by_package[2]) - 1
     statuses = {p["package_id"]: p["status"] for p in database.packages.find()}
     assert statuses == {0: PackageStatus.FINISHED, 1: PackageStatus.RUNNING, 2: PackageStatus.RUNNING,
                         3: PackageStatus.RUNNING}

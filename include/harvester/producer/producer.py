@@ -20,6 +20,7 @@ from pymongo.database import Database
 
 from harvester.config.model import SourceConfig
 from harvester.distributor.messages import TaskMessage
+from harvester.producer.progress import dead_tasks_of_run
 from harvester.producer.streams import prefetch
 from harvester.storage.packages import PackageStore, planned_task_id
 
@@ -42,6 +43,7 @@ class ProduceResult:
     packages_claimed: int = 0
     tasks_pushed: int = 0
     tasks_lost: int = 0
+    tasks_repushed: int = 0  # planned tasks of a half-pushed package (its producer died mid-push)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,20 +70,29 @@ class Producer:
         self.intake = intake
         self.push_batch_size = push_batch_size
 
-    def resume(self, source: SourceConfig, run_id: str) -> tuple[int, int]:
-        """Put running packages whose tasks are gone from Redis back to waiting.
+    def resume(self, source: SourceConfig, run_id: str, result: ProduceResult | None = None) -> tuple[int, int]:
+        """Put running packages whose tasks are gone from Redis back to waiting, and finish pushing the
+        packages a killed producer left half-pushed.
 
-        Returns (packages reset, discovered tasks lost). A running package with any live task is left
-        alone: the distributor's lease reaper already brings back tasks of dead workers.
+        Returns (packages reset, discovered tasks lost). A running package with any live task keeps its
+        live tasks (the reaper brings back tasks of dead workers); its planned tasks still pending but
+        nowhere in Redis were never pushed (a producer killed mid-push: pending is only settled after a
+        task's count-down, which comes before its lease goes) and are pushed now (``tasks_repushed``).
         """
         running = list(self.packages.running(source.name, run_id))
         if not running:
             return 0, 0
         live = live_task_ids(self.redis, source.name, run_id)
+        dead = dead_tasks_of_run(self.redis, source.name, run_id).by_package  # settled by the sensor, not re-run
         reset = lost = 0
+        unpushed: list[str] = []
         for package in running:
             pending = set(package.get("pending", []))
             if pending & live:
+                missing = pending - live - dead.get(int(package["package_id"]), set())
+                if missing:
+                    only_missing = {**package, "pending": sorted(missing), "discovered": True}
+                    unpushed.extend(self._messages(source, run_id, only_missing))
                 continue
             planned = [planned_task_id(source.name, run_id, package["package_id"], url)
                        for url in package.get("urls", [])]
@@ -92,6 +103,12 @@ class Producer:
                                               lost_ids, repush):
                 reset += 1
                 lost += len(lost_ids)
+        for start in range(0, len(unpushed), self.push_batch_size):
+            self.intake.push_raw(source, unpushed[start:start + self.push_batch_size])
+        if result is not None:
+            result.tasks_repushed += len(unpushed)
+        if unpushed:
+            log.info("resume: %s planned task(s) of half-pushed package(s) of run %s pushed", len(unpushed), run_id)
         if reset:
             log.info("resume: %s running package(s) of run %s had no live task and went back to waiting", reset,
                      run_id)
@@ -102,7 +119,7 @@ class Producer:
 
     def produce(self, source: SourceConfig, run_id: str) -> ProduceResult:
         result = ProduceResult()
-        result.packages_reset, result.tasks_lost = self.resume(source, run_id)
+        result.packages_reset, result.tasks_lost = self.resume(source, run_id, result)
         batch: list[str] = []
         # Claims (MongoDB) run one step ahead in a thread while this one pushes (Redis).
         for package in prefetch(self._claimed_packages(source, run_id, result), ahead=1):
