@@ -51,9 +51,6 @@ def fetching_now(harvest: Harvest) -> bool:
 
 
 # -- 1 ------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: a batch whose pool process died is redelivered at once and "
-                                       "fetched outside admission; per_minute counts admissions, so the site "
-                                       "sees more starts than per_minute")
 def test_row_1_a_worker_process_sigkilled_mid_batch(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
     harvest = harvest_factory("row1", count=40, delay=0.4)
@@ -68,8 +65,6 @@ def test_row_1_a_worker_process_sigkilled_mid_batch(
 
 
 # -- 2 ------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: no visibility timeout is set and a redelivered message is "
-                                       "fetched again outside admission (no stale delivery is dropped)")
 def test_row_2_a_whole_worker_host_sigkilled_then_celery_redelivers(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
     harvest = harvest_factory("row2", count=40, delay=0.4,
@@ -89,8 +84,6 @@ def test_row_2_a_whole_worker_host_sigkilled_then_celery_redelivers(
 
 
 # -- 3 ------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: leases are keyed by task id only: the resumed worker's "
-                                       "late release frees the new holder's lease (no stale holder counted)")
 def test_row_3_a_worker_sigstopped_past_its_lease_then_sigconted(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
     harvest = harvest_factory("row3", count=40, delay=0.4)
@@ -110,8 +103,6 @@ def test_row_3_a_worker_sigstopped_past_its_lease_then_sigconted(
 
 
 # -- 4 ------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: a distributor crash between admission and publish charges "
-                                       "an attempt: with retries 0 the unpublished tasks are dead-lettered")
 def test_row_4_a_distributor_killed_between_admission_and_publish(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
     harvest = harvest_factory("row4a", count=24, delay=0.2, retries=0,
@@ -127,8 +118,6 @@ def test_row_4_a_distributor_killed_between_admission_and_publish(
     assert DeadLetters(harvest.redis).count(harvest.source.name) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: per_minute counts admissions, not fetch starts: the site "
-                                       "sees more starts than per_minute in a window")
 def test_row_4_b_two_distributors_one_sigkilled(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
     harvest = harvest_factory("row4b", count=60, delay=0.2)
@@ -291,8 +280,6 @@ def test_row_7_b_the_triggerer_restarted_while_the_sensor_is_deferred(
 
 
 # -- 8 ------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: a lease starts at admission, so tasks waiting in the queue "
-                                       "longer than the lease are reaped, re-admitted and fetched twice")
 def test_row_8_a_queue_backlog_longer_than_the_lease(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
     harvest = harvest_factory("row8", count=48, delay=1.5, rate_limit={"max_active": 24, "per_minute": 1000})
@@ -307,8 +294,6 @@ def test_row_8_a_queue_backlog_longer_than_the_lease(
 
 
 # -- 9 ------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: task_reject_on_worker_lost redelivers a batch that kills its "
-                                       "worker again and again; it is never dead-lettered")
 def test_row_9_a_poison_message_that_kills_its_worker(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor, demo_site) -> None:
     poison = f"{demo_site.url}/slow/4999?delay=2"
@@ -338,8 +323,6 @@ def test_row_9_a_poison_message_that_kills_its_worker(
 
 
 # -- 10 -----------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 11: per_minute counts admissions, not fetch starts: the site "
-                                       "sees more starts than per_minute in a window")
 def test_row_10_eight_distributors_and_four_workers_on_one_source_for_a_minute(
         harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
     harvest = harvest_factory("row10", count=330, delay=0.3, package_size=30,
