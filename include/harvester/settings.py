@@ -37,6 +37,10 @@ class HarvesterSettings(BaseSettings):
 
     # Distributor and rate-limit store (DESIGN.md section 4).
     rate_window_seconds: float = Field(default=60.0, gt=0, description="Rolling window of per_minute.")
+    rate_window_margin_seconds: float = Field(
+        default=1.0, ge=0,
+        description="A fetch's rate token stays in the window this much longer than the window: a request "
+                    "reaches the site a little after its token, and the site's window must never see more.")
     lease_seconds: float = Field(default=120.0, gt=0, description="A task not heartbeaten this long is reaped.")
     heartbeat_seconds: float = Field(default=20.0, gt=0)
     reap_interval_seconds: float = Field(default=5.0, gt=0)

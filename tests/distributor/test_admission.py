@@ -49,7 +49,7 @@ def test_per_minute_counts_fetch_starts_in_a_rolling_window(redis_client: redis.
     Intake(redis_client, settings).push(source, tasks("shop", 20))
     store = RateLimitStore(redis_client, settings)
     start = store.server_time()
-    window = settings.rate_window_seconds
+    window = settings.rate_window_seconds + settings.rate_window_margin_seconds  # a token counts this long
 
     assert [store.acquire_fetch("shop", now=start) for _ in range(3)] == [0.0] * 3
     assert [store.acquire_fetch("shop", now=start + 0.5) for _ in range(2)] == [0.0] * 2
@@ -108,14 +108,14 @@ def test_limits_hold_exactly_with_eight_concurrent_worker_processes(
         assert process.exitcode == 0
     starts = sorted(start for process_starts, _ in outcomes for start in process_starts)
     assert max(active for _, actives in outcomes for active in actives) <= max_active
-    # any window of the rate window's length holds at most per_minute fetch starts; a start is read from
-    # the server clock one round trip after its token, so the windows looked at are 0.2 s shorter
-    busiest = max(sum(1 for other in starts[index:] if other < start + window - 0.2)
+    # any window of the rate window's length holds at most per_minute fetch starts (a start is read from
+    # the server clock one round trip after its token: the window margin covers that)
+    busiest = max(sum(1 for other in starts[index:] if other < start + window)
                   for index, start in enumerate(starts))
     assert busiest <= per_minute
     assert store_counter(redis_client, settings, "fetch_starts") == len(starts)
-    # five seconds of a two-second window of 40: the limit was the bottleneck
-    assert per_minute * 2 <= len(starts) <= per_minute * 3
+    # five seconds of a two-second window (three with its margin) of 40: the limit was the bottleneck
+    assert per_minute <= len(starts) <= per_minute * 3
 
 
 def store_counter(client: redis.Redis, settings: HarvesterSettings, name: str) -> int:

@@ -168,7 +168,8 @@ class RateLimitStore:
                     size = min(remaining, ADMIT_CHUNK)
                     pipeline.call("admit", source, wanted=size,
                                   publish_grace_seconds=self.settings.publish_grace_seconds,
-                                  window_seconds=self.settings.rate_window_seconds, now=_now_argument(now),
+                                  window_seconds=self.settings.rate_window_seconds
+                                  + self.settings.rate_window_margin_seconds, now=_now_argument(now),
                                   expected_source=source, dead_letters_max=self.settings.dead_letters_max_per_source)
                     chunks.append((index, source))
                     remaining -= size
@@ -315,8 +316,8 @@ class RateLimitStore:
     @redis_storage_errors()
     def acquire_fetch(self, source: str, now: float | None = None) -> float:
         """Take one per_minute token for a request about to start; 0.0 when taken, else seconds to wait."""
-        return self.scripts.call("acquire_fetch", source, window_seconds=self.settings.rate_window_seconds,
-                                 now=_now_argument(now)).wait_seconds
+        window = self.settings.rate_window_seconds + self.settings.rate_window_margin_seconds
+        return self.scripts.call("acquire_fetch", source, window_seconds=window, now=_now_argument(now)).wait_seconds
 
     @redis_storage_errors()
     def live_task_ids(self, source: str, run_id: str) -> set[str]:

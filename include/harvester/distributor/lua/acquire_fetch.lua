@@ -1,8 +1,9 @@
 -- acquire_fetch: a worker is about to send one request to the source's site. Take a per_minute token
 -- if the rolling window of fetch starts has room (retries and every worker included), else say how long
--- to wait. This, not admission, is what holds per_minute as the site sees it.
+-- to wait. This, not admission, is what holds per_minute as the site sees it. A token counts for
+-- window_seconds (already widened by the caller's margin: a request reaches the site a little after its token).
 -- KEYS[1] window   KEYS[2] config   KEYS[3] counters
--- ARGV[1] window_seconds (s)   ARGV[2] now (s) or ""
+-- ARGV[1] window_seconds (s, the rate window plus the margin)   ARGV[2] now (s) or ""
 -- Returns wait_seconds: 0 when the token was taken, else the seconds (s) until one may be.
 local now = now_or_server(ARGV[2])
 local window_seconds = tonumber(ARGV[1])
