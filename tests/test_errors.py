@@ -122,7 +122,8 @@ def test_the_distributor_stores_raise_storage_unavailable_when_redis_is_down():
     client = redis.Redis(port=free_port(), socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
     calls = [
         lambda: RateLimitStore(client, HarvesterSettings()).admit("shop", 1),
-        lambda: RateLimitStore(client, HarvesterSettings()).heartbeat("shop", ["t1"]),
+        lambda: RateLimitStore(client, HarvesterSettings()).heartbeat("shop", {"t1": "1"}),
+        lambda: RateLimitStore(client, HarvesterSettings()).start("shop", {"t1": "1"}),
         lambda: RateLimitStore(client, HarvesterSettings()).stats_all(),
         lambda: Intake(client, HarvesterSettings()).push_raw("shop", ["{}"]),
         lambda: DeadLetters(client).requeue("shop"),
@@ -160,8 +161,8 @@ def test_the_package_and_run_stores_raise_storage_unavailable_when_mongodb_is_do
 
 @pytest.mark.integration
 def test_a_command_redis_refuses_is_a_storage_error_but_not_an_outage(redis_client):
-    redis_client.set(SourceKeys("shop").active, "not a zset")
+    redis_client.set(SourceKeys("shop").leases, "not a hash")
     with pytest.raises(StorageError) as caught:
-        RateLimitStore(redis_client, HarvesterSettings()).heartbeat("shop", ["t1"])
+        RateLimitStore(redis_client, HarvesterSettings()).heartbeat("shop", {"t1": "1"})
     assert not isinstance(caught.value, StorageUnavailableError)
     assert isinstance(caught.value.__cause__, redis.ResponseError)

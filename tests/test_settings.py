@@ -96,23 +96,35 @@ def test_publish_batch_size_is_the_tasks_per_celery_message():
 def test_lease_seconds_is_the_lease_an_admitted_task_gets(redis_client, lease_seconds):
     settings = HarvesterSettings(lease_seconds=lease_seconds)
     Intake(redis_client, settings).push(SOURCE, [TaskMessage(source="shop", url="http://a.example/1")])
-    admission = RateLimitStore(redis_client, settings).admit("shop", 1, now=1000.0)
+    store = RateLimitStore(redis_client, settings)
+    admission = store.admit("shop", 1, now=900.0)
     (task_id,) = [TaskMessage.model_validate_json(raw).task_id for raw in admission.messages]
+    store.start("shop", admission.leases(), now=1000.0)  # the lease starts when work starts
     assert redis_client.zscore(SourceKeys("shop").active, task_id) == 1000.0 + lease_seconds
 
 
 @covers_setting("rate_window_seconds")
 @pytest.mark.integration
-def test_rate_window_seconds_is_how_long_an_admission_counts_against_per_minute(redis_client):
+def test_rate_window_seconds_is_how_long_a_fetch_start_counts_against_per_minute(redis_client):
     source = SOURCE.model_copy(update={"rate_limit": SOURCE.rate_limit.model_copy(update={"per_minute": 1})})
-    for window, admitted_later in ((10.0, 1), (100.0, 0)):
+    for window, allowed_later in ((10.0, True), (100.0, False)):
         redis_client.flushdb()
         settings = HarvesterSettings(rate_window_seconds=window)
-        Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url=f"http://a.example/{n}")
-                                                     for n in range(2)])
+        Intake(redis_client, settings).register_source(source)
         store = RateLimitStore(redis_client, settings)
-        assert len(store.admit("shop", 1, now=1000.0).messages) == 1
-        assert len(store.admit("shop", 1, now=1050.0).messages) == admitted_later, window
+        assert store.acquire_fetch("shop", now=1000.0) == 0.0
+        assert (store.acquire_fetch("shop", now=1050.0) == 0.0) is allowed_later, window
+
+
+@pytest.mark.integration
+def test_rate_window_margin_seconds_keeps_a_fetch_start_counted_past_the_window(redis_client):
+    source = SOURCE.model_copy(update={"rate_limit": SOURCE.rate_limit.model_copy(update={"per_minute": 1})})
+    Intake(redis_client, HarvesterSettings()).register_source(source)
+    for margin, allowed in ((0.0, True), (5.0, False)):
+        redis_client.delete(SourceKeys("shop").window)
+        store = RateLimitStore(redis_client, HarvesterSettings(rate_window_seconds=10, rate_window_margin_seconds=margin))
+        assert store.acquire_fetch("shop", now=1000.0) == 0.0
+        assert (store.acquire_fetch("shop", now=1012.0) == 0.0) is allowed, margin
 
 
 @covers_setting("reap_batch_size")
@@ -123,7 +135,9 @@ def test_reap_batch_size_caps_the_leases_reaped_per_source_per_call(redis_client
     Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url=f"http://a.example/{n}")
                                                  for n in range(5)])
     store = RateLimitStore(redis_client, settings)
-    assert len(store.admit("shop", 5, now=1000.0).messages) == 5
+    admission = store.admit("shop", 5, now=1000.0)
+    assert len(admission.messages) == 5
+    store.start("shop", admission.leases(), now=1000.0)
     assert store.reap(["shop"], now=2000.0).reaped == 2
 
 

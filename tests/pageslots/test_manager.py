@@ -169,7 +169,7 @@ def test_country_without_proxy_gets_no_page_and_its_tasks_are_dead_lettered(
     for message in messages:
         redis_client.rpush(SourceKeys("th_shop").intake, message.to_json())
     admitted = store.admit("th_shop", 10)
-    push_browser_tasks(redis_client, "TH", [json.loads(raw) for raw in admitted.messages], 3000)
+    push_browser_tasks(redis_client, "TH", admitted.deliveries(), 3000)
     manager = manager_for(redis_client)
     report = manager.allocate()
     assert report.errors and "no proxy configured for country TH" in report.errors[0]

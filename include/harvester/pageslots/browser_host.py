@@ -42,6 +42,7 @@ from harvester.config.model import SourceConfig
 from harvester.pageslots.proxies import proxy_for
 from harvester.pageslots.registry import SlotState
 from harvester.queues import PAGESLOTS_QUEUE, page_slot_queue_name
+from harvester.scraping import SKIPPED_REASON, FetchPermit
 from harvester.scraping.addresses import AddressGuard
 from harvester.scraping.browser import (
     PageLoad,
@@ -52,7 +53,7 @@ from harvester.scraping.browser import (
     user_agent_and_headers,
 )
 from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.page_fetcher import SKIPPED_REASON, FetchedBatch, FetchPermit
+from harvester.scraping.page_fetcher import FetchedBatch
 from harvester.settings import HarvesterSettings, get_settings
 
 if TYPE_CHECKING:

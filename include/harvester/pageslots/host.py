@@ -238,7 +238,7 @@ class SlotHeartbeat:
         self.interval = settings.page_slot_heartbeat_seconds
         self.orders: Orders | None = None
         self.lost = False
-        self.task: tuple[str, str] | None = None  # (source, task id) while one runs
+        self.task: tuple[str, str, str] | None = None  # (source, task id, lease token) while one runs
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"slot-heartbeat-{slot_id}", daemon=True)
 
@@ -251,7 +251,7 @@ class SlotHeartbeat:
             orders = self.registry.heartbeat(self.slot_id, self.owner, self.browser_pid())
             task = self.task
             if task is not None:
-                self.store.heartbeat(task[0], [task[1]])
+                self.store.heartbeat(task[0], {task[1]: task[2]})
         except redis.RedisError as error:  # Redis restarting: keep going, the loop retries too
             log.warning("slot %s: heartbeat failed: %s", self.slot_id, error)
             return self.orders
@@ -485,11 +485,13 @@ class PageSlotHost:
         from harvester.distributor import RateLimitStore
 
         store = RateLimitStore(self.redis, self.settings)
-        if not store.heartbeat(message.source, [message.task_id]):
-            # its lease expired while it waited (the reaper re-queued it): never fetch outside admission
+        token = message.lease_token or ""
+        if not token or not store.start(message.source, {message.task_id: token}).held:
+            # no longer reserved under this token (reaped and handed on, or a duplicate): never fetch
+            # outside admission (issue 11)
             self._transition(SlotState.PAGE_READY)
             return
-        self.heartbeat.task = (message.source, message.task_id)  # type: ignore[union-attr]
+        self.heartbeat.task = (message.source, message.task_id, token)  # type: ignore[union-attr]
         try:
             try:
                 source = self.runner.sources.get(message.source)
@@ -498,6 +500,7 @@ class PageSlotHost:
                 self.book.completed([member])
                 self._transition(SlotState.PAGE_READY)
                 return
+            await self._rate_token(store, message.source)
             fetch, ending = await self._render(message.url, source)
             self.report.tasks += 1
             outcomes = self._outcomes(fetch)
@@ -516,6 +519,19 @@ class PageSlotHost:
             self._transition(SlotState.PAGE_READY, fields={"pages_served": "+1", "consecutive_failures": 0})
         else:
             self.registry.redis.hincrby(KEYS.slot(self.slot_id), "pages_served", 1)
+
+    @staticmethod
+    async def _rate_token(store: Any, source: str) -> None:
+        """Wait for one of the source's per_minute tokens: taken at fetch time, as the site sees it (issue 11)."""
+        while True:
+            try:
+                wait = await asyncio.to_thread(store.acquire_fetch, source)
+            except redis.RedisError as error:  # Redis restarting: no token, no request; look again shortly
+                log.warning("rate token of %s unavailable: %s", source, error)
+                wait = 0.5
+            if wait <= 0:
+                return
+            await asyncio.sleep(min(wait, 1.0))
 
     async def _render(self, url: str, source: SourceConfig) -> tuple[FetchResult, str]:
         """Load ``url`` by the failure rules; returns the result and how the slot ends it: ok, blocked, gave_up."""

@@ -12,6 +12,8 @@ _EXPORTS = {
     "strip_userinfo": "addresses",
     "DEFAULT_CLASSIFIER": "responses",
     "FetchedBatch": "page_fetcher",
+    "FetchPermit": "page_fetcher",
+    "SKIPPED_REASON": "page_fetcher",
     "FetchResult": "fetcher",
     "Fetcher": "fetcher",
     "PageLoad": "browser",

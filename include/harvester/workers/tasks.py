@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from billiard.exceptions import WorkerLostError
+from celery.exceptions import WorkerLostError
 from celery.signals import task_failure, worker_process_init
 
 import harvester.pageslots.hosting  # noqa: F401  (a pageslots worker's supervisor: capacity, resets, reaping)
