@@ -122,7 +122,8 @@ def test_rate_window_margin_seconds_keeps_a_fetch_start_counted_past_the_window(
     Intake(redis_client, HarvesterSettings()).register_source(source)
     for margin, allowed in ((0.0, True), (5.0, False)):
         redis_client.delete(SourceKeys("shop").window)
-        store = RateLimitStore(redis_client, HarvesterSettings(rate_window_seconds=10, rate_window_margin_seconds=margin))
+        settings = HarvesterSettings(rate_window_seconds=10, rate_window_margin_seconds=margin)
+        store = RateLimitStore(redis_client, settings)
         assert store.acquire_fetch("shop", now=1000.0) == 0.0
         assert (store.acquire_fetch("shop", now=1012.0) == 0.0) is allowed, margin
 
