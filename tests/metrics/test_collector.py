@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -42,19 +41,20 @@ def test_each_metric_moves_when_its_event_happens(write_source, crawl, demo_site
     assert value(samples, "harvester_tasks_pushed_total", source=name) == 3
     assert value(samples, "harvester_max_active", source=name) == 4
 
-    # admitted: in flight, saturation and the rate window move
+    # admitted: reserved (in flight), saturation moves; the rate window counts fetch starts, none yet
     admission = crawl.store.admit(name, 3)
     samples = scrape(registry)
     assert value(samples, "harvester_tasks_active", source=name) == 3
     assert value(samples, "harvester_active_saturation", source=name) == pytest.approx(0.75)
-    assert value(samples, "harvester_admitted_last_minute", source=name) == 3
-    assert value(samples, "harvester_rate_saturation", source=name) == pytest.approx(0.003)
+    assert value(samples, "harvester_admitted_last_minute", source=name) == 0
     assert value(samples, "harvester_tasks_admitted_total", source=name) == 3
 
-    # fetched and stored: requests by outcome and status, records new, histograms, done
+    # fetched and stored: requests by outcome and status, records new, histograms, done, the rate window
     time.sleep(0.2)  # a visible queue latency
-    crawl.runner.run([json.loads(raw) for raw in admission.messages])
+    crawl.runner.run(admission.deliveries())
     samples = scrape(registry)
+    assert value(samples, "harvester_admitted_last_minute", source=name) == 3
+    assert value(samples, "harvester_rate_saturation", source=name) == pytest.approx(0.003)
     assert value(samples, "harvester_requests_total", source=name, outcome="ok", status="200") == 3
     assert value(samples, "harvester_records_stored_total", source=name) == 3
     assert value(samples, "harvester_records_new_total", source=name) == 3
@@ -123,6 +123,7 @@ def test_reaps_queue_depth_and_browser_counters(write_source, redis_client, work
     store = RateLimitStore(redis_client, worker_settings)
     Intake(redis_client, worker_settings).push(source, [TaskMessage(source=source.name, url=f"{demo_site.url}/x")])
     admitted = store.admit(source.name, 1)
+    store.start(source.name, admitted.leases(), now=admitted.now)  # started, then its worker went silent
     store.reap([source.name], now=admitted.now + worker_settings.lease_seconds + 1)
     samples = scrape(registry)
     assert value(samples, "harvester_reaps_total", source=source.name) == 1

@@ -82,9 +82,9 @@ class HarvesterCollector(Collector):
             ("dead_letters_waiting", "Entries now in the dead-letter list."),
             ("max_active", "The source's max_active limit."),
             ("per_minute", "The source's per_minute limit."),
-            ("admitted_last_minute", "Admissions in the rolling rate window."),
+            ("admitted_last_minute", "Fetch starts (per_minute tokens taken) in the rolling rate window."),
             ("active_saturation", "tasks_active / max_active (1 = the in-flight limit holds admission back)."),
-            ("rate_saturation", "admitted_last_minute / per_minute (1 = the rate limit holds admission back)."),
+            ("rate_saturation", "admitted_last_minute / per_minute (1 = the rate limit holds fetches back)."),
             ("source_paused", "1 while the whole source waits for a Retry-After."),
             ("paused_hosts", "Hosts of the source waiting for a Retry-After."),
         )}

@@ -34,7 +34,7 @@ class SourceStats:
     pending: int
     delayed: int
     active: int
-    admitted_last_minute: int  # admissions in the rolling rate window (settings.rate_window_seconds)
+    admitted_last_minute: int  # fetch starts in the rolling rate window (settings.rate_window_seconds)
     done: int
     failed: int
     dead: int  # entries now in dead letters

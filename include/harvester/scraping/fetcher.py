@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import time
 import weakref
 import zlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
@@ -151,9 +152,7 @@ class Fetcher:
     async def fetch_all(self, urls: Sequence[str], source: SourceConfig, permit: FetchPermit | None = None
                         ) -> FetchedBatch:
         async def one(index: int, url: str) -> FetchResult:
-            if permit is not None and not await permit(index):  # outside the timeout: waiting is not fetching
-                return FetchResult(url, "skipped", reason=SKIPPED_REASON)
-            return await self.fetch(url, source)
+            return await self.fetch(url, source, None if permit is None else functools.partial(permit, index))
 
         return FetchedBatch(list(await asyncio.gather(*(one(index, url) for index, url in enumerate(urls)))))
 
@@ -168,8 +167,13 @@ class Fetcher:
         self._credentials[source.http_connection_id] = (time.monotonic(), credentials)
         return credentials
 
-    async def fetch(self, url: str, source: SourceConfig) -> FetchResult:
-        """Fetch one page; never raises for what a site can do wrong (that becomes the outcome)."""
+    async def fetch(self, url: str, source: SourceConfig,
+                    ready: Callable[[], Awaitable[bool]] | None = None) -> FetchResult:
+        """Fetch one page; never raises for what a site can do wrong (that becomes the outcome).
+
+        ``ready`` is asked last, right before the request starts (after robots.txt and the host's turn,
+        outside the timeout: waiting is not fetching): the batch's per_minute token is taken as close to
+        the site's view as the worker can; False means the task is no longer ours (outcome ``skipped``)."""
         started = time.monotonic()
         started_at = time.time()
         url = strip_userinfo(url)
@@ -178,8 +182,11 @@ class Fetcher:
             limits = await self._before_request(url, source)
             if self.gate is not None and limits is not None:
                 token = await self.gate.acquire(source.name, url, limits)
-            async with asyncio.timeout(source.timeout):
-                result = await self._fetch(url, source)
+            if ready is not None and not await ready():
+                result = FetchResult(url, "skipped", reason=SKIPPED_REASON)
+            else:
+                async with asyncio.timeout(source.timeout):
+                    result = await self._fetch(url, source)
         except RobotsDisallowed as error:
             result = FetchResult(url, "robots_disallowed", reason=str(error))
         except AddressRefused as error:
