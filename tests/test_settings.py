@@ -116,6 +116,7 @@ def test_rate_window_seconds_is_how_long_a_fetch_start_counts_against_per_minute
         assert (store.acquire_fetch("shop", now=1050.0) == 0.0) is allowed_later, window
 
 
+@covers_setting("rate_window_margin_seconds")
 @pytest.mark.integration
 def test_rate_window_margin_seconds_keeps_a_fetch_start_counted_past_the_window(redis_client):
     source = SOURCE.model_copy(update={"rate_limit": SOURCE.rate_limit.model_copy(update={"per_minute": 1})})
@@ -482,6 +483,58 @@ def test_the_sensors_poll_and_give_up_as_the_settings_say(monkeypatch: pytest.Mo
 
 
 @pytest.mark.unit
+@covers_setting("publish_grace_seconds", "queued_lease_seconds")
+@pytest.mark.integration
+def test_unstarted_reservations_last_the_publish_grace_then_the_queued_lease(redis_client):
+    settings = HarvesterSettings(publish_grace_seconds=5, queued_lease_seconds=50)
+    Intake(redis_client, settings).push(SOURCE, [TaskMessage(source="shop", url=f"http://a.example/{n}")
+                                                 for n in range(2)])
+    store = RateLimitStore(redis_client, settings)
+    admission = store.admit("shop", 2, now=1000.0)
+    first, _second = admission.leases().items()
+    store.mark_published("shop", dict([first]), now=1000.0)  # the second was never confirmed published
+    assert store.reap(["shop"], now=1006.0).returned == 1  # past the grace: back, uncharged
+    assert store.reap(["shop"], now=1049.0).returned == 0
+    assert store.reap(["shop"], now=1051.0).returned == 1  # queued past its lease: its message presumed lost
+
+
+@covers_setting("dead_letters_max_per_source")
+@pytest.mark.integration
+def test_dead_letters_max_per_source_caps_the_list(redis_client):
+    settings = HarvesterSettings(dead_letters_max_per_source=2)
+    Intake(redis_client, settings).push(SOURCE, [TaskMessage(source="shop", url=f"http://a.example/{n}")
+                                                 for n in range(3)])
+    store = RateLimitStore(redis_client, settings)
+    for message in store.admit("shop", 3).task_messages():
+        store.reject("shop", message.to_json(), "HTTP 404", token=message.lease_token)
+    assert redis_client.llen(SourceKeys("shop").dead_letters) == 2
+    assert store.counters("shop")["dead_overflow"] == 1
+
+
+@covers_setting("host_pause_max_seconds")
+@pytest.mark.integration
+def test_host_pause_max_seconds_caps_a_host_pause_and_its_key(redis_client):
+    store = RateLimitStore(redis_client, HarvesterSettings(host_pause_max_seconds=10))
+    assert store.pause_host("shop", "a.example", 3600, now=1000.0) == pytest.approx(1010.0)
+    assert 0 < redis_client.pttl(SourceKeys("shop").host_paused) <= 11_000
+
+
+@covers_setting("celery_visibility_timeout_seconds", "worker_max_memory_per_child_kb")
+@pytest.mark.unit
+def test_celery_delivery_settings_reach_the_workers_app(monkeypatch: pytest.MonkeyPatch):
+    from harvester.workers.celery_app import create_app
+
+    monkeypatch.setenv("HARVESTER_CELERY_VISIBILITY_TIMEOUT_SECONDS", "600")
+    monkeypatch.setenv("HARVESTER_WORKER_MAX_MEMORY_PER_CHILD_KB", "123456")
+    get_settings.cache_clear()
+    try:
+        conf = create_app().conf
+    finally:
+        get_settings.cache_clear()
+    assert conf.broker_transport_options["visibility_timeout"] == 600
+    assert conf.worker_max_memory_per_child == 123456
+
+
 def test_every_setting_has_a_small_test_that_shows_its_effect():
     """A new setting needs a @covers_setting test here; a listed gap, once tested, leaves the list."""
     fields = set(HarvesterSettings.model_fields)
