@@ -26,7 +26,7 @@ COVERED: set[str] = set()  # settings some test below shows the effect of (fille
 # the batch heartbeat (workers/batch.py), the distributor's Redis reconnect backoff, the HTTP fetcher's
 # body cap and redirect limit (tests/workers), the produce task's push batch (tests/producer).
 NOT_YET_SMALL_TESTED = frozenset({
-    "heartbeat_seconds", "redis_retry_max_seconds", "body_size_cap_bytes", "max_redirects", "producer_push_batch_size",
+    "heartbeat_seconds", "producer_push_batch_size",
     "page_slot_relaunch_after_failures", "page_slot_give_up_after_failures", "page_slot_retry_delay_seconds",
     "page_slot_recycle_after_pages", "page_slot_recycle_rss_mb", "page_slot_block_markers",
     "page_slot_task_wait_seconds", "page_slot_reopen_page_after_pages",
@@ -533,6 +533,65 @@ def test_celery_delivery_settings_reach_the_workers_app(monkeypatch: pytest.Monk
         get_settings.cache_clear()
     assert conf.broker_transport_options["visibility_timeout"] == 600
     assert conf.worker_max_memory_per_child == 123456
+
+
+
+# -- the HTTP fetcher (against the demo site) ------------------------------------------------------
+def fetch_demo(url: str, **overrides: object):
+    import asyncio
+
+    from harvester.scraping.fetcher import Fetcher
+
+    from tests.fixtures.demo_site import demo_source
+
+    async def run():
+        async with Fetcher(HarvesterSettings(**overrides)) as fetcher:
+            return await fetcher.fetch(url, demo_source("http://127.0.0.1:9"))
+
+    return asyncio.run(run())
+
+
+@covers_setting("max_redirects")
+@pytest.mark.integration
+def test_max_redirects_is_how_many_hops_the_fetcher_follows(demo_site):
+    assert fetch_demo(f"{demo_site.url}/redirect/3", max_redirects=3).ok
+    assert fetch_demo(f"{demo_site.url}/redirect/3", max_redirects=2).outcome == "too_many_redirects"
+
+
+@covers_setting("body_size_cap_bytes")
+@pytest.mark.integration
+def test_body_size_cap_bytes_cuts_a_long_body(demo_site):
+    for cap in (64 * 1024, 256 * 1024):
+        result = fetch_demo(f"{demo_site.url}/huge?mb=1", body_size_cap_bytes=cap)
+        assert (result.ok, result.truncated, result.size) == (True, True, cap), cap
+
+
+# -- the distributor's Redis outage backoff --------------------------------------------------------
+@covers_setting("redis_retry_max_seconds")
+@pytest.mark.unit
+def test_redis_retry_max_seconds_caps_the_wait_between_reconnects():
+    import threading
+
+    from harvester.services.ports import free_port
+
+    class Waits(threading.Event):  # records the distributor's pauses between attempts
+        def __init__(self) -> None:
+            super().__init__()
+            self.waits: list[float] = []
+
+        def wait(self, timeout: float | None = None) -> bool:
+            self.waits.append(float(timeout or 0))
+            if len(self.waits) >= 5:
+                self.set()
+            return self.is_set()
+
+    for cap, expected in ((0.15, [0.1, 0.15, 0.15, 0.15, 0.15]), (5.0, [0.1, 0.2, 0.4, 0.8, 1.6])):
+        dead = redis.Redis(port=free_port(), socket_connect_timeout=0.2)  # nothing listens: every call fails
+        distributor = Distributor(dead, HarvesterSettings(redis_url="redis://127.0.0.1:1/0",
+                                                          redis_retry_max_seconds=cap))
+        distributor._stop = Waits()
+        distributor.run(max_seconds=30)
+        assert distributor._stop.waits == pytest.approx(expected), cap
 
 
 def test_every_setting_has_a_small_test_that_shows_its_effect():
