@@ -27,9 +27,7 @@ COVERED: set[str] = set()  # settings some test below shows the effect of (fille
 # body cap and redirect limit (tests/workers), the produce task's push batch (tests/producer).
 NOT_YET_SMALL_TESTED = frozenset({
     "heartbeat_seconds", "producer_push_batch_size",
-    "page_slot_relaunch_after_failures", "page_slot_give_up_after_failures", "page_slot_retry_delay_seconds",
-    "page_slot_recycle_after_pages", "page_slot_recycle_rss_mb", "page_slot_block_markers",
-    "page_slot_task_wait_seconds", "page_slot_reopen_page_after_pages",
+    "page_slot_reopen_page_after_pages",
 })
 
 
@@ -592,6 +590,142 @@ def test_redis_retry_max_seconds_caps_the_wait_between_reconnects():
         distributor._stop = Waits()
         distributor.run(max_seconds=30)
         assert distributor._stop.waits == pytest.approx(expected), cap
+
+
+
+# -- the slot host's decisions (pageslots/host.py), with a scripted browser in place of Chromium ------
+def slot_host(redis_server, monkeypatch: pytest.MonkeyPatch, loads: list[bool | str] = (), **overrides: object):
+    """A claimed slot's host whose browser plays ``loads`` (False: a failed load, text: a page with it)."""
+    from harvester.pageslots.host import PageSlotHost, SlotBrowser
+    from harvester.pageslots.registry import SlotRegistry, SlotState
+    from harvester.scraping.browser import PageLoad
+    from harvester.scraping.fetcher import FetchResult
+
+    class ScriptedBrowser(SlotBrowser):
+        async def load(self, url, source):
+            played = loads.pop(0) if loads else "<h1>ok</h1>"
+            if played is False:
+                return PageLoad(FetchResult(url, "connection_error", reason="scripted failure"), load_failed=True)
+            return PageLoad(FetchResult(url, "ok", status=200, text=played))
+
+        async def ensure_page(self, source):
+            pass  # a recycle re-opens the page: nothing to launch here
+
+        async def close_page(self):
+            pass
+
+        async def close_browser(self):
+            self.browser = None
+
+    monkeypatch.delenv("AIRFLOW_CONN_REDIS_DEFAULT", raising=False)
+    loads = list(loads)
+    settings = HarvesterSettings(**{"redis_url": redis_server.url, "page_slot_retry_delay_seconds": 0, **overrides})
+    registry = SlotRegistry(redis_server.client())
+    (slot_id,) = registry.create("SG", 1)
+    registry.transition(slot_id, SlotState.PREPARING_PAGE)
+    host = PageSlotHost(slot_id, settings)
+    assert registry.claim(slot_id, host.owner, host.host, 1, 10) == "ok"
+    host.country, host.browser = "SG", ScriptedBrowser(slot_id, None, settings)
+    return host
+
+
+def render(host) -> tuple[str, str]:
+    import asyncio
+
+    fetch, ending = asyncio.run(host._render("http://a.example/1", SOURCE))
+    return fetch.outcome, ending
+
+
+@covers_setting("page_slot_give_up_after_failures")
+@pytest.mark.integration
+def test_page_slot_give_up_after_failures_is_when_a_slot_gives_a_task_up(redis_client, redis_server, monkeypatch):
+    for give_up in (2, 5):
+        host = slot_host(redis_server, monkeypatch, [False] * 10, page_slot_give_up_after_failures=give_up)
+        assert render(host) == ("connection_error", "gave_up")
+        assert (host.report.failed_loads, host.report.gave_up) == (give_up, 1), give_up
+
+
+@covers_setting("page_slot_relaunch_after_failures")
+@pytest.mark.integration
+def test_page_slot_relaunch_after_failures_is_how_often_the_browser_is_relaunched(redis_client, redis_server,
+                                                                                 monkeypatch):
+    for every, relaunches in ((2, 3), (3, 2)):
+        host = slot_host(redis_server, monkeypatch, [False] * 6, page_slot_relaunch_after_failures=every)
+        assert render(host) == ("ok", "ok")
+        assert (host.report.failed_loads, host.report.relaunches) == (6, relaunches), every
+
+
+@covers_setting("page_slot_retry_delay_seconds")
+@pytest.mark.integration
+def test_page_slot_retry_delay_seconds_is_the_pause_before_a_failed_load_is_retried(redis_client, redis_server,
+                                                                                   monkeypatch):
+    import time
+
+    elapsed = {}
+    for delay in (0.0, 0.4):
+        host = slot_host(redis_server, monkeypatch, [False, False], page_slot_retry_delay_seconds=delay)
+        started = time.monotonic()
+        assert render(host) == ("ok", "ok")
+        elapsed[delay] = time.monotonic() - started
+    assert elapsed[0.0] < 0.4 <= 0.8 <= elapsed[0.4]
+
+
+@covers_setting("page_slot_block_markers")
+@pytest.mark.integration
+def test_page_slot_block_markers_turn_a_rendered_page_into_a_block(redis_client, redis_server, monkeypatch):
+    page = "<h1>Please solve the captcha</h1>"
+    assert render(slot_host(redis_server, monkeypatch, [page])) == ("ok", "ok")
+    blocked = slot_host(redis_server, monkeypatch, [page], page_slot_block_markers=["solve the captcha"])
+    assert render(blocked) == ("blocked", "blocked")
+
+
+@covers_setting("page_slot_recycle_after_pages")
+@pytest.mark.integration
+def test_page_slot_recycle_after_pages_relaunches_a_browser_that_served_that_many(redis_client, redis_server,
+                                                                                 monkeypatch):
+    import asyncio
+
+    for after, recycles in ((5, 1), (6, 0)):
+        host = slot_host(redis_server, monkeypatch, page_slot_recycle_after_pages=after)
+        host.browser.browser, host.browser.pages_since_launch = object(), 5  # a launched browser, 5 pages served
+        asyncio.run(host._recycle_if_due())
+        assert host.report.recycles == recycles, after
+
+
+@covers_setting("page_slot_recycle_rss_mb")
+@pytest.mark.integration
+def test_page_slot_recycle_rss_mb_relaunches_a_browser_grown_past_it(redis_client, redis_server, monkeypatch):
+    import asyncio
+    import subprocess
+    import sys
+    import time
+
+    grown = subprocess.Popen([sys.executable, "-c", "b = bytearray(64 << 20); import time; time.sleep(30)"])
+    try:
+        for limit, recycles in ((32.0, 1), (4096.0, 0)):  # the stand-in "browser" holds ~64 MB
+            host = slot_host(redis_server, monkeypatch, page_slot_recycle_rss_mb=limit)
+            host.browser.browser, host.browser.pid = object(), grown.pid
+            deadline = time.monotonic() + 5
+            while host.browser.rss_mb() < 60 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            asyncio.run(host._recycle_if_due())
+            assert host.report.recycles == recycles, limit
+    finally:
+        grown.kill()
+        grown.wait()
+
+
+@covers_setting("page_slot_task_wait_seconds")
+@pytest.mark.integration
+def test_page_slot_task_wait_seconds_is_how_long_a_ready_slot_blocks_for_a_task(redis_client, redis_server,
+                                                                               monkeypatch):
+    import time
+
+    for wait in (0.2, 1.2):
+        host = slot_host(redis_server, monkeypatch, page_slot_task_wait_seconds=wait)
+        started = time.monotonic()
+        assert host._pop_task() is None  # no browser task queued for SG
+        assert wait <= time.monotonic() - started < wait + 0.5, wait
 
 
 def test_every_setting_has_a_small_test_that_shows_its_effect():
