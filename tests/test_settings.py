@@ -27,7 +27,6 @@ COVERED: set[str] = set()  # settings some test below shows the effect of (fille
 # body cap and redirect limit (tests/workers), the produce task's push batch (tests/producer).
 NOT_YET_SMALL_TESTED = frozenset({
     "heartbeat_seconds", "producer_push_batch_size",
-    "page_slot_reopen_page_after_pages",
 })
 
 
@@ -726,6 +725,30 @@ def test_page_slot_task_wait_seconds_is_how_long_a_ready_slot_blocks_for_a_task(
         started = time.monotonic()
         assert host._pop_task() is None  # no browser task queued for SG
         assert wait <= time.monotonic() - started < wait + 0.5, wait
+
+
+
+@covers_setting("page_slot_reopen_page_after_pages")
+@pytest.mark.integration
+def test_page_slot_reopen_page_after_pages_opens_a_fresh_page_after_that_many_loads():
+    import asyncio
+
+    from harvester.pageslots.host import SlotBrowser
+
+    async def pages_opened() -> tuple[bool, bool]:
+        browser = SlotBrowser("reopen-probe", None, HarvesterSettings(chromium_sandbox=False,
+                                                                      page_slot_reopen_page_after_pages=3))
+        try:
+            first = await browser.ensure_page(None)
+            browser.pages_on_page = 2
+            kept = await browser.ensure_page(None) is first  # 2 loads < 3: the same page
+            browser.settings = browser.settings.model_copy(update={"page_slot_reopen_page_after_pages": 2})
+            reopened = await browser.ensure_page(None) is not first  # 2 loads >= 2: a fresh page
+            return kept, reopened and browser.reopens == 1 and browser.launches == 1
+        finally:
+            await browser.close()
+
+    assert asyncio.run(pages_opened()) == (True, True)
 
 
 def test_every_setting_has_a_small_test_that_shows_its_effect():
