@@ -26,7 +26,7 @@ COVERED: set[str] = set()  # settings some test below shows the effect of (fille
 # the batch heartbeat (workers/batch.py), the distributor's Redis reconnect backoff, the HTTP fetcher's
 # body cap and redirect limit (tests/workers), the produce task's push batch (tests/producer).
 NOT_YET_SMALL_TESTED = frozenset({
-    "heartbeat_seconds", "producer_push_batch_size",
+    "producer_push_batch_size",
 })
 
 
@@ -749,6 +749,54 @@ def test_page_slot_reopen_page_after_pages_opens_a_fresh_page_after_that_many_lo
             await browser.close()
 
     assert asyncio.run(pages_opened()) == (True, True)
+
+
+
+# -- the worker's batch heartbeat (workers/batch.py) -------------------------------------------------
+@covers_setting("heartbeat_seconds")
+@pytest.mark.integration
+def test_heartbeat_seconds_is_how_often_a_running_batch_extends_its_leases(configure_settings, redis_client,
+                                                                          demo_site):
+    import threading
+
+    import yaml
+    from harvester.workers.batch import BatchRunner
+
+    from tests.fixtures.demo_site import demo_source_document
+
+    def lease_deadlines(heartbeat: float) -> list[float]:
+        settings = configure_settings(heartbeat_seconds=heartbeat, lease_seconds=30)
+        document = demo_source_document(demo_site.url, "beat")
+        (settings.sources_dir / "beat.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+        source = SourceConfig.model_validate(document)
+        message = TaskMessage(source="beat", url=f"{demo_site.url}/slow/1?delay=1.2")
+        Intake(redis_client, settings).push(source, [message])
+        deliveries = RateLimitStore(redis_client, settings).admit("beat", 1).deliveries()
+        seen: list[float] = []
+        done = threading.Event()
+
+        def watch() -> None:  # the lease's deadline while the batch fetches its slow page
+            while not done.wait(0.05):
+                score = redis_client.zscore(SourceKeys("beat").active, message.task_id)
+                if score is not None:
+                    seen.append(score)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        runner = BatchRunner(settings)
+        try:
+            runner.run(deliveries)
+        finally:
+            done.set()
+            watcher.join()
+            runner.close()
+        redis_client.flushdb()
+        return seen
+
+    beating = lease_deadlines(0.2)
+    assert beating and max(beating) - min(beating) >= 0.5  # extended every 0.2 s during a 1.2 s fetch
+    quiet = lease_deadlines(60)
+    assert quiet and max(quiet) == min(quiet)  # no beat within the batch: the deadline never moves
 
 
 def test_every_setting_has_a_small_test_that_shows_its_effect():
