@@ -475,7 +475,6 @@ def test_the_sensors_poll_and_give_up_as_the_settings_say(monkeypatch: pytest.Mo
     assert float(page_slots.BrowserWorkSensor(task_id="browser_work").timeout) == 11.0
 
 
-@pytest.mark.unit
 @covers_setting("publish_grace_seconds", "queued_lease_seconds")
 @pytest.mark.integration
 def test_unstarted_reservations_last_the_publish_grace_then_the_queued_lease(redis_client):
