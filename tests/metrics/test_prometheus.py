@@ -91,8 +91,15 @@ def test_prometheus_scrapes_the_distributor(configure_settings, write_source, de
                 assert response.json()["status"] == "success", (panel["title"], response.text)
                 for metric in re.findall(r"\b(harvester_[a-z_]+)\b", expression):
                     assert metric in exported, (panel["title"], metric)
-        records_panel = query(base_url, json.loads(DASHBOARD.read_text())["panels"][0]["targets"][0]["expr"]
-                              .replace("$source", source.name))
+        # a rate() needs two samples of the series: poll until Prometheus has scraped it twice
+        panel_expression = json.loads(DASHBOARD.read_text())["panels"][0]["targets"][0]["expr"]
+        deadline = time.monotonic() + 30
+        records_panel: list[dict] = []
+        while time.monotonic() < deadline:
+            records_panel = query(base_url, panel_expression.replace("$source", source.name))
+            if records_panel:
+                break
+            time.sleep(1)
         assert [series["metric"]["source"] for series in records_panel] == [source.name]
     finally:
         prometheus.stop()

@@ -57,7 +57,10 @@ def seed(settings, redis_client, mongo_server) -> dict:
                 for i in range(5)]
     Intake(redis_client, settings).push(source, messages)
     admitted = store.admit(SOURCE, 3)
-    store.reject(SOURCE, admitted.messages[0], "http_404: HTTP 404")
+    for _ in admitted.messages:  # the admitted tasks' requests start (per_minute counts fetch starts)
+        assert store.acquire_fetch(SOURCE) == 0.0
+    # the worker that held the first task dead-letters it under its lease token (fenced leases)
+    assert store.reject(SOURCE, admitted.messages[0], "http_404: HTTP 404", token=admitted.tokens[0])
     publish_health(redis_client, SOURCE, {"attributes": {
         "price": {"share": 0.1, "median": 0.95, "drop": 85.0, "drift": True},
         "title": {"share": 1.0, "median": 1.0, "drop": 0.0, "drift": False}}})

@@ -212,3 +212,24 @@ def test_the_celery_app_bounds_redelivery(monkeypatch: pytest.MonkeyPatch):
     assert conf.worker_max_memory_per_child > 0
     assert conf.worker_cancel_long_running_tasks_on_connection_loss is True
     assert conf.task_reject_on_worker_lost is False  # a lost worker's batch goes through admission again
+
+
+# -- a lost worker's requests drain before its place is given away -------------------------------------
+def test_a_lost_worker_keeps_its_place_in_max_active_while_its_requests_drain(
+        redis_client: redis.Redis, settings: HarvesterSettings) -> None:
+    """The dead pool process's request may still be in flight at the site: for delay_seconds (a lease) its
+    place still counts against max_active, so no other task is admitted into it; then the reaper frees it
+    without queuing anything twice. (The clean-clone run of row 1 saw 8 in flight with max_active 4.)"""
+    push(redis_client, settings, count=2, max_active=1)
+    store = RateLimitStore(redis_client, settings)
+    now = store.server_time()
+    [lost] = admit(store, "shop", 1, now=now)
+    store.start("shop", leases(lost), now=now)
+    assert store.worker_lost("shop", leases(lost), now=now).retried == 1
+    assert admit(store, "shop", 1, now=now + 1) == []  # the other task waits: the site may still see one
+    later = now + settings.lease_seconds + 1
+    store.reap(now=later)
+    admitted = admit(store, "shop", 1, now=later)
+    assert len(admitted) == 1  # the place is free again, and exactly one task takes it
+    stats = store.stats(["shop"])["shop"]
+    assert stats.delayed + stats.pending == 1 and stats.active == 1  # the lost task waits for its retry

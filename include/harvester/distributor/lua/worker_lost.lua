@@ -3,6 +3,9 @@
 -- a started one with attempt + 1 after delay_seconds (the dead process's requests drain at the site
 -- meanwhile); a task whose batch has now killed its worker twice is dead-lettered with that reason, never
 -- looped. A task of the batch not yet started goes back uncharged. Stale tokens change nothing.
+-- A started task's place in `active` is held for delay_seconds more by a "drain:<task id>" member (no
+-- message, so the reaper just drops it): the dead process's request may still be in flight at the site,
+-- and max_active holds as the site sees it.
 -- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
 -- KEYS[6] config   KEYS[7] intake   KEYS[8] dead_letters   KEYS[9] run_dead   KEYS[10] delayed
 -- KEYS[11] leases   KEYS[12] worker_lost
@@ -25,6 +28,7 @@ for i = 5, #ARGV - 1, 2 do
       redis.call('LPUSH', KEYS[7], raw)
       returned = returned + 1
     else
+      redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), 'drain:' .. task_id)
       local kills = redis.call('HINCRBY', KEYS[12], task_id, 1)
       local message = cjson.decode(raw)
       local attempt = (tonumber(message['attempt']) or 0) + 1
