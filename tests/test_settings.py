@@ -19,6 +19,8 @@ from harvester.scraping.fetcher import request_headers
 from harvester.settings import REPOSITORY_ROOT, HarvesterSettings, get_settings
 from harvester.storage.data_handler import DataHandler
 
+from tests.scraping.test_http2 import h2_site  # noqa: F401  (a TLS site that speaks only HTTP/2)
+
 PACKAGE = REPOSITORY_ROOT / "include" / "harvester"
 COVERED: set[str] = set()  # settings some test below shows the effect of (filled by @covers_setting)
 # Known gaps: settings read by the package but not yet shown by one small test here (none left; a new
@@ -548,6 +550,17 @@ def fetch_demo(url: str, **overrides: object):
 def test_max_redirects_is_how_many_hops_the_fetcher_follows(demo_site):
     assert fetch_demo(f"{demo_site.url}/redirect/3", max_redirects=3).ok
     assert fetch_demo(f"{demo_site.url}/redirect/3", max_redirects=2).outcome == "too_many_redirects"
+
+
+@covers_setting("http2")
+@pytest.mark.integration
+def test_http2_chooses_the_http_library_and_so_the_protocol(h2_site, monkeypatch):  # noqa: F811
+    url, cert_path = h2_site
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_path))
+    on = fetch_demo(f"{url}/a", http2=True)
+    assert (on.ok, on.http_version) == (True, "HTTP/2"), on.reason
+    off = fetch_demo(f"{url}/a")  # HTTP/1.1 to a site that speaks only h2: the connection fails
+    assert off.outcome == "connection_error", (off.outcome, off.reason)
 
 
 @covers_setting("body_size_cap_bytes")

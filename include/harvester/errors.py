@@ -43,6 +43,8 @@ __all__ = [
     "SourceConfigError",
     "StorageError",
     "StorageUnavailableError",
+    "TooManyRedirects",
+    "TransportFailure",
     "UnknownSource",
     "mongo_storage_errors",
     "redis_storage_errors",
@@ -131,6 +133,21 @@ class AddressRefused(ScrapingError):
 
 class HostRateTimeout(ScrapingError):
     """No request slot on the host within the wait allowed: the task is retried later."""
+
+
+class TooManyRedirects(ScrapingError):
+    """More redirect hops than ``max_redirects`` (a loop, most likely)."""
+
+
+class TransportFailure(ScrapingError):
+    """A request that failed below HTTP (connection, protocol, URL), whatever HTTP library sent it.
+
+    ``outcome`` is the fetch outcome it becomes (``connection_error``, ``parse_error``, ``decode_error``,
+    ``timeout``); the message is the reason recorded with the page."""
+
+    def __init__(self, outcome: str, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
 
 
 # -- storage ---------------------------------------------------------------------------------------

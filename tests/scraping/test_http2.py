@@ -1,4 +1,5 @@
-"""HTTP/2 where the site offers it: a real TLS server speaking h2 (ALPN), and the fetcher negotiates it."""
+"""HTTP/2 where the site offers it, when HARVESTER_HTTP2 is on: a real TLS server speaking h2 (ALPN), and the
+fetcher negotiates it. Off (the default), the fetcher speaks HTTP/1.1 through aiohttp."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def test_http2_is_negotiated_when_the_site_offers_it(h2_site, monkeypatch) -> No
     monkeypatch.setenv("SSL_CERT_FILE", str(cert_path))  # trust the test's own certificate authority
 
     async def fetch_twice() -> list[FetchResult]:
-        async with Fetcher(HarvesterSettings()) as fetcher:
+        async with Fetcher(HarvesterSettings(http2=True)) as fetcher:
             source = demo_source(url)
             return list(await asyncio.gather(fetcher.fetch(f"{url}/a", source), fetcher.fetch(f"{url}/b", source)))
 

@@ -1,5 +1,6 @@
-"""Async HTTP fetching with httpx: keep-alive (HTTP/2 where the site offers it over TLS), a total
-per-request deadline, a body-size cap and a redirect cap, and one outcome per page.
+"""Async HTTP fetching: keep-alive connections, a total per-request deadline, a body-size cap and a
+redirect cap, and one outcome per page. The HTTP library is a :mod:`~harvester.scraping.transports`
+transport: aiohttp (HTTP/1.1) by default, httpx with HTTP/2 over TLS when ``HARVESTER_HTTP2`` is on.
 
 Hostile sites (docs/workers.md, "Fetch-side defences"): redirects are followed here, hop by hop, each
 hop's address checked (:mod:`harvester.scraping.addresses`) and the connected peer checked after it;
@@ -25,12 +26,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
-import httpx
 from w3lib.encoding import html_to_unicode
 
 from harvester.config.model import SourceConfig
 from harvester.connections import HttpCredentials, resolve_http
-from harvester.errors import RobotsDisallowed
+from harvester.errors import RobotsDisallowed, TooManyRedirects, TransportFailure
 from harvester.scraping.addresses import AddressGuard, AddressRefused, strip_userinfo
 from harvester.scraping.bodies import ACCEPT_ENCODING, BodyRefused, read_body
 from harvester.scraping.page_fetcher import (
@@ -51,6 +51,7 @@ from harvester.scraping.responses import (
     parse_retry_after,
 )
 from harvester.scraping.robots import ROBOTS_SIZE_CAP_BYTES, RobotsCache, RobotsRules
+from harvester.scraping.transports import Transport, TransportResponse, transport_from_settings
 from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def credential_headers(credentials: HttpCredentials) -> dict[str, str]:
 
 
 class Fetcher:
-    """A pooled httpx client with Harvester's limits. Use as ``async with Fetcher(settings) as fetcher``.
+    """A pooled HTTP transport with Harvester's limits. Use as ``async with Fetcher(settings) as fetcher``.
 
     Meets the :class:`~harvester.scraping.page_fetcher.PageFetcher` contract: a batch's pages are
     fetched concurrently, each within ``source.timeout`` (plus, when the host is rate-limited, the
@@ -110,7 +111,8 @@ class Fetcher:
 
     def __init__(self, settings: HarvesterSettings, max_connections: int = 100,
                  classifier: ResponseClassifier = DEFAULT_CLASSIFIER, guard: AddressGuard | None = None,
-                 robots: RobotsCache | None = None, gate: RequestGate | None = None) -> None:
+                 robots: RobotsCache | None = None, gate: RequestGate | None = None,
+                 transport: Transport | None = None) -> None:
         self.settings = settings
         self.classifier = classifier
         self.guard = guard or AddressGuard.from_settings(settings)
@@ -119,14 +121,8 @@ class Fetcher:
         self._credentials: dict[str, tuple[float, HttpCredentials]] = {}
         # connections whose peer was checked (stream -> port), so a kept-alive one is not checked per request
         self._checked_peers: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
-        self.client = httpx.AsyncClient(
-            http2=True,
-            follow_redirects=False,  # followed hop by hop in _send, each hop's address checked
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
-                                keepalive_expiry=60),
-            timeout=httpx.Timeout(30.0),
-            headers={"User-Agent": settings.user_agent},
-        )
+        # redirects are followed hop by hop in _send, each hop's address checked
+        self.transport = transport or transport_from_settings(settings, max_connections, self._check_connection)
 
     async def __aenter__(self) -> Fetcher:
         return self
@@ -135,7 +131,7 @@ class Fetcher:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.transport.aclose()
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, robots: RobotsCache | None = None,
@@ -193,21 +189,19 @@ class Fetcher:
             result = FetchResult(url, "refused", reason=str(error))
         except BodyRefused as error:
             result = FetchResult(url, "decode_error", reason=str(error))
-        except (httpx.DecodingError, zlib.error) as error:
+        except zlib.error as error:
             result = FetchResult(url, "decode_error", reason=f"undecodable body: {type(error).__name__}: {error}")
         except MemoryError:
             result = FetchResult(url, "decode_error", reason="out of memory reading the body")
         except TimeoutError:
             result = FetchResult(url, "timeout", reason=f"no complete response within {source.timeout:g}s")
-        except httpx.TooManyRedirects:
+        except TooManyRedirects:
             result = FetchResult(url, "too_many_redirects",
                                  reason=f"more than {self.settings.max_redirects} redirects (a loop?)")
-        except httpx.TimeoutException as error:
-            result = FetchResult(url, "timeout", reason=f"{type(error).__name__}: {error}")
-        except (httpx.TransportError, OSError) as error:
+        except TransportFailure as error:
+            result = FetchResult(url, error.outcome, reason=str(error))
+        except OSError as error:
             result = FetchResult(url, "connection_error", reason=f"{type(error).__name__}: {error}")
-        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as error:
-            result = FetchResult(url, "parse_error", reason=f"invalid URL: {error}")
         except HostRateTimeout as error:
             result = FetchResult(url, "host_rate_wait", reason=str(error))
         finally:
@@ -238,14 +232,15 @@ class Fetcher:
             try:
                 async with asyncio.timeout(source.timeout):
                     status, _, body, content_type = await self._get(robots_url, source, ROBOTS_SIZE_CAP_BYTES)
-            except (AddressRefused, BodyRefused, TimeoutError, httpx.HTTPError, OSError, MemoryError) as error:
+            except (AddressRefused, BodyRefused, TimeoutError, TransportFailure, TooManyRedirects, OSError,
+                    MemoryError, zlib.error) as error:
                 log.info("robots.txt %s unreachable: %s", robots_url, error)
                 return None, ""
             return status, decode_text(body, content_type) if 200 <= status < 300 else ""
 
         return await self.robots.rules(url, fetch_robots)
 
-    async def _send(self, url: str, source: SourceConfig) -> httpx.Response:
+    async def _send(self, url: str, source: SourceConfig) -> TransportResponse:
         """GET ``url`` and follow redirects by hand: every hop's URL and the peer it connected to are
         checked, credentials are sent only to the first URL's origin, and userinfo is dropped."""
         headers = request_headers(source, self.settings)
@@ -257,55 +252,47 @@ class Fetcher:
             hop_headers = dict(headers)
             if credentials is not None and urlsplit(current)[:2] == origin:
                 hop_headers.update(credential_headers(credentials))
-            request = self.client.build_request("GET", current, headers=hop_headers)
-            response = await self.client.send(request, stream=True)
-            try:
-                self._check_peer(response, current)
-            except AddressRefused:
-                await response.aclose()
-                raise
+            response = await self.transport.get(current, hop_headers)  # its connection checked first
             location = response.headers.get("location")
-            if response.status_code not in REDIRECT_STATUSES or not location:
+            if response.status not in REDIRECT_STATUSES or not location:
                 return response
             await response.aclose()
             current = strip_userinfo(urljoin(current, location.strip()))
-        raise httpx.TooManyRedirects(f"more than {self.settings.max_redirects} redirects")
+        raise TooManyRedirects(f"more than {self.settings.max_redirects} redirects")
 
-    def _check_peer(self, response: httpx.Response, url: str) -> None:
+    def _check_connection(self, connection: object, peer: object, url: str) -> None:
         """Refuse the address the connection reached. A connection's peer never changes, so each kept-alive
-        connection is checked once (on its first response), and every new connection again."""
-        stream = response.extensions.get("network_stream")
-        if stream is None:
-            return
+        connection is checked once (on its first request), and every new connection again."""
         _, _, port = self.guard.split(url)
-        if self._checked_peers.get(stream) == port:
+        if self._checked_peers.get(connection) == port:
             return
-        self.guard.check_peer(stream.get_extra_info("server_addr"), port)
-        self._checked_peers[stream] = port
+        self.guard.check_peer(peer, port)
+        self._checked_peers[connection] = port
 
-    async def _get(self, url: str, source: SourceConfig, cap: int) -> tuple[int, httpx.Response, bytes, str]:
+    async def _get(self, url: str, source: SourceConfig, cap: int
+                   ) -> tuple[int, TransportResponse, bytes, str]:
         """Status, response, decoded body (at most ``cap`` bytes) and content type of a guarded GET."""
         response = await self._send(url, source)
         try:
-            body = await read_body(response.aiter_raw(), response.headers.get("content-encoding"), cap)
+            body = await read_body(response.raw_chunks(), response.headers.get("content-encoding"), cap)
         finally:
             await response.aclose()
-        return response.status_code, response, body.content, response.headers.get("content-type", "")
+        return response.status, response, body.content, response.headers.get("content-type", "")
 
     async def _fetch(self, url: str, source: SourceConfig) -> FetchResult:
         cap = self.settings.body_size_cap_bytes
         response = await self._send(url, source)
         try:
-            status = response.status_code
+            status = response.status
             content_type = response.headers.get("content-type", "")
-            result = FetchResult(url, "ok", final_url=str(response.url), status=status,
+            result = FetchResult(url, "ok", final_url=response.url, status=status,
                                  content_type=content_type, http_version=response.http_version)
             classified = self.classifier.classify(status, response.headers, content_type)
             if classified.outcome != "ok":
                 result.outcome, result.reason = classified.outcome, classified.reason
                 result.retry_after = classified.retry_after
                 return result
-            body = await read_body(response.aiter_raw(), response.headers.get("content-encoding"), cap)
+            body = await read_body(response.raw_chunks(), response.headers.get("content-encoding"), cap)
         finally:
             await response.aclose()
         result.size = len(body.content)

@@ -1,0 +1,217 @@
+"""The HTTP libraries under :class:`~harvester.scraping.fetcher.Fetcher`, behind one small contract.
+
+The fetcher owns every rule (redirects hop by hop, address checks, capped decoding, outcomes); a
+transport only sends one GET without following redirects or decoding the body, and says which
+connection answered. Two are kept because each is best at something:
+
+- :class:`AiohttpTransport`, the default: HTTP/1.1 with aiohttp's C parser, about a fifth of httpx's
+  CPU per request on the demo site (0.16 against 0.73-0.78 ms, docs/benchmarks.md), which is most of a
+  worker's fetching cost;
+- :class:`HttpxTransport` when ``HARVESTER_HTTP2`` is on: httpx negotiates HTTP/2 over TLS (ALPN), for
+  sites that serve many pages over one connection, at httpx's CPU cost.
+
+Library exceptions never leave a transport: they become :class:`~harvester.errors.TransportFailure`
+with the fetch outcome they mean (timeouts stay ``TimeoutError``, which the fetcher's deadline raises too).
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol
+
+import aiohttp
+import httpx
+import yarl
+
+from harvester.errors import TransportFailure
+from harvester.settings import HarvesterSettings
+
+__all__ = ["AiohttpTransport", "ConnectionCheck", "HttpxTransport", "Transport", "TransportResponse",
+           "transport_from_settings"]
+
+# Called with (the connection, its peer address, the URL) before a response on it is used: raise to refuse.
+# The connection object is the same for every request of one kept-alive connection, so checks can be cached.
+ConnectionCheck = Callable[[object, object, str], None]
+
+
+def _no_check(connection: object, peer: object, url: str) -> None:
+    return None
+
+# aiohttp refuses longer header lines by default (8,190 bytes); sites send long Set-Cookie headers
+MAX_HEADER_BYTES = 64 * 1024
+
+
+class TransportResponse(Protocol):
+    """One response whose body has not been read yet."""
+
+    status: int
+    headers: Mapping[str, str]  # case-insensitive
+    url: str
+    http_version: str
+
+    def raw_chunks(self) -> AsyncIterator[bytes]:
+        """The body as it came off the wire (still content-encoded)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class Transport(Protocol):
+    async def get(self, url: str, headers: Mapping[str, str]) -> TransportResponse:
+        """Send one GET (no redirect followed, nothing decoded); raises :class:`TransportFailure`."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def transport_from_settings(settings: HarvesterSettings, max_connections: int,
+                            check: ConnectionCheck = _no_check) -> Transport:
+    if settings.http2:
+        return HttpxTransport(settings, max_connections, check)
+    return AiohttpTransport(settings, max_connections, check)
+
+
+# -- aiohttp ---------------------------------------------------------------------------------------
+class _CheckingConnector(aiohttp.TCPConnector):
+    """Checks every connection it hands out (new or kept alive) before a request goes over it: aiohttp may
+    let go of a connection as soon as a small body has arrived, so a response is too late to ask."""
+
+    def __init__(self, check: ConnectionCheck, **options: Any) -> None:
+        super().__init__(**options)
+        self._check = check
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        connection = await super().connect(req, traces, timeout)
+        transport = connection.transport
+        try:
+            self._check(connection.protocol, transport.get_extra_info("peername") if transport else None,
+                        str(req.url))
+        except BaseException:
+            connection.close()  # never back to the pool
+            raise
+        return connection
+
+
+class _AiohttpResponse:
+    __slots__ = ("_response", "headers", "http_version", "status", "url")
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers = response.headers
+        self.url = str(response.url)
+        self.http_version = f"HTTP/{response.version.major}.{response.version.minor}" if response.version else ""
+
+    async def raw_chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except aiohttp.ClientPayloadError as error:
+            raise TransportFailure("connection_error", f"body cut short: {error}") from None
+        except aiohttp.ClientError as error:
+            raise TransportFailure("connection_error", f"{type(error).__name__}: {error}") from None
+
+    async def aclose(self) -> None:
+        self._response.release()
+
+
+class AiohttpTransport:
+    """aiohttp with its content decoding off (bodies.py decodes with a cap), no redirects followed and
+    cookies kept per process as a browser would (IP-address hosts included, as httpx does)."""
+
+    def __init__(self, settings: HarvesterSettings, max_connections: int = 100,
+                 check: ConnectionCheck = _no_check) -> None:
+        self._settings = settings
+        self._max_connections = max_connections
+        self._check = check
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        """The session, made on first use: aiohttp binds it to the running event loop."""
+        if self._session is None:
+            connector = _CheckingConnector(self._check, limit=self._max_connections, limit_per_host=0,
+                                           keepalive_timeout=60, ssl=ssl.create_default_context(), ttl_dns_cache=60)
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, cookie_jar=aiohttp.CookieJar(unsafe=True),
+                timeout=aiohttp.ClientTimeout(total=None), skip_auto_headers=("User-Agent",),
+                max_line_size=MAX_HEADER_BYTES, max_field_size=MAX_HEADER_BYTES, raise_for_status=False)
+        return self._session
+
+    async def get(self, url: str, headers: Mapping[str, str]) -> TransportResponse:
+        # an ASCII URL is sent as it is (canonical URLs are already escaped: re-quoting would change them)
+        target = yarl.URL(url, encoded=True) if url.isascii() else yarl.URL(url)
+        try:
+            response = await self._open().get(target, headers=dict(headers), allow_redirects=False)
+        except aiohttp.InvalidURL as error:
+            raise TransportFailure("parse_error", f"invalid URL: {error}") from None
+        except aiohttp.ClientError as error:
+            raise TransportFailure("connection_error", f"{type(error).__name__}: {error}") from None
+        except ValueError as error:  # yarl or the request line refused the URL
+            raise TransportFailure("parse_error", f"invalid URL: {error}") from None
+        return _AiohttpResponse(response)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+# -- httpx -----------------------------------------------------------------------------------------
+class _HttpxResponse:
+    __slots__ = ("_response", "headers", "http_version", "status", "url")
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.headers = response.headers
+        self.url = str(response.url)
+        self.http_version = response.http_version
+
+    async def raw_chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except httpx.TimeoutException as error:
+            raise TimeoutError(f"{type(error).__name__}: {error}") from None
+        except httpx.TransportError as error:
+            raise TransportFailure("connection_error", f"{type(error).__name__}: {error}") from None
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class HttpxTransport:
+    """httpx with HTTP/2 where the site offers it over TLS; no redirects followed, raw bodies."""
+
+    def __init__(self, settings: HarvesterSettings, max_connections: int = 100,
+                 check: ConnectionCheck = _no_check) -> None:
+        self._check = check
+        self.client = httpx.AsyncClient(
+            http2=True, follow_redirects=False,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                                keepalive_expiry=60),
+            timeout=httpx.Timeout(30.0),
+        )
+
+    async def get(self, url: str, headers: Mapping[str, str]) -> TransportResponse:
+        try:
+            request = self.client.build_request("GET", url, headers=dict(headers))
+            response = await self.client.send(request, stream=True)
+        except httpx.TimeoutException as error:
+            raise TimeoutError(f"{type(error).__name__}: {error}") from None
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as error:
+            raise TransportFailure("parse_error", f"invalid URL: {error}") from None
+        except (httpx.TransportError, OSError) as error:
+            raise TransportFailure("connection_error", f"{type(error).__name__}: {error}") from None
+        stream: Any = response.extensions.get("network_stream")  # httpx keeps the connection while streaming
+        if stream is not None:
+            try:
+                self._check(stream, stream.get_extra_info("server_addr"), url)
+            except BaseException:
+                await response.aclose()
+                raise
+        return _HttpxResponse(response)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
