@@ -208,6 +208,20 @@ def test_sources_dir_is_where_sources_are_loaded_from(tmp_path: Path, monkeypatc
         get_settings.cache_clear()
 
 
+@covers_setting("celery_task_events")
+@pytest.mark.unit
+def test_celery_task_events_are_sent_from_the_start_only_when_asked(monkeypatch: pytest.MonkeyPatch):
+    from harvester.workers.celery_app import create_app
+
+    for value, expected in (("false", False), ("true", True)):
+        monkeypatch.setenv("HARVESTER_CELERY_TASK_EVENTS", value)
+        get_settings.cache_clear()
+        try:
+            assert create_app().conf.worker_send_task_events is expected
+        finally:
+            get_settings.cache_clear()
+
+
 @covers_setting("demo_site_url")
 @pytest.mark.unit
 def test_demo_site_url_fills_the_placeholder_in_source_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -66,6 +66,10 @@ class HarvesterSettings(BaseSettings):
         default=3600.0, gt=0, description="Longest Retry-After pause honoured for one host (its record expires).")
 
     # Celery delivery (issue 11: no fetch outside admission whatever Celery redelivers).
+    celery_task_events: bool = Field(
+        default=False, description="Workers send Celery task events from the start; off, they send them once "
+                                   "Flower (or `celery control enable_events`) asks, so nobody pays for "
+                                   "events nobody watches.")
     celery_visibility_timeout_seconds: float = Field(
         default=3600.0, gt=0,
         description="kombu hands an unacknowledged message out again after this; keep it above every batch's "

@@ -1,4 +1,5 @@
-"""Celery task events are on, so Flower (and `celery events`) show every task a worker runs."""
+"""Celery task events: Flower (and `celery events`) show every task a worker runs, once events are on
+(HARVESTER_CELERY_TASK_EVENTS, or Flower's enable_events when it starts)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from harvester.workers.celery_app import create_app
 pytestmark = pytest.mark.integration
 
 
-def test_a_worker_sends_task_events(harvester_settings, celery_worker_factory) -> None:
+def test_a_worker_sends_task_events(harvester_settings, celery_worker_factory, monkeypatch) -> None:
+    monkeypatch.setenv("HARVESTER_CELERY_TASK_EVENTS", "true")
     app = create_app()  # the workers' app, on the test Redis (HARVESTER_REDIS_URL)
     celery_worker_factory(queues="default", concurrency=1)
     seen: list[str] = []

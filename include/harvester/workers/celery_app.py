@@ -60,7 +60,9 @@ def create_app() -> Celery:
         task_default_routing_key=DEFAULT_QUEUE,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
-        worker_send_task_events=True,  # Flower and `celery events` show every task
+        # Flower turns events on when it starts (and `celery control enable_events` does); the setting sends
+        # them from the start. The distributor's task-sent events are always on (one per message).
+        worker_send_task_events=settings.celery_task_events,
         task_send_sent_event=True,
     )
     return celery
