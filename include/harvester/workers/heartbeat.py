@@ -100,12 +100,16 @@ class RateTokenPermit:
         try:
             while self._drop_not_held():
                 await self._serve_round()
-        except BaseException as error:
+        except asyncio.CancelledError:
             for _, answer in self._waiting:
-                if not answer.done():
-                    answer.cancel() if isinstance(error, asyncio.CancelledError) else answer.set_exception(error)
+                answer.cancel()
             self._waiting.clear()
             raise
+        except Exception as error:  # handed to the requests, who await it (nobody awaits this task)
+            for _, answer in self._waiting:
+                if not answer.done():
+                    answer.set_exception(error)
+            self._waiting.clear()
 
     def _drop_not_held(self) -> bool:
         """Answer False to the requests whose task is no longer held, forget cancelled ones; True if any wait."""
