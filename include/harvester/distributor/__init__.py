@@ -8,6 +8,7 @@ from harvester.distributor.messages import TaskMessage
 from harvester.distributor.scripts import ScriptContract, ScriptPipeline, Scripts, declare_script, optional_text, text
 from harvester.distributor.store import (
     Admission,
+    FetchTokens,
     RateLimitStore,
     ReapResult,
     RetryPolicy,
@@ -22,9 +23,9 @@ _LAZY = {  # the service loop needs Celery: loaded on first use
     "task_member": "browser_tasks",
 }
 __all__ = [
-    "Admission", "BrowserTaskBook", "CountryCensus", "DeadLetter", "DeadLetters", "Distributor", "Intake",
-    "RateLimitStore", "ReapResult", "RegisteredSource", "RetryPolicy", "ScriptContract", "ScriptPipeline", "Scripts",
-    "SourceStats", "StartResult", "TaskMessage", "WorkerLostResult", "celery_app_for", "census_of", "declare_script",
-    "host_of", "optional_text", "read_registered_sources", "script_source", "task_member", "text",
+    "Admission", "BrowserTaskBook", "CountryCensus", "DeadLetter", "DeadLetters", "Distributor", "FetchTokens",
+    "Intake", "RateLimitStore", "ReapResult", "RegisteredSource", "RetryPolicy", "ScriptContract", "ScriptPipeline",
+    "Scripts", "SourceStats", "StartResult", "TaskMessage", "WorkerLostResult", "celery_app_for", "census_of",
+    "declare_script", "host_of", "optional_text", "read_registered_sources", "script_source", "task_member", "text",
 ]
 __getattr__ = lazy_exports(__name__, _LAZY)

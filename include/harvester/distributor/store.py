@@ -87,6 +87,15 @@ class StartResult:
 
 
 @dataclass(frozen=True)
+class FetchTokens:
+    """per_minute tokens taken in one call: ``granted`` requests may start now; when that is fewer than
+    asked, ``wait_seconds`` says when the window has room for the next one (0.0 when all were granted)."""
+
+    granted: int
+    wait_seconds: float
+
+
+@dataclass(frozen=True)
 class WorkerLostResult:
     retried: int
     returned: int  # tasks of the batch that had not started: back to intake uncharged
@@ -313,11 +322,20 @@ class RateLimitStore:
         reply = self.scripts.run_pipeline(build)[0]
         return WorkerLostResult(reply.retried, reply.returned, list(reply.dead_entries))
 
-    @redis_storage_errors()
     def acquire_fetch(self, source: str, now: float | None = None) -> float:
         """Take one per_minute token for a request about to start; 0.0 when taken, else seconds to wait."""
+        return self.acquire_fetches(source, 1, now).wait_seconds
+
+    @redis_storage_errors()
+    def acquire_fetches(self, source: str, count: int, now: float | None = None) -> FetchTokens:
+        """Take up to ``count`` per_minute tokens at once, for requests about to start together (one round
+        trip for a batch's pages instead of one each): as many as the rolling window has room for."""
+        if count < 1:
+            raise ValueError(f"count must be at least 1, got {count}")
         window = self.settings.rate_window_seconds + self.settings.rate_window_margin_seconds
-        return self.scripts.call("acquire_fetch", source, window_seconds=window, now=_now_argument(now)).wait_seconds
+        reply = self.scripts.call("acquire_fetch", source, window_seconds=window, count=count,
+                                  now=_now_argument(now))
+        return FetchTokens(reply.granted, reply.wait_seconds)
 
     @redis_storage_errors()
     def live_task_ids(self, source: str, run_id: str) -> set[str]:

@@ -68,24 +68,79 @@ class LeaseHeartbeat:
 class RateTokenPermit:
     """Opens for one request of the batch: only while the task is still held, and only with one of the
     source's per_minute tokens (taken at fetch time across all workers, retries included, so the site
-    never sees more than ``per_minute`` starts in a window)."""
+    never sees more than ``per_minute`` starts in a window).
+
+    Requests that ask in the same event-loop turn (a batch's pages, gathered by the fetcher) are served by
+    one round: ONE call takes up to that many tokens atomically (one thread hop, one Redis round trip
+    instead of one each) and hands them out in the order asked. Those left without a token wait for the
+    window to have room (at most ``GATE_POLL_SECONDS`` at a time, ``GATE_OUTAGE_SECONDS`` while Redis does
+    not answer) and ask again together; before every round a task no longer held gets False and no token.
+    """
 
     def __init__(self, store: RateLimitStore, source: str, task_ids: list[str], heartbeat: LeaseHeartbeat) -> None:
         self.store, self.source, self.task_ids, self.heartbeat = store, source, task_ids, heartbeat
-        self.waited_seconds = 0.0
+        self.waited_seconds = 0.0  # summed over requests, as each request waited
+        self.token_calls = 0  # rounds that asked Redis for tokens (one round trip each)
+        self._waiting: list[tuple[str, asyncio.Future[bool]]] = []  # (task id, its answer), in order asked
+        self._round: asyncio.Task[None] | None = None
 
     async def __call__(self, index: int) -> bool:
         task_id = self.task_ids[index]
-        while True:
+        if task_id not in self.heartbeat.held:
+            return False
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.append((task_id, answer))
+        if self._round is None or self._round.done():
+            # runs after every task of this loop turn had its step: all who ask now share its first call
+            self._round = asyncio.create_task(self._serve(), name=f"rate-tokens-{self.source}")
+        return await answer
+
+    async def _serve(self) -> None:
+        """Serve rounds until nobody waits; a failure that is not Redis's reaches every waiting request."""
+        try:
+            while self._drop_not_held():
+                await self._serve_round()
+        except asyncio.CancelledError:
+            for _, answer in self._waiting:
+                answer.cancel()
+            self._waiting.clear()
+            raise
+        except Exception as error:  # handed to the requests, who await it (nobody awaits this task)
+            for _, answer in self._waiting:
+                if not answer.done():
+                    answer.set_exception(error)
+            self._waiting.clear()
+
+    def _drop_not_held(self) -> bool:
+        """Answer False to the requests whose task is no longer held, forget cancelled ones; True if any wait."""
+        still_waiting = []
+        for task_id, answer in self._waiting:
+            if answer.done():
+                continue
             if task_id not in self.heartbeat.held:
-                return False
-            try:
-                wait = await asyncio.to_thread(self.store.acquire_fetch, self.source)
-            except redis.RedisError as error:  # Redis away: no token, no request; look again shortly
-                log.warning("rate token of %s unavailable: %s", self.source, error)
-                wait = GATE_OUTAGE_SECONDS
-            if wait <= 0:
-                return True
-            pause = min(wait, GATE_POLL_SECONDS)
-            self.waited_seconds += pause
-            await asyncio.sleep(pause)
+                answer.set_result(False)
+                continue
+            still_waiting.append((task_id, answer))
+        self._waiting = still_waiting
+        return bool(still_waiting)
+
+    async def _serve_round(self) -> None:
+        """One call for every waiting request: the granted tokens go out in order, the rest sleep together."""
+        try:
+            self.token_calls += 1
+            tokens = await asyncio.to_thread(self.store.acquire_fetches, self.source, len(self._waiting))
+            granted, wait = tokens.granted, tokens.wait_seconds
+        except redis.RedisError as error:  # Redis away: no token, no request; look again shortly
+            log.warning("rate tokens of %s unavailable: %s", self.source, error)
+            granted, wait = 0, GATE_OUTAGE_SECONDS
+        # requests that joined during the call queue behind; one cancelled meanwhile passes its token on
+        while granted and self._waiting:
+            _, answer = self._waiting.pop(0)
+            if not answer.done():
+                answer.set_result(True)
+                granted -= 1
+        if wait <= 0 or not self._drop_not_held():
+            return
+        pause = min(wait, GATE_POLL_SECONDS)
+        self.waited_seconds += pause * len(self._waiting)
+        await asyncio.sleep(pause)

@@ -1,20 +1,32 @@
--- acquire_fetch: a worker is about to send one request to the source's site. Take a per_minute token
--- if the rolling window of fetch starts has room (retries and every worker included), else say how long
--- to wait. This, not admission, is what holds per_minute as the site sees it. A token counts for
--- window_seconds (already widened by the caller's margin: a request reaches the site a little after its token).
+-- acquire_fetch: a worker is about to send `count` requests to the source's site (the pages of one batch
+-- asking in the same event-loop turn, or one page). Take as many per_minute tokens as the rolling window of
+-- fetch starts has room for, up to count (retries and every worker included), each its own window member
+-- with its own fetch_starts sequence; when not all could be taken, say how long until the next one may be.
+-- This, not admission, is what holds per_minute as the site sees it. A token counts for window_seconds
+-- (already widened by the caller's margin: a request reaches the site a little after its token).
 -- KEYS[1] window   KEYS[2] config   KEYS[3] counters
--- ARGV[1] window_seconds (s, the rate window plus the margin)   ARGV[2] now (s) or ""
--- Returns wait_seconds: 0 when the token was taken, else the seconds (s) until one may be.
-local now = now_or_server(ARGV[2])
+-- ARGV[1] window_seconds (s, the rate window plus the margin)   ARGV[2] count (count, tokens wanted, >= 1)
+-- ARGV[3] now (s) or ""
+-- Returns {granted (count, 0..count), wait_seconds (s, 0 when all were granted, else until the next token)}
+local now = now_or_server(ARGV[3])
 local window_seconds = tonumber(ARGV[1])
+local wanted = math.floor(tonumber(ARGV[2]) or 0)
+if wanted < 1 then return redis.error_reply('acquire_fetch: count must be at least 1, got ' .. tostring(ARGV[2])) end
 local per_minute = tonumber(redis.call('HGET', KEYS[2], 'per_minute') or '0')
-if per_minute <= 0 then return '0' end
+if per_minute <= 0 then return {wanted, '0'} end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window_seconds)
-if redis.call('ZCARD', KEYS[1]) >= per_minute then
-  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return string.format('%.6f', math.max(0.001, tonumber(oldest[2]) + window_seconds - now))
+local taken = redis.call('ZCARD', KEYS[1])
+local granted = math.max(0, math.min(wanted, per_minute - taken))
+if granted > 0 then
+  local last = redis.call('HINCRBY', KEYS[3], 'fetch_starts', granted)
+  for sequence = last - granted + 1, last do
+    redis.call('ZADD', KEYS[1], now, sequence)
+  end
+  redis.call('PEXPIRE', KEYS[1], math.ceil(window_seconds * 1000) + 1000)
+  taken = taken + granted
 end
-local sequence = redis.call('HINCRBY', KEYS[3], 'fetch_starts', 1)
-redis.call('ZADD', KEYS[1], now, sequence)
-redis.call('PEXPIRE', KEYS[1], math.ceil(window_seconds * 1000) + 1000)
-return '0'
+if granted == wanted then return {granted, '0'} end
+-- the window is full: the next token is free when the member that makes room leaves it (the oldest, or a
+-- later one when per_minute was lowered below what the window already holds)
+local making_room = redis.call('ZRANGE', KEYS[1], taken - per_minute, taken - per_minute, 'WITHSCORES')
+return {granted, string.format('%.6f', math.max(0.001, tonumber(making_room[2]) + window_seconds - now))}
