@@ -444,15 +444,20 @@ class Distributor:
         try:
             if self.stopping:
                 return False
-            woken = self.blocking.blpop([INTAKE_SIGNAL], timeout=seconds) is not None
+            reply = self.blocking.blpop([INTAKE_SIGNAL], timeout=seconds)
         except ShutdownRequested:
             self.blocking.connection_pool.disconnect()  # the interrupted reply is unusable
             raise
         finally:
             self._waiting = False
-        if woken:
-            self._sources_read_at = float("-inf")  # a new source may have registered
-        return woken
+        if reply is None:
+            return False
+        # the token names the source that woke us: one not known yet has just registered, so read the
+        # sources now; a known one (a released lease, more intake) changes nothing the 1 s refresh misses
+        woken_by = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+        if woken_by not in self._sources:
+            self._sources_read_at = float("-inf")
+        return True
 
     # -- outages ----------------------------------------------------------------------------------
     def _redis_location(self) -> str:
