@@ -405,14 +405,18 @@ class RateLimitStore:
         return self.stats(self.registered_sources())
 
     @redis_storage_errors()
-    def count_outcomes(self, source: str, outcomes: Mapping[str, int]) -> None:
-        """Add to the source's per-outcome counters (``outcome:<name>`` in its counters hash)."""
+    def count_outcomes(self, source: str, outcomes: Mapping[str, int],
+                       pipeline: redis.client.Pipeline | None = None) -> None:
+        """Add to the source's per-outcome counters (``outcome:<name>`` in its counters hash); queued on
+        ``pipeline`` when given (the caller sends it), else sent at once."""
         if not outcomes:
             return
-        pipeline = self.redis.pipeline(transaction=False)
+        own = pipeline is None
+        pipeline = self.redis.pipeline(transaction=False) if pipeline is None else pipeline
         for name, amount in outcomes.items():
             pipeline.hincrby(SourceKeys(source).counters, f"outcome:{name}", int(amount))
-        pipeline.execute()
+        if own:
+            pipeline.execute()
 
     @redis_storage_errors()
     def counters(self, source: str) -> dict[str, int]:

@@ -58,9 +58,10 @@ def request_field(outcome: str, status: int | None) -> str:
 
 
 def record_fetches(client: redis.Redis, source: str, messages: Sequence[Enqueued], fetches: Iterable[Fetched],
-                   now: float | None = None) -> None:
+                   now: float | None = None, pipeline: redis.client.Pipeline | None = None) -> None:
     """Count each request by outcome and status and observe its fetch time and its queue latency
-    (the task's enqueue to its fetch start), in one pipelined round trip."""
+    (the task's enqueue to its fetch start), in one pipelined round trip (or queued on ``pipeline``,
+    which the caller sends with its own commands)."""
     now = time.time() if now is None else now
     keys = SourceKeys(source)
     requests: Counter[str] = Counter()
@@ -77,14 +78,16 @@ def record_fetches(client: redis.Redis, source: str, messages: Sequence[Enqueued
             sums[f"{histogram}:sum"] += value
     if not requests:
         return
-    pipeline = client.pipeline(transaction=False)
+    own = pipeline is None
+    pipeline = client.pipeline(transaction=False) if pipeline is None else pipeline
     for name, amount in requests.items():
         pipeline.hincrby(keys.requests, name, amount)
     for name, amount in buckets.items():
         pipeline.hincrby(keys.histograms, name, amount)
     for name, amount in sums.items():
         pipeline.hincrbyfloat(keys.histograms, name, amount)
-    pipeline.execute()
+    if own:
+        pipeline.execute()
 
 
 def record_fetches_quietly(client: redis.Redis, source: str, messages: Sequence[Enqueued],

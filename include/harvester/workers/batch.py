@@ -36,7 +36,7 @@ import redis
 
 from harvester.config.model import SourceConfig
 from harvester.distributor import RateLimitStore, TaskMessage
-from harvester.metrics.recording import record_fetches_quietly
+from harvester.metrics.recording import record_fetches
 from harvester.scraping.addresses import AddressGuard
 from harvester.scraping.fetcher import Fetcher
 from harvester.scraping.page import PageResult, process_page
@@ -188,7 +188,7 @@ class BatchRunner:
             if permit.waited_seconds >= 0.001:
                 report.outcomes["rate_wait_ms"] += int(permit.waited_seconds * 1000)
             self.settle(source, messages, self.process(source, messages, fetched.results), report)
-        self.count(name, report)
+        self.count(name, report, messages, fetched.results)
         return report
 
     def finish(self, source: SourceConfig, messages: list[TaskMessage], fetches: list[FetchResult],
@@ -200,7 +200,7 @@ class BatchRunner:
         with LeaseHeartbeat(self.store, source.name, leases_of(messages), self.settings.heartbeat_seconds,
                             self.batch_deadline(source)):
             self.settle(source, messages, self.process(source, messages, fetches), report)
-        self.count(source.name, report)
+        self.count(source.name, report, messages, fetches)
         return report
 
     @staticmethod
@@ -211,7 +211,6 @@ class BatchRunner:
     def settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
                report: BatchReport) -> None:
         """Sort pages by outcome, write the records, follow the links, then complete what finished."""
-        record_fetches_quietly(self.redis, source.name, messages, [page.fetch for page in pages])
         to_store: list[StoredPage] = []
         listings: list[StoredPage] = []
         finished: list[TaskMessage] = []
@@ -250,11 +249,18 @@ class BatchRunner:
                                     report)
         self.settler.complete(source, finished + stored + followed, report)
 
-    def count(self, source: str, report: BatchReport) -> None:
+    def count(self, source: str, report: BatchReport, messages: list[TaskMessage] | None = None,
+              fetches: list[FetchResult] | None = None) -> None:
+        """The batch's outcome counters and its request metrics, in one round trip; a counter that cannot be
+        written never fails the batch (its work is done and settled)."""
         try:
-            self.store.count_outcomes(source, report.outcomes)
+            pipeline = self.redis.pipeline(transaction=False)
+            self.store.count_outcomes(source, report.outcomes, pipeline)
+            if messages and fetches:
+                record_fetches(self.redis, source, messages, fetches, pipeline=pipeline)
+            pipeline.execute()
         except redis.RedisError as error:
-            log.warning("counting outcomes of %s failed: %s", source, error)
+            log.warning("counting outcomes and request metrics of %s failed: %s", source, error)
 
 
 def leases_of(messages: list[TaskMessage]) -> dict[str, str]:
