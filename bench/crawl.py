@@ -20,7 +20,9 @@ and the same link discovery and extraction code; pages are counted by the demo s
   (b)'s records/s end to end against it -> ``storage_ceiling_ratio`` (goal >= 0.8).
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
-       [--latency-ms 20] [--workers 2] [--records 3000] [--repeat 2]
+       [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2]
+Harvester runs with its default settings (``publish_batch_size`` 16 tasks per Celery message) unless
+``--publish-batch`` says otherwise; the source's ``max_active`` is the peers' concurrency.
 Each round runs the five crawls alternately; the best round of each is reported (the machine may be
 shared, and a busy neighbour should not decide the ratio). ``cpu_ms_per_page`` is the CPU the crawler
 side spent per page (Harvester: distributor + Celery workers; Scrapy, crawlee: their process).
@@ -272,6 +274,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument("--publish-batch", type=int, default=None,
+                        help="tasks per Celery message (default: Harvester's publish_batch_size)")
     parser.add_argument("--records", type=int, default=3000, help="records for the bulk vs insert_one part")
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the best of each is reported")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
@@ -308,7 +312,7 @@ def main() -> None:
         listing_pages = -(-args.products // args.per_page)
         expected = args.products + listing_pages
         database = "harvester_bench_crawl"
-        publish_batch = max(1, args.concurrency // args.workers)
+        publish_batch = args.publish_batch or HarvesterSettings().publish_batch_size
         env = {**os.environ, "HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": choice.uri,
                "HARVESTER_MONGO_DATABASE": database, "HARVESTER_SOURCES_DIR": str(sources),
                "HARVESTER_PUBLISH_BATCH_SIZE": str(publish_batch),
@@ -318,7 +322,8 @@ def main() -> None:
         pymongo.MongoClient(choice.uri).drop_database(database)
         print(f"MongoDB: {choice.describe()}", file=sys.stderr)
         print(f"demo site: {args.products} products, {listing_pages} listing pages, {args.latency_ms:g} ms/page; "
-              f"concurrency {args.concurrency}; Scrapy {scrapy_version}; crawlee {crawlee_version}", file=sys.stderr)
+              f"concurrency {args.concurrency}; {args.workers} Celery processes, {publish_batch} tasks a message; "
+              f"Scrapy {scrapy_version}; crawlee {crawlee_version}", file=sys.stderr)
 
         def source(name: str) -> Path:
             return write_source(sources, name, site_url, args.per_page, args.concurrency)
@@ -369,7 +374,8 @@ def main() -> None:
               f"records {ceiling['records_per_s']:.0f} records/s", file=sys.stderr)
         result = {
             "bench": "crawl", "products": args.products, "repeat": args.repeat, "concurrency": args.concurrency,
-            "latency_ms": args.latency_ms, "workers": args.workers, "scrapy": scrapy_version,
+            "latency_ms": args.latency_ms, "workers": args.workers, "publish_batch": publish_batch,
+            "scrapy": scrapy_version,
             "pages_per_s": round(rate["ours"], 1), "scrapy_pages_per_s": round(rate["peer"], 1),
             "ratio": round(rate["ours"] / rate["peer"], 3),
             "crawlee": crawlee_version, "crawlee_pages_per_s": round(rate["crawlee"], 1),
