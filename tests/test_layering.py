@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
 
 PACKAGE = REPOSITORY_ROOT / "include" / "harvester"
 AIRFLOW_ADAPTERS = "airflow"
-LEAF_MODULES = {"settings", "redis_keys", "queues", "connections", "errors", "urls", "patterns"}
+LEAF_MODULES = {"settings", "redis_keys", "queues", "connections", "errors", "urls", "patterns", "source_stats"}
 ENTRY_POINTS = {"cli"}  # the `harvester` command lists every component's commands; nothing imports it
 
 

@@ -38,15 +38,12 @@ def _manager() -> Any:
 
 
 def has_browser_work(target: Any) -> bool:
-    """True when there is browser work or a slot to reconcile (``target``: a resolved RedisTarget)."""
-    from harvester.connections import open_redis_client
+    """True when there is browser work or a slot to reconcile (``target``: a resolved RedisTarget). The
+    client is the factory's cached one for the target, so a poll every few seconds opens no connection."""
+    from harvester.connections import redis_client_for
     from harvester.pageslots.manager import PageSlotManager
 
-    client = open_redis_client(target)
-    try:
-        return PageSlotManager(client, get_settings()).has_work()
-    finally:
-        client.close()
+    return PageSlotManager(redis_client_for(target), get_settings()).has_work()
 
 
 class BrowserWorkTrigger(BaseTrigger):

@@ -26,6 +26,7 @@ from harvester.distributor.scripts import ScriptPipeline, Scripts, text
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SourceKeys
 from harvester.settings import HarvesterSettings, get_settings
+from harvester.source_stats import SourceStats
 
 SIGNAL_BACKLOG = 64  # wake-up tokens kept at most; one is enough to wake a distributor
 ADMIT_CHUNK = 1000  # tasks per atomic admit call: a large batch is several bounded calls in one round trip
@@ -100,21 +101,6 @@ class WorkerLostResult:
     retried: int
     returned: int  # tasks of the batch that had not started: back to intake uncharged
     dead_entries: list[str]  # dead-letter entries created (a batch that killed its worker twice)
-
-
-@dataclass(frozen=True)
-class SourceStats:
-    """One source's numbers for the UI and metrics (DESIGN.md section 4)."""
-
-    pending: int
-    delayed: int
-    active: int
-    admitted_last_minute: int  # fetch starts in the rolling rate window (settings.rate_window_seconds)
-    done: int
-    failed: int
-    dead: int  # entries now in dead letters
-    admitted: int = 0  # total ever admitted
-    dead_total: int = 0  # total ever dead-lettered (requeued ones included)
 
 
 @dataclass(frozen=True)

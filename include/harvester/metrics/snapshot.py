@@ -18,28 +18,13 @@ from harvester.metrics.recording import BUCKETS, INFINITY
 from harvester.metrics.slots import SlotRecord, read_slot_records
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
 from harvester.settings import HarvesterSettings, get_settings
+from harvester.source_stats import SourceStats
 
 BASE_QUEUES = ("priority", "default", "pageslots")
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-@dataclass(frozen=True)
-class SourceStats:
-    """A source's queue figures (as the distributor's stats script gives them, read without it: metrics
-    need no atomic view, and the distributor must not be a dependency of what it serves)."""
-
-    pending: int
-    delayed: int
-    active: int
-    admitted_last_minute: int  # fetch starts in the rolling rate window (settings.rate_window_seconds)
-    done: int
-    failed: int
-    dead: int  # entries now in dead letters
-    admitted: int = 0
-    dead_total: int = 0  # total ever dead-lettered (requeued ones included)
 
 
 @dataclass(frozen=True)
