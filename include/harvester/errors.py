@@ -43,6 +43,7 @@ __all__ = [
     "SourceConfigError",
     "StorageError",
     "StorageUnavailableError",
+    "TaskNoLongerHeld",
     "TooManyRedirects",
     "TransportFailure",
     "UnknownSource",
@@ -133,6 +134,10 @@ class AddressRefused(ScrapingError):
 
 class HostRateTimeout(ScrapingError):
     """No request slot on the host within the wait allowed: the task is retried later."""
+
+
+class TaskNoLongerHeld(ScrapingError):
+    """The task's lease went to another worker before one of its requests could start (no token taken)."""
 
 
 class TooManyRedirects(ScrapingError):

@@ -39,7 +39,62 @@ def test_a_batch_fetched_by_the_fetcher_takes_its_tokens_in_one_call(write_sourc
     first, second, outcomes = asyncio.run(two_batches())
 
     assert outcomes == ["ok"] * 2 * PAGES
-    assert int(redis_client.hget(SourceKeys(source.name).counters, "fetch_starts")) == 2 * PAGES
-    # a cold robots.txt lets the pages through its lock one by one: the first asks alone, the rest together
-    assert first.token_calls <= (2 if robots == "obey" else 1)
+    robots_fetches = 1 if robots == "obey" else 0  # robots.txt is a request at the site: it takes a token too
+    assert int(redis_client.hget(SourceKeys(source.name).counters, "fetch_starts")) == 2 * PAGES + robots_fetches
+    # a cold robots.txt lets the pages through its lock one by one: its fetch and the first page ask alone,
+    # the rest together
+    assert first.token_calls <= (3 if robots == "obey" else 1)
     assert second.token_calls == 1  # robots.txt known: the whole batch asks in one loop turn
+
+
+@pytest.mark.parametrize("robots", ["obey", "ignore"])
+def test_every_request_a_page_costs_the_site_takes_a_token(write_source, worker_settings, demo_site, redis_client,
+                                                          robots) -> None:
+    """A page behind three redirects is four requests at the site (five with its robots.txt): per_minute
+    counts every one, so a redirecting site cannot be sent more starts than per_minute allows."""
+    client = f"redirects_{robots}"
+    source = write_source(robots=robots, rate_limit={"max_active": 100, "per_minute": 1000},
+                          headers={"X-Demo-Client": client})
+    url = f"{demo_site.url}/redirect/3"
+    Intake(redis_client, worker_settings).push(source, [TaskMessage(source=source.name, url=url)])  # registers it
+    store = RateLimitStore(redis_client, worker_settings)
+    heartbeat = LeaseHeartbeat(store, source.name, {"task-0": "1"}, interval=60)
+    permit = RateTokenPermit(store, source.name, ["task-0"], heartbeat)
+
+    async def fetch() -> str:
+        async with Fetcher.from_settings(worker_settings) as fetcher:
+            return (await fetcher.fetch_all([url], source, permit)).results[0].outcome
+
+    assert asyncio.run(fetch()) == "ok"
+    seen = demo_site.stats()["clients"][client]
+    assert seen["total"] == 4  # the three hops and the page (robots.txt is counted apart)
+    seen_by_site = seen["total"] + seen.get("robots", 0)
+    assert int(redis_client.hget(SourceKeys(source.name).counters, "fetch_starts")) == seen_by_site
+
+
+def test_a_task_lost_between_redirect_hops_sends_no_further_request(write_source, worker_settings, demo_site,
+                                                                    redis_client) -> None:
+    client = "redirects_lost"
+    source = write_source(robots="ignore", rate_limit={"max_active": 100, "per_minute": 1000},
+                          headers={"X-Demo-Client": client})
+    url = f"{demo_site.url}/redirect/3"
+    Intake(redis_client, worker_settings).push(source, [TaskMessage(source=source.name, url=url)])  # registers it
+    store = RateLimitStore(redis_client, worker_settings)
+    heartbeat = LeaseHeartbeat(store, source.name, {"task-0": "1"}, interval=60)
+    permit = RateTokenPermit(store, source.name, ["task-0"], heartbeat)
+    asks = 0
+
+    async def ready() -> bool:  # the lease is lost after the first request: a reaper handed the task on
+        nonlocal asks
+        asks += 1
+        if asks > 1:
+            heartbeat.held.discard("task-0")
+        return await permit(0)
+
+    async def fetch() -> str:
+        async with Fetcher.from_settings(worker_settings) as fetcher:
+            return (await fetcher.fetch(url, source, ready)).outcome
+
+    assert asyncio.run(fetch()) == "skipped"
+    assert demo_site.stats()["clients"][client]["total"] == 1
+    assert int(redis_client.hget(SourceKeys(source.name).counters, "fetch_starts")) == 1

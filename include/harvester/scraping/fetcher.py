@@ -30,7 +30,7 @@ from w3lib.encoding import html_to_unicode
 
 from harvester.config.model import SourceConfig
 from harvester.connections import HttpCredentials, resolve_http
-from harvester.errors import RobotsDisallowed, TooManyRedirects, TransportFailure
+from harvester.errors import RobotsDisallowed, TaskNoLongerHeld, TooManyRedirects, TransportFailure
 from harvester.scraping.addresses import AddressGuard, AddressRefused, strip_userinfo
 from harvester.scraping.bodies import ACCEPT_ENCODING, BodyRefused, read_body
 from harvester.scraping.page_fetcher import (
@@ -169,20 +169,24 @@ class Fetcher:
 
         ``ready`` is asked last, right before the request starts (after robots.txt and the host's turn,
         outside the timeout: waiting is not fetching): the batch's per_minute token is taken as close to
-        the site's view as the worker can; False means the task is no longer ours (outcome ``skipped``)."""
+        the site's view as the worker can; False means the task is no longer ours (outcome ``skipped``).
+        Every other request the page costs the site asks it too, right before it starts: a robots.txt
+        fetch and each redirect hop take a token of their own, so per_minute counts what the site sees."""
         started = time.monotonic()
         started_at = time.time()
         url = strip_userinfo(url)
         token = None
         try:
-            limits = await self._before_request(url, source)
+            limits = await self._before_request(url, source, ready)
             if self.gate is not None and limits is not None:
                 token = await self.gate.acquire(source.name, url, limits)
             if ready is not None and not await ready():
                 result = FetchResult(url, "skipped", reason=SKIPPED_REASON)
             else:
                 async with asyncio.timeout(source.timeout):
-                    result = await self._fetch(url, source)
+                    result = await self._fetch(url, source, ready)
+        except TaskNoLongerHeld:
+            result = FetchResult(url, "skipped", reason=SKIPPED_REASON)
         except RobotsDisallowed as error:
             result = FetchResult(url, "robots_disallowed", reason=str(error))
         except AddressRefused as error:
@@ -211,12 +215,13 @@ class Fetcher:
         result.started_at = started_at
         return result
 
-    async def _before_request(self, url: str, source: SourceConfig) -> HostLimits | None:
+    async def _before_request(self, url: str, source: SourceConfig,
+                              ready: Callable[[], Awaitable[bool]] | None = None) -> HostLimits | None:
         """robots.txt (when obeyed) and the host's limits; raises :class:`RobotsDisallowed`."""
         self.guard.split(url)  # a refused scheme never reaches robots.txt or the rate gate
         interval = 0.0
         if source.robots == "obey":
-            rules = await self.robots_rules(url, source)
+            rules = await self.robots_rules(url, source, ready)
             user_agent = request_headers(source, self.settings)["User-Agent"]
             if not rules.allowed(url, user_agent):
                 raise RobotsDisallowed(f"robots.txt of {rules.origin} disallows this URL for "
@@ -227,11 +232,14 @@ class Fetcher:
         limit = source.rate_limit
         return HostLimits(limit.per_host_per_minute or 0, interval, limit.per_host_max_active or 0)
 
-    async def robots_rules(self, url: str, source: SourceConfig) -> RobotsRules:
+    async def robots_rules(self, url: str, source: SourceConfig,
+                           ready: Callable[[], Awaitable[bool]] | None = None) -> RobotsRules:
         async def fetch_robots(robots_url: str) -> tuple[int | None, str]:
+            if ready is not None and not await ready():  # a request at the site: it takes a token too
+                raise TaskNoLongerHeld(f"no longer held before fetching {robots_url}")
             try:
                 async with asyncio.timeout(source.timeout):
-                    status, _, body, content_type = await self._get(robots_url, source, ROBOTS_SIZE_CAP_BYTES)
+                    status, _, body, content_type = await self._get(robots_url, source, ROBOTS_SIZE_CAP_BYTES, ready)
             except (AddressRefused, BodyRefused, TimeoutError, TransportFailure, TooManyRedirects, OSError,
                     MemoryError, zlib.error) as error:
                 log.info("robots.txt %s unreachable: %s", robots_url, error)
@@ -240,15 +248,18 @@ class Fetcher:
 
         return await self.robots.rules(url, fetch_robots)
 
-    async def _send(self, url: str, source: SourceConfig) -> TransportResponse:
+    async def _send(self, url: str, source: SourceConfig,
+                    ready: Callable[[], Awaitable[bool]] | None = None) -> TransportResponse:
         """GET ``url`` and follow redirects by hand: every hop's URL and the peer it connected to are
         checked, credentials are sent only to the first URL's origin, and userinfo is dropped."""
         headers = request_headers(source, self.settings)
         credentials = self.credentials(source)
         origin = urlsplit(url)[:2]
         current = url
-        for _ in range(self.settings.max_redirects + 1):
+        for hop in range(self.settings.max_redirects + 1):
             await self.guard.check(current, remember=True)  # the peer is checked below
+            if hop > 0 and ready is not None and not await ready():  # each hop is a request start too
+                raise TaskNoLongerHeld(f"no longer held before the redirect to {current}")
             hop_headers = dict(headers)
             if credentials is not None and urlsplit(current)[:2] == origin:
                 hop_headers.update(credential_headers(credentials))
@@ -269,19 +280,20 @@ class Fetcher:
         self.guard.check_peer(peer, port)
         self._checked_peers[connection] = port
 
-    async def _get(self, url: str, source: SourceConfig, cap: int
-                   ) -> tuple[int, TransportResponse, bytes, str]:
+    async def _get(self, url: str, source: SourceConfig, cap: int,
+                   ready: Callable[[], Awaitable[bool]] | None = None) -> tuple[int, TransportResponse, bytes, str]:
         """Status, response, decoded body (at most ``cap`` bytes) and content type of a guarded GET."""
-        response = await self._send(url, source)
+        response = await self._send(url, source, ready)
         try:
             body = await read_body(response.raw_chunks(), response.headers.get("content-encoding"), cap)
         finally:
             await response.aclose()
         return response.status, response, body.content, response.headers.get("content-type", "")
 
-    async def _fetch(self, url: str, source: SourceConfig) -> FetchResult:
+    async def _fetch(self, url: str, source: SourceConfig,
+                     ready: Callable[[], Awaitable[bool]] | None = None) -> FetchResult:
         cap = self.settings.body_size_cap_bytes
-        response = await self._send(url, source)
+        response = await self._send(url, source, ready)
         try:
             status = response.status
             content_type = response.headers.get("content-type", "")
