@@ -192,32 +192,31 @@ def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, 
             "records": counters.get("outcome:records_stored", 0), "cpu_seconds": cpu_seconds}
 
 
+def run_peer(label: str, command: list[str], site_url: str, name: str, log_dir: Path, cwd: Path) -> dict[str, Any]:
+    """Run one peer crawler's process; its JSON line, with pages and concurrency as the site counted them."""
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=cwd)
+    (log_dir / f"{label.lower()}-{name}.log").write_text(completed.stderr)
+    if completed.returncode != 0:
+        raise RuntimeError(f"the {label} peer failed:\n{completed.stderr[-3000:]}")
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    observed = site_stats(site_url, name)
+    return {**result, "pages": observed["total"], "max_concurrent": observed["max_concurrent"]}
+
+
 def run_scrapy(source_path: Path, site_url: str, name: str, concurrency: int, mongo: tuple[str, str] | None,
                log_dir: Path) -> dict[str, Any]:
     command = [sys.executable, str(ROOT / "bench" / "scrapy_peer.py"), "--source-file", str(source_path),
                "--concurrency", str(concurrency)]
     if mongo is not None:
         command += ["--mongo-uri", mongo[0], "--database", mongo[1], "--collection", name]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
-    (log_dir / f"scrapy-{name}.log").write_text(completed.stderr)
-    if completed.returncode != 0:
-        raise RuntimeError(f"the Scrapy peer failed:\n{completed.stderr[-3000:]}")
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
-    observed = site_stats(site_url, name)
-    return {**result, "pages": observed["total"], "max_concurrent": observed["max_concurrent"]}
+    return run_peer("Scrapy", command, site_url, name, log_dir, ROOT)
 
 
 def run_crawlee(peer_path: Path, source_path: Path, site_url: str, name: str, concurrency: int,
                 log_dir: Path) -> dict[str, Any]:
     command = [sys.executable, str(ROOT / "bench" / "crawlee_peer.py"), "--peer-path", str(peer_path),
                "--source-file", str(source_path), "--concurrency", str(concurrency)]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=log_dir)
-    (log_dir / f"crawlee-{name}.log").write_text(completed.stderr)
-    if completed.returncode != 0:
-        raise RuntimeError(f"the crawlee peer failed:\n{completed.stderr[-3000:]}")
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
-    observed = site_stats(site_url, name)
-    return {**result, "pages": observed["total"], "max_concurrent": observed["max_concurrent"]}
+    return run_peer("crawlee", command, site_url, name, log_dir, log_dir)
 
 
 def bulk_against_insert_one(settings: Any, records: int) -> dict[str, float]:

@@ -14,7 +14,6 @@ _EXPORTS = {
     "read_proxy_bytes": "slots",
     "read_snapshot": "snapshot",
     "record_fetches": "recording",
-    "record_fetches_quietly": "recording",
     "serve_metrics": "collector",
     "slots_by_country_and_state": "slots",
 }

@@ -10,7 +10,6 @@ complete it, as Prometheus' own histogram does.
 from __future__ import annotations
 
 import bisect
-import logging
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -28,7 +27,6 @@ BUCKETS: dict[str, tuple[float, ...]] = {
     QUEUE_LATENCY_SECONDS: (0.1, 0.5, 1.0, 2.5, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0),
 }
 INFINITY = "+Inf"
-log = logging.getLogger(__name__)
 
 
 class Fetched(Protocol):
@@ -88,12 +86,3 @@ def record_fetches(client: redis.Redis, source: str, messages: Sequence[Enqueued
         pipeline.hincrbyfloat(keys.histograms, name, amount)
     if own:
         pipeline.execute()
-
-
-def record_fetches_quietly(client: redis.Redis, source: str, messages: Sequence[Enqueued],
-                           fetches: Iterable[Fetched]) -> None:
-    """:func:`record_fetches` for the worker's batch: a metrics write never fails a batch."""
-    try:
-        record_fetches(client, source, messages, fetches)
-    except redis.RedisError as error:
-        log.warning("recording the request metrics of %s failed: %s", source, error)

@@ -122,7 +122,6 @@ class AiohttpTransport:
 
     def __init__(self, settings: HarvesterSettings, max_connections: int = 100,
                  check: ConnectionCheck = _no_check) -> None:
-        self._settings = settings
         self._max_connections = max_connections
         self._check = check
         self._session: aiohttp.ClientSession | None = None
