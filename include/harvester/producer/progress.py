@@ -32,14 +32,23 @@ class DeadTasks:
 
 
 def dead_tasks_of_run(client: redis.Redis, source: str, run_id: str) -> DeadTasks:
-    """Scan the source's dead letters (entries ``{message, reason, failed_at}``) for this run's tasks."""
+    """Scan the source's dead letters (entries ``{message, reason, failed_at}``) for this run's tasks.
+
+    The list moves while it is read in pages: the distributor appends at the tail and drops the oldest
+    at the head (past the cap, or a re-queue). So the pages are read from the tail with negative indexes,
+    which a head pop never changes: an entry present for the whole scan can only move deeper, towards
+    the pages still to come, so none is missed; one seen twice (the tail grew between pages) is
+    counted once."""
     keys = SourceKeys(source)
     dead = DeadTasks()
     if not int(client.hget(keys.run_dead, run_id) or 0):
         return dead  # the distributor counts dead tasks per run: nothing to scan
-    start = 0
-    while page := client.lrange(keys.dead_letters, start, start + DEAD_PAGE - 1):
+    seen: set[bytes | str] = set()
+    end = -1
+    while page := client.lrange(keys.dead_letters, end - DEAD_PAGE + 1, end):
         for raw in page:
+            if raw in seen:
+                continue
             try:
                 entry = json.loads(raw)
                 message = entry["message"]
@@ -49,11 +58,14 @@ def dead_tasks_of_run(client: redis.Redis, source: str, run_id: str) -> DeadTask
                 continue
             if message.get("run_id") != run_id:
                 continue
+            seen.add(raw)
             reason = str(entry.get("reason") or "unknown")
             dead.reasons[reason.split(":", 1)[0].strip() or "unknown"] += 1
             if message.get("package_id") is not None and message.get("task_id"):
                 dead.by_package.setdefault(int(message["package_id"]), set()).add(str(message["task_id"]))
-        start += DEAD_PAGE
+        if len(page) < DEAD_PAGE:
+            break  # this page reached the head
+        end -= DEAD_PAGE
     return dead
 
 
