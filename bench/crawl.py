@@ -17,7 +17,12 @@ and the same link discovery and extraction code; pages are counted by the demo s
   (goal >= 10 on a real mongod);
 - (d) the storage's ceiling: the records of (b) read back and written again by one raw ``bulk_write``
   of upserts into a fresh collection of the same MongoDB -> ``storage_ceiling_records_per_s``, and
-  (b)'s records/s end to end against it -> ``storage_ceiling_ratio`` (goal >= 0.8).
+  (b)'s records/s end to end against it -> ``storage_ceiling_ratio`` (goal >= 0.8); beside it what the
+  machine's CPU allows: the CPU per stored page of (b) for Harvester, the demo site and MongoDB
+  (``end_to_end_cpu_ms_per_page``, ``site_cpu_ms_per_page``, ``storage_cpu_ms_per_record``) and the
+  ratio (b) could reach with every core (``cores``) flat out for those three
+  (``storage_ceiling_ratio_cpu_bound``), and the ratio no crawler with ``concurrency`` requests of
+  ``latency_ms`` in flight could pass (``storage_ceiling_ratio_concurrency_bound``).
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
        [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2]
@@ -152,8 +157,12 @@ def write_source(directory: Path, name: str, site_url: str, per_page: int, concu
 
 
 def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, site_url: str,
-                  expected_pages: int, workers: int, timeout: float = 900) -> dict[str, Any]:
-    """Distributor + Celery workers; time from pushing the seed until the site served every page."""
+                  expected_pages: int, workers: int, rig: dict[str, subprocess.Popen] | None = None,
+                  timeout: float = 900) -> dict[str, Any]:
+    """Distributor + Celery workers; time from pushing the seed until the site served every page.
+
+    ``rig`` names the bench's own servers (demo site, MongoDB) whose CPU over the same interval is
+    returned as ``rig_cpu_seconds``: what the machine spent serving the crawl rather than crawling."""
     from harvester.config.loader import load_source_file
     from harvester.distributor import Intake, RateLimitStore, TaskMessage
     from harvester.settings import HarvesterSettings
@@ -171,7 +180,9 @@ def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, 
     distributor = processes.start(f"distributor-{name}", [str(BIN / "harvester"), "distributor"], env)
     time.sleep(4)  # workers and the distributor start (not part of the measurement)
     store = RateLimitStore(client, settings)
+    rig = rig or {}
     cpu_before = tree_cpu_seconds([worker, distributor])
+    rig_before = {name: tree_cpu_seconds([process]) for name, process in rig.items()}
     started = time.perf_counter()
     Intake(client, settings).push(source, [TaskMessage(source=name, kind="listing", url=source.input.seeds[0])])
     deadline = started + timeout
@@ -183,13 +194,15 @@ def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, 
         time.sleep(0.05)
     seconds = time.perf_counter() - started
     cpu_seconds = tree_cpu_seconds([worker, distributor]) - cpu_before
+    rig_cpu_seconds = {name: tree_cpu_seconds([process]) - rig_before[name] for name, process in rig.items()}
     observed = site_stats(site_url, name)
     counters = store.counters(name)
     processes.stop(distributor)
     processes.stop(worker)
     client.close()
     return {"pages": observed["total"], "seconds": seconds, "max_concurrent": observed["max_concurrent"],
-            "records": counters.get("outcome:records_stored", 0), "cpu_seconds": cpu_seconds}
+            "records": counters.get("outcome:records_stored", 0), "cpu_seconds": cpu_seconds,
+            "rig_cpu_seconds": rig_cpu_seconds}
 
 
 def run_peer(label: str, command: list[str], site_url: str, name: str, log_dir: Path, cwd: Path) -> dict[str, Any]:
@@ -266,6 +279,26 @@ def storage_ceiling(uri: str, database: str, collection: str) -> dict[str, float
     return {"records": len(records), "records_per_s": len(records) / seconds if seconds > 0 else 0.0}
 
 
+def rig_bound(run: dict[str, Any], records: int, ceiling_records_per_s: float) -> dict[str, Any]:
+    """What CPU allows (d) on this machine: per stored page of the end-to-end run, the CPU of Harvester
+    (distributor + workers), of the demo site and of MongoDB, and the share of the ceiling the crawl
+    could reach if every core worked flat out for those three (``storage_ceiling_ratio_cpu_bound``;
+    None when MongoDB runs elsewhere). Below 0.8 the goal needs less CPU per page, not less waiting."""
+    cores = len(os.sched_getaffinity(0))
+    rig = run.get("rig_cpu_seconds", {})
+    pages = run["pages"] or 1
+    ours = 1000 * run["cpu_seconds"] / pages
+    site = 1000 * rig["site"] / pages if "site" in rig else None
+    storage = 1000 * rig["storage"] / records if "storage" in rig and records else None
+    ratio = None
+    if site is not None and storage is not None and ceiling_records_per_s:
+        ratio = round(min(1.0, cores * 1000 / (ours + site + storage) / ceiling_records_per_s), 3)
+    return {"cores": cores, "end_to_end_cpu_ms_per_page": round(ours, 3),
+            "site_cpu_ms_per_page": None if site is None else round(site, 3),
+            "storage_cpu_ms_per_record": None if storage is None else round(storage, 3),
+            "storage_ceiling_ratio_cpu_bound": ratio}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--products", type=int, default=2000)
@@ -298,13 +331,14 @@ def main() -> None:
                                   "--appendonly", "no", "--dir", str(directory)])
         readiness.wait_until(lambda: readiness.redis_ping(redis_url), 20, "redis-server")
         choice = choose_mongo(free_port(), directory)
+        rig: dict[str, subprocess.Popen] = {}
         if choice.command is not None:
             (directory / "mongod").mkdir()
-            processes.start("mongo", choice.command)
+            rig["storage"] = processes.start("mongo", choice.command)
             readiness.wait_until(lambda: readiness.mongo_ping(choice.uri), 90, choice.kind)
         site_port = free_port()
         site_url = f"http://{LOOPBACK}:{site_port}"
-        processes.start("demo-site", [str(BIN / "harvester"), "demo-site", "--port", str(site_port),
+        rig["site"] = processes.start("demo-site", [str(BIN / "harvester"), "demo-site", "--port", str(site_port),
                                       "--products", str(args.products), "--per-page", str(args.per_page),
                                       "--latency-ms", str(args.latency_ms), "--slow-every", "0"])
         readiness.wait_until(lambda: readiness.tcp_open(LOOPBACK, site_port), 30, "demo site")
@@ -340,7 +374,7 @@ def main() -> None:
                                                f"crawlee_plain{suffix}", args.concurrency, directory))
             runs["ours_e2e"].append(run_harvester(
                 processes, {**env, "HARVESTER_OUTPUT_SINK": "mongo"}, source(f"ours_mongo{suffix}"),
-                site_url, expected, args.workers))
+                site_url, expected, args.workers, rig))
             runs["ours_e2e"][-1]["stored"] = stored[f"ours_mongo{suffix}"].count_documents({})
             runs["peer_e2e"].append(run_scrapy(source(f"scrapy_mongo{suffix}"), site_url, f"scrapy_mongo{suffix}",
                                                args.concurrency, (choice.uri, database), directory))
@@ -353,6 +387,7 @@ def main() -> None:
         best_e2e_round = runs["ours_e2e"].index(ours_e2e) + 1
         ceiling = storage_ceiling(choice.uri, database, f"ours_mongo_{best_e2e_round}")
         ours_records_per_s = ours_records / ours_e2e["seconds"]
+        bound = rig_bound(ours_e2e, ours_records, ceiling["records_per_s"])
         rate = {name: run["pages"] / run["seconds"] for name, run in
                 {"ours": ours, "peer": peer, "crawlee": crawlee, "ours_e2e": ours_e2e, "peer_e2e": peer_e2e}.items()}
         for label, run in (("Harvester, discard sink", ours), ("Scrapy, no pipeline", peer),
@@ -371,6 +406,11 @@ def main() -> None:
               f"{records['insert_one_records_per_s']:.0f} records/s", file=sys.stderr)
         print(f"end to end {ours_records_per_s:.0f} records/s; raw bulk_write of the same {ceiling['records']} "
               f"records {ceiling['records_per_s']:.0f} records/s", file=sys.stderr)
+        if bound["storage_ceiling_ratio_cpu_bound"] is not None:
+            print(f"CPU per stored page: Harvester {bound['end_to_end_cpu_ms_per_page']:.2f} ms, demo site "
+                  f"{bound['site_cpu_ms_per_page']:.2f} ms, MongoDB {bound['storage_cpu_ms_per_record']:.2f} ms; "
+                  f"with all {bound['cores']} cores flat out the crawl reaches at most "
+                  f"{bound['storage_ceiling_ratio_cpu_bound']:.2f} of the ceiling", file=sys.stderr)
         result = {
             "bench": "crawl", "products": args.products, "repeat": args.repeat, "concurrency": args.concurrency,
             "latency_ms": args.latency_ms, "workers": args.workers, "publish_batch": publish_batch,
@@ -394,6 +434,11 @@ def main() -> None:
             "storage_ceiling_records_per_s": round(ceiling["records_per_s"], 1),
             "storage_ceiling_ratio": round(ours_records_per_s / ceiling["records_per_s"], 3)
             if ceiling["records_per_s"] else None,
+            **bound,
+            # no crawler keeping at most `concurrency` requests of `latency_ms` in flight stores faster than this
+            "storage_ceiling_ratio_concurrency_bound": round(min(
+                1.0, args.concurrency * 1000 / args.latency_ms / ceiling["records_per_s"]), 3)
+            if ceiling["records_per_s"] and args.latency_ms > 0 else None,
             "mongo": choice.kind,
         }
         print(json.dumps(result))
