@@ -75,7 +75,7 @@ def test_ids_from_the_environment_in_uri_form_win_over_the_default(monkeypatch: 
     assert mongo.uri == "mongodb://reader:s%40cret@10.1.2.3:27018"
     assert dict(mongo.options) == {"directConnection": "true"}
     assert mongo.via == "environment variable AIRFLOW_CONN_MONGO_ARCHIVE"
-    assert "s%40cret" not in mongo.redacted_uri and "10.1.2.3:27018" in mongo.redacted_uri
+    assert "s%40cret" not in mongo.redacted and "10.1.2.3:27018" in mongo.redacted
     assert resolve_redis("redis_default", SETTINGS).url == "redis://:pw@cache.internal:6390/2"
 
 

@@ -116,37 +116,37 @@ class ConnectionFields:
 
 
 @dataclass(frozen=True)
-class MongoTarget:
-    """Where a connection id points: a pymongo URI, the connection's client options, and where it came from."""
+class ConnectionTarget:
+    """Where a connection id points: the client's address, the connection's client options, and where it
+    came from. One shape for both backends; the subclasses only name the address as their client does."""
 
     connection_id: str
-    uri: str
+    address: str
     via: str
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
-    def redacted_uri(self) -> str:
-        return redact(self.uri)
+    def redacted(self) -> str:
+        return redact(self.address)
 
     def cache_key(self) -> tuple[str, str]:
-        return self.uri, json.dumps(dict(self.options), sort_keys=True, default=str)
+        return self.address, json.dumps(dict(self.options), sort_keys=True, default=str)
 
 
-@dataclass(frozen=True)
-class RedisTarget:
-    """Where a connection id points: a redis-py URL (``redis://``, ``rediss://``, ``unix://``) and options."""
-
-    connection_id: str
-    url: str
-    via: str
-    options: Mapping[str, Any] = field(default_factory=dict)
+class MongoTarget(ConnectionTarget):
+    """A pymongo URI (``mongodb://``, ``mongodb+srv://``) and MongoClient options."""
 
     @property
-    def redacted_url(self) -> str:
-        return redact(self.url)
+    def uri(self) -> str:
+        return self.address
 
-    def cache_key(self) -> tuple[str, str]:
-        return self.url, json.dumps(dict(self.options), sort_keys=True, default=str)
+
+class RedisTarget(ConnectionTarget):
+    """A redis-py URL (``redis://``, ``rediss://``, ``unix://``) and client options."""
+
+    @property
+    def url(self) -> str:
+        return self.address
 
 
 def _true(value: Any) -> bool:
@@ -482,5 +482,5 @@ def clear_mongo_errors(target: MongoTarget) -> Iterator[None]:
     except (ServerSelectionTimeoutError, ConnectionFailure) as error:
         first_line = str(error).split(",")[0].splitlines()[0][:200]
         raise MongoUnavailableError(
-            f"MongoDB unreachable at {target.redacted_uri} ({target.via}): {first_line}"
+            f"MongoDB unreachable at {target.redacted} ({target.via}): {first_line}"
         ) from None
