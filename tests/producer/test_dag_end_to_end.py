@@ -52,10 +52,14 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def dag_settings(configure_settings: Callable[..., HarvesterSettings]) -> HarvesterSettings:
-    """Test servers, a sources directory of this test, short leases and a fast sensor (also exported)."""
+    """Test servers, a sources directory of this test, short leases and a fast sensor (also exported).
+
+    The visibility timeout is short too: a worker SIGKILLed while its main process held a message it had
+    not handed to a pool process yet leaves that message unacknowledged, and its tasks queued, until kombu
+    hands it out again after the timeout (an hour by default; fault-matrix row 2)."""
     return configure_settings(lease_seconds=6, heartbeat_seconds=1, reap_interval_seconds=1, retry_base_seconds=0.2,
                               retry_max_seconds=1, producer_poll_seconds=1, producer_wait_timeout_seconds=240,
-                              producer_mongo_timeout_ms=5000)
+                              producer_mongo_timeout_ms=5000, celery_visibility_timeout_seconds=10)
 
 
 @pytest.fixture
