@@ -9,7 +9,7 @@ import sys
 import pytest
 import redis
 from harvester.distributor import DeadLetters, Intake, RateLimitStore, RetryPolicy, TaskMessage
-from harvester.redis_keys import SourceKeys
+from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys
 from harvester.settings import HarvesterSettings
 
 from tests.distributor.conftest import make_source
@@ -50,6 +50,21 @@ def test_an_expired_lease_goes_back_to_intake_with_attempt_raised(
     assert store.counters("shop")["stale"] == 2  # the late heartbeat and the late release
     assert store.release("shop", leases_of(again)) == 1
     assert store.counters("shop")["reaped"] == 1
+
+
+def test_a_reap_wakes_distributors_only_when_it_brought_tasks_back(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    source = make_source("shop", rate_limit={"max_active": 1, "per_minute": 100})
+    Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url="http://a.test/1")])
+    store = RateLimitStore(redis_client, settings)
+    now = store.server_time()
+    admit_one(store, "shop", now)
+    redis_client.delete(INTAKE_SIGNAL)
+    assert store.reap(now=now + 0.1).reaped == 0
+    assert redis_client.llen(INTAKE_SIGNAL) == 0  # nothing came back: a waiting distributor sleeps on
+    assert store.reap(now=now + settings.lease_seconds + 0.5).reaped == 1
+    assert redis_client.lrange(INTAKE_SIGNAL, 0, -1) == [b"shop"]  # the source whose task is back
 
 
 def test_reaped_past_retries_lands_in_dead_letters_with_the_reason(

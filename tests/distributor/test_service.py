@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import redis
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.distributor.service import Distributor
 from harvester.pageslots.bookkeeping import BrowserTaskBook
-from harvester.redis_keys import PageSlotKeys, SourceKeys
+from harvester.redis_keys import INTAKE_SIGNAL, PageSlotKeys, SourceKeys
 from harvester.services import readiness
 from harvester.settings import HarvesterSettings
 
@@ -83,6 +84,51 @@ def test_backpressure_caps_the_celery_queue(redis_client: redis.Redis, settings:
     redis_client.rpop("default")  # a worker took one message
     assert distributor.run_round().admitted == 10
     assert redis_client.llen("default") == 3
+
+
+def test_a_round_that_fills_max_active_waits_for_a_release_instead_of_running_an_empty_round(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    Intake(redis_client, settings).push(make_source("shop", rate_limit={"max_active": 5, "per_minute": 10_000}),
+                                        tasks("shop", 20))
+    redis_client.delete(INTAKE_SIGNAL)  # the push's wake-up tokens: this test counts rounds, not wake-ups
+    distributor = Distributor(redis_client, settings.model_copy(update={"reap_interval_seconds": 60}))
+    distributor.run(max_seconds=0.5)
+    assert distributor.totals.admitted == 5 and distributor.totals.rounds == 1  # then it waited
+
+
+def test_a_round_bounded_by_its_batch_size_is_followed_at_once(redis_client: redis.Redis,
+                                                                settings: HarvesterSettings):
+    Intake(redis_client, settings).push(make_source("shop", rate_limit={"max_active": 100, "per_minute": 10_000}),
+                                        tasks("shop", 20))
+    redis_client.delete(INTAKE_SIGNAL)
+    distributor = Distributor(redis_client, settings.model_copy(
+        update={"admit_batch_size": 5, "reap_interval_seconds": 60}))
+    distributor.run(max_seconds=0.5)
+    assert distributor.totals.admitted == 20 and len(published_tasks(redis_client, "default")) == 20
+    assert distributor.totals.rounds == 5  # four full rounds back to back, then one that found the intake empty
+
+
+def test_a_release_wakes_a_distributor_that_waits_after_filling_max_active(redis_client: redis.Redis,
+                                                                           settings: HarvesterSettings):
+    Intake(redis_client, settings).push(make_source("shop", rate_limit={"max_active": 5, "per_minute": 10_000}),
+                                        tasks("shop", 8))
+    redis_client.delete(INTAKE_SIGNAL)
+    distributor = Distributor(redis_client, settings.model_copy(update={"reap_interval_seconds": 60}))
+    runner = threading.Thread(target=distributor.run, kwargs={"max_seconds": 1.2})
+    runner.start()
+    deadline = time.monotonic() + 1
+    while distributor.totals.admitted < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # it now blocks on the signal list
+    rounds = distributor.totals.rounds
+    assert (distributor.totals.admitted, rounds) == (5, 1)
+    store = RateLimitStore(redis_client, settings)
+    queued = published_tasks(redis_client, "default")
+    assert len(store.start("shop", {task["task_id"]: task["lease_token"] for task in queued}).held) == 5
+    store.release("shop", {queued[0]["task_id"]: queued[0]["lease_token"]})  # pushes one wake-up token
+    runner.join()
+    assert distributor.totals.admitted == 6 and distributor.totals.rounds == rounds + 1
 
 
 def test_invalid_message_is_dead_lettered_and_the_rest_published(

@@ -7,9 +7,11 @@ messages of ``publish_batch_size`` tasks through one pipelined kombu producer ba
 million pending tasks gets the same batch per round as a source with ten, so it cannot starve it.
 
 Backpressure: a queue already ``queue_max_depth`` Celery messages deep gets nothing this round.
-When nothing could be admitted the distributor blocks on the intake signal list (BLPOP) until new
+When nothing more can be admitted (nothing was, or every source got less than it asked for: its
+limit, an empty intake, a pause) the distributor blocks on the intake signal list (BLPOP) until new
 intake, a released lease, or the earliest known wake-up time (rate window, Retry-After, retry due,
-next reap), so it never polls while idle. Several distributors may run: every admission is atomic.
+next reap), so it never polls while idle, nor runs a round it knows would admit nothing. Several
+distributors may run: every admission is atomic.
 """
 
 from __future__ import annotations
@@ -118,6 +120,10 @@ class RoundOutcome:
     malformed: int = 0
     backpressured: bool = False
     wait_seconds: float | None = None  # the earliest known time admission may succeed again
+    # every source asked got less than it asked for (its limit, an empty intake, a pause): another round
+    # now would admit nothing, so the distributor waits for the event that changes that (a release, new
+    # intake, a retry or window coming due) instead of running it
+    saturated: bool = False
 
 
 @dataclass
@@ -189,7 +195,7 @@ class Distributor:
                 self._back_online()
                 backoff = 0.1
                 summary = self._log_summary(*summary)
-                if outcome.admitted == 0 and outcome.malformed == 0 and not self.stopping:
+                if (outcome.admitted == 0 or outcome.saturated) and outcome.malformed == 0 and not self.stopping:
                     wait = self._wait_seconds(outcome)
                     if ends_at is not None:
                         wait = min(wait, max(0.0, ends_at - time.monotonic()))
@@ -274,6 +280,10 @@ class Distributor:
         work: list[tuple[str, list[dict[str, Any]]]] = []
         if admissions:
             self._clock_offset = admissions[-1].now - time.time()
+        wanted_by_source = dict(requests)
+        outcome.saturated = not outcome.backpressured and all(
+            len(admission.messages) + admission.malformed < wanted_by_source.get(admission.source, 0)
+            for admission in admissions)
         for admission in admissions:
             outcome.malformed += admission.malformed
             if admission.messages:

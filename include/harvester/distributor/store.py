@@ -340,9 +340,14 @@ class RateLimitStore:
             for name in names:
                 pipeline.call("reap", name, now=_now_argument(now), limit=self.settings.reap_batch_size,
                               dead_letters_max=self.settings.dead_letters_max_per_source)
-            wake_distributors(pipeline.pipeline, "reap")
 
-        replies = self.scripts.run_pipeline(build)[: len(names)]
+        replies = self.scripts.run_pipeline(build)
+        brought_back = [name for name, reply in zip(names, replies, strict=True) if reply.reaped or reply.returned]
+        if brought_back:  # tasks are back in intake or delayed: wake the distributors waiting for work
+            pipeline = self.redis.pipeline(transaction=False)
+            for name in brought_back:
+                wake_distributors(pipeline, name)
+            pipeline.execute()
         reaped = sum(reply.reaped for reply in replies)
         dead = {name: reply.dead_entries for name, reply in zip(names, replies, strict=True) if reply.dead_entries}
         return ReapResult(reaped, dead, sum(reply.returned for reply in replies))
