@@ -279,24 +279,32 @@ def storage_ceiling(uri: str, database: str, collection: str) -> dict[str, float
     return {"records": len(records), "records_per_s": len(records) / seconds if seconds > 0 else 0.0}
 
 
-def rig_bound(run: dict[str, Any], records: int, ceiling_records_per_s: float) -> dict[str, Any]:
-    """What CPU allows (d) on this machine: per stored page of the end-to-end run, the CPU of Harvester
-    (distributor + workers), of the demo site and of MongoDB, and the share of the ceiling the crawl
-    could reach if every core worked flat out for those three (``storage_ceiling_ratio_cpu_bound``;
-    None when MongoDB runs elsewhere). Below 0.8 the goal needs less CPU per page, not less waiting."""
+def ceiling_bounds(run: dict[str, Any], records: int, ceiling_records_per_s: float, concurrency: int,
+                   latency_ms: float) -> dict[str, Any]:
+    """What bounds (d) on this machine, whatever the write path does.
+
+    - CPU: per stored page of the end-to-end run, the CPU of Harvester (distributor + workers), of the
+      demo site and of MongoDB, and the share of the ceiling the crawl could reach if every core worked
+      flat out for those three (``storage_ceiling_ratio_cpu_bound``; None when MongoDB runs elsewhere);
+    - concurrency: no crawler keeping at most ``concurrency`` requests of ``latency_ms`` in flight stores
+      faster than ``concurrency / latency`` pages a second (``storage_ceiling_ratio_concurrency_bound``).
+    Below 0.8 either says the goal cannot be seen here."""
     cores = len(os.sched_getaffinity(0))
     rig = run.get("rig_cpu_seconds", {})
     pages = run["pages"] or 1
     ours = 1000 * run["cpu_seconds"] / pages
     site = 1000 * rig["site"] / pages if "site" in rig else None
     storage = 1000 * rig["storage"] / records if "storage" in rig and records else None
-    ratio = None
-    if site is not None and storage is not None and ceiling_records_per_s:
-        ratio = round(min(1.0, cores * 1000 / (ours + site + storage) / ceiling_records_per_s), 3)
+    cpu_ratio = concurrency_ratio = None
+    if ceiling_records_per_s:
+        if site is not None and storage is not None:
+            cpu_ratio = round(min(1.0, cores * 1000 / (ours + site + storage) / ceiling_records_per_s), 3)
+        if latency_ms > 0:
+            concurrency_ratio = round(min(1.0, concurrency * 1000 / latency_ms / ceiling_records_per_s), 3)
     return {"cores": cores, "end_to_end_cpu_ms_per_page": round(ours, 3),
             "site_cpu_ms_per_page": None if site is None else round(site, 3),
             "storage_cpu_ms_per_record": None if storage is None else round(storage, 3),
-            "storage_ceiling_ratio_cpu_bound": ratio}
+            "storage_ceiling_ratio_cpu_bound": cpu_ratio, "storage_ceiling_ratio_concurrency_bound": concurrency_ratio}
 
 
 def main() -> None:
@@ -387,7 +395,7 @@ def main() -> None:
         best_e2e_round = runs["ours_e2e"].index(ours_e2e) + 1
         ceiling = storage_ceiling(choice.uri, database, f"ours_mongo_{best_e2e_round}")
         ours_records_per_s = ours_records / ours_e2e["seconds"]
-        bound = rig_bound(ours_e2e, ours_records, ceiling["records_per_s"])
+        bound = ceiling_bounds(ours_e2e, ours_records, ceiling["records_per_s"], args.concurrency, args.latency_ms)
         rate = {name: run["pages"] / run["seconds"] for name, run in
                 {"ours": ours, "peer": peer, "crawlee": crawlee, "ours_e2e": ours_e2e, "peer_e2e": peer_e2e}.items()}
         for label, run in (("Harvester, discard sink", ours), ("Scrapy, no pipeline", peer),
@@ -435,10 +443,6 @@ def main() -> None:
             "storage_ceiling_ratio": round(ours_records_per_s / ceiling["records_per_s"], 3)
             if ceiling["records_per_s"] else None,
             **bound,
-            # no crawler keeping at most `concurrency` requests of `latency_ms` in flight stores faster than this
-            "storage_ceiling_ratio_concurrency_bound": round(min(
-                1.0, args.concurrency * 1000 / args.latency_ms / ceiling["records_per_s"]), 3)
-            if ceiling["records_per_s"] and args.latency_ms > 0 else None,
             "mongo": choice.kind,
         }
         print(json.dumps(result))

@@ -24,10 +24,8 @@ BIN = Path(sys.executable).parent
 
 async def one_round(transport_name: str, url: str, requests: int, batch: int) -> float:
     from harvester.scraping.transports import AiohttpTransport, HttpxTransport
-    from harvester.settings import HarvesterSettings
 
-    settings = HarvesterSettings()
-    transport = AiohttpTransport(settings) if transport_name == "aiohttp" else HttpxTransport(settings)
+    transport = AiohttpTransport() if transport_name == "aiohttp" else HttpxTransport()
     headers = {"User-Agent": "harvester-bench", "Accept": "text/html", "Accept-Encoding": "gzip, deflate, br"}
 
     async def get(number: int) -> None:

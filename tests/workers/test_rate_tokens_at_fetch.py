@@ -4,6 +4,7 @@ the pages of one batch still reach the permit together and share its calls."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
@@ -47,19 +48,27 @@ def test_a_batch_fetched_by_the_fetcher_takes_its_tokens_in_one_call(write_sourc
     assert second.token_calls == 1  # robots.txt known: the whole batch asks in one loop turn
 
 
-@pytest.mark.parametrize("robots", ["obey", "ignore"])
-def test_every_request_a_page_costs_the_site_takes_a_token(write_source, worker_settings, demo_site, redis_client,
-                                                          robots) -> None:
-    """A page behind three redirects is four requests at the site (five with its robots.txt): per_minute
-    counts every one, so a redirecting site cannot be sent more starts than per_minute allows."""
-    client = f"redirects_{robots}"
+def one_redirecting_task(write_source, worker_settings, demo_site, redis_client, client: str, robots: str
+                         ) -> tuple[Any, str, LeaseHeartbeat, RateTokenPermit]:
+    """A source (counted at the demo site as ``client``) with one registered task on a page behind three
+    redirects, and the permit of a batch holding it: (source, url, heartbeat, permit)."""
     source = write_source(robots=robots, rate_limit={"max_active": 100, "per_minute": 1000},
                           headers={"X-Demo-Client": client})
     url = f"{demo_site.url}/redirect/3"
     Intake(redis_client, worker_settings).push(source, [TaskMessage(source=source.name, url=url)])  # registers it
     store = RateLimitStore(redis_client, worker_settings)
     heartbeat = LeaseHeartbeat(store, source.name, {"task-0": "1"}, interval=60)
-    permit = RateTokenPermit(store, source.name, ["task-0"], heartbeat)
+    return source, url, heartbeat, RateTokenPermit(store, source.name, ["task-0"], heartbeat)
+
+
+@pytest.mark.parametrize("robots", ["obey", "ignore"])
+def test_every_request_a_page_costs_the_site_takes_a_token(write_source, worker_settings, demo_site, redis_client,
+                                                          robots) -> None:
+    """A page behind three redirects is four requests at the site (five with its robots.txt): per_minute
+    counts every one, so a redirecting site cannot be sent more starts than per_minute allows."""
+    client = f"redirects_{robots}"
+    source, url, _, permit = one_redirecting_task(write_source, worker_settings, demo_site, redis_client, client,
+                                                  robots)
 
     async def fetch() -> str:
         async with Fetcher.from_settings(worker_settings) as fetcher:
@@ -75,13 +84,8 @@ def test_every_request_a_page_costs_the_site_takes_a_token(write_source, worker_
 def test_a_task_lost_between_redirect_hops_sends_no_further_request(write_source, worker_settings, demo_site,
                                                                     redis_client) -> None:
     client = "redirects_lost"
-    source = write_source(robots="ignore", rate_limit={"max_active": 100, "per_minute": 1000},
-                          headers={"X-Demo-Client": client})
-    url = f"{demo_site.url}/redirect/3"
-    Intake(redis_client, worker_settings).push(source, [TaskMessage(source=source.name, url=url)])  # registers it
-    store = RateLimitStore(redis_client, worker_settings)
-    heartbeat = LeaseHeartbeat(store, source.name, {"task-0": "1"}, interval=60)
-    permit = RateTokenPermit(store, source.name, ["task-0"], heartbeat)
+    source, url, heartbeat, permit = one_redirecting_task(write_source, worker_settings, demo_site, redis_client,
+                                                          client, "ignore")
     asks = 0
 
     async def ready() -> bool:  # the lease is lost after the first request: a reaper handed the task on

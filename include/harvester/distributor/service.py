@@ -280,11 +280,9 @@ class Distributor:
         work: list[tuple[str, list[dict[str, Any]]]] = []
         if admissions:
             self._clock_offset = admissions[-1].now - time.time()
-        wanted_by_source = dict(requests)
-        outcome.saturated = not outcome.backpressured and all(
-            len(admission.messages) + admission.malformed < wanted_by_source.get(admission.source, 0)
-            for admission in admissions)
-        for admission in admissions:
+        outcome.saturated = not outcome.backpressured
+        for (_, wanted), admission in zip(requests, admissions, strict=True):  # one admission per request
+            outcome.saturated &= len(admission.messages) + admission.malformed < wanted
             outcome.malformed += admission.malformed
             if admission.messages:
                 tasks = self._valid_tasks(admission)

@@ -35,11 +35,12 @@ __all__ = ["AiohttpTransport", "ConnectionCheck", "HttpxTransport", "Transport",
 ConnectionCheck = Callable[[object, object, str], None]
 
 
-def _no_check(connection: object, peer: object, url: str) -> None:
-    return None
-
 # aiohttp refuses longer header lines by default (8,190 bytes); sites send long Set-Cookie headers
 MAX_HEADER_BYTES = 64 * 1024
+
+
+def _no_check(connection: object, peer: object, url: str) -> None:
+    return None
 
 
 class TransportResponse(Protocol):
@@ -68,8 +69,8 @@ class Transport(Protocol):
 def transport_from_settings(settings: HarvesterSettings, max_connections: int,
                             check: ConnectionCheck = _no_check) -> Transport:
     if settings.http2:
-        return HttpxTransport(settings, max_connections, check)
-    return AiohttpTransport(settings, max_connections, check)
+        return HttpxTransport(max_connections, check)
+    return AiohttpTransport(max_connections, check)
 
 
 # -- aiohttp ---------------------------------------------------------------------------------------
@@ -120,8 +121,7 @@ class AiohttpTransport:
     """aiohttp with its content decoding off (bodies.py decodes with a cap), no redirects followed and
     cookies kept per process as a browser would (IP-address hosts included, as httpx does)."""
 
-    def __init__(self, settings: HarvesterSettings, max_connections: int = 100,
-                 check: ConnectionCheck = _no_check) -> None:
+    def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check) -> None:
         self._max_connections = max_connections
         self._check = check
         self._session: aiohttp.ClientSession | None = None
@@ -183,8 +183,7 @@ class _HttpxResponse:
 class HttpxTransport:
     """httpx with HTTP/2 where the site offers it over TLS; no redirects followed, raw bodies."""
 
-    def __init__(self, settings: HarvesterSettings, max_connections: int = 100,
-                 check: ConnectionCheck = _no_check) -> None:
+    def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check) -> None:
         self._check = check
         self.client = httpx.AsyncClient(
             http2=True, follow_redirects=False,
