@@ -54,12 +54,15 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def dag_settings(configure_settings: Callable[..., HarvesterSettings]) -> HarvesterSettings:
     """Test servers, a sources directory of this test, short leases and a fast sensor (also exported).
 
-    The visibility timeout is short too: a worker SIGKILLed while its main process held a message it had
-    not handed to a pool process yet leaves that message unacknowledged, and its tasks queued, until kombu
-    hands it out again after the timeout (an hour by default; fault-matrix row 2)."""
+    Delivery recovery is short too, as in the fault matrix (tests/reliability/harness.py): the test's
+    SIGKILL of a worker can land while its main process holds a message it has not started. Registered
+    as unacknowledged, kombu hands it out again after the visibility timeout (an hour by default); caught
+    between kombu's BRPOP and that registration, the message is gone, and its queued tasks go back to
+    intake after ``queued_lease_seconds`` (three hours by default). Either way the run would wait."""
     return configure_settings(lease_seconds=6, heartbeat_seconds=1, reap_interval_seconds=1, retry_base_seconds=0.2,
                               retry_max_seconds=1, producer_poll_seconds=1, producer_wait_timeout_seconds=240,
-                              producer_mongo_timeout_ms=5000, celery_visibility_timeout_seconds=10)
+                              producer_mongo_timeout_ms=5000, celery_visibility_timeout_seconds=10,
+                              queued_lease_seconds=20)
 
 
 @pytest.fixture
