@@ -32,8 +32,8 @@ AIRFLOW_EXTRA = EXTRAS["airflow"]
 CLUSTER_MODULE = PACKAGE / "services" / "cluster.py"  # the one user of the cluster extra
 
 
-def third_party_imports(path: Path) -> set[str]:
-    """Absolute imports (top level or inside functions) that are neither the standard library nor harvester."""
+def third_party_imports(path: Path, own: str = "harvester") -> set[str]:
+    """Absolute imports (top level or inside functions) that are neither the standard library nor ``own``."""
     modules: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -41,7 +41,7 @@ def third_party_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             modules.add(node.module)
     return {module for module in modules
-            if module.split(".")[0] not in sys.stdlib_module_names and module.split(".")[0] != "harvester"}
+            if module.split(".")[0] not in sys.stdlib_module_names and module.split(".")[0] != own}
 
 
 @cache
@@ -110,3 +110,16 @@ def test_kombu_is_new_enough_for_producer_batch():
     from kombu import Producer
 
     assert hasattr(Producer, "batch")
+
+
+def test_the_demo_package_declares_exactly_what_it_imports():
+    """demo/pyproject.toml, like the core's: every third-party import declared, nothing declared unused."""
+    project = tomllib.loads((REPOSITORY_ROOT / "demo" / "pyproject.toml").read_text())["project"]
+    declared = {normalised(requirement) for requirement in project["dependencies"]}
+    imported: set[str] = set()
+    for path in sorted((REPOSITORY_ROOT / "demo" / "harvester_demo").rglob("*.py")):
+        for module in third_party_imports(path, own="harvester_demo"):
+            found = owners(module)
+            assert found & declared, f"{path.name}: {module} ({' or '.join(sorted(found))}) is not declared"
+            imported |= found
+    assert sorted(declared - imported) == []

@@ -18,7 +18,7 @@ import psutil
 import pytest
 import yaml
 from harvester.config.model import SourceConfig
-from harvester.demo_site.app import product_facts
+from harvester_demo.app import product_facts
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.pageslots.allocation import allocate_page_slots
 from harvester.pageslots.bookkeeping import country_tasks

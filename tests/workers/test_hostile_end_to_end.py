@@ -11,7 +11,7 @@ import json
 import time
 
 import pytest
-from harvester.demo_site.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER, POLITE_AGENT
+from harvester_demo.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER, POLITE_AGENT
 from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
