@@ -29,7 +29,8 @@ DEPENDENCIES = {normalised(requirement) for requirement in PROJECT["dependencies
 EXTRAS = {name: {normalised(requirement) for requirement in requirements}
           for name, requirements in PROJECT["optional-dependencies"].items()}
 AIRFLOW_EXTRA = EXTRAS["airflow"]
-CLUSTER_MODULE = PACKAGE / "services" / "cluster.py"  # the one user of the cluster extra
+# the users of the cluster extra: the compose topology's secrets and its PostgreSQL
+CLUSTER_MODULES = {PACKAGE / "services" / "cluster.py", PACKAGE / "services" / "postgres.py"}
 
 
 def third_party_imports(path: Path, own: str = "harvester") -> set[str]:
@@ -74,7 +75,7 @@ def test_every_third_party_import_is_declared():
     missing = []
     for path, modules in imports_by_file().items():
         adapter = any(module.split(".")[0] == "airflow" for module in modules)  # an Airflow adapter module
-        declared = DEPENDENCIES | (AIRFLOW_EXTRA if adapter else set()) | (EXTRAS["cluster"] if path == CLUSTER_MODULE
+        declared = DEPENDENCIES | (AIRFLOW_EXTRA if adapter else set()) | (EXTRAS["cluster"] if path in CLUSTER_MODULES
                                                                              else set())
         for module in sorted(modules):
             if module.split(".")[0] in OPTIONAL:
