@@ -79,8 +79,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, mongo_server, demo_site_se
 
 
 def run_to_the_end(cluster: Cluster, dag_id: str, timeout: float = 300, run_id: str | None = None) -> dict[str, Any]:
-    run_id = run_id or cluster.trigger(dag_id)
-    run = cluster.wait_for_run(dag_id, run_id, timeout=timeout)
+    run_id = run_id or cluster.airflow_api.trigger(dag_id)
+    run = cluster.airflow_api.wait_for_run(dag_id, run_id, timeout=timeout)
     assert run["state"] == "success", (
         f"{dag_id} {run_id}: {run['state']}, tasks {run['task_states']}\n"
         + "\n".join(cluster.log_tail(name, 15) for name in ("airflow-worker", "airflow-triggerer", "distributor",
@@ -91,7 +91,7 @@ def run_to_the_end(cluster: Cluster, dag_id: str, timeout: float = 300, run_id: 
 
 def report_of(cluster: Cluster, dag_id: str, run_id: str, task_id: str = "report") -> dict[str, Any]:
     """A task's return value (XCom) through the REST API."""
-    with cluster.api() as client:
+    with cluster.airflow_api.client() as client:
         response = client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value")
         response.raise_for_status()
     value = response.json()["value"]
@@ -152,7 +152,7 @@ def test_a_page_slots_run_and_a_browser_harvest_succeed_on_the_production_topolo
     there as a harvester.host_page_slot task; the slot's Chromium renders every page through the SG proxy."""
     rendered = mongo_server.client()[cluster.mongo_database]["demo_shop_rendered"]
     sg_proxy.reset()
-    browser_run = cluster.trigger("harvest_demo_shop_browser")
+    browser_run = cluster.airflow_api.trigger("harvest_demo_shop_browser")
     slots_run = run_to_the_end(cluster, "page_slots", timeout=300)
     assert set(slots_run["task_states"].values()) == {"success"}, slots_run["task_states"]  # ran, not skipped
     browser = run_to_the_end(cluster, "harvest_demo_shop_browser", timeout=300, run_id=browser_run)

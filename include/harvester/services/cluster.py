@@ -20,16 +20,15 @@ import os
 import secrets
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from harvester.errors import ClusterError
 from harvester.queues import PAGESLOTS_QUEUE
 from harvester.services import catalogue, readiness
+from harvester.services.airflow_api import AirflowApi
 from harvester.services.catalogue import (
     CELERY_APP,
     DEMO_SOURCE_DAG,
@@ -110,7 +109,7 @@ class WorkerHost:
 
 @dataclass
 class Cluster:
-    """The topology: its configuration, its services in start order, and the Airflow REST API to drive it."""
+    """The topology: its configuration and its services in start order (``airflow_api`` drives its Airflow)."""
 
     base_dir: Path
     ports: ClusterPorts = field(default_factory=ClusterPorts)
@@ -140,6 +139,8 @@ class Cluster:
         self.postgres = PostgresServer(data_directory(self.base_dir), self.ports.postgres, POSTGRES_USER,
                                        self.secrets.postgres_password, self.fast_unsafe_postgres)
         self.supervisor = Supervisor(self.run_dir, self.log_dir, cwd=REPOSITORY_ROOT, step=TimedSteps())
+        self.airflow_api = AirflowApi(self.airflow_url, AIRFLOW_USER, self.secrets.admin_password,
+                                      explain=lambda: self.log_tail("airflow-dag-processor"))
 
     # -- addresses -------------------------------------------------------------------------------
     @property
@@ -322,7 +323,7 @@ class Cluster:
         """`make run MODE=cluster`: start, trigger the demo DAG, say where everything is."""
         self.start()
         if trigger:
-            run_id = self.trigger(DEMO_SOURCE_DAG)
+            run_id = self.airflow_api.trigger(DEMO_SOURCE_DAG)
             self.supervisor.step(f"airflow: triggered {DEMO_SOURCE_DAG} ({run_id})")
         print(self.describe(), flush=True)
 
@@ -361,43 +362,6 @@ class Cluster:
         self.passwords_file.parent.mkdir(parents=True, exist_ok=True)
         self.passwords_file.write_text(json.dumps({AIRFLOW_USER: self.secrets.admin_password}) + "\n")
         self.passwords_file.chmod(0o600)
-
-    # -- the Airflow REST API, as a user would call it ------------------------------------------
-    def api(self) -> Any:
-        """An httpx client of /api/v2 logged in as the admin (a JWT from /auth/token)."""
-        import httpx
-
-        response = httpx.post(f"{self.airflow_url}/auth/token", timeout=30,
-                              json={"username": AIRFLOW_USER, "password": self.secrets.admin_password})
-        response.raise_for_status()
-        token = response.json()["access_token"]
-        return httpx.Client(base_url=f"{self.airflow_url}/api/v2", timeout=30,
-                            headers={"Authorization": f"Bearer {token}"})
-
-    def trigger(self, dag_id: str, parse_timeout: float = 240.0) -> str:
-        """Wait until the DAG is parsed, then start a run; returns its run id."""
-        with self.api() as client:
-            deadline = time.monotonic() + parse_timeout
-            while client.get(f"/dags/{dag_id}").status_code != 200:
-                if time.monotonic() > deadline:
-                    raise ClusterError(f"{dag_id} was never parsed\n{self.log_tail('airflow-dag-processor', 30)}")
-                time.sleep(1)
-            response = client.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {}})
-            if response.status_code not in (200, 201):
-                raise ClusterError(f"triggering {dag_id} failed: {response.status_code} {response.text}")
-            return str(response.json()["dag_run_id"])
-
-    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300.0) -> dict[str, Any]:
-        """The run once it has ended (success or failed), with the states of its task instances."""
-        with self.api() as client:
-            deadline = time.monotonic() + timeout
-            while True:
-                run = client.get(f"/dags/{dag_id}/dagRuns/{run_id}").json()
-                if run.get("state") in ("success", "failed") or time.monotonic() > deadline:
-                    instances = client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()
-                    run["task_states"] = {ti["task_id"]: ti["state"] for ti in instances.get("task_instances", [])}
-                    return run
-                time.sleep(2)
 
     def describe(self) -> str:
         mongo = redact(self.resolved_mongo_uri)
