@@ -212,6 +212,7 @@ class BatchRunner:
                report: BatchReport) -> None:
         """Sort pages by outcome, write the records, follow the links, then complete what finished."""
         to_store: list[StoredPage] = []
+        record_listings: list[StoredPage] = []  # listing pages with records of their items (listing.records)
         listings: list[StoredPage] = []
         finished: list[TaskMessage] = []
         for message, page in zip(messages, pages, strict=True):
@@ -234,10 +235,16 @@ class BatchRunner:
                     self.failures.dead_letter(message, f"record rejected: {page.rejected_reason}", report)
                 else:
                     to_store.append((message, page))
+            elif page.listing_records is not None and self.count_listing_records(page, report):
+                record_listings.append((message, page))  # stored first, then its links followed
             else:
                 listings.append((message, page))
 
-        stored = self.settler.write(source, to_store, report)
+        stored = self.settler.write(source, to_store + record_listings, report)
+        stored_ids = {id(message) for message in stored}
+        listings += [(message, page) for message, page in record_listings if id(message) in stored_ids]
+        listing_ids = {id(message) for message, _ in record_listings}
+        stored = [message for message in stored if id(message) not in listing_ids]  # completed once followed
         followed: list[TaskMessage] = []
         for message, page in listings:
             try:
@@ -248,6 +255,26 @@ class BatchRunner:
                 self.failures.retry(message, f"link discovery failed: {type(error).__name__}: {error}", None,
                                     report)
         self.settler.complete(source, finished + stored + followed, report)
+
+    @staticmethod
+    def count_listing_records(page: PageResult, report: BatchReport) -> bool:
+        """Count a listing page's records and their problems; True when it has records to store. An item
+        a ``required`` attribute rejects is counted (``rejected``), never the page's other records."""
+        listing = page.listing_records
+        assert listing is not None
+        if listing.problem is not None:
+            report.outcomes[listing.problem.counter] += 1
+        for extraction in listing.extractions:
+            for problem in extraction.problems:
+                report.outcomes[problem.counter] += 1
+        rejected = listing.rejected
+        if rejected:
+            report.outcomes["rejected"] += len(rejected)
+            log.info("%s: %d of %d items rejected: %s", page.url, len(rejected), len(listing.extractions),
+                     rejected[0].rejected_reason)
+        if listing.items > len(listing.extractions):
+            report.outcomes["listing_items_not_read"] += listing.items - len(listing.extractions)
+        return bool(listing.records)
 
     def count(self, source: str, report: BatchReport, messages: list[TaskMessage] | None = None,
               fetches: list[FetchResult] | None = None) -> None:
