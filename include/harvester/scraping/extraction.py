@@ -24,6 +24,7 @@ nesting before it is parsed (``too_large``, ``too_deep``); a listing page gives 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -310,7 +311,7 @@ def extract_attribute(name: str, attribute: Attribute, scope: Scope, base: str, 
 
 
 def _sample(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= TRACE_SAMPLE_CHARACTERS else text[:TRACE_SAMPLE_CHARACTERS] + "…"
 
 
