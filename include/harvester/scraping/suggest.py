@@ -477,8 +477,9 @@ def suggest_listing(page: PageData, suggestion: Suggestion) -> str | None:
     groups = link_groups(page)
     following = next_page(page)
     if following:
-        suggestion.listing["next_page_selectors"] = [following[0]]
-        suggestion.listing_why.append(f"next_page_selectors: {following[1]}")
+        suggestion.listing.update({"next_page_selectors": [following[0]], "max_depth": 5})
+        suggestion.listing_why += [f"next_page_selectors: {following[1]}",
+                                   "max_depth: 5 listing pages deep (raise it to read more of the pagination)"]
     if not groups:
         suggestion.notes.append("no repeated links found on this page: is it a listing?")
         return None
@@ -520,10 +521,9 @@ def suggest_listing(page: PageData, suggestion: Suggestion) -> str | None:
                                       f"visited (one request per listing page; the detail links are {selector})")
         return None
     suggestion.records, suggestion.records_item = [], None
-    suggestion.listing.update({"link_selectors": [selector], "follow": follow, "max_depth": 5})
+    suggestion.listing.update({"link_selectors": [selector], "follow": follow})
     suggestion.listing_why += [f"link_selectors: {why} ({len(distinct)} links like {distinct[0]})",
-                               f"follow: the shape those links share, {shape}, on this site only",
-                               "max_depth: 5 listing pages deep (raise it to read more of the pagination)"]
+                               f"follow: the shape those links share, {shape}, on this site only"]
     return distinct[0]
 
 
