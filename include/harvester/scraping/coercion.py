@@ -245,7 +245,7 @@ def _territory_currency(locale: str, symbol: str) -> str | None:
     if not territory:
         return None
     for code in get_territory_currencies(territory):
-        if get_currency_symbol(code, locale=locale) in (symbol, symbol.replace("￥", "¥")):
+        if get_currency_symbol(code, locale=locale).replace("\uffe5", "\u00a5") == symbol.replace("\uffe5", "\u00a5"):
             return code
     return None
 
