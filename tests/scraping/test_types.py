@@ -33,7 +33,7 @@ def test_85_000_euros_as_an_int_without_a_separator_is_the_wrong_type_never_85()
     ("$1,299.99", {}, "1299.99", "$"),  # $ alone is ambiguous: kept as written without a hint
     ("$1,299.99", {"currency": "USD"}, "1299.99", "USD"),
     ("$1,299.99", {"locale": "en_CA"}, "1299.99", "CAD"),
-    ("CHF 1'299.\u2013", {}, "1299", "CHF"),  # the Swiss .– for no cents
+    ("CHF 1'299.\u2013", {}, "1299", "CHF"),  # the Swiss ".-" (an en dash) for no cents
     ("¥12,800", {"locale": "ja_JP"}, "12800", "JPY"),
     ("¥12,800", {"currency": "CNY"}, "12800", "CNY"),
     ("85.000 €", {"locale": "de_DE"}, "85000", "EUR"),
