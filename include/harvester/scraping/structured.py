@@ -34,8 +34,12 @@ from harvester.config.attributes import XPATH_PREFIX, StructuredPath, compile_jm
 
 JSONLD_XPATH = '//script[@type="application/ld+json"]'
 _HTML_OR_JS_COMMENT_LINE = re.compile(r"^\s*(//.*|<!--.*-->|<!--|-->)\s*$", re.MULTILINE)
-_STRINGS = re2.compile(r"(?s)\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
-_NOT_BRACKETS = re2.compile(r"[^\[\]{}]+")
+# A <script type="application/ld+json"> block in the raw HTML (RE2: linear whatever the page). Script data is
+# raw text in HTML (no entities), ending at the first </script: the scan reads what the HTML parser would,
+# so a source of jsonld: attributes alone never builds the document tree.
+_JSONLD_SCRIPT = re2.compile(
+    r"(?is)<script\b[^>]*?\btype\s*=\s*[\"']?application/ld\+json[\"']?[^>]*>(.*?)</script")
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")  # one character class: linear on Python's engine too
 _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 MAX_GRAPH_NESTING = 4  # @graph inside @graph inside a list...: deeper is not flattened
 
@@ -49,9 +53,18 @@ class StructuredDataError(ValueError):
         self.detail = detail
 
 
-def nesting_depth(text: str) -> int:
-    """How deep ``[`` and ``{`` nest in ``text``, outside quoted strings; linear time (RE2 and C loops)."""
-    brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text))
+def nesting_depth(text: str, at_most: int | None = None) -> int:
+    """How deep ``[`` and ``{`` nest in ``text``, outside quoted strings, in linear time (C loops only).
+
+    Strings are dropped by splitting on their quotes (escapes removed first); a bracket inside a string
+    the split misreads only makes the count approximate, never slow, and the parsers' own recursion
+    limits stay behind it. With ``at_most``, text with no more opening brackets than that returns at once.
+    """
+    if at_most is not None and text.count("[") + text.count("{") <= at_most:
+        return 0
+    outside = "".join(text.replace("\\\\", "").replace('\\"', "").split('"')[::2])
+    outside = "".join(outside.replace("\\'", "").split("'")[::2])
+    brackets = _NOT_BRACKETS.sub("", outside)
     if not brackets:
         return 0
     return max(0, max(accumulate(map(_BRACKET_STEP.__getitem__, brackets))))
@@ -76,7 +89,7 @@ class DataBounds:
         if size and len(text) > self.max_characters:
             raise StructuredDataError("too_large", f"{what} holds {len(text):,} characters, over the "
                                                    f"{self.max_characters:,} of max_embedded_json_bytes")
-        depth = nesting_depth(text)
+        depth = nesting_depth(text, at_most=self.max_depth)
         if depth > self.max_depth:
             raise StructuredDataError("too_deep", f"{what} nests {depth} levels deep, over the "
                                                   f"{self.max_depth} of max_json_depth")
@@ -205,8 +218,11 @@ class PageData:
     def jsonld_items(self) -> list[dict[str, Any]]:
         if self._jsonld is None:
             items: list[dict[str, Any]] = []
-            for index, script in enumerate(self.selector.xpath(JSONLD_XPATH), start=1):
-                text = script.xpath("string()").get() or ""
+            if self.text and self._selector is None:  # the raw page: no document tree needed
+                blocks = [match.group(1) for match in _JSONLD_SCRIPT.finditer(self.text)]
+            else:
+                blocks = [script.xpath("string()").get() or "" for script in self.selector.xpath(JSONLD_XPATH)]
+            for index, text in enumerate(blocks, start=1):
                 if not text.strip():
                     continue
                 try:
