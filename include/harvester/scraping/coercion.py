@@ -42,6 +42,7 @@ _CURRENCY_SYMBOLS = {
     "ft": "HUF", "lei": "RON", "rm": "MYR", "fr.": "CHF", "sfr.": "CHF", "₴": "UAH", "₦": "NGN", "円": "JPY",
     "元": "CNY", "\u043b\u0432": "BGN", "kn": "HRK",
 }
+_PLAIN_DECIMAL = re.compile(r"^-?\d+(?:\.\d+)?$")
 _AMBIGUOUS_SYMBOLS = frozenset({"$", "¥", "￥", "kr", "kr."})
 
 
@@ -262,7 +263,10 @@ def to_price(value: Any, attribute: Attribute | None = None) -> dict[str, Any]:
         found = value.get("priceCurrency", value.get("currency"))
         if amount is None:
             raise CoercionError(f"expected a price, got an object without price or amount ({_keys(value)})")
-        parsed = to_price(amount, attribute)
+        if isinstance(amount, str) and _PLAIN_DECIMAL.match(amount):
+            parsed = {"amount": Decimal(amount), "currency": None}  # schema.org: a plain number, "." decimal
+        else:
+            parsed = to_price(amount, attribute)
         currency = currency_code(found if isinstance(found, str) else None, attribute) or parsed["currency"]
         return {"amount": parsed["amount"], "currency": currency}
     if isinstance(value, int | float) and not isinstance(value, bool):

@@ -24,6 +24,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import accumulate
 from typing import Any
 
@@ -143,9 +144,26 @@ def _flatten_graph(data: Any, level: int = 0) -> Iterator[dict[str, Any]]:
         yield from _flatten_graph(graph, level + 1)
 
 
+_PLAIN_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+@lru_cache(maxsize=1024)
+def _plain_path(expression: str) -> tuple[str, ...] | None:
+    """The keys of a plain dotted path (``offers.price``), which is most paths: read without the interpreter."""
+    return tuple(expression.split(".")) if _PLAIN_PATH.match(expression) else None
+
+
 def search(expression: str, data: Any) -> Any:
-    """JMESPath ``expression`` over ``data`` (compiled once per expression)."""
-    return compile_jmespath(expression).search(data)
+    """JMESPath ``expression`` over ``data`` (compiled once per expression). A plain dotted path is read
+    directly, with JMESPath's meaning: a key of a non-object is null."""
+    keys = _plain_path(expression)
+    if keys is None:
+        return compile_jmespath(expression).search(data)
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+        if data is None:
+            return None
+    return data
 
 
 def gather(results: Iterable[Any], first_only: bool) -> list[Any]:
@@ -181,6 +199,7 @@ class PageData:
     _microdata: list[dict[str, Any]] | None = None
     _meta: dict[str, list[str]] | None = None
     _scripts: dict[str, list[Any]] = field(default_factory=dict)
+    _typed: dict[tuple[str, str | None], list[dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, page: PageData | Selector, url: str) -> PageData:
@@ -249,6 +268,14 @@ class PageData:
                 self._microdata = []
         return self._microdata
 
+    def typed_items(self, kind: str, wanted: str | None) -> list[dict[str, Any]]:
+        """The page's JSON-LD or microdata items of one ``@type`` (every item for None), filtered once."""
+        cached = self._typed.get((kind, wanted))
+        if cached is None:
+            items = self.jsonld_items() if kind == "jsonld" else self.microdata_items()
+            cached = self._typed[(kind, wanted)] = [item for item in items if type_matches(item, wanted)]
+        return cached
+
     # -- <meta> names (OpenGraph, Twitter cards, description...) --------------------------------------
     def meta(self) -> dict[str, list[str]]:
         if self._meta is None:
@@ -287,8 +314,7 @@ class PageData:
         """The values a jsonld, microdata, meta or script_json selector gives on this page."""
         if kind in ("jsonld", "microdata"):
             path: StructuredPath = spec
-            items = self.jsonld_items() if kind == "jsonld" else self.microdata_items()
-            candidates = (item for item in items if type_matches(item, path.type))
+            candidates = self.typed_items(kind, path.type)
             return gather((search(path.path, item) for item in candidates), first_only)
         if kind == "meta":
             return gather([search(meta_expression(spec), self.meta())], first_only)
