@@ -468,7 +468,7 @@ def close_clients() -> None:
     with _clients_lock:
         mine = [key for key in _clients if key[0] == os.getpid()]
         for key in mine:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # a client whose server is gone still leaves the cache
                 _clients.pop(key).close()
 
 

@@ -147,7 +147,7 @@ class RobotsCache:
                 payload = json.dumps({"status": status, "text": rules.text, "fetched_at": time.time()})
                 try:
                     await asyncio.to_thread(self.client.set, robots_key(origin), payload, ex=max(1, int(ttl)))
-                except Exception as error:
+                except Exception as error:  # Redis down: this process still remembers the rules
                     log.warning("caching robots.txt of %s failed: %s", origin, error)
         self._locks.pop(origin, None)
         return rules
