@@ -13,8 +13,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import pymongo
-import redis
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from harvester.connections import (
@@ -25,7 +23,8 @@ from harvester.connections import (
     mongo_client_for,
     redis_client_for,
 )
-from harvester.producer.progress import RunMonitor
+from harvester.errors import StorageError, mongo_storage_errors, redis_storage_errors
+from harvester.producer.progress import RunMonitor, RunProgress
 
 
 class HarvestProgressTrigger(BaseTrigger):
@@ -63,8 +62,8 @@ class HarvestProgressTrigger(BaseTrigger):
         monitor = await self._monitor()
         while True:
             try:
-                progress = await asyncio.to_thread(monitor.measure, self.source, self.output_collection, self.run_id)
-            except (pymongo.errors.PyMongoError, redis.RedisError) as error:
+                progress = await asyncio.to_thread(self._measure, monitor)
+            except StorageError as error:
                 # A blip must not fail a long run: log it and look again at the next poll.
                 self.log.warning("progress of %s unavailable for now: %s", self.run_id, str(error).splitlines()[0])
             else:
@@ -76,6 +75,11 @@ class HarvestProgressTrigger(BaseTrigger):
                     yield TriggerEvent({"status": "timeout", "progress": progress.to_dict()})
                     return
             await asyncio.sleep(self.poll_seconds)
+
+    def _measure(self, monitor: RunMonitor) -> RunProgress:
+        """One look at the run; RunMonitor reads MongoDB and Redis itself, so their errors are wrapped here."""
+        with mongo_storage_errors(), redis_storage_errors():
+            return monitor.measure(self.source, self.output_collection, self.run_id)
 
     async def _monitor(self) -> RunMonitor:
         """Resolve the ids in the triggerer; the clients are the triggerer process's cached ones, shared

@@ -66,17 +66,18 @@ def _health(args: argparse.Namespace) -> int:
     import socket
     import time
 
-    import redis
-
+    from harvester.errors import StorageError, redis_storage_errors
     from harvester.redis_keys import distributor_heartbeat
 
     name = args.name or socket.gethostname()
     try:
-        client = _redis_client()
-        raw = client.get(distributor_heartbeat(name))
-        client.close()
-    except redis.RedisError as error:
-        print(f"distributor {name}: Redis unreachable ({type(error).__name__}: {error})", file=sys.stderr)
+        with redis_storage_errors():
+            client = _redis_client()
+            raw = client.get(distributor_heartbeat(name))
+            client.close()
+    except StorageError as error:
+        cause = type(error.backend_error or error).__name__
+        print(f"distributor {name}: Redis unreachable ({cause}: {error})", file=sys.stderr)
         return 1
     if raw is None:
         print(f"distributor {name}: no heartbeat", file=sys.stderr)

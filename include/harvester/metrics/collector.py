@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from harvester.errors import StorageError
 from harvester.metrics.recording import FETCH_SECONDS, QUEUE_LATENCY_SECONDS
 from harvester.metrics.slots import read_proxy_bytes, slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, read_snapshot
@@ -47,7 +48,7 @@ class HarvesterCollector(Collector):
         try:
             snapshot = read_snapshot(self.client, self.settings)
             proxy_bytes = read_proxy_bytes(self.client)
-        except redis.RedisError as error:
+        except StorageError as error:
             log.warning("metrics scrape: Redis unavailable: %s", error)
             up = GaugeMetricFamily("harvester_redis_up", "1 when the collector could read Redis.")
             up.add_metric([], 0)

@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 
+from harvester.errors import redis_storage_errors
 from harvester.metrics.recording import BUCKETS, INFINITY
 from harvester.metrics.slots import SlotRecord, read_slot_records
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
@@ -111,6 +112,7 @@ def parse_histogram(name: str, fields: dict[str, str]) -> Histogram:
                      count=int(float(fields.get(f"{name}:count", running))))
 
 
+@redis_storage_errors()
 def read_snapshot(client: redis.Redis, settings: HarvesterSettings | None = None,
                   only: list[str] | None = None) -> HarvestSnapshot:
     """The snapshot of every registered source (or of ``only``)."""

@@ -16,9 +16,9 @@ import threading
 from typing import Any
 
 import psutil
-import redis
 from celery.signals import worker_ready, worker_shutting_down
 
+from harvester.errors import StorageError
 from harvester.settings import get_settings
 
 log = logging.getLogger("harvester.pageslots.hosting")
@@ -60,16 +60,16 @@ class SlotHostSupervisor:
         while True:
             try:
                 self.beat()
-            except redis.RedisError as error:
+            except StorageError as error:
                 log.warning("slot host %s: supervisor could not reach Redis: %s", self.host, error)
-            except Exception:
+            except Exception:  # the supervisor thread outlives any one round: logged, the next beat tries again
                 log.exception("slot host %s: supervisor round failed", self.host)
             if self._stop.wait(self.interval):
                 return
 
     def stop(self) -> None:
         self._stop.set()
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(StorageError):  # the capacity expires with its heartbeat anyway
             self.hosts.withdraw(self.host)
 
 

@@ -19,6 +19,7 @@ import redis
 
 from harvester.distributor import Scripts
 from harvester.distributor.hosts import host_of
+from harvester.errors import StorageError, redis_storage_errors
 from harvester.redis_keys import SourceKeys
 from harvester.scraping.page_fetcher import HostLimits, HostRateTimeout
 
@@ -82,6 +83,9 @@ class HostRateGate:
         """The request ended: free its in-flight place (its start stays in the rolling window)."""
         if token is None or not token.holds_active:
             return
-        with contextlib.suppress(redis.RedisError):  # else the token expires after hold_seconds
-            await asyncio.to_thread(self.client.zrem, SourceKeys(token.source).host_fetch_active(token.host),
-                                    token.token)
+        with contextlib.suppress(StorageError):  # else the token expires after hold_seconds
+            await asyncio.to_thread(self._free, token)
+
+    @redis_storage_errors()
+    def _free(self, token: HostToken) -> None:
+        self.client.zrem(SourceKeys(token.source).host_fetch_active(token.host), token.token)
