@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, ParamSpec, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -24,7 +24,16 @@ from harvester.connections import (
     redis_client_for,
 )
 from harvester.errors import StorageError, mongo_storage_errors, redis_storage_errors
-from harvester.producer.progress import RunMonitor, RunProgress
+from harvester.producer.progress import RunMonitor
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _storage_call(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``function``'s result; RunMonitor reads MongoDB and Redis itself, so their errors are wrapped here."""
+    with mongo_storage_errors(), redis_storage_errors():
+        return function(*args, **kwargs)
 
 
 class HarvestProgressTrigger(BaseTrigger):
@@ -62,7 +71,8 @@ class HarvestProgressTrigger(BaseTrigger):
         monitor = await self._monitor()
         while True:
             try:
-                progress = await asyncio.to_thread(self._measure, monitor)
+                progress = await asyncio.to_thread(
+                    _storage_call, monitor.measure, self.source, self.output_collection, self.run_id)
             except StorageError as error:
                 # A blip must not fail a long run: log it and look again at the next poll.
                 self.log.warning("progress of %s unavailable for now: %s", self.run_id, str(error).splitlines()[0])
@@ -75,11 +85,6 @@ class HarvestProgressTrigger(BaseTrigger):
                     yield TriggerEvent({"status": "timeout", "progress": progress.to_dict()})
                     return
             await asyncio.sleep(self.poll_seconds)
-
-    def _measure(self, monitor: RunMonitor) -> RunProgress:
-        """One look at the run; RunMonitor reads MongoDB and Redis itself, so their errors are wrapped here."""
-        with mongo_storage_errors(), redis_storage_errors():
-            return monitor.measure(self.source, self.output_collection, self.run_id)
 
     async def _monitor(self) -> RunMonitor:
         """Resolve the ids in the triggerer; the clients are the triggerer process's cached ones, shared
