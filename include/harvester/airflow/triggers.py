@@ -25,6 +25,7 @@ from harvester.connections import (
 )
 from harvester.errors import StorageError, mongo_storage_errors, redis_storage_errors
 from harvester.producer.progress import RunMonitor
+from harvester.settings import get_settings
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -89,8 +90,10 @@ class HarvestProgressTrigger(BaseTrigger):
     async def _monitor(self) -> RunMonitor:
         """Resolve the ids in the triggerer; the clients are the triggerer process's cached ones, shared
         by every trigger it runs (one pool per server, not one per deferred sensor)."""
-        main = await aresolve_mongo(self.mongo_connection_id)
-        output = await aresolve_mongo(self.output_connection_id)
-        redis_target = await aresolve_redis(self.redis_connection_id)
-        return RunMonitor(mongo_client_for(main)[self.database], mongo_client_for(output)[self.output_database],
+        settings = get_settings()  # the triggerer's own environment: the trigger carries ids only
+        main = await aresolve_mongo(self.mongo_connection_id, settings)
+        output = await aresolve_mongo(self.output_connection_id, settings)
+        redis_target = await aresolve_redis(self.redis_connection_id, settings)
+        return RunMonitor(mongo_client_for(main, settings)[self.database],
+                          mongo_client_for(output, settings)[self.output_database],
                           redis_client_for(redis_target))
