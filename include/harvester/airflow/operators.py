@@ -115,15 +115,13 @@ def _robots_cache(settings: HarvesterSettings) -> RobotsCache:
 
 
 def produce_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
-    from harvester.distributor.intake import Intake
     from harvester.producer.producer import Producer
     from harvester.storage.runs import RunStore
 
     with _connections(source) as connections:
         settings = connections.settings
         database = connections.database(connections.main, settings.mongo_database)
-        producer = Producer(database, connections.redis, Intake(connections.redis, settings),
-                            push_batch_size=settings.producer_push_batch_size)
+        producer = Producer.from_settings(settings, database, connections.redis)
         result = producer.produce(source, run_id)
         RunStore(database).record_produce(source.name, run_id, result.to_dict())
     log.info("run %s of %s: claimed %s packages, pushed %s tasks to intake (%s stale packages resumed)",

@@ -21,7 +21,7 @@ from harvester.errors import StorageError
 from harvester.metrics.recording import FETCH_SECONDS, QUEUE_LATENCY_SECONDS
 from harvester.metrics.slots import read_proxy_bytes, slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, read_snapshot
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,9 @@ TASK_COUNTERS = {
 class HarvesterCollector(Collector):
     """Reads one :class:`HarvestSnapshot` per scrape and yields every metric of it."""
 
-    def __init__(self, client: redis.Redis, settings: HarvesterSettings | None = None) -> None:
+    def __init__(self, client: redis.Redis, settings: HarvesterSettings) -> None:
         self.client = client
-        self.settings = settings or get_settings()
+        self.settings = settings
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -168,16 +168,14 @@ class HarvesterCollector(Collector):
         yield from (depth, slots, proxy)
 
 
-def metrics_registry(client: redis.Redis, settings: HarvesterSettings | None = None) -> CollectorRegistry:
+def metrics_registry(client: redis.Redis, settings: HarvesterSettings) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HarvesterCollector(client, settings))
     return registry
 
 
-def serve_metrics(client: redis.Redis, settings: HarvesterSettings | None = None
-                  ) -> tuple[WSGIServer, threading.Thread] | None:
+def serve_metrics(client: redis.Redis, settings: HarvesterSettings) -> tuple[WSGIServer, threading.Thread] | None:
     """Serve /metrics on ``metrics_host:metrics_port`` from a daemon thread; None when the port is 0."""
-    settings = settings or get_settings()
     if not settings.metrics_port:
         return None
     server, thread = start_http_server(settings.metrics_port, addr=settings.metrics_host,

@@ -18,7 +18,7 @@ from harvester.errors import redis_storage_errors
 from harvester.metrics.recording import BUCKETS, INFINITY
 from harvester.metrics.slots import SlotRecord, read_slot_records
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 from harvester.source_stats import SourceStats
 
 BASE_QUEUES = ("priority", "default", "pageslots")
@@ -113,10 +113,8 @@ def parse_histogram(name: str, fields: dict[str, str]) -> Histogram:
 
 
 @redis_storage_errors()
-def read_snapshot(client: redis.Redis, settings: HarvesterSettings | None = None,
-                  only: list[str] | None = None) -> HarvestSnapshot:
+def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[str] | None = None) -> HarvestSnapshot:
     """The snapshot of every registered source (or of ``only``)."""
-    settings = settings or get_settings()
     pipeline = client.pipeline(transaction=False)
     pipeline.time()
     pipeline.smembers(SOURCES_INDEX)

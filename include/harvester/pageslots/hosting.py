@@ -19,7 +19,7 @@ import psutil
 from celery.signals import worker_ready, worker_shutting_down
 
 from harvester.errors import StorageError
-from harvester.settings import get_settings
+from harvester.settings import HarvesterSettings, get_settings
 
 log = logging.getLogger("harvester.pageslots.hosting")
 _supervisor: SlotHostSupervisor | None = None
@@ -28,10 +28,10 @@ _supervisor: SlotHostSupervisor | None = None
 class SlotHostSupervisor:
     """Capacity heartbeat, dead-slot reset and orphan-browser reaping for one slot host."""
 
-    def __init__(self, host: str, capacity: int) -> None:
+    def __init__(self, host: str, capacity: int, settings: HarvesterSettings) -> None:
         from harvester.pageslots.registry import SlotHosts, SlotRegistry
 
-        self.settings = get_settings()
+        self.settings = settings
         self.host, self.capacity = host, capacity
         from harvester.connections import redis_client
 
@@ -97,7 +97,7 @@ def _start_supervisor(sender: Any = None, **_: Any) -> None:
     if sender is None or not _consumes_pageslots(sender):
         return
     capacity = int(getattr(sender.controller, "concurrency", 1) or 1)
-    _supervisor = SlotHostSupervisor(sender.hostname, capacity)
+    _supervisor = SlotHostSupervisor(sender.hostname, capacity, get_settings())  # the worker's settings, read once
     _supervisor.start()
     log.info("slot host %s: hosting up to %d page slots", sender.hostname, capacity)
 

@@ -30,7 +30,7 @@ from harvester.pageslots.registry import (
     SlotTransitionRefused,
     slot_counts,
 )
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 log = logging.getLogger("harvester.pageslots")
 
@@ -119,10 +119,10 @@ DeadLetterer = Callable[[list[str], str], int]
 class PageSlotManager:
     """Allocation, preparation and idle closing over the slot records in Redis."""
 
-    def __init__(self, client: redis.Redis, settings: HarvesterSettings | None = None,
+    def __init__(self, client: redis.Redis, settings: HarvesterSettings,
                  start_slot: SlotStarter | None = None, dead_letter: DeadLetterer | None = None) -> None:
         self.redis = client
-        self.settings = settings or get_settings()
+        self.settings = settings
         self.policy = AllocationPolicy.from_settings(self.settings)  # the allocation numbers, read once
         self.registry = SlotRegistry(client)
         self.hosts = SlotHosts(client)

@@ -75,8 +75,8 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class BatchRunner:
     """The per-process state of a worker (clients, event loop, fetchers) and the pipeline wiring its parts."""
 
-    def __init__(self, settings: HarvesterSettings | None = None, clients: WorkerClients | None = None) -> None:
-        self.settings = settings or get_settings()
+    def __init__(self, settings: HarvesterSettings, clients: WorkerClients | None = None) -> None:
+        self.settings = settings
         self.clients = clients or WorkerClients.from_settings(self.settings)
         self.sources = SourceCache.from_settings(self.settings)
         self.failures = FailurePolicy.from_settings(self.settings, self.clients)
@@ -280,6 +280,6 @@ def batch_runner() -> BatchRunner:
     global _runner, _runner_pid
     with _runner_lock:
         if _runner is None or _runner_pid != os.getpid():
-            _runner = BatchRunner()
+            _runner = BatchRunner(get_settings())  # a worker process: its settings, read once
             _runner_pid = os.getpid()
         return _runner
