@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parsel import Selector
 
@@ -36,6 +36,9 @@ from harvester.errors import CoercionError
 from harvester.patterns import compile_pattern
 from harvester.scraping.coercion import INT64_MAX, INT64_MIN, coerce, coerce_value, parse_decimal
 from harvester.scraping.structured import PageData, StructuredDataError, gather, search
+
+if TYPE_CHECKING:
+    from harvester.settings import HarvesterSettings
 
 __all__ = ["INT64_MAX", "INT64_MIN", "MAX_RECORDS_PER_PAGE", "AttributeTrace", "CoercionError", "Extraction",
            "Problem", "Scope", "Selection", "coerce", "coerce_values", "extract_listing_records", "extract_record",
@@ -315,7 +318,7 @@ def _sample(value: Any) -> str:
     return text if len(text) <= TRACE_SAMPLE_CHARACTERS else text[:TRACE_SAMPLE_CHARACTERS] + "…"
 
 
-def _settings() -> Any:
+def _settings() -> HarvesterSettings:
     from harvester.settings import get_settings
 
     return get_settings()
