@@ -67,12 +67,19 @@ def structured_routes(products: Callable[[], int], product_facts: Callable[[int]
     def not_found() -> HTMLResponse:
         return HTMLResponse(page("Not found", "<h1>No such product</h1>"), status_code=404)
 
-    async def jsonld_product(request: Request) -> Response:
-        product_id = found(request)
-        if product_id is None:
-            return not_found()
-        await latency(product_id)
-        facts = product_facts(product_id)
+    def product_route(render: Callable[[int, dict[str, Any]], str]) -> Callable[[Request], Awaitable[Response]]:
+        """A product page of one shape: 404 for an unknown product, the site's latency, then ``render``."""
+
+        async def endpoint(request: Request) -> Response:
+            product_id = found(request)
+            if product_id is None:
+                return not_found()
+            await latency(product_id)
+            return HTMLResponse(render(product_id, product_facts(product_id)))
+
+        return endpoint
+
+    def jsonld_product(product_id: int, facts: dict[str, Any]) -> str:
         graph = {"@context": "https://schema.org", "@graph": [
             {"@type": "WebPage", "@id": f"/ld/product/{product_id}", "name": facts["title"]},
             {**product_document(product_id, facts), "@id": f"/ld/product/{product_id}#product"},
@@ -83,14 +90,9 @@ def structured_routes(products: Callable[[], int], product_facts: Callable[[int]
                   {"@context": "https://schema.org", "@type": "WebSite", "name": "Demo Shop"}]
         body = (f'{_script(graph)}{_script(listed)}<article class="product-card">'
                 f'<h1>{html.escape(facts["title"])}</h1><p>Details are in the page data.</p></article>')
-        return HTMLResponse(page(facts["title"], body))
+        return page(facts["title"], body)
 
-    async def microdata_product(request: Request) -> Response:
-        product_id = found(request)
-        if product_id is None:
-            return not_found()
-        await latency(product_id)
-        facts = product_facts(product_id)
+    def microdata_product(product_id: int, facts: dict[str, Any]) -> str:
         availability = "InStock" if facts["in_stock"] else "OutOfStock"
         body = (
             '<div itemscope itemtype="https://schema.org/Product">'
@@ -106,14 +108,9 @@ def structured_routes(products: Callable[[], int], product_facts: Callable[[int]
             '<meta itemprop="priceCurrency" content="EUR">'
             f'<link itemprop="availability" href="https://schema.org/{availability}">{availability}</div></div>'
         )
-        return HTMLResponse(page(facts["title"], body))
+        return page(facts["title"], body)
 
-    async def opengraph_product(request: Request) -> Response:
-        product_id = found(request)
-        if product_id is None:
-            return not_found()
-        await latency(product_id)
-        facts = product_facts(product_id)
+    def opengraph_product(product_id: int, facts: dict[str, Any]) -> str:
         metas = {
             "og:type": "product", "og:title": facts["title"], "og:image": facts["image"],
             "og:url": f"/og/product/{product_id}", "product:price:amount": f"{facts['price']:.2f}",
@@ -125,32 +122,22 @@ def structured_routes(products: Callable[[], int], product_facts: Callable[[int]
                  f'content="{html.escape(facts["title"])}"><meta name="description" '
                  f'content="{html.escape(facts["description"] or facts["title"])}">')
         document = page(facts["title"], '<div id="root">A product</div>')
-        return HTMLResponse(document.replace("</head>", tags + "</head>", 1))
+        return document.replace("</head>", tags + "</head>", 1)
 
-    async def next_product(request: Request) -> Response:
-        product_id = found(request)
-        if product_id is None:
-            return not_found()
-        await latency(product_id)
-        facts = product_facts(product_id)
+    def next_product(product_id: int, facts: dict[str, Any]) -> str:
         data = {"props": {"pageProps": {"product": api_item(product_id, facts)}}, "page": "/product/[id]",
                 "query": {"id": str(product_id)}, "buildId": "demo"}
         body = '<div id="__next"></div>' + _script(data, "application/json", "__NEXT_DATA__")
-        return HTMLResponse(page(facts["title"], body))
+        return page(facts["title"], body)
 
-    async def nuxt_product(request: Request) -> Response:
-        product_id = found(request)
-        if product_id is None:
-            return not_found()
-        await latency(product_id)
-        facts = product_facts(product_id)
+    def nuxt_product(product_id: int, facts: dict[str, Any]) -> str:
         tags = ", ".join(f"'{tag}'" for tag in facts["tags"])
         literal = (f"{{data: [{{product: {{sku: '{facts['sku']}', title: {json.dumps(facts['title'])}, "
                    f"price: {facts['price']:.2f}, currency: 'EUR', stock: {facts['stock']}, "
                    f"inStock: {'true' if facts['in_stock'] else 'false'}, released: '{facts['released'].isoformat()}', "
                    f"tags: [{tags}], image: '{facts['image']}',}}}}], state: {{cart: undefined}}}}")
         body = f'<div id="__nuxt"></div><script>window.__NUXT__ = {literal};</script>'
-        return HTMLResponse(page(facts["title"], body))
+        return page(facts["title"], body)
 
     def page_numbers(request: Request, default_per_page: int) -> tuple[int, int, int, int]:
         try:
@@ -198,11 +185,11 @@ def structured_routes(products: Callable[[], int], product_facts: Callable[[int]
         return HTMLResponse(page(f"Catalog page {number}", body))
 
     return [
-        Route("/ld/product/{product_id:int}", jsonld_product),
-        Route("/md/product/{product_id:int}", microdata_product),
-        Route("/og/product/{product_id:int}", opengraph_product),
-        Route("/next/product/{product_id:int}", next_product),
-        Route("/nuxt/product/{product_id:int}", nuxt_product),
+        Route("/ld/product/{product_id:int}", product_route(jsonld_product)),
+        Route("/md/product/{product_id:int}", product_route(microdata_product)),
+        Route("/og/product/{product_id:int}", product_route(opengraph_product)),
+        Route("/next/product/{product_id:int}", product_route(next_product)),
+        Route("/nuxt/product/{product_id:int}", product_route(nuxt_product)),
         Route("/api/products", api_products),
         Route("/api/product/{product_id:int}", api_product),
         Route("/catalog", catalog),
