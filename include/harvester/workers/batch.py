@@ -8,10 +8,11 @@ The flow is the same whatever renders the pages (DESIGN.md section 1):
    :class:`~harvester.scraping.fetcher.Fetcher` concurrently, or the page slot's browser through
    :class:`~harvester.pageslots.host.BrowserPageFetcher`) while a :class:`LeaseHeartbeat` vouches for
    the leases; each request waits at the :class:`FetchPermit` for a per_minute token;
-2. :func:`~harvester.scraping.page.process_page` extracts a record (details) or links (listings);
+2. :func:`~harvester.scraping.page.process_page` extracts a record (details) or links, and the records of
+   its items when the source has ``listing.records`` (listings);
 3. each page is sorted by its outcome: a failed fetch goes to the :class:`FailurePolicy` (retry,
    dead letter, pause), a rejected record to dead letters;
-4. the :class:`Settler` writes every record with one ``bulk_write`` per run;
+4. the :class:`Settler` writes every record (detail pages' and listing items') with one ``bulk_write`` per run;
 5. the :class:`LinkFollower` adds discovered tasks to their package and pushes them to intake, before
    the listing page that found them completes, so a package never finishes with work still to come;
 6. the :class:`Settler` counts the packages of finished tasks down, then releases their leases (a failed
