@@ -41,6 +41,7 @@ TASK_COUNTERS = {
 EXTRACTION_PROBLEM_KINDS = ("missing", "wrong_type", "too_long", "too_large", "too_deep", "bad_json", "bad_data",
                             "bad_selector")
 
+
 class HarvesterCollector(Collector):
     """Reads one :class:`HarvestSnapshot` per scrape and yields every metric of it."""
 
