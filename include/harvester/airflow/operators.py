@@ -140,7 +140,7 @@ def report_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
             connections.redis,
         )
         report = monitor.report(source.name, source.output_collection, run_id,
-                                attributes=list(source.attributes), drift_threshold=source.drift_threshold)
+                                attributes=source.record_attributes, drift_threshold=source.drift_threshold)
     if report.get("selector_drift"):
         log.warning("selector drift in run %s of %s: %s (share of records down by at least %s points from the "
                     "median of previous runs)", run_id, source.name, ", ".join(report["selector_drift"]),

@@ -37,6 +37,11 @@ TASK_COUNTERS = {
 }
 
 
+# What extraction counts per attribute (harvester.scraping.extraction.Problem kinds).
+EXTRACTION_PROBLEM_KINDS = ("missing", "wrong_type", "too_long", "too_large", "too_deep", "bad_json", "bad_data",
+                            "bad_selector")
+
+
 class HarvesterCollector(Collector):
     """Reads one :class:`HarvestSnapshot` per scrape and yields every metric of it."""
 
@@ -115,7 +120,7 @@ class HarvesterCollector(Collector):
                 requests.add_metric([name, outcome, status], amount)
             for kind, family in records.items():
                 family.add_metric([name], source.outcome(f"records_{kind}"))
-            for kind in ("missing", "wrong_type"):
+            for kind in EXTRACTION_PROBLEM_KINDS:
                 for attribute, amount in sorted(source.outcomes_with_prefix(f"{kind}:").items()):
                     problems.add_metric([name, attribute, kind], amount)
             for field, family in tasks.items():
