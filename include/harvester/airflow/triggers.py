@@ -1,6 +1,6 @@
 """Airflow adapter: the trigger behind ``wait_for_harvest``. It runs in the triggerer, not a worker slot.
 
-Every poll it settles dead-lettered tasks, measures the run and logs one progress line, which
+Every poll it settles the run (its dead-lettered tasks counted down), measures it and logs one progress line, which
 Airflow shows in the sensor's task log while the run is deferred. It carries connection ids, never
 URIs (the trigger table would hold the passwords): the triggerer resolves them itself, through
 Airflow's ``aget_connection`` first, then ``AIRFLOW_CONN_<ID>`` and the HARVESTER_* defaults.
@@ -25,7 +25,7 @@ from harvester.connections import (
     mongo_client_for,
     redis_client_for,
 )
-from harvester.producer.progress import RunMonitor
+from harvester.producer.progress import RunSettlement
 
 
 class HarvestProgressTrigger(BaseTrigger):
@@ -60,10 +60,11 @@ class HarvestProgressTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        monitor = await self._monitor()
+        settlement = await self._settlement()
         while True:
             try:
-                progress = await asyncio.to_thread(monitor.measure, self.source, self.output_collection, self.run_id)
+                progress = await asyncio.to_thread(settlement.settle_and_measure, self.source, self.output_collection,
+                                                   self.run_id)
             except (pymongo.errors.PyMongoError, redis.RedisError) as error:
                 # A blip must not fail a long run: log it and look again at the next poll.
                 self.log.warning("progress of %s unavailable for now: %s", self.run_id, str(error).splitlines()[0])
@@ -77,11 +78,11 @@ class HarvestProgressTrigger(BaseTrigger):
                     return
             await asyncio.sleep(self.poll_seconds)
 
-    async def _monitor(self) -> RunMonitor:
+    async def _settlement(self) -> RunSettlement:
         """Resolve the ids in the triggerer; the clients are the triggerer process's cached ones, shared
         by every trigger it runs (one pool per server, not one per deferred sensor)."""
         main = await aresolve_mongo(self.mongo_connection_id)
         output = await aresolve_mongo(self.output_connection_id)
         redis_target = await aresolve_redis(self.redis_connection_id)
-        return RunMonitor(mongo_client_for(main)[self.database], mongo_client_for(output)[self.output_database],
-                          redis_client_for(redis_target))
+        return RunSettlement(mongo_client_for(main)[self.database],
+                             mongo_client_for(output)[self.output_database], redis_client_for(redis_target))
