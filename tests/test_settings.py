@@ -405,7 +405,7 @@ def test_mongo_uri_is_mongo_default_and_producer_mongo_timeout_ms_bounds_server_
     from harvester.connections import mongo_client_options, resolve_mongo
 
     monkeypatch.delenv("AIRFLOW_CONN_MONGO_DEFAULT", raising=False)
-    assert resolve_mongo(settings=HarvesterSettings(mongo_uri="mongodb://db.test:1/")).uri == "mongodb://db.test:1/"
+    assert resolve_mongo("mongo_default", HarvesterSettings(mongo_uri="mongodb://db.test:1/")).uri == "mongodb://db.test:1/"
     assert mongo_client_options(HarvesterSettings(producer_mongo_timeout_ms=1234))["serverSelectionTimeoutMS"] == 1234
 
 

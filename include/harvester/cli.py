@@ -11,7 +11,6 @@ import sys
 COMMAND_MODULES: tuple[str, ...] = (
     "harvester.services.commands",
     "harvester.config.commands",
-    "harvester.demo_site.commands",
     "harvester.scraping.commands",
     "harvester.distributor.commands",
     "harvester.processes",

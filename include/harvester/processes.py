@@ -34,13 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     service.set_defaults(handler=_distributor)
 
 
-def distributor(client: redis.Redis, settings: HarvesterSettings | None = None, **options: Any) -> Distributor:
+def distributor(client: redis.Redis, settings: HarvesterSettings, **options: Any) -> Distributor:
     """A distributor that hands browser tasks to the page slots (``options``: the Distributor's others)."""
     from harvester.distributor import Distributor
     from harvester.pageslots.handoff import PageSlotHandoff
-    from harvester.settings import get_settings
 
-    settings = settings or get_settings()
     return Distributor(client, settings, browser_handoff=PageSlotHandoff.from_settings(client, settings), **options)
 
 
@@ -48,12 +46,15 @@ def _distributor(args: argparse.Namespace) -> int:
     from harvester.connections import REDIS_DEFAULT, redis_client
     from harvester.distributor.service import MAX_WAIT_SECONDS
     from harvester.metrics.collector import serve_metrics
+    from harvester.settings import get_settings
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    service = distributor(redis_client(REDIS_DEFAULT), name=args.name,
-                          blocking_client=redis_client(REDIS_DEFAULT, blocking_seconds=MAX_WAIT_SECONDS))
-    serve_metrics(redis_client(REDIS_DEFAULT))  # on HARVESTER_METRICS_PORT; read from Redis at each scrape
+    settings = get_settings()  # an entry point: the environment is read once, here
+    service = distributor(redis_client(REDIS_DEFAULT, settings=settings), settings, name=args.name,
+                          blocking_client=redis_client(REDIS_DEFAULT, settings=settings,
+                                                       blocking_seconds=MAX_WAIT_SECONDS))
+    serve_metrics(redis_client(REDIS_DEFAULT, settings=settings), settings)  # read from Redis at each scrape
     signal.signal(signal.SIGTERM, service.handle_signal)
     signal.signal(signal.SIGINT, service.handle_signal)
     service.run(max_seconds=args.max_seconds)

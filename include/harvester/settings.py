@@ -1,7 +1,8 @@
 """Every tunable of Harvester in one pydantic model, read from ``HARVESTER_*`` environment variables.
 
-One source of truth: components take a :class:`HarvesterSettings` (or call :func:`get_settings`)
-instead of reading the environment themselves, so a test can build one with overrides.
+One source of truth: components take a :class:`HarvesterSettings` (their constructor or their
+``from_settings``) instead of reading the environment themselves, so a test can build one with
+overrides; only entry points (commands, worker processes, Airflow tasks) call :func:`get_settings`.
 """
 
 from __future__ import annotations

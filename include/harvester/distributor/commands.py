@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import redis
 
+    from harvester.settings import HarvesterSettings
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     health = subparsers.add_parser(
@@ -33,10 +35,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     dead.set_defaults(handler=_dead_letters)
 
 
-def _redis_client() -> redis.Redis:
+def _settings() -> HarvesterSettings:
+    """This process's settings: each command is an entry point, and reads the environment once."""
+    from harvester.settings import get_settings
+
+    return get_settings()
+
+
+def _redis_client(settings: HarvesterSettings) -> redis.Redis:
     from harvester.connections import REDIS_DEFAULT, redis_client
 
-    return redis_client(REDIS_DEFAULT)
+    return redis_client(REDIS_DEFAULT, settings=settings)
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -44,17 +53,18 @@ def _health(args: argparse.Namespace) -> int:
     import socket
     import time
 
-    import redis
-
+    from harvester.errors import StorageError, redis_storage_errors
     from harvester.redis_keys import distributor_heartbeat
 
     name = args.name or socket.gethostname()
     try:
-        client = _redis_client()
-        raw = client.get(distributor_heartbeat(name))
-        client.close()
-    except redis.RedisError as error:
-        print(f"distributor {name}: Redis unreachable ({type(error).__name__}: {error})", file=sys.stderr)
+        with redis_storage_errors():
+            client = _redis_client(_settings())
+            raw = client.get(distributor_heartbeat(name))
+            client.close()
+    except StorageError as error:
+        cause = type(error.backend_error or error).__name__
+        print(f"distributor {name}: Redis unreachable ({cause}: {error})", file=sys.stderr)
         return 1
     if raw is None:
         print(f"distributor {name}: no heartbeat", file=sys.stderr)
@@ -72,7 +82,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
 
     from harvester.distributor.dead_letters import DeadLetters
 
-    dead_letters = DeadLetters(_redis_client())
+    dead_letters = DeadLetters(_redis_client(_settings()))
     if args.action == "list":
         total = dead_letters.count(args.source)
         entries = dead_letters.list(args.source, limit=args.limit or 20)

@@ -22,7 +22,7 @@ from harvester.metrics.recording import FETCH_SECONDS, QUEUE_LATENCY_SECONDS
 from harvester.metrics.slots import slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
 from harvester.pageslots.proxies import proxy_bytes_by_country
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +42,15 @@ TASK_COUNTERS = {
 class HarvesterCollector(Collector):
     """Reads one :class:`HarvestSnapshot` per scrape and yields every metric of it."""
 
-    def __init__(self, client: redis.Redis, settings: HarvesterSettings | None = None) -> None:
+    def __init__(self, client: redis.Redis, settings: HarvesterSettings) -> None:
         self.client = client
-        self.settings = settings or get_settings()
+        self.settings = settings
 
     def collect(self) -> Iterator[Metric]:
         try:
             snapshot = read_snapshot(self.client, self.settings)
             proxy_bytes = proxy_bytes_by_country(self.client)
-        except (StorageError, redis.RedisError) as error:  # the readers wrap theirs; the plain reads do not
+        except StorageError as error:  # every reader wraps its Redis errors
             log.warning("metrics scrape: Redis unavailable: %s", error)
             up = GaugeMetricFamily("harvester_redis_up", "1 when the collector could read Redis.")
             up.add_metric([], 0)
@@ -200,16 +200,14 @@ class SourceFamilies:
         yield from self.histograms.values()
 
 
-def metrics_registry(client: redis.Redis, settings: HarvesterSettings | None = None) -> CollectorRegistry:
+def metrics_registry(client: redis.Redis, settings: HarvesterSettings) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HarvesterCollector(client, settings))
     return registry
 
 
-def serve_metrics(client: redis.Redis, settings: HarvesterSettings | None = None
-                  ) -> tuple[WSGIServer, threading.Thread] | None:
+def serve_metrics(client: redis.Redis, settings: HarvesterSettings) -> tuple[WSGIServer, threading.Thread] | None:
     """Serve /metrics on ``metrics_host:metrics_port`` from a daemon thread; None when the port is 0."""
-    settings = settings or get_settings()
     if not settings.metrics_port:
         return None
     server, thread = start_http_server(settings.metrics_port, addr=settings.metrics_host,

@@ -18,12 +18,13 @@ from typing import Any
 import redis
 
 from harvester.distributor import RateLimitStore, RegisteredSource, SourceRegistry, SourceStats
+from harvester.errors import redis_storage_errors
 from harvester.metrics.recording import BUCKETS, INFINITY
 from harvester.pageslots.registry import SlotRecord, SlotRegistry
 from harvester.queues import DECLARED_QUEUES
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
 from harvester.redis_scripts import ScriptPipeline, text
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 PER_SOURCE_READS = 8  # replies queued per source by read_snapshot, in order
 
@@ -116,10 +117,9 @@ def parse_histogram(name: str, fields: dict[str, str]) -> Histogram:
                      count=int(float(fields.get(f"{name}:count", running))))
 
 
-def read_snapshot(client: redis.Redis, settings: HarvesterSettings | None = None,
-                  only: list[str] | None = None) -> HarvestSnapshot:
+@redis_storage_errors()
+def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[str] | None = None) -> HarvestSnapshot:
     """The snapshot of every registered source (or of ``only``)."""
-    settings = settings or get_settings()
     pipeline = client.pipeline(transaction=False)
     pipeline.time()
     pipeline.smembers(SOURCES_INDEX)

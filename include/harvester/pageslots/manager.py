@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from harvester.errors import redis_storage_errors
 from harvester.pageslots.allocation import AllocationPolicy
 from harvester.pageslots.bookkeeping import BrowserTaskBook, CountryCensus, country_tasks, task_member
 from harvester.pageslots.proxies import ProxyNotConfigured, require_proxy
@@ -29,7 +30,7 @@ from harvester.pageslots.registry import (
     SlotTransitionRefused,
     slot_counts,
 )
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 if TYPE_CHECKING:
     from harvester.storage.packages import PackageStore
@@ -121,10 +122,10 @@ DeadLetterer = Callable[[list[str], str], int]
 class PageSlotManager:
     """Allocation, preparation and idle closing over the slot records in Redis."""
 
-    def __init__(self, client: redis.Redis, settings: HarvesterSettings | None = None,
+    def __init__(self, client: redis.Redis, settings: HarvesterSettings,
                  start_slot: SlotStarter | None = None, dead_letter: DeadLetterer | None = None) -> None:
         self.redis = client
-        self.settings = settings or get_settings()
+        self.settings = settings
         self.policy = AllocationPolicy.from_settings(self.settings)  # the allocation numbers, read once
         self.registry = SlotRegistry(client)
         self.hosts = SlotHosts(client)
@@ -133,6 +134,7 @@ class PageSlotManager:
         self._dead_letter = dead_letter
 
     # -- what the sensor asks --------------------------------------------------------------------------
+    @redis_storage_errors()
     def has_work(self) -> bool:
         """Browser work waiting or running, slots with a page, or slot records to reconcile."""
         census = self.book.census()

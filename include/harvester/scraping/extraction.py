@@ -18,13 +18,16 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parsel import Selector
 
 from harvester.config.model import Attribute, SourceConfig
 from harvester.errors import CoercionError
 from harvester.urls import canonicalise_url
+
+if TYPE_CHECKING:
+    from harvester.settings import HarvesterSettings
 
 # Digits with '.' or ',' between them; a space or apostrophe only before a group of exactly three digits.
 _NUMBER = re.compile(r"([-+\u2212]?)(\d+(?:(?:[.,]|[ '\u00a0\u202f](?=\d{3}(?!\d)))\d+)*)")
@@ -208,7 +211,7 @@ def select_values(selector: Selector, attribute: Attribute, first_only: bool = F
     return values, refused
 
 
-def _settings() -> Any:
+def _settings() -> HarvesterSettings:
     from harvester.settings import get_settings
 
     return get_settings()

@@ -30,7 +30,8 @@ def _rekey(args: argparse.Namespace) -> int:
     except (KeyError, SourceConfigError) as error:
         print(f"rekey: {error}", file=sys.stderr)
         return 1
-    database = mongo_client(source.output.connection_id, settings)[source.output.database or settings.mongo_database]
+    client = mongo_client(source.output.connection_id, settings=settings)
+    database = client[source.output.database or settings.mongo_database]
     seen_urls = None if args.dry_run else redis_client(settings=settings)
     result = rekey_source(source, database[source.output_collection], seen_urls, dry_run=args.dry_run)
     if args.dry_run:

@@ -82,7 +82,7 @@ class DataHandler:
 
     def database(self, source: SourceConfig) -> Database:
         """The source's output database on the server its ``output.connection_id`` names."""
-        client = self._client or mongo_client(source.output.connection_id, self.settings)
+        client = self._client or mongo_client(source.output.connection_id, settings=self.settings)
         return client[source.output.database or self.settings.mongo_database]
 
     @mongo_storage_errors()

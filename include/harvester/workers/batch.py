@@ -36,7 +36,7 @@ import redis
 
 from harvester.config.model import SourceConfig
 from harvester.distributor import RateLimitStore, RegisteredSources, TaskMessage
-from harvester.errors import SourceNotRegistered, StorageError
+from harvester.errors import SourceNotRegistered, StorageError, redis_storage_errors
 from harvester.metrics.recording import record_fetches
 from harvester.scraping.addresses import AddressGuard
 from harvester.scraping.fetcher import Fetcher
@@ -74,8 +74,8 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class BatchRunner:
     """The per-process state of a worker (clients, event loop, fetchers) and the pipeline wiring its parts."""
 
-    def __init__(self, settings: HarvesterSettings | None = None, clients: WorkerClients | None = None) -> None:
-        self.settings = settings or get_settings()
+    def __init__(self, settings: HarvesterSettings, clients: WorkerClients | None = None) -> None:
+        self.settings = settings
         self.clients = clients or WorkerClients.from_settings(self.settings)
         self.sources = RegisteredSources(self.clients.redis)  # the producer's registered copy, by version
         self.failures = FailurePolicy.from_settings(self.settings, self.clients)
@@ -131,7 +131,7 @@ class BatchRunner:
     def close(self) -> None:
         for fetcher in (self._browser, self.fetcher):
             if fetcher is not None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # a fetcher that fails to close must not keep the rest open
                     self.loop.run_until_complete(fetcher.aclose())
         self.loop.close()
         self.clients.close()
@@ -254,12 +254,13 @@ class BatchRunner:
         """The batch's outcome counters and its request metrics, in one round trip; a counter that cannot be
         written never fails the batch (its work is done and settled)."""
         try:
-            pipeline = self.redis.pipeline(transaction=False)
-            self.store.count_outcomes(source, report.outcomes, pipeline)
-            if messages and fetches:
-                record_fetches(self.redis, source, messages, fetches, pipeline=pipeline)
-            pipeline.execute()
-        except redis.RedisError as error:
+            with redis_storage_errors():  # the round trip is sent here, not by a store
+                pipeline = self.redis.pipeline(transaction=False)
+                self.store.count_outcomes(source, report.outcomes, pipeline)
+                if messages and fetches:
+                    record_fetches(self.redis, source, messages, fetches, pipeline=pipeline)
+                pipeline.execute()
+        except StorageError as error:
             log.warning("counting outcomes and request metrics of %s failed: %s", source, error)
 
 
@@ -278,6 +279,6 @@ def batch_runner() -> BatchRunner:
     global _runner, _runner_pid
     with _runner_lock:
         if _runner is None or _runner_pid != os.getpid():
-            _runner = BatchRunner()
+            _runner = BatchRunner(get_settings())  # a worker process: its settings, read once
             _runner_pid = os.getpid()
         return _runner

@@ -96,7 +96,7 @@ class Settler:
         for (run_id, package_id), group in by_package.items():
             try:
                 self.packages().complete_tasks(source.name, run_id, package_id, [message.task_id for message in group])
-            except Exception as error:
+            except Exception as error:  # MongoDB down or worse: the group's tasks are retried, never stranded
                 log.warning("counting down package %s of run %s failed (%s: %s): its %d tasks are retried", package_id,
                             run_id, type(error).__name__, error, len(group))
                 report.outcomes["count_down_failed"] += len(group)
