@@ -4,6 +4,7 @@ from harvester.config.attributes import (
     ELEMENT_SELECTOR_KINDS,
     JSON_PREFIX,
     XPATH_PREFIX,
+    Attribute,
     ListingRecords,
     RecordItem,
     StructuredPath,
@@ -21,7 +22,7 @@ from harvester.config.loader import (
     load_sources,
     parse_source,
 )
-from harvester.config.model import MAX_BATCH_SIZE, Attribute, SourceConfig, format_duration
+from harvester.config.model import MAX_BATCH_SIZE, SourceConfig, format_duration
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM, RunOptions
 from harvester.errors import SourceConfigError
 
