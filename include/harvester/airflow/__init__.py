@@ -25,16 +25,8 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.airflow.triggers import HarvestProgressTrigger
 
 __all__ = [
-    "AirflowConnectionResolver",
-    "HarvestProgressTrigger",
-    "HarvestSensor",
-    "PlanOperator",
-    "ProduceOperator",
-    "ReportOperator",
-    "add_producer_tasks",
-    "build_source_dag",
-    "build_source_dags",
-    "output_asset",
+    "AirflowConnectionResolver", "HarvestProgressTrigger", "HarvestSensor", "PlanOperator", "ProduceOperator",
+    "ReportOperator", "add_producer_tasks", "build_source_dag", "build_source_dags", "output_asset",
     "raise_for_invalid_sources",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

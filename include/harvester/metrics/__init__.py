@@ -6,12 +6,6 @@ from harvester.metrics.slots import slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
 
 __all__ = [
-    "HarvestSnapshot",
-    "HarvesterCollector",
-    "SourceSnapshot",
-    "metrics_registry",
-    "read_snapshot",
-    "record_fetches",
-    "serve_metrics",
-    "slots_by_country_and_state",
+    "HarvestSnapshot", "HarvesterCollector", "SourceSnapshot", "metrics_registry", "read_snapshot",
+    "record_fetches", "serve_metrics", "slots_by_country_and_state",
 ]

@@ -18,14 +18,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     )
 
 __all__ = [
-    "DeadLettersView",
-    "HarvestViews",
-    "RequeueResult",
-    "ResultsPage",
-    "RunProgressView",
-    "RunSummary",
-    "SlotsView",
-    "SourceSummary",
-    "UnknownSource",
+    "DeadLettersView", "HarvestViews", "RequeueResult", "ResultsPage", "RunProgressView", "RunSummary", "SlotsView",
+    "SourceSummary", "UnknownSource",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -8,11 +8,5 @@ from harvester.redis_scripts.calls import ScriptPipeline, Scripts
 from harvester.redis_scripts.contracts import VARIADIC, ScriptContract, declare_script, optional_text, text
 
 __all__ = [
-    "VARIADIC",
-    "ScriptContract",
-    "ScriptPipeline",
-    "Scripts",
-    "declare_script",
-    "optional_text",
-    "text",
+    "VARIADIC", "ScriptContract", "ScriptPipeline", "Scripts", "declare_script", "optional_text", "text",
 ]

@@ -8,11 +8,4 @@ from harvester.services.mongo import choose_mongo
 from harvester.services.ports import LOOPBACK, free_port, is_port_free
 from harvester.services.readiness import wait_until
 
-__all__ = [
-    "LOOPBACK",
-    "choose_mongo",
-    "free_port",
-    "is_port_free",
-    "redact",
-    "wait_until",
-]
+__all__ = ["LOOPBACK", "choose_mongo", "free_port", "is_port_free", "redact", "wait_until"]

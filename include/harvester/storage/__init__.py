@@ -11,15 +11,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.storage.url_store import RunFrontier, URLStore, url_digest
 
 __all__ = [
-    "RUNS_COLLECTION",
-    "DataHandler",
-    "PackageStatus",
-    "PackageStore",
-    "RunFrontier",
-    "RunStore",
-    "URLStore",
-    "WriteResult",
-    "planned_task_id",
-    "url_digest",
+    "RUNS_COLLECTION", "DataHandler", "PackageStatus", "PackageStore", "RunFrontier", "RunStore", "URLStore",
+    "WriteResult", "planned_task_id", "url_digest",
 ]
 __getattr__, __dir__ = lazy_face(__name__)
