@@ -44,7 +44,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,9 +51,7 @@ from typing import Any
 import pymongo
 import redis
 import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from rig import BIN, ROOT, Processes, site_stats, start_demo_site, start_mongo, start_redis
 
 
 def ensure_scrapy() -> str:
@@ -80,37 +77,6 @@ def ensure_crawlee() -> tuple[str, Path]:
     return version, target
 
 
-class Processes:
-    """Every process this bench starts, stopped (by pid, in reverse order) at the end."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.started: list[subprocess.Popen] = []
-
-    def start(self, name: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-        log = (self.directory / f"{name}.log").open("ab")
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=env or dict(os.environ), cwd=ROOT, start_new_session=True)
-        log.close()
-        self.started.append(process)
-        return process
-
-    def stop(self, process: subprocess.Popen) -> None:
-        if process.poll() is None:
-            os.killpg(process.pid, 15)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, 9)
-                process.wait()
-        if process in self.started:
-            self.started.remove(process)
-
-    def stop_all(self) -> None:
-        for process in reversed(list(self.started)):
-            self.stop(process)
-
-
 def tree_cpu_seconds(processes: list[subprocess.Popen]) -> float:
     """User + system CPU of processes and all their children (Celery's pool) so far."""
     import psutil
@@ -125,11 +91,6 @@ def tree_cpu_seconds(processes: list[subprocess.Popen]) -> float:
         except psutil.NoSuchProcess:
             continue
     return total
-
-
-def site_stats(site_url: str, client: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{site_url}/_stats", timeout=10) as response:
-        return json.load(response)["clients"].get(client, {"total": 0, "max_concurrent": 0})
 
 
 def write_source(directory: Path, name: str, site_url: str, per_page: int, concurrency: int) -> Path:
@@ -321,9 +282,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args()
 
-    from harvester.services import readiness
-    from harvester.services.mongo import choose_mongo
-    from harvester.services.ports import LOOPBACK, free_port
+    from harvester.services.ports import LOOPBACK
     from harvester.settings import HarvesterSettings
 
     scrapy_version = ensure_scrapy()
@@ -333,23 +292,12 @@ def main() -> None:
     sources.mkdir()
     processes = Processes(directory)
     try:
-        redis_port = free_port()
-        redis_url = f"redis://{LOOPBACK}:{redis_port}/0"
-        processes.start("redis", ["redis-server", "--bind", LOOPBACK, "--port", str(redis_port), "--save", "",
-                                  "--appendonly", "no", "--dir", str(directory)])
-        readiness.wait_until(lambda: readiness.redis_ping(redis_url), 20, "redis-server")
-        choice = choose_mongo(free_port(), directory)
-        rig: dict[str, subprocess.Popen] = {}
-        if choice.command is not None:
-            (directory / "mongod").mkdir()
-            rig["storage"] = processes.start("mongo", choice.command)
-            readiness.wait_until(lambda: readiness.mongo_ping(choice.uri), 90, choice.kind)
-        site_port = free_port()
-        site_url = f"http://{LOOPBACK}:{site_port}"
-        rig["site"] = processes.start("demo-site", [str(BIN / "harvester-demo-site"), "--port", str(site_port),
-                                      "--products", str(args.products), "--per-page", str(args.per_page),
-                                      "--latency-ms", str(args.latency_ms), "--slow-every", "0"])
-        readiness.wait_until(lambda: readiness.tcp_open(LOOPBACK, site_port), 30, "demo site")
+        redis_url = start_redis(processes)
+        choice, storage = start_mongo(processes)
+        rig: dict[str, subprocess.Popen] = {"storage": storage} if storage is not None else {}
+        rig["site"], site_port, site_url = start_demo_site(
+            processes, "--products", str(args.products), "--per-page", str(args.per_page),
+            "--latency-ms", str(args.latency_ms), "--slow-every", "0")
         listing_pages = -(-args.products // args.per_page)
         expected = args.products + listing_pages
         database = "harvester_bench_crawl"
