@@ -39,10 +39,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,7 +49,7 @@ from typing import Any
 import pymongo
 import redis
 import yaml
-from rig import BIN, ROOT, Processes, site_stats, start_demo_site, start_mongo, start_redis
+from rig import BIN, ROOT, Processes, bench_processes, site_stats, start_demo_site, start_mongo, start_redis
 
 
 def ensure_scrapy() -> str:
@@ -287,11 +285,8 @@ def main() -> None:
 
     scrapy_version = ensure_scrapy()
     crawlee_version, crawlee_path = ensure_crawlee()
-    directory = Path(tempfile.mkdtemp(prefix="harvester-bench-crawl-"))
-    sources = directory / "sources"
-    sources.mkdir()
-    processes = Processes(directory)
-    try:
+    with bench_processes("crawl", keep=args.keep) as processes:
+        directory, sources = processes.directory, processes.sources
         redis_url = start_redis(processes)
         choice, storage = start_mongo(processes)
         rig: dict[str, subprocess.Popen] = {"storage": storage} if storage is not None else {}
@@ -394,12 +389,6 @@ def main() -> None:
             "mongo": choice.kind,
         }
         print(json.dumps(result))
-    finally:
-        processes.stop_all()
-        if not args.keep:
-            shutil.rmtree(directory, ignore_errors=True)
-        else:
-            print(f"logs kept in {directory}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,13 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pymongo
 import yaml
-from rig import Processes, site_stats, start_demo_site, start_mongo, start_redis
+from rig import bench_processes, site_stats, start_demo_site, start_mongo, start_redis
 
 FIELDS = ("title", "sku", "price", "stock", "in_stock", "released", "image")
 PRODUCT = {"type": "Product"}
@@ -181,11 +179,8 @@ def main() -> None:
     from harvester.services.ports import LOOPBACK
     from harvester.settings import HarvesterSettings
 
-    directory = Path(tempfile.mkdtemp(prefix="harvester-bench-extract-"))
-    sources = directory / "sources"
-    sources.mkdir()
-    processes = Processes(directory)
-    try:
+    with bench_processes("extract", keep=True) as processes:  # its logs stay for a look after the run
+        sources = processes.sources
         redis_url = start_redis(processes)
         choice, _ = start_mongo(processes)
         _, site_port, site_url = start_demo_site(processes, "--products", str(args.products), "--latency-ms", "0",
@@ -207,8 +202,6 @@ def main() -> None:
         result.update(request_ratio(settings, site_url, args.products, args.per_page))
         result["goals"] = {"jsonld_cpu_ratio": "<= 1.0", "listing_records_request_ratio": "<= 0.1"}
         print(json.dumps(result))
-    finally:
-        processes.stop_all()
 
 
 if __name__ == "__main__":

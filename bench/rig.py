@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,7 @@ class Processes:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self.sources = directory / "sources"  # the bench's HARVESTER_SOURCES_DIR
         self.started: list[subprocess.Popen] = []
 
     def start(self, name: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -50,6 +55,23 @@ class Processes:
     def stop_all(self) -> None:
         for process in reversed(list(self.started)):
             self.stop(process)
+
+
+@contextmanager
+def bench_processes(bench: str, keep: bool = False) -> Iterator[Processes]:
+    """The processes of one bench run, in a temporary directory of their own (logs, ``sources``): all
+    stopped at the end, and the directory removed unless ``keep``."""
+    directory = Path(tempfile.mkdtemp(prefix=f"harvester-bench-{bench}-"))
+    processes = Processes(directory)
+    processes.sources.mkdir()
+    try:
+        yield processes
+    finally:
+        processes.stop_all()
+        if not keep:
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            print(f"logs kept in {directory}", file=sys.stderr)
 
 
 def start_redis(processes: Processes) -> str:
