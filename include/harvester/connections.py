@@ -348,24 +348,27 @@ def resolve_http(connection_id: str) -> HttpCredentials:
                              f"{connection_id.upper()} or an Airflow connection)")
 
 
-async def aresolve_mongo(connection_id: str, settings: HarvesterSettings) -> MongoTarget:
-    """:func:`resolve_mongo` for an event loop (the triggerer): a resolver's ``amongo`` is awaited."""
+async def _aresolve(kind: str, connection_id: str) -> Any:
+    """The first registered resolver's target for ``connection_id``: its ``a<kind>`` method awaited where it
+    has one (an Airflow resolver in the triggerer), else its ``<kind>`` method; None when none knows the id."""
     for resolver in _resolvers:
-        method = getattr(resolver, "amongo", None)
-        target = await method(connection_id) if method is not None else resolver.mongo(connection_id)
+        method = getattr(resolver, f"a{kind}", None)
+        target = await method(connection_id) if method is not None else getattr(resolver, kind)(connection_id)
         if target is not None:
             return target
-    return _mongo_from_environment(connection_id, settings)
+    return None
+
+
+async def aresolve_mongo(connection_id: str, settings: HarvesterSettings) -> MongoTarget:
+    """:func:`resolve_mongo` for an event loop (the triggerer): a resolver's ``amongo`` is awaited."""
+    target: MongoTarget | None = await _aresolve("mongo", connection_id)
+    return target if target is not None else _mongo_from_environment(connection_id, settings)
 
 
 async def aresolve_redis(connection_id: str, settings: HarvesterSettings) -> RedisTarget:
     """:func:`resolve_redis` for an event loop (the triggerer): a resolver's ``aredis`` is awaited."""
-    for resolver in _resolvers:
-        method = getattr(resolver, "aredis", None)
-        target = await method(connection_id) if method is not None else resolver.redis(connection_id)
-        if target is not None:
-            return target
-    return _redis_from_environment(connection_id, settings)
+    target: RedisTarget | None = await _aresolve("redis", connection_id)
+    return target if target is not None else _redis_from_environment(connection_id, settings)
 
 
 # -- building clients -------------------------------------------------------------------------------
