@@ -256,7 +256,7 @@ def test_an_element_with_too_many_attributes_is_refused_before_parsing(site) -> 
     site.route("/wide", text=f"<html><body><div {attributes}>x</div><h1 class='title'>t</h1></body></html>",
                content_type="text/html")
     site.route("/deep", text="<html><body>" + "<i>x</i>" * 50_000 + "</body></html>", content_type="text/html")
-    options = settings(max_attributes_per_element=1000, max_elements_per_page=20_000)
+    options = settings(max_attributes_per_element=500, max_elements_per_page=20_000)
     source = demo_source(site.url, "wide", robots="ignore")
     wide, deep = fetch_all(options, source, [f"{site.url}/wide", f"{site.url}/deep"])
     started = time.monotonic()
