@@ -208,7 +208,8 @@ class BatchRunner:
         self.count(source.name, report, messages, fetches)
         return report
 
-    def process(self, source: SourceConfig, messages: list[TaskMessage], fetches: list[FetchResult]) -> list[PageResult]:
+    def process(self, source: SourceConfig, messages: list[TaskMessage],
+                fetches: list[FetchResult]) -> list[PageResult]:
         return [process_page(source, message.kind, message.url, message.depth, fetch, settings=self.settings)
                 for message, fetch in zip(messages, fetches, strict=True)]
 
