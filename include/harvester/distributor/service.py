@@ -32,8 +32,9 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harvester.connections import blocking_twin
 from harvester.distributor.intake import RegisteredSource, read_registered_sources
+from harvester.distributor.lost_messages import LostMessageProbe
 from harvester.distributor.messages import TaskMessage
-from harvester.distributor.store import Admission, RateLimitStore
+from harvester.distributor.store import Admission, RateLimitStore, wake_distributors
 from harvester.errors import ShutdownRequested, StorageUnavailableError
 from harvester.queues import kombu_queue
 from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys, distributor_heartbeat
@@ -163,6 +164,7 @@ class Distributor:
         self._sources: dict[str, RegisteredSource] = {}
         self._sources_read_at = float("-inf")
         self._next_reap = 0.0
+        self.lost_messages = LostMessageProbe(redis_client, self.store.scripts, self.settings)
         self._unpublished: list[tuple[str, list[dict[str, Any]]]] = []
         self._outage_since: float | None = None
         self._clock_offset: float | None = None  # Redis TIME minus this machine's clock (s)
@@ -252,6 +254,8 @@ class Distributor:
         self._publish_pending()
         if time.monotonic() >= self._next_reap:
             self.reap()
+        if self.lost_messages.due:
+            self.return_lost_messages()
         sources = self._registered_sources()
         if not sources:
             return outcome
@@ -376,6 +380,20 @@ class Distributor:
             if self.on_dead_letters is not None:
                 self.on_dead_letters(source, entries)
         return result.reaped
+
+    def return_lost_messages(self) -> int:
+        """Queued tasks whose Celery message was lost back to intake (harvester.distributor.lost_messages)."""
+        from harvester.distributor.browser_tasks import browser_country
+
+        queues = {name: source.queue for name, source in self._registered_sources().items()
+                  if browser_country(source.queue) is None}
+        returned = self.lost_messages.look(queues)
+        if returned:
+            pipeline = self.redis.pipeline(transaction=False)
+            for name in returned:
+                wake_distributors(pipeline, name)
+            pipeline.execute()
+        return sum(returned.values())
 
     @staticmethod
     def fair_order(sources: list[RegisteredSource], round_number: int) -> list[RegisteredSource]:

@@ -236,7 +236,7 @@ class AddressGuard:
         _, pending = await asyncio.wait(lookups, timeout=budget_seconds)
         for lookup in pending:
             lookup.cancel()
-        reason = f"{SCREENING_TIMEOUT}: not resolved within {budget_seconds:g}s"
+        reason = f"{SCREENING_TIMEOUT}: not resolved within {budget_seconds or 0:g}s"
         return [reason if lookup in pending else lookup.result() for lookup in lookups]
 
     async def _origin_refusal(self, host: str, port: int) -> str | None:

@@ -241,7 +241,13 @@ class Fetcher:
         self.guard.split(url)  # a refused scheme never reaches robots.txt or the rate gate
         interval = 0.0
         if source.robots == "obey":
+            # a refused address stays refused (never retried): its robots.txt, which cannot be fetched
+            # either, would otherwise read as unavailable (retried)
+            await self.guard.check(url, remember=True)
             rules = await self.robots_rules(url, source, ready)
+            if rules.unavailable and rules.status is None:  # the host did not answer: say so, as its pages would
+                raise TransportFailure("connection_error", f"robots.txt of {rules.origin} could not be fetched "
+                                       f"({rules.failure or 'no answer'}): nothing is fetched from it (RFC 9309)")
             if rules.unavailable:
                 raise RobotsUnavailable(f"robots.txt of {rules.origin} answered {rules.status or 'nothing'} and no "
                                         "good copy is kept: nothing is fetched from it for now (RFC 9309)")
@@ -266,7 +272,7 @@ class Fetcher:
             except (AddressRefused, BodyRefused, TimeoutError, TransportFailure, TooManyRedirects, OSError,
                     MemoryError, zlib.error) as error:
                 log.info("robots.txt %s unreachable: %s", robots_url, error)
-                return None, ""
+                return None, f"{type(error).__name__}: {error}"  # no status: the text says what failed
             return status, decode_text(body, content_type) if 200 <= status < 300 else ""
 
         return await self.robots.rules(url, fetch_robots)

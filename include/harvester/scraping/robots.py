@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 ROBOTS_SIZE_CAP_BYTES = 512 * 1024  # Google reads the first 500 KiB
 UNREACHABLE_CACHE_SECONDS = 300.0
 MEMORY_SECONDS = 60.0  # parsed rules are kept in the process this long before Redis is asked again
-FetchRobots = Callable[[str], Awaitable[tuple[int | None, str]]]  # robots URL -> (status or None, text)
+# robots URL -> (status, text), or (None, what failed) when no response came
+FetchRobots = Callable[[str], Awaitable[tuple[int | None, str]]]
 
 
 def origin_of(url: str) -> str:
@@ -97,10 +98,12 @@ class RobotsRules:
     answered 429, 5xx or nothing and no good copy was at hand (complete disallow, RFC 9309)."""
 
     def __init__(self, origin: str, text: str = "", status: int | None = None, *, max_rules: int | None = None,
-                 max_wildcards: int | None = None, unavailable: bool = False, fetched_at: float | None = None) -> None:
+                 max_wildcards: int | None = None, unavailable: bool = False, fetched_at: float | None = None,
+                 failure: str = "") -> None:
         self.origin = origin
         self.status = status
         self.unavailable = unavailable
+        self.failure = failure  # what failed when the file could not be fetched at all
         self.fetched_at = time.time() if fetched_at is None else fetched_at
         self.text, self.dropped_rules, self.cut_rules = bounded_robots_text(text, max_rules, max_wildcards)
         self._parser = Protego.parse(self.text) if self.text else None
@@ -251,7 +254,7 @@ class RobotsCache:
             return RobotsRules(origin, good.text, good.status, max_rules=self.max_rules,
                                max_wildcards=self.max_wildcards, fetched_at=good.fetched_at), ttl
         self.outcomes["robots_unavailable"] += 1
-        return RobotsRules(origin, "", status, unavailable=True), ttl
+        return RobotsRules(origin, "", status, unavailable=True, failure=text if status is None else ""), ttl
 
     def filter_allowed(self, urls: list[str], user_agent: str) -> tuple[list[str], int]:
         """``urls`` without those a cached robots.txt disallows, and how many were dropped. Origins

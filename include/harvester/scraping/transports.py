@@ -230,7 +230,7 @@ class HttpxTransport:
         self._check = check
         transport = httpx.AsyncHTTPTransport(http2=True, trust_env=False)
         transport._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False), max_connections=max_connections,
+            ssl_context=ssl.create_default_context(), max_connections=max_connections,  # the CAs aiohttp trusts
             max_keepalive_connections=max_connections, keepalive_expiry=60, http1=True, http2=True,
             network_backend=_CheckingNetworkBackend(check))
         self.client = httpx.AsyncClient(
