@@ -8,6 +8,7 @@ stored exactly once, the site never saw more than ``max_active`` in flight nor m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -360,15 +361,26 @@ def test_row_11_a_worker_main_process_killed_between_kombus_brpop_and_its_unacke
     tests_root = Path(__file__).resolve().parents[2]  # where tests.reliability.kill_window_app is imported from
     environment = {"PYTHONPATH": os.pathsep.join([str(tests_root), os.environ.get("PYTHONPATH", "")])}
     stalls: list[float] = []
-    for kill in range(5):
-        returned = harvest.store.counters(harvest.source.name).get("returned_lost_message", 0)
-        worker = celery_worker_factory(command=[*dying_command, "-n", f"dying{kill}@%h"], extra_env=environment)
-        harvest.wait_until(lambda worker=worker: not worker.alive(), 30, f"worker {kill} dying in kombu's window")
-        died_at = time.monotonic()
-        harvest.wait_until(
-            lambda before=returned: harvest.store.counters(harvest.source.name).get("returned_lost_message", 0)
-            > before, 2 * lease + 5, f"the tasks of worker {kill}'s lost message back in intake")
-        stalls.append(time.monotonic() - died_at)
+    dead: list[ServerProcess] = []
+    try:
+        for kill in range(5):
+            returned = harvest.store.counters(harvest.source.name).get("returned_lost_message", 0)
+            worker = ServerProcess(f"dying worker {kill}", [*dying_command, "-n", f"dying{kill}@%h"],
+                                   harvest.settings.sources_dir.parent / f"dying-{kill}.log", ready=lambda: True,
+                                   env={**os.environ, **environment})
+            worker.start()  # it dies as soon as it takes a message, often before it says it is ready
+            dead.append(worker)
+            harvest.wait_until(lambda worker=worker: not worker.alive(), 60, f"worker {kill} dying in kombu's window")
+            died_at = time.monotonic()
+            harvest.wait_until(
+                lambda before=returned: harvest.store.counters(harvest.source.name).get("returned_lost_message", 0)
+                > before, 2 * lease + 5, f"the tasks of worker {kill}'s lost message back in intake")
+            stalls.append(time.monotonic() - died_at)
+    finally:
+        for worker in dead:  # the dead main process's pool children are in its process group
+            if worker.process is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(worker.process.pid, signal.SIGKILL)
     assert max(stalls) <= 2 * lease, stalls
     counters = harvest.store.counters(harvest.source.name)
     assert counters.get("reaped", 0) == 0 and counters.get("returned_lost_message", 0) >= 5 * 4, counters
