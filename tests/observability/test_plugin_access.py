@@ -70,7 +70,7 @@ def sub_path_server(two_sources, tmp_path) -> Iterator[AirflowServer]:
 
 def test_a_viewer_of_one_dag_reads_only_that_source(sub_path_server: AirflowServer) -> None:
     with sub_path_server.client("watcher") as watcher:
-        listed = watcher.get(f"/harvester/api/sources")
+        listed = watcher.get("/harvester/api/sources")
         assert listed.status_code == 200, listed.text + sub_path_server.log_tail()
         assert [entry["name"] for entry in listed.json()] == [MINE]
         assert watcher.get(f"/harvester/api/sources/{MINE}/dead-letters").json()["total"] == 1
@@ -80,7 +80,7 @@ def test_a_viewer_of_one_dag_reads_only_that_source(sub_path_server: AirflowServ
             response = watcher.get(f"/harvester{path}")
             assert response.status_code == 403, (path, response.status_code, response.text)
     with sub_path_server.client("operator") as operator:
-        assert sorted(entry["name"] for entry in operator.get(f"/harvester/api/sources").json()) == [
+        assert sorted(entry["name"] for entry in operator.get("/harvester/api/sources").json()) == [
             MINE, OTHER]
 
 
@@ -90,7 +90,7 @@ def test_docs_schema_and_static_files_need_a_login(sub_path_server: AirflowServe
             response = anonymous.get(f"/harvester{path}")
             assert response.status_code in (401, 404), (path, response.status_code)
     with sub_path_server.client("watcher") as watcher:
-        assert watcher.get(f"/harvester/static/harvester.js").status_code == 200
+        assert watcher.get("/harvester/static/harvester.js").status_code == 200
 
 
 def test_the_requeue_post_needs_a_bearer_token_or_the_pages_header(sub_path_server: AirflowServer,
