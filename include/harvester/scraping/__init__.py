@@ -9,6 +9,8 @@ _EXPORTS = {
     "HostLimits": "page_fetcher",
     "HostRateTimeout": "page_fetcher",
     "RobotsCache": "robots",
+    "SCREENING_TIMEOUT": "addresses",
+    "TOO_MANY_HOSTS": "addresses",
     "strip_userinfo": "addresses",
     "DEFAULT_CLASSIFIER": "responses",
     "FetchedBatch": "page_fetcher",
