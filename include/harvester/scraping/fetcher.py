@@ -58,7 +58,7 @@ from harvester.scraping.responses import (
     parse_retry_after,
 )
 from harvester.scraping.robots import ROBOTS_SIZE_CAP_BYTES, RobotsCache, RobotsRules
-from harvester.scraping.sites import credential_origins, origin_of_url
+from harvester.scraping.sites import Origin, credential_origins, origin_of_url
 from harvester.scraping.transports import Transport, TransportResponse, transport_from_settings
 from harvester.settings import HarvesterSettings
 
@@ -133,6 +133,7 @@ class Fetcher:
         self.gate = gate
         self.cookies = SourceCookieJars()  # one jar per source (issue 24): nothing one source got reaches another
         self._credentials: dict[str, tuple[float, HttpCredentials]] = {}
+        self._origins: dict[str, tuple[HttpCredentials, frozenset[Origin]]] = {}
         # connections whose peer was checked (stream -> port), so a kept-alive one is not checked per request
         self._checked_peers: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         # redirects are followed hop by hop in _send, each hop's address checked
@@ -304,13 +305,20 @@ class Fetcher:
         credentials only when ``url``'s origin (scheme, host, port) is one they are bound to
         (:func:`harvester.scraping.sites.credential_origins`); the connection's cookies win over the jar's."""
         hop = dict(headers)
-        bound = credentials is not None and origin_of_url(url) in credential_origins(source, credentials)
+        bound = credentials is not None and origin_of_url(url) in self._credential_origins(source, credentials)
         if bound and credentials is not None:
             hop.update({key: value for key, value in credential_headers(credentials).items() if key != "Cookie"})
         cookie = self.cookies.header(source.name, url, credentials.cookies if bound and credentials else None)
         if cookie:
             hop["Cookie"] = f"{hop['Cookie']}; {cookie}" if hop.get("Cookie") else cookie
         return hop
+
+    def _credential_origins(self, source: SourceConfig, credentials: HttpCredentials) -> frozenset[Origin]:
+        """:func:`credential_origins`, kept while the same credentials serve the source (seeds may be many)."""
+        kept = self._origins.get(source.name)
+        if kept is None or kept[0] is not credentials:
+            kept = self._origins[source.name] = (credentials, credential_origins(source, credentials))
+        return kept[1]
 
     def _check_connection(self, connection: object, peer: object, url: str) -> None:
         """Refuse the address the connection reached. A connection's peer never changes, so each kept-alive
