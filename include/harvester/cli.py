@@ -1,5 +1,6 @@
 """The `harvester` command. Each component registers its own subcommands (a `register(subparsers)`
-function in its `commands` module), so this file only lists them."""
+function in its `commands` module), and `harvester.processes` those of processes composed of several
+components (`harvester distributor`), so this file only lists them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harvester.scraping.commands",
     "harvester.scraping.suggest",
     "harvester.distributor.commands",
+    "harvester.processes",
     "harvester.producer.commands",
     "harvester.pageslots.commands",
     "harvester.storage.commands",

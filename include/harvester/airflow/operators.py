@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pymongo and redis load at run time only: DAG files import t
     import pymongo.database
     import redis
 
+    from harvester.producer.progress import RunSettlement
     from harvester.scraping.robots import RobotsCache
 
 log = logging.getLogger(__name__)
@@ -129,18 +130,20 @@ def produce_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
     return result.to_dict()
 
 
-def report_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
-    from harvester.producer.progress import RunMonitor
+def _settlement(source: SourceConfig, connections: _Connections) -> RunSettlement:
+    from harvester.producer.progress import RunSettlement
 
+    settings = connections.settings
+    return RunSettlement(connections.database(connections.main, settings.mongo_database),
+                         connections.database(connections.output, output_database_name(source, settings)),
+                         connections.redis)
+
+
+def report_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
     with _connections(source) as connections:
-        settings = connections.settings
-        monitor = RunMonitor(
-            connections.database(connections.main, settings.mongo_database),
-            connections.database(connections.output, output_database_name(source, settings)),
-            connections.redis,
-        )
-        report = monitor.report(source.name, source.output_collection, run_id,
-                                attributes=source.record_attributes, drift_threshold=source.drift_threshold)
+        report = _settlement(source, connections).report(
+            source.name, source.output_collection, run_id, attributes=source.record_attributes,
+            drift_threshold=source.drift_threshold)
     if report.get("selector_drift"):
         log.warning("selector drift in run %s of %s: %s (share of records down by at least %s points from the "
                     "median of previous runs)", run_id, source.name, ", ".join(report["selector_drift"]),
@@ -168,16 +171,10 @@ class HarvestSensor(BaseSensorOperator):
         return str(plan["run_id"])
 
     def poke(self, context: Any) -> bool:
-        from harvester.producer.progress import RunMonitor
-
         run_id = self._run_id(context)
         with _connections(self.source) as connections:
-            settings = connections.settings
-            progress = RunMonitor(
-                connections.database(connections.main, settings.mongo_database),
-                connections.database(connections.output, output_database_name(self.source, settings)),
-                connections.redis,
-            ).measure(self.source.name, self.source.output_collection, run_id)
+            progress = _settlement(self.source, connections).settle_and_measure(
+                self.source.name, self.source.output_collection, run_id)
         self.log.info("%s", progress.line())
         return progress.complete
 

@@ -37,9 +37,9 @@ from typing import Any
 
 import redis
 
-from harvester.distributor.scripts import ScriptPipeline, Scripts, text
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import SourceKeys
+from harvester.redis_scripts import ScriptPipeline, Scripts, text
 from harvester.settings import HarvesterSettings
 
 __all__ = ["KOMBU_LAYOUT", "KombuRedisLayout", "LostMessageProbe", "leases_in_envelope", "messages_in_flight",

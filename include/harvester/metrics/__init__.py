@@ -10,8 +10,6 @@ _EXPORTS = {
     "HarvesterCollector": "collector",
     "SourceSnapshot": "snapshot",
     "metrics_registry": "collector",
-    "read_last_decision": "slots",
-    "read_proxy_bytes": "slots",
     "read_snapshot": "snapshot",
     "record_fetches": "recording",
     "serve_metrics": "collector",

@@ -10,6 +10,7 @@ _EXPORTS = {
     "Planner": "planner",
     "Producer": "producer",
     "RunMonitor": "progress",
+    "RunSettlement": "progress",
     "format_eta": "progress",
 }
 __all__ = sorted(_EXPORTS)

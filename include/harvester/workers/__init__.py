@@ -8,7 +8,6 @@ _EXPORTS = {
     "app": "celery_app",
     "create_app": "celery_app",
     "harvester_exchange": "celery_app",
-    "page_slot_queue_name": "celery_app",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

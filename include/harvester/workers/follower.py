@@ -141,6 +141,6 @@ class LinkFollower:
         if parent.run_id is not None and parent.package_id is not None:
             self.packages().add_tasks(source.name, parent.run_id, parent.package_id,
                                       [child.task_id for child in children])
-        self.intake.push(source, children)
+        self.intake.push(source.name, children)  # by name: the producer's registration stays the one copy
         report.discovered += len(children)
         report.outcomes["links_new"] += len(children)
