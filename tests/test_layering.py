@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 
 PACKAGE = REPOSITORY_ROOT / "include" / "harvester"
 AIRFLOW_ADAPTERS = "airflow"
-LEAF_MODULES = {"settings", "redis_keys", "queues", "connections", "errors", "urls", "patterns", "source_stats",
+LEAF_MODULES = {"lazy", "settings", "redis_keys", "queues", "connections", "errors", "urls", "patterns", "source_stats",
                 "redis_scripts"}
 # the `harvester` command lists every component's commands; `processes` composes those of several: nothing
 # imports either

@@ -37,15 +37,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def distributor(client: redis.Redis, settings: HarvesterSettings, **options: Any) -> Distributor:
     """A distributor that hands browser tasks to the page slots (``options``: the Distributor's others)."""
     from harvester.distributor import Distributor
-    from harvester.pageslots.handoff import PageSlotHandoff
+    from harvester.pageslots import PageSlotHandoff
 
     return Distributor(client, settings, browser_handoff=PageSlotHandoff.from_settings(client, settings), **options)
 
 
 def _distributor(args: argparse.Namespace) -> int:
     from harvester.connections import REDIS_DEFAULT, redis_client
-    from harvester.distributor.service import MAX_WAIT_SECONDS
-    from harvester.metrics.collector import serve_metrics
+    from harvester.distributor import MAX_WAIT_SECONDS
+    from harvester.metrics import serve_metrics
     from harvester.settings import get_settings
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,

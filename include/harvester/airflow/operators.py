@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator, BaseSensorOperator
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.connections import (
     MONGO_DEFAULT,
     REDIS_DEFAULT,
@@ -37,8 +37,8 @@ if TYPE_CHECKING:  # pymongo and redis load at run time only: DAG files import t
     import pymongo.database
     import redis
 
-    from harvester.producer.progress import RunSettlement
-    from harvester.scraping.robots import RobotsCache
+    from harvester.producer import RunSettlement
+    from harvester.scraping import RobotsCache
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def _connections(source: SourceConfig) -> Iterator[_Connections]:
 
 
 def plan_run(source: SourceConfig, airflow_run_id: str, params: dict[str, Any] | None) -> dict[str, Any]:
-    from harvester.producer.planner import Planner, PlanOptions
+    from harvester.producer import Planner, PlanOptions
 
     options = PlanOptions.for_source(source, params)
     with _connections(source) as connections:
@@ -110,14 +110,14 @@ def plan_run(source: SourceConfig, airflow_run_id: str, params: dict[str, Any] |
 def _robots_cache(settings: HarvesterSettings) -> RobotsCache:
     """The workers' robots.txt cache in Redis: planning drops URLs a cached robots.txt disallows."""
     from harvester.connections import REDIS_DEFAULT, redis_client
-    from harvester.scraping.robots import RobotsCache
+    from harvester.scraping import RobotsCache
 
     return RobotsCache.from_settings(settings, redis_client(REDIS_DEFAULT, settings=settings))
 
 
 def produce_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
-    from harvester.producer.producer import Producer
-    from harvester.storage.runs import RunStore
+    from harvester.producer import Producer
+    from harvester.storage import RunStore
 
     with _connections(source) as connections:
         settings = connections.settings
@@ -131,7 +131,7 @@ def produce_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
 
 
 def _settlement(source: SourceConfig, connections: _Connections) -> RunSettlement:
-    from harvester.producer.progress import RunSettlement
+    from harvester.producer import RunSettlement
 
     settings = connections.settings
     return RunSettlement(connections.database(connections.main, settings.mongo_database),

@@ -24,7 +24,7 @@ from harvester.connections import (
     redis_client_for,
 )
 from harvester.errors import StorageError, mongo_storage_errors, redis_storage_errors
-from harvester.producer.progress import RunSettlement
+from harvester.producer import RunSettlement
 from harvester.settings import get_settings
 
 P = ParamSpec("P")

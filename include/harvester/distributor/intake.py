@@ -12,7 +12,7 @@ from itertools import islice
 
 import redis
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.registry import SourceRegistry
 from harvester.distributor.store import wake_distributors

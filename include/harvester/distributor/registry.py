@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pydantic
 import redis
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.errors import SourceNotRegistered, redis_storage_errors
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
 from harvester.redis_scripts import text

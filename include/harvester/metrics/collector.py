@@ -21,7 +21,7 @@ from harvester.errors import StorageError
 from harvester.metrics.recording import FETCH_SECONDS, QUEUE_LATENCY_SECONDS
 from harvester.metrics.slots import slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
-from harvester.pageslots.proxies import proxy_bytes_by_country
+from harvester.pageslots import proxy_bytes_by_country
 from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from harvester.pageslots.registry import SlotRecord
+from harvester.pageslots import SlotRecord
 
 __all__ = ["slots_by_country_and_state"]
 

@@ -20,7 +20,7 @@ import redis
 from harvester.distributor import RateLimitStore, RegisteredSource, SourceRegistry, SourceStats
 from harvester.errors import redis_storage_errors
 from harvester.metrics.recording import BUCKETS, INFINITY
-from harvester.pageslots.registry import SlotRecord, SlotRegistry
+from harvester.pageslots import SlotRecord, SlotRegistry
 from harvester.queues import DECLARED_QUEUES
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
 from harvester.redis_scripts import ScriptPipeline, text

@@ -17,17 +17,14 @@ from bson.errors import InvalidId
 from pydantic import BaseModel, Field
 from pymongo.database import Database
 
-from harvester.config.model import SourceConfig
-from harvester.distributor.dead_letters import DeadLetters
+from harvester.config import SourceConfig
+from harvester.distributor import DeadLetters
 from harvester.errors import UnknownSource
-from harvester.metrics.slots import slots_by_country_and_state
-from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
-from harvester.pageslots.manager import last_decision
-from harvester.pageslots.proxies import proxy_bytes_by_country
-from harvester.pageslots.registry import SlotRegistry
-from harvester.producer.progress import RunMonitor, format_eta
+from harvester.metrics import HarvestSnapshot, SourceSnapshot, read_snapshot, slots_by_country_and_state
+from harvester.pageslots import SlotRegistry, last_decision, proxy_bytes_by_country
+from harvester.producer import RunMonitor, format_eta
 from harvester.settings import HarvesterSettings
-from harvester.storage.runs import RUNS_COLLECTION
+from harvester.storage import RUNS_COLLECTION
 
 MAX_PAGE = 500
 

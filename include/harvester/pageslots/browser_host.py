@@ -38,12 +38,15 @@ from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.pageslots.proxies import proxy_for
 from harvester.pageslots.registry import SlotState
-from harvester.scraping import SKIPPED_REASON, FetchPermit
-from harvester.scraping.addresses import AddressGuard
-from harvester.scraping.browser import (
+from harvester.scraping import (
+    SKIPPED_REASON,
+    AddressGuard,
+    FetchedBatch,
+    FetchPermit,
+    FetchResult,
     PageLoad,
     ResourceBlocker,
     first_line,
@@ -51,8 +54,6 @@ from harvester.scraping.browser import (
     load_page,
     user_agent_and_headers,
 )
-from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.page_fetcher import FetchedBatch
 from harvester.settings import HarvesterSettings, get_settings
 
 if TYPE_CHECKING:

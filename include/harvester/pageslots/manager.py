@@ -33,7 +33,7 @@ from harvester.pageslots.registry import (
 from harvester.settings import HarvesterSettings
 
 if TYPE_CHECKING:
-    from harvester.storage.packages import PackageStore
+    from harvester.storage import PackageStore
 
 log = logging.getLogger("harvester.pageslots")
 
@@ -384,7 +384,7 @@ def last_decision(client: redis.Redis) -> dict[str, Any] | None:
 
 def celery_slot_starter(settings: HarvesterSettings) -> SlotStarter:
     """Ask a slot host for a slot: the long-running ``harvester.host_page_slot`` task on the pageslots queue."""
-    from harvester.distributor.service import celery_app_for
+    from harvester.distributor import celery_app_for
     from harvester.queues import PAGESLOTS_QUEUE
 
     app = celery_app_for(settings)
@@ -407,7 +407,7 @@ def dead_letter_tasks(client: redis.Redis, settings: HarvesterSettings, raw_mess
     def package_store() -> PackageStore:  # MongoDB only once a task of a run is dead
         if not packages:
             from harvester.connections import mongo_client
-            from harvester.storage.packages import PackageStore
+            from harvester.storage import PackageStore
 
             packages.append(PackageStore(mongo_client(settings=settings)[settings.mongo_database]))
         return packages[0]

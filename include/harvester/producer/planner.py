@@ -23,12 +23,10 @@ from typing import Any, Literal
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from harvester.config.model import SourceConfig
-from harvester.config.run_options import RunOptions
+from harvester.config import RunOptions, SourceConfig
 from harvester.producer.streams import prefetch
-from harvester.scraping.robots import RobotsCache
-from harvester.storage.packages import PackageStore
-from harvester.storage.runs import RunStore
+from harvester.scraping import RobotsCache
+from harvester.storage import PackageStore, RunStore
 from harvester.urls import canonicalise_url
 
 log = logging.getLogger(__name__)

@@ -22,12 +22,11 @@ from typing import Any, Protocol
 import redis
 from pymongo.database import Database
 
-from harvester.config.model import SourceConfig
-from harvester.distributor import dead_tasks_of_run
-from harvester.distributor.messages import TaskMessage
+from harvester.config import SourceConfig
+from harvester.distributor import TaskMessage, dead_tasks_of_run
 from harvester.producer.streams import prefetch
 from harvester.settings import HarvesterSettings
-from harvester.storage.packages import PackageStore, planned_task_id
+from harvester.storage import PackageStore, planned_task_id
 
 log = logging.getLogger(__name__)
 

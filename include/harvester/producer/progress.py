@@ -18,8 +18,7 @@ import redis
 from pymongo.database import Database
 
 from harvester.distributor import DeadLetters, DeadTasks, count_down_dead, dead_tasks_of_run
-from harvester.storage.packages import PackageStatus, PackageStore
-from harvester.storage.runs import RunStore
+from harvester.storage import PackageStatus, PackageStore, RunStore
 
 
 @dataclass

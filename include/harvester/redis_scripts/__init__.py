@@ -7,4 +7,6 @@ scripts (the ``scripts.py`` beside the folder), and builds a :class:`Scripts` of
 from harvester.redis_scripts.calls import ScriptPipeline, Scripts
 from harvester.redis_scripts.contracts import VARIADIC, ScriptContract, declare_script, optional_text, text
 
-__all__ = ["VARIADIC", "ScriptContract", "ScriptPipeline", "Scripts", "declare_script", "optional_text", "text"]
+__all__ = [
+    "VARIADIC", "ScriptContract", "ScriptPipeline", "Scripts", "declare_script", "optional_text", "text",
+]

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.errors import HostRateTimeout as HostRateTimeout  # its old home; tests import it here
 from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, Outcome, Verdict
 

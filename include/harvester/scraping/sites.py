@@ -23,7 +23,7 @@ from publicsuffixlist import PublicSuffixList
 from harvester.scraping.addresses import DEFAULT_PORTS
 
 if TYPE_CHECKING:
-    from harvester.config.model import SourceConfig
+    from harvester.config import SourceConfig
     from harvester.connections import HttpCredentials
 
 __all__ = ["Origin", "credential_origins", "is_public_suffix", "origin_of_url", "registrable_domain", "same_site"]

@@ -35,17 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.distributor import RateLimitStore, RegisteredSources, TaskMessage
 from harvester.errors import SourceNotRegistered, StorageError, redis_storage_errors
-from harvester.metrics.recording import record_fetches
-from harvester.scraping.addresses import AddressGuard
-from harvester.scraping.fetcher import Fetcher
-from harvester.scraping.page import PageResult, process_page
-from harvester.scraping.page_fetcher import FetchResult, PageFetcher
-from harvester.scraping.robots import RobotsCache
+from harvester.metrics import record_fetches
+from harvester.scraping import AddressGuard, Fetcher, FetchResult, PageFetcher, PageResult, RobotsCache, process_page
 from harvester.settings import HarvesterSettings, get_settings
-from harvester.storage.data_handler import DataHandler
+from harvester.storage import DataHandler
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
@@ -55,7 +51,7 @@ from harvester.workers.report import BatchReport
 from harvester.workers.settler import Settler, StoredPage
 
 if TYPE_CHECKING:
-    from harvester.storage.packages import PackageStore
+    from harvester.storage import PackageStore
 
 __all__ = ["DEFAULT_RETRY_AFTER_SECONDS", "BatchReport", "BatchRunner", "LeaseHeartbeat", "batch_runner",
            "discovered_task_id", "new_event_loop"]
@@ -112,7 +108,7 @@ class BatchRunner:
     def browser(self) -> PageFetcher:
         """The process's page-slot browser host as a page fetcher (launched on the first browser task)."""
         if self._browser is None:
-            from harvester.pageslots.host import BrowserPageFetcher
+            from harvester.pageslots import BrowserPageFetcher
 
             self._browser = BrowserPageFetcher.from_settings(self.settings)
         return self._browser

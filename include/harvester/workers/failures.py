@@ -16,17 +16,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from harvester.config.model import SourceConfig
-from harvester.distributor import DeadLettering, RateLimitStore, TaskMessage
-from harvester.distributor.hosts import host_of
+from harvester.config import SourceConfig
+from harvester.distributor import DeadLettering, RateLimitStore, TaskMessage, host_of
 from harvester.errors import StorageError
-from harvester.scraping.page_fetcher import FetchResult
-from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
+from harvester.scraping import DEFAULT_CLASSIFIER, RETRY_VERDICTS, FetchResult, ResponseClassifier, Verdict
 from harvester.settings import HarvesterSettings
 from harvester.workers.report import BatchReport
 
 if TYPE_CHECKING:
-    from harvester.storage.packages import PackageStore
+    from harvester.storage import PackageStore
     from harvester.workers.clients import WorkerClients
 
 log = logging.getLogger(__name__)

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import redis
 
-from harvester.distributor.hosts import host_of
+from harvester.distributor import host_of
 from harvester.errors import StorageError, redis_storage_errors
 from harvester.redis_keys import SourceKeys
 from harvester.redis_scripts import Scripts
-from harvester.scraping.page_fetcher import HostLimits, HostRateTimeout
+from harvester.scraping import HostLimits, HostRateTimeout
 from harvester.settings import HarvesterSettings
 from harvester.workers.scripts import HOST_FETCH
 
