@@ -126,6 +126,44 @@ class HarvesterSettings(BaseSettings):
     host_rate_max_wait_seconds: float = Field(
         default=30.0, gt=0, description="How long a request waits for its host's rate; past it the task is retried.")
 
+    # Hostile sites, round two (issue 24): every cap a counted, reported refusal (docs/workers.md).
+    raw_body_cap_bytes: int = Field(
+        default=20 * 1024 * 1024, ge=1024,
+        description="Bytes read off the wire for one response, whatever they decode to (bytes that decode to "
+                    "nothing included); past it the read stops: the page is cut, or refused when nothing decoded.")
+    max_next_pages_per_page: int = Field(
+        default=50, ge=1, description="Next listing pages one page may queue; the rest are ignored and counted.")
+    max_listing_pages_per_run: int = Field(
+        default=10_000, ge=1, description="Listing pages one run may discover (seeds not counted); past it "
+                                          "next-page links are ignored and counted.")
+    link_screening_max_hosts: int = Field(
+        default=100, ge=1, description="Distinct hosts whose addresses are looked up when one page's links are "
+                                       "screened; links to further hosts are dropped and counted.")
+    link_screening_budget_seconds: float = Field(
+        default=5.0, gt=0, description="How long screening one page's links may spend on DNS; links whose host "
+                                       "did not resolve by then are dropped and counted.")
+    max_attributes_per_element: int = Field(
+        default=500, ge=16, le=999,
+        description="Attributes one HTML element may have; a page with a wider element is refused before it is "
+                    "parsed (libxml2 is quadratic in them; RE2, which counts them, repeats at most 1000 times).")
+    max_elements_per_page: int = Field(
+        default=300_000, ge=1000, description="Elements one HTML page may have; a page with more is refused before "
+                                              "it is parsed.")
+    robots_max_rules: int = Field(
+        default=2000, ge=10, description="Allow/Disallow rules read from one robots.txt; later ones are dropped "
+                                         "and counted.")
+    robots_max_wildcards_per_rule: int = Field(
+        default=10, ge=1, description="Wildcards kept in one robots.txt rule: a Disallow is cut after them (it "
+                                      "then disallows more, never less), an Allow with more is dropped.")
+    robots_last_good_seconds: float = Field(
+        default=30 * 86_400.0, gt=0, description="While robots.txt answers 429, 5xx or not at all, the last copy "
+                                                 "read is used this long (RFC 9309); without one nothing is fetched.")
+    lost_message_check_seconds: float = Field(
+        default=30.0, gt=0,
+        description="How often the distributor looks for queued reservations whose Celery message is in neither "
+                    "its queue nor kombu's unacked set; one missing from two looks this far apart goes back to "
+                    "intake, uncharged (a worker killed between kombu's BRPOP and its unacked registration).")
+
     # Browsers and page slots (DESIGN.md section 5); the defaults are the seed's values.
     chromium_executable: Path = Path("/usr/bin/chromium")
     chromium_sandbox: bool = Field(

@@ -30,10 +30,11 @@ from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harvester.connections import blocking_twin
+from harvester.distributor.lost_messages import LostMessageProbe
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.publisher import SCRAPE_TASK, SOFT_LIMIT_MARGIN_SECONDS, CeleryPublisher, celery_app_for
 from harvester.distributor.registry import RegisteredSource, SourceRegistry
-from harvester.distributor.store import Admission, RateLimitStore
+from harvester.distributor.store import Admission, RateLimitStore, wake_distributors
 from harvester.errors import DistributorError, ShutdownRequested, StorageUnavailableError
 from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys, distributor_heartbeat
 from harvester.redis_scripts import ScriptPipeline
@@ -123,6 +124,7 @@ class Distributor:
         self._sources: dict[str, RegisteredSource] = {}
         self._sources_read_at = float("-inf")
         self._next_reap = 0.0
+        self.lost_messages = LostMessageProbe(redis_client, self.store.scripts, self.settings)
         self._unpublished: list[tuple[str | None, list[dict[str, Any]]]] = []  # (Celery queue or None: slots, tasks)
         self._undeliverable: set[str] = set()  # browser sources already warned about (no hand-off)
         self._outage_since: float | None = None
@@ -213,6 +215,8 @@ class Distributor:
         self._publish_pending()
         if time.monotonic() >= self._next_reap:
             self.reap()
+        if self.lost_messages.due:
+            self.return_lost_messages()
         sources = self._deliverable(self._registered_sources())
         if not sources:
             return outcome
@@ -371,6 +375,17 @@ class Distributor:
             if self.on_dead_letters is not None:
                 self.on_dead_letters(source, entries)
         return result.reaped
+
+    def return_lost_messages(self) -> int:
+        """Queued tasks whose Celery message was lost back to intake (harvester.distributor.lost_messages)."""
+        queues = {name: source.queue for name, source in self._registered_sources().items() if not source.browser}
+        returned = self.lost_messages.look(queues)
+        if returned:
+            pipeline = self.redis.pipeline(transaction=False)
+            for name in returned:
+                wake_distributors(pipeline, name)
+            pipeline.execute()
+        return sum(returned.values())
 
     @staticmethod
     def fair_order(sources: list[RegisteredSource], round_number: int) -> list[RegisteredSource]:
