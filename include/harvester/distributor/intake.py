@@ -63,9 +63,9 @@ def source_registration(source: SourceConfig) -> dict[str, str | int]:
 
 
 @redis_storage_errors()
-def read_registered_sources(client: redis.Redis) -> dict[str, RegisteredSource]:
-    """Every registered source, in two round trips."""
-    names = sorted(_text(name) for name in client.smembers(SOURCES_INDEX))
+def read_registered_sources(client: redis.Redis, names: Iterable[str] | None = None) -> dict[str, RegisteredSource]:
+    """Every registered source (or those of ``names``), in two round trips (one given the names)."""
+    names = sorted(_text(name) for name in client.smembers(SOURCES_INDEX)) if names is None else sorted(names)
     if not names:
         return {}
     pipeline = client.pipeline(transaction=False)

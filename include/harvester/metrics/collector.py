@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from harvester.metrics.recording import FETCH_SECONDS, QUEUE_LATENCY_SECONDS
 from harvester.metrics.slots import read_proxy_bytes, slots_by_country_and_state
-from harvester.metrics.snapshot import HarvestSnapshot, read_snapshot
+from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
 from harvester.settings import HarvesterSettings, get_settings
 
 log = logging.getLogger(__name__)
@@ -56,14 +56,15 @@ class HarvesterCollector(Collector):
         up = GaugeMetricFamily("harvester_redis_up", "1 when the collector could read Redis.")
         up.add_metric([], 1)
         yield up
-        yield from self.source_metrics(snapshot)
+        yield from self.source_metrics(snapshot, detailed_sources(snapshot, self.settings.metrics_detailed_sources))
         yield from self.shared_metrics(snapshot, proxy_bytes)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # names depend on Redis; registering must not read it
 
     @staticmethod
-    def source_metrics(snapshot: HarvestSnapshot) -> Iterator[Metric]:
+    def source_metrics(snapshot: HarvestSnapshot, detailed: set[str] | None = None) -> Iterator[Metric]:
+        """Every per-source metric; sources outside ``detailed`` (None: all are) get the compact set."""
         source_label = ["source"]
         requests = CounterMetricFamily("harvester_requests", "Requests made by workers.",
                                        labels=["source", "outcome", "status"])
@@ -128,8 +129,12 @@ class HarvesterCollector(Collector):
                 "rate_saturation": stats.admitted_last_minute / source.per_minute if source.per_minute else 0.0,
                 "source_paused": 1 if source.paused else 0, "paused_hosts": len(source.paused_hosts),
             }
+            compact = detailed is not None and name not in detailed
             for metric, value in values.items():
-                gauges[metric].add_metric([name], value)
+                if not (compact and metric in DETAILED_GAUGES):
+                    gauges[metric].add_metric([name], value)
+            if compact and not is_browser_source(source):
+                continue  # no browser figures, no histograms of its own (they go to OTHER_SOURCES below)
             for resource_type, amount in sorted(source.outcomes_with_prefix("browser_blocked:").items()):
                 blocked.add_metric([name, resource_type], amount)
             blocked_bytes.add_metric([name], source.outcome("browser_blocked_bytes"))
@@ -138,9 +143,13 @@ class HarvesterCollector(Collector):
             for attribute, health in sorted(source.extraction_health.items()):
                 share.add_metric([name, attribute], float(health.get("share", 0.0)))
                 drift.add_metric([name, attribute], 1 if health.get("drift") else 0)
+            if compact:
+                continue
             for key, family in histograms.items():
                 histogram = source.histograms[key]
                 family.add_metric([name], histogram.buckets, histogram.sum)
+        if detailed is not None:
+            add_other_sources_histograms(histograms, snapshot, detailed)
         yield requests
         yield from records.values()
         yield problems
@@ -165,6 +174,43 @@ class HarvesterCollector(Collector):
         for country, amount in sorted(proxy_bytes.items()):
             proxy.add_metric([country], amount)
         yield from (depth, slots, proxy)
+
+
+# With ``metrics_detailed_sources`` set, these per-source series are left to the detailed sources: the
+# limits are configuration (in the Airflow UI) and their saturations follow from them.
+DETAILED_GAUGES = frozenset({"max_active", "per_minute", "active_saturation", "rate_saturation"})
+OTHER_SOURCES = "_other"
+
+
+def is_browser_source(source: SourceSnapshot) -> bool:
+    return source.config.get("render") == "browser"
+
+
+def detailed_sources(snapshot: HarvestSnapshot, limit: int | None) -> set[str] | None:
+    """The ``limit`` sources with the most requests (ties by name), which keep every per-source series;
+    None (no limit) when every source does."""
+    if limit is None:
+        return None
+    busiest = sorted(snapshot.sources.values(), key=lambda source: (-sum(source.requests.values()), source.name))
+    return {source.name for source in busiest[:limit]}
+
+
+def add_other_sources_histograms(histograms: dict[str, HistogramMetricFamily], snapshot: HarvestSnapshot,
+                                 detailed: set[str]) -> None:
+    """The histograms of every source outside ``detailed``, summed into one ``source="_other"`` series each, so
+    fleet-wide quantiles still count every observation."""
+    others = [source for name, source in snapshot.sources.items() if name not in detailed]
+    if not others:
+        return
+    for key, family in histograms.items():
+        buckets: dict[str, int] = {}
+        total = 0.0
+        for source in others:
+            histogram = source.histograms[key]
+            total += histogram.sum
+            for bound, count in histogram.buckets:
+                buckets[bound] = buckets.get(bound, 0) + count
+        family.add_metric([OTHER_SOURCES], list(buckets.items()), total)
 
 
 def metrics_registry(client: redis.Redis, settings: HarvesterSettings | None = None) -> CollectorRegistry:
