@@ -4,15 +4,17 @@
 pytest session of its own, so each starts its own servers from tests/fixtures/ on free ports. Two
 hooks here keep that fast and correct:
 
-- tests that share a module- or class-scoped fixture (the cluster topology, one DAG-folder parse)
-  form one xdist group, so that fixture is built once, on one worker;
+- the tests of a file that defines a module- or class-scoped fixture (the cluster topology, one DAG-folder
+  parse) are one work unit, so that fixture is built once, on one worker;
 - the longest tests are handed out first (longest-processing-time first), so no worker picks up a
   five-minute test when the others are nearly done.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+from pathlib import Path
 
 import pytest
 
@@ -29,17 +31,24 @@ LONGEST_FIRST = (
     "tests/pageslots/test_slot_hosting.py",
 )
 SHARED_SCOPES = ("module", "class", "package")
+TESTS = Path(__file__).resolve().parent
 
 
-def shared_fixture_group(item: pytest.Item) -> str | None:
-    """The xdist group of a test that uses a module-, class- or package-scoped fixture: its file."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    for definitions in info.name2fixturedefs.values():
-        if any(definition.scope in SHARED_SCOPES for definition in definitions):
-            return item.nodeid.split("::", 1)[0]
-    return None
+def files_with_shared_fixtures(tests: Path = TESTS) -> set[str]:
+    """Test files (node id form) that define a module-, class- or package-scoped fixture: each is one work unit.
+
+    Read from the source (the xdist controller does not collect), and a scope of our own rather than
+    ``xdist_group`` marks: pytest 9 builds node ids from ``Node._id``, so pytest-xdist 3.8's loadgroup, which
+    appends ``@group`` to ``item._nodeid``, no longer groups anything.
+    """
+    found: set[str] = set()
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and ast.unparse(node.func) in ("pytest.fixture", "fixture")
+                    and any(keyword.arg == "scope" and isinstance(keyword.value, ast.Constant)
+                            and keyword.value.value in SHARED_SCOPES for keyword in node.keywords)):
+                found.add(path.relative_to(tests.parent).as_posix())
+    return found
 
 
 def run_order(item: pytest.Item) -> int:
@@ -49,10 +58,22 @@ def run_order(item: pytest.Item) -> int:
     return len(LONGEST_FIRST) + (0 if item.get_closest_marker("slow") else 1)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None and (group := shared_fixture_group(item)):
-            item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects, and all must agree on the order
         items.sort(key=run_order)  # stable: collection order within each rank
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup``: one test per work unit, except a file with a shared fixture, which is one unit."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    shared = files_with_shared_fixtures()
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return file if file in shared else nodeid
+
+    return SharedFixtureScheduling(config, log)
