@@ -902,3 +902,21 @@ def test_metrics_detailed_sources_keeps_per_source_histograms_for_the_busiest_on
     assert histogram_counts(HarvesterSettings()) == {"busy": 3, "quiet": 1}
     assert histogram_counts(HarvesterSettings(metrics_detailed_sources=1)) == {"busy": 3, "_other": 1}
     assert histogram_counts(HarvesterSettings(metrics_detailed_sources=0)) == {"_other": 4}
+
+
+@covers_setting("metadata_retention_days")
+def test_metadata_retention_days_is_how_old_a_run_must_be_to_be_cleaned(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path):
+    import subprocess
+    from datetime import UTC, datetime
+
+    from harvester.services import maintenance
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(maintenance.subprocess, "run", lambda command, **_: commands.append(command)
+                        or subprocess.CompletedProcess(command, 0, "", ""))
+    now = datetime(2026, 3, 31, tzinfo=UTC)
+    for days in (30, 7):
+        maintenance.clean_metadata(HarvesterSettings(sources_dir=tmp_path, metadata_retention_days=days), now=now)
+    assert [command[command.index("--clean-before-timestamp") + 1] for command in commands] == [
+        "2026-03-01T00:00:00+00:00", "2026-03-24T00:00:00+00:00"]

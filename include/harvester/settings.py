@@ -165,6 +165,10 @@ class HarvesterSettings(BaseSettings):
         description="At thousands of sources: only the N sources with the most requests keep both histograms, "
                     "their limits and saturations per source (the others' histograms are summed into "
                     'source="_other"); unset: every source does (about 50 series a source).')
+    metadata_retention_days: float = Field(
+        default=30.0, gt=0,
+        description="`harvester metadata-cleanup` removes runs of page_slots and harvest_* older than this "
+                    "from Airflow's metadata database (the latest scheduled run of each DAG stays).")
 
     # Observability.
     metrics_port: int = Field(default=0, ge=0, le=65535,
