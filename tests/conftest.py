@@ -21,14 +21,17 @@ import pytest
 pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.demo_site", "tests.fixtures.forward_proxy"]
 
 # Measured on 2 cores (about 2-6 minutes each): started first, in this order. Other `slow` tests follow,
-# then the rest in collection order. A node id prefix: a file holds every test of it.
+# then the rest in collection order. A node id prefix: a file holds every test of it. The first four start
+# at once (one per worker of `make test` on 2 cores), so the Airflow-heavy ones (the cluster, standalone,
+# `airflow dags test`) are spread out rather than all importing Airflow in the same minute.
 LONGEST_FIRST = (
     "tests/services/test_cluster_topology.py",
-    "tests/observability/test_browser.py",
-    "tests/producer/test_dag_end_to_end.py",
-    "tests/producer/test_standalone_progress.py",
     "tests/reliability/test_fault_matrix.py::test_row_10_",
+    "tests/observability/test_browser.py",
+    "tests/pageslots/test_slot_hosting.py::test_slots_follow_demand",
+    "tests/producer/test_dag_end_to_end.py",
     "tests/pageslots/test_slot_hosting.py",
+    "tests/producer/test_standalone_progress.py",
 )
 SHARED_SCOPES = ("module", "class", "package")
 TESTS = Path(__file__).resolve().parent
