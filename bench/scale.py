@@ -253,8 +253,9 @@ def seed_metrics(client, count: int) -> None:
 
     from harvester.distributor import Intake
     from harvester.metrics.recording import record_fetches
+    from harvester.settings import HarvesterSettings
 
-    intake = Intake(client)
+    intake = Intake(client, HarvesterSettings())
     pipeline = client.pipeline(transaction=False)
     now = time.time()
     for index in range(count):

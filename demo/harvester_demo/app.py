@@ -441,6 +441,9 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     from harvester_demo.hostile import hostile_fetch_routes
 
     routes += hostile_fetch_routes(product_body, page)
+    from harvester_demo.structured import structured_routes  # pages that publish their data (issue 22)
+
+    routes += structured_routes(lambda: site.products, product_facts, page, latency)
     app = Starlette(routes=routes)
     app.state.site = site
     return ConcurrencyCounter(app, site)

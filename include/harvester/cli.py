@@ -11,6 +11,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harvester.services.commands",
     "harvester.config.commands",
     "harvester.scraping.commands",
+    "harvester.scraping.suggest",
     "harvester.distributor.commands",
     "harvester.producer.commands",
     "harvester.pageslots.commands",

@@ -176,7 +176,7 @@ def test_robots_rules_map_crawl_delay_and_request_rate() -> None:
 @pytest.mark.integration
 def test_robots_disallowed_pages_are_skipped_unless_the_source_ignores_robots(demo_site, redis_client) -> None:
     url = f"{demo_site.url}/private/1"
-    cache = RobotsCache(redis_client)
+    cache = RobotsCache(redis_client, cache_seconds=24 * 3600.0)
 
     async def run(source) -> list[FetchResult]:
         async with Fetcher(HarvesterSettings(), robots=cache) as fetcher:

@@ -175,7 +175,21 @@ def test_the_environment_file_is_owner_only(tmp_path: Path) -> None:
     path.chmod(0o644)  # a file left by an older version, world-readable
     stack.write_environment_file({"HARVESTER_MONGO_URI": "mongodb://u:secret@127.0.0.1:1/x", "HOME": "/root"})
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert path.read_text() == 'export HARVESTER_MONGO_URI="mongodb://u:secret@127.0.0.1:1/x"\n'
+    assert path.read_text() == ('export HARVESTER_MONGO_URI="mongodb://u:secret@127.0.0.1:1/x"\n'
+                                f'export PATH="{stack.bin}:$PATH"\n')
     path.unlink()
     stack.write_environment_file({"HARVESTER_X": "1"})
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_sourcing_the_environment_file_puts_the_harvester_command_on_path(tmp_path: Path) -> None:
+    """The README shows `harvester ...` bare after `source var/run/harvester.env` (issue 22)."""
+    import subprocess
+
+    stack = LocalStack(root=tmp_path, environ={"PATH": "/usr/bin:/bin"})
+    stack.run_dir.mkdir(parents=True)
+    stack.write_environment_file({"HARVESTER_REDIS_URL": "redis://127.0.0.1:1/0"})
+    found = subprocess.run(["bash", "-c", f"source {stack.run_dir / 'harvester.env'} && command -v harvester "
+                            "&& command -v airflow && echo $HARVESTER_REDIS_URL"],
+                           env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
+    assert found.stdout.split() == [str(stack.bin / "harvester"), str(stack.bin / "airflow"), "redis://127.0.0.1:1/0"]

@@ -153,6 +153,8 @@ class LocalStack:
         """
         keys = sorted(k for k in env if k.startswith(("HARVESTER_", "AIRFLOW_", "AIRFLOW__")))
         lines = [f"export {key}={json.dumps(env[key])}" for key in keys]
+        # so `harvester ...` and `airflow ...` run bare after `source var/run/harvester.env` (the README's way)
+        lines.append(f'export PATH="{self.bin}:$PATH"')
         path = self.run_dir / "harvester.env"
         temporary = path.with_name(f".{path.name}.{os.getpid()}")
         temporary.unlink(missing_ok=True)
