@@ -143,7 +143,7 @@ class SourceCache:
                     pickle.dump({"fingerprint": schema_fingerprint(), "entries": entries}, handle,
                                 protocol=pickle.HIGHEST_PROTOCOL)
                 os.replace(temporary, self.path)
-            except BaseException:
+            except BaseException:  # even an interrupt must not leave the temporary file behind; re-raised
                 with contextlib.suppress(OSError):
                     os.unlink(temporary)
                 raise
