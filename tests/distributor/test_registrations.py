@@ -7,6 +7,7 @@ import pytest
 import redis
 from harvester.distributor import Intake, TaskMessage
 from harvester.distributor import service as distributor_service
+from harvester.distributor.registry import SourceRegistry
 from harvester.distributor.service import Distributor
 from harvester.redis_keys import SOURCES_INDEX
 from harvester.settings import HarvesterSettings
@@ -21,11 +22,25 @@ def test_a_new_source_is_admitted_at_once_and_known_ones_are_not_read_again(
     intake = Intake(redis_client, settings)
     for name in ("alpha", "beta"):
         intake.register_source(make_source(name))
-    reads: list[list[str] | None] = []
-    read = distributor_service.read_registered_sources
-    monkeypatch.setattr(distributor_service, "read_registered_sources",
-                        lambda client, names=None: reads.append(None if names is None else sorted(names))
-                        or read(client, names))
+    reads: list[list[str] | None] = []  # None: every registration read; else the names read one by one
+    inside_read_all: list[bool] = []
+    read_all, queue_read = SourceRegistry.read_all, SourceRegistry.queue_read
+
+    def counting_read_all(self: SourceRegistry) -> object:
+        reads.append(None)
+        inside_read_all.append(True)
+        try:
+            return read_all(self)
+        finally:
+            inside_read_all.pop()
+
+    def counting_queue_read(pipeline: object, name: str) -> None:
+        if not inside_read_all:
+            reads.append([name])
+        queue_read(pipeline, name)
+
+    monkeypatch.setattr(SourceRegistry, "read_all", counting_read_all)
+    monkeypatch.setattr(SourceRegistry, "queue_read", staticmethod(counting_queue_read))
     monkeypatch.setattr(distributor_service, "SOURCES_REFRESH_SECONDS", 0.0)  # look at the index every round
     distributor = Distributor(redis_client, settings)
     distributor.run_round()

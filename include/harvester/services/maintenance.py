@@ -63,7 +63,7 @@ def clean_metadata(settings: HarvesterSettings | None = None, dry_run: bool = Fa
                    now: datetime | None = None, environ: dict[str, str] | None = None,
                    extra_dag_ids: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """Remove the metadata rows of Harvester's DAGs older than the retention; the CLI's output is returned."""
-    from harvester.config.loader import load_sources
+    from harvester.config import load_sources
 
     settings = settings or get_settings()
     names = load_sources(settings.sources_dir).sources
