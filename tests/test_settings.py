@@ -1011,3 +1011,68 @@ def test_lost_message_check_seconds_is_how_often_the_distributor_looks():
     assert not probe.due
     time.sleep(0.25)
     assert probe.due
+
+
+# -- scale (issue 25) ------------------------------------------------------------------------------
+@covers_setting("source_cache_dir")
+def test_source_cache_dir_keeps_validated_sources_so_an_unchanged_file_is_not_validated_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from harvester.config import loader
+
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    (sources / "shop.yaml").write_text(MINIMAL_YAML.format(name="shop", seed="http://a.example/1"))
+    validations: list[str] = []
+    parse = loader.parse_source
+    monkeypatch.setattr(loader, "parse_source",
+                        lambda text, file="<string>": validations.append(file) or parse(text, file))
+    for cache_dir, expected in ((tmp_path / "cache", 1), ("", 2)):
+        monkeypatch.setenv("HARVESTER_SOURCE_CACHE_DIR", str(cache_dir))
+        get_settings.cache_clear()
+        validations.clear()
+        assert load_sources(sources).sources["shop"] == load_sources(sources).sources["shop"]
+        assert len(validations) == expected, cache_dir  # cached: the second load validated nothing
+    assert next(path.name for path in (tmp_path / "cache").iterdir()).startswith("sources-")
+    get_settings.cache_clear()
+
+
+@covers_setting("metrics_detailed_sources")
+def test_metrics_detailed_sources_keeps_per_source_histograms_for_the_busiest_only(redis_client):
+    from types import SimpleNamespace
+
+    from harvester.metrics.collector import metrics_registry
+    from harvester.metrics.recording import record_fetches
+
+    intake = Intake(redis_client, HarvesterSettings())
+    for name, requests in (("busy", 3), ("quiet", 1)):
+        intake.register_source(SOURCE.model_copy(update={"name": name}))
+        record_fetches(redis_client, name, [SimpleNamespace(enqueued_at=0.0)] * requests,
+                       [SimpleNamespace(outcome="ok", status=200, elapsed=0.3, started_at=1.0)] * requests, now=2.0)
+
+    def histogram_counts(settings: HarvesterSettings) -> dict[str, float]:
+        registry = metrics_registry(redis_client, settings)
+        return {sample.labels["source"]: sample.value for metric in registry.collect()
+                if metric.name == "harvester_fetch_seconds" for sample in metric.samples
+                if sample.name == "harvester_fetch_seconds_count"}
+
+    assert histogram_counts(HarvesterSettings()) == {"busy": 3, "quiet": 1}
+    assert histogram_counts(HarvesterSettings(metrics_detailed_sources=1)) == {"busy": 3, "_other": 1}
+    assert histogram_counts(HarvesterSettings(metrics_detailed_sources=0)) == {"_other": 4}
+
+
+@covers_setting("metadata_retention_days")
+def test_metadata_retention_days_is_how_old_a_run_must_be_to_be_cleaned(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path):
+    import subprocess
+    from datetime import UTC, datetime
+
+    from harvester.services import maintenance
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(maintenance.subprocess, "run", lambda command, **_: commands.append(command)
+                        or subprocess.CompletedProcess(command, 0, "", ""))
+    now = datetime(2026, 3, 31, tzinfo=UTC)
+    for days in (30, 7):
+        maintenance.clean_metadata(HarvesterSettings(sources_dir=tmp_path, metadata_retention_days=days), now=now)
+    assert [command[command.index("--clean-before-timestamp") + 1] for command in commands] == [
+        "2026-03-01T00:00:00+00:00", "2026-03-24T00:00:00+00:00"]

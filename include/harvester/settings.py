@@ -7,6 +7,7 @@ overrides; only entry points (commands, worker processes, Airflow tasks) call :f
 
 from __future__ import annotations
 
+import os
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
@@ -202,6 +203,21 @@ class HarvesterSettings(BaseSettings):
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 
+    # Scale (issue 25): 5,000 sources.
+    source_cache_dir: Path | None = Field(
+        default_factory=lambda: Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harvester",
+        description="Validated sources are cached here, keyed by each file's bytes, so a DAG parse of unchanged "
+                    "files does no YAML or schema work (harvester.config.cache); empty: no cache.")
+    metrics_detailed_sources: int | None = Field(
+        default=None, ge=0,
+        description="At thousands of sources: only the N sources with the most requests keep both histograms, "
+                    "their limits and saturations per source (the others' histograms are summed into "
+                    'source="_other"); unset: every source does (about 50 series a source).')
+    metadata_retention_days: float = Field(
+        default=30.0, gt=0,
+        description="`harvester metadata-cleanup` removes runs of page_slots and harvest_* older than this "
+                    "from Airflow's metadata database (the latest scheduled run of each DAG stays).")
+
     # Observability.
     metrics_port: int = Field(default=0, ge=0, le=65535,
                               description="The distributor serves Prometheus metrics here (0: off).")
@@ -213,6 +229,11 @@ class HarvesterSettings(BaseSettings):
         """Accept "1/3" or 0.25 so an exact fraction survives an environment variable."""
         return Fraction(str(value)) if not isinstance(value, Fraction) else value
 
+
+    @field_validator("source_cache_dir", mode="before")
+    @classmethod
+    def _empty_path_is_none(cls, value: object) -> object:
+        return None if value == "" else value
 
     @field_validator("user_agent", mode="after")
     @classmethod
