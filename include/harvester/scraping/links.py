@@ -7,6 +7,7 @@ engine of :mod:`harvester.patterns`: no link a site writes can stall a worker.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import re2
@@ -98,6 +99,20 @@ class Discovery:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
 
 
+def _usable_links(selector: Selector | PageData, expressions: list[str], page_url: str, limit: int,
+                  discovery: Discovery) -> Iterator[str]:
+    """The canonical URLs the expressions select, each at most ``limit`` characters before and after it is
+    canonicalised; the others are counted in ``discovery`` (too_long, not_http)."""
+    for raw in select_links(selector, expressions):
+        url = canonicalise_url(raw, page_url) if len(raw) <= limit else None
+        if len(raw) > limit or (url is not None and len(url) > limit):
+            discovery.ignore("too_long")
+        elif url is None:
+            discovery.ignore("not_http")
+        else:
+            yield url
+
+
 def discover_links(source: SourceConfig, page_url: str, selector: Selector | PageData, depth: int,
                    max_url_length: int | None = None, max_next_pages: int | None = None) -> Discovery:
     """Detail links matching the follow pattern, and next listing pages while depth < max_depth that
@@ -113,13 +128,8 @@ def discover_links(source: SourceConfig, page_url: str, selector: Selector | Pag
     limit = max_url_length if max_url_length is not None else _max_url_length()
     follow = follow_matcher(listing.follow)
     seen: set[str] = set()
-    for raw in select_links(selector, listing.link_selectors):
-        url = canonicalise_url(raw, page_url) if len(raw) <= limit else None
-        if len(raw) > limit or (url is not None and len(url) > limit):
-            discovery.ignore("too_long")
-        elif url is None:
-            discovery.ignore("not_http")
-        elif not follow.search(url):
+    for url in _usable_links(selector, listing.link_selectors, page_url, limit, discovery):
+        if not follow.search(url):
             discovery.ignore("not_followed")
         elif url in seen:
             discovery.ignore("repeated_on_page")
@@ -128,13 +138,8 @@ def discover_links(source: SourceConfig, page_url: str, selector: Selector | Pag
             discovery.details.append(url)
     if listing.next_page_selectors:
         next_cap = max_next_pages if max_next_pages is not None else _max_next_pages()
-        for raw in select_links(selector, listing.next_page_selectors):
-            url = canonicalise_url(raw, page_url) if len(raw) <= limit else None
-            if len(raw) > limit or (url is not None and len(url) > limit):
-                discovery.ignore("too_long")
-            elif url is None:
-                discovery.ignore("not_http")
-            elif depth + 1 > listing.max_depth:
+        for url in _usable_links(selector, listing.next_page_selectors, page_url, limit, discovery):
+            if depth + 1 > listing.max_depth:
                 discovery.ignore("beyond_max_depth")
             elif not next_page_followed(source, page_url, url):
                 discovery.ignore("not_followed")
