@@ -36,18 +36,16 @@ class ConnectionResolver(Protocol):
     def redis(self, connection_id: str) -> RedisTarget | None: ...
 
 
-class EnvironmentResolver:
-    """``AIRFLOW_CONN_<ID>`` variables, in Airflow's URI or JSON form, read without Airflow."""
-
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        self.environ = environ
+class FieldsResolver:
+    """A resolver that finds a connection's fields and reads them as each client's hook does: a subclass says
+    where the fields come from (:meth:`fields`; :meth:`afields` in an event loop, the triggerer's)."""
 
     def fields(self, connection_id: str) -> tuple[ConnectionFields, str] | None:
-        name = ENVIRONMENT_PREFIX + connection_id.upper()
-        value = (self.environ if self.environ is not None else os.environ).get(name)
-        if not value:
-            return None
-        return ConnectionFields.from_environment_value(value), f"environment variable {name}"
+        """The connection's fields and where they came from; None when there is no such connection."""
+        raise NotImplementedError
+
+    async def afields(self, connection_id: str) -> tuple[ConnectionFields, str] | None:
+        return self.fields(connection_id)
 
     def mongo(self, connection_id: str) -> MongoTarget | None:
         found = self.fields(connection_id)
@@ -60,6 +58,28 @@ class EnvironmentResolver:
     def http(self, connection_id: str) -> HttpCredentials | None:
         found = self.fields(connection_id)
         return http_credentials_from_fields(connection_id, *found) if found else None
+
+    async def amongo(self, connection_id: str) -> MongoTarget | None:
+        found = await self.afields(connection_id)
+        return mongo_target_from_fields(connection_id, *found) if found else None
+
+    async def aredis(self, connection_id: str) -> RedisTarget | None:
+        found = await self.afields(connection_id)
+        return redis_target_from_fields(connection_id, *found) if found else None
+
+
+class EnvironmentResolver(FieldsResolver):
+    """``AIRFLOW_CONN_<ID>`` variables, in Airflow's URI or JSON form, read without Airflow."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self.environ = environ
+
+    def fields(self, connection_id: str) -> tuple[ConnectionFields, str] | None:
+        name = ENVIRONMENT_PREFIX + connection_id.upper()
+        value = (self.environ if self.environ is not None else os.environ).get(name)
+        if not value:
+            return None
+        return ConnectionFields.from_environment_value(value), f"environment variable {name}"
 
 
 _resolvers: list[ConnectionResolver] = []
