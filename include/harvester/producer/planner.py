@@ -25,6 +25,7 @@ from pymongo.database import Database
 
 from harvester.config.model import SourceConfig
 from harvester.config.run_options import RunOptions
+from harvester.producer.sitemaps import plan_sitemaps
 from harvester.producer.streams import prefetch
 from harvester.scraping.robots import RobotsCache
 from harvester.storage.packages import PackageStore
@@ -67,6 +68,7 @@ class PlanResult:
     skipped_invalid: int = 0
     skipped_duplicate: int = 0
     skipped_robots: int = 0
+    sitemaps_planned: int = 0
     invalid_examples: list[str] = field(default_factory=list)
     packages_created: int = 0
     packages_total: int = 0
@@ -190,6 +192,10 @@ class Planner:
             next_package_id = last + 1
             log.info("continuing a half-done plan of run %s: %s packages, %s URLs already planned",
                      run_id, next_package_id, len(already_planned))
+        if last is None and options.urls is None:  # sitemaps first: a half-done plan made them already
+            result.sitemaps_planned, next_package_id = plan_sitemaps(self.packages, source, run_id, next_package_id,
+                                                                     options.batch_size)
+            result.packages_created, result.urls_planned = next_package_id, result.sitemaps_planned
         room = options.max_packages - next_package_id
         kind = options.kind or source.input.kind
         check_lag = options.urls is None and kind == "details" and source.harvesting_lag > timedelta(0)

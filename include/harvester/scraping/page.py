@@ -57,6 +57,11 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
     result = PageResult(fetch, kind, record_url(url))
     if not fetch.ok:
         return result
+    if kind == "sitemap":  # the pages and sitemaps it lists (issue 23)
+        from harvester.scraping.sitemaps import sitemap_discovery
+
+        result.discovery = sitemap_discovery(source, fetch)
+        return result
     base = fetch.final_url or url
     data = page_data(source, fetch, url)
     if source.content == "json":
