@@ -23,9 +23,10 @@ import zlib
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime, parsedate_to_datetime
 from functools import lru_cache
+from html import escape
 from typing import Any
 
 from starlette.requests import Request
@@ -66,13 +67,13 @@ def _lastmod(moment: datetime) -> str:
 
 
 def urlset(entries: list[tuple[str, datetime | None]]) -> bytes:
-    items = "".join(f"<url><loc>{url}</loc>" + (f"<lastmod>{_lastmod(when)}</lastmod>" if when else "") + "</url>"
+    items = "".join(f"<url><loc>{escape(url)}</loc>" + (f"<lastmod>{_lastmod(when)}</lastmod>" if when else "") + "</url>"
                     for url, when in entries)
     return f'<?xml version="1.0" encoding="UTF-8"?><urlset xmlns="{SITEMAP_NS}">{items}</urlset>'.encode()
 
 
 def sitemap_index(entries: list[tuple[str, datetime | None]]) -> bytes:
-    items = "".join(f"<sitemap><loc>{url}</loc>" + (f"<lastmod>{_lastmod(when)}</lastmod>" if when else "")
+    items = "".join(f"<sitemap><loc>{escape(url)}</loc>" + (f"<lastmod>{_lastmod(when)}</lastmod>" if when else "")
                     + "</sitemap>" for url, when in entries)
     return f'<?xml version="1.0" encoding="UTF-8"?><sitemapindex xmlns="{SITEMAP_NS}">{items}</sitemapindex>'.encode()
 
@@ -159,7 +160,10 @@ def incremental_routes(products: Callable[[], int], product_body: Callable[..., 
     async def change_price(request: Request) -> JSONResponse:
         product_id = int_param(request, "product", 1)
         price = float(request.query_params.get("price", "1"))
-        state.prices[product_id] = (price, datetime.now(UTC).replace(microsecond=0))
+        # lastmod and Last-Modified have whole seconds: the next one, so a page harvested in this second
+        # is older than its change
+        changed = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+        state.prices[product_id] = (price, changed)
         return JSONResponse({"product": product_id, "price": price})
 
     async def reset(request: Request) -> JSONResponse:
@@ -173,13 +177,13 @@ def incremental_routes(products: Callable[[], int], product_body: Callable[..., 
     # -- hostile sitemaps ----------------------------------------------------------------------------
     async def huge(request: Request) -> StreamingResponse:
         megabytes = int_param(request, "mb", 50, 1, 200)
-        entry = f"<url><loc>{base(request)}/inc/product/1?copy=".encode()
+        entry = f"<url><loc>{base(request)}/inc/product/".encode()
 
         async def body() -> AsyncIterator[bytes]:
             yield f'<?xml version="1.0" encoding="UTF-8"?><urlset xmlns="{SITEMAP_NS}">'.encode()
             sent, number = 0, 0
             while sent < megabytes * 1024 * 1024:
-                chunk = b"".join(entry + str(number + offset).encode() + b"</loc></url>" for offset in range(2000))
+                chunk = b"".join(entry + str(number + offset).encode() + b"</loc></url>" for offset in range(1, 2001))
                 number += 2000
                 sent += len(chunk)
                 yield chunk

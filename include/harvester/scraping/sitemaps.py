@@ -149,9 +149,10 @@ class SitemapParser:
                 return self.document
             try:
                 self._parser.close()
+            except _EnoughRead:
+                pass
             except etree.XMLSyntaxError as error:
                 self._broken(error)
-            self._drain()
         elif not self._mode:
             self.document.refused = "an empty file"
         return self.document
@@ -198,52 +199,23 @@ class SitemapParser:
                 return False
             self.document.kind, self._root_seen = kind, True
             data, self._prolog = self._prolog, b""
-            # only the entries' ends are reported (filtered in C): one event per entry
-            self._parser = etree.XMLPullParser(
-                events=("end",), tag=f"{{*}}{ENTRY_TAGS[kind]}", resolve_entities=False, no_network=True,
-                load_dtd=False, huge_tree=False, remove_comments=True, remove_pis=True)
+            # a target parser builds no tree: memory holds one entry's text, whatever the file holds
+            self._parser = etree.XMLParser(target=_EntryTarget(self, kind), resolve_entities=False,
+                                           no_network=True, load_dtd=False, huge_tree=False)
         try:
             self._parser.feed(data)
+        except _EnoughRead:
+            return False
         except etree.XMLSyntaxError as error:
-            self._drain()
             self._broken(error)
             return False
-        return self._drain()
+        return True
 
     def _broken(self, error: Exception) -> None:
         if self.document.entries:  # a file cut short by the server: keep what was read
             self.cut(f"malformed XML after {self.document.entries} entries: {error}"[:300])
         elif not self.document.problem:
             self.document.refused = f"not a sitemap: malformed XML: {error}"[:300]
-
-    def _drain(self) -> bool:
-        kind = self.document.kind
-        index = kind == "index"
-        for _, element in self._parser.read_events():
-            url, lastmod = self._entry(kind, element)
-            element.clear()
-            parent = element.getparent()
-            if parent is not None:  # what was read goes: memory stays at one entry
-                while element.getprevious() is not None:
-                    del parent[0]
-            if url and not self._add(url, lastmod, index=index):
-                return False
-        return True
-
-    @staticmethod
-    def _entry(kind: str, element: Any) -> tuple[str, str | None]:
-        url, lastmod = "", None
-        for child in element:
-            if not isinstance(child.tag, str):
-                continue
-            name = etree.QName(child).localname
-            if kind == "atom" and name == "link" and child.get("rel", "alternate") == "alternate":
-                url = url or (child.get("href") or "").strip()
-            elif name in ("loc", "link") and kind != "atom":
-                url = url or (child.text or "").strip()
-            elif name in ("lastmod", "updated", "pubDate"):
-                lastmod = child.text
-        return url, lastmod
 
     def _add(self, url: str, lastmod: str | None, *, index: bool) -> bool:
         if self.document.entries >= self.max_urls:
@@ -253,6 +225,65 @@ class SitemapParser:
         entry = SitemapEntry(url, parse_lastmod(lastmod))
         (self.document.sitemaps if index else self.document.pages).append(entry)
         return True
+
+
+class _EnoughRead(Exception):
+    """Raised out of the parser's callbacks when a cap is reached: nothing more is read."""
+
+
+class _EntryTarget:
+    """lxml's parser target (SAX-style callbacks): one entry at a time, its text capped."""
+
+    FIELDS = frozenset({"loc", "link", "lastmod", "updated", "pubDate"})
+    TEXT_CAP = 8192  # characters kept of one field: a URL or a date is far shorter
+
+    def __init__(self, parser: SitemapParser, kind: str) -> None:
+        self.parser = parser
+        self.entry_tag = ENTRY_TAGS[kind]
+        self.atom = kind == "atom"
+        self.index = kind == "index"
+        self.in_entry = False
+        self.field: str | None = None
+        self.text: list[str] = []
+        self.size = 0
+        self.url = ""
+        self.lastmod: str | None = None
+
+    def start(self, tag: str, attrib: Any) -> None:
+        name = tag.rpartition("}")[2]
+        if name == self.entry_tag:
+            self.in_entry, self.url, self.lastmod = True, "", None
+        elif self.in_entry and name in self.FIELDS:
+            if self.atom and name == "link":
+                if attrib.get("rel", "alternate") == "alternate" and not self.url:
+                    self.url = (attrib.get("href") or "").strip()
+                return
+            self.field, self.text, self.size = name, [], 0
+
+    def data(self, text: str) -> None:
+        if self.field is not None and self.size < self.TEXT_CAP:
+            self.text.append(text)
+            self.size += len(text)
+
+    def end(self, tag: str) -> None:
+        name = tag.rpartition("}")[2]
+        if self.field is not None and name == self.field:
+            value = "".join(self.text)[: self.TEXT_CAP].strip()
+            if name in ("loc", "link"):
+                self.url = self.url or value
+            else:
+                self.lastmod = value
+            self.field = None
+        elif name == self.entry_tag and self.in_entry:
+            self.in_entry = False
+            if self.url and not self.parser._add(self.url, self.lastmod, index=self.index):
+                raise _EnoughRead
+
+    def comment(self, text: str) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
 
 
 @dataclass(slots=True)
