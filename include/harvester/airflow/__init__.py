@@ -21,7 +21,9 @@ _EXPORTS = {  # loaded on first use: a DAG file needs only the factory
     "add_producer_tasks": "operators",
     "build_source_dag": "dags",
     "build_source_dags": "dags",
-    "output_asset": "operators",
+    "asset_event_extra": "assets",
+    "output_asset": "assets",
+    "schedule_of": "assets",
     "raise_for_invalid_sources": "dags",
 }
 __all__ = ["AirflowConnectionResolver", *sorted(_EXPORTS)]

@@ -7,17 +7,18 @@ one cross-field check (:func:`check_incremental_rules`), so the model file only 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from harvester.config.attributes import StrictModel
 
 if TYPE_CHECKING:
     from harvester.config.model import SourceConfig
 
-__all__ = ["AfterSchedule", "HistoryOutput", "SitemapInput", "check_incremental_rules", "robots_txt_url"]
+__all__ = ["AfterSchedule", "HistoryOutput", "SitemapInput", "check_incremental_rules", "check_upstreams",
+           "robots_txt_url", "schedule_shape"]
 
 SOURCE_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
 
@@ -76,7 +77,8 @@ class AfterSchedule(StrictModel):
     """``schedule: {after: [source_name]}``: run whenever those sources' outputs were updated (Airflow Assets)."""
 
     after: list[str] = Field(
-        min_length=1, description="Sources whose runs' Asset events start this source (any of them).")
+        min_length=1, description="Sources whose outputs' Asset events start this source (once each of them "
+                                  "has had one since this source's last run, as Airflow schedules on assets).")
 
     @field_validator("after")
     @classmethod
@@ -89,6 +91,20 @@ class AfterSchedule(StrictModel):
         if len(set(value)) != len(value):
             raise ValueError("a source is named twice")
         return value
+
+
+def schedule_shape(value: Any) -> Any:
+    """A schedule is a string, null or ``{after: [...]}``; anything else is one problem, said once."""
+    if value is None or isinstance(value, str | AfterSchedule):
+        return value
+    if isinstance(value, dict):
+        try:
+            return AfterSchedule.model_validate(value)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ValueError(f"{where}: {first['msg']}" if where else first["msg"]) from None
+    raise ValueError("expected a cron expression, a preset (@daily...), {after: [source, ...]} or null")
 
 
 def check_incremental_rules(source: SourceConfig) -> None:
@@ -106,3 +122,27 @@ def check_incremental_rules(source: SourceConfig) -> None:
         raise ValueError("input.sitemaps: a content: json source reads JSON responses, not sitemap pages")
     if isinstance(source.schedule, AfterSchedule) and source.name in source.schedule.after:
         raise ValueError("schedule.after: a source cannot be scheduled after itself")
+
+
+def check_upstreams(sources: dict[str, SourceConfig], files: dict[str, Any]) -> list[tuple[str, Any, int, str]]:
+    """Sources scheduled after a source that does not exist (or whose file does not load): (name, file,
+    line, reason) of each, so the loader reports them as that file's problem and builds no DAG for them."""
+    problems = []
+    for name, source in sources.items():
+        if not isinstance(source.schedule, AfterSchedule):
+            continue
+        missing = [upstream for upstream in source.schedule.after if upstream not in sources]
+        if missing:
+            path = files.get(name)
+            line = _line_of(path, "schedule:") if path is not None else 1
+            problems.append((name, path, line, f"no valid source named {', '.join(map(repr, missing))} (a source "
+                                               "runs after sources that exist and load)"))
+    return problems
+
+
+def _line_of(path: Any, prefix: str) -> int:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 1
+    return next((number for number, line in enumerate(lines, start=1) if line.startswith(prefix)), 1)

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from harvester.config.incremental import check_upstreams
 from harvester.config.model import SourceConfig
 from harvester.errors import SourceConfigError
 
@@ -169,6 +170,10 @@ def load_source_paths(paths: Iterable[str | Path]) -> SourceSet:
             continue
         result.sources[source.name] = source
         result.files[source.name] = path
+    while upstream_problems := check_upstreams(result.sources, result.files):  # schedule.after (issue 23)
+        for name, path, line, reason in upstream_problems:
+            result.errors.append(SourceConfigError([Problem(display_path(path), line, "schedule.after", reason)]))
+            del result.sources[name], result.files[name]
     return result
 
 

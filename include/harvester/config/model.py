@@ -26,7 +26,13 @@ from harvester.config.attributes import (
     check_link_expression,
     check_selector,
 )
-from harvester.config.incremental import AfterSchedule, HistoryOutput, SitemapInput, check_incremental_rules
+from harvester.config.incremental import (
+    AfterSchedule,
+    HistoryOutput,
+    SitemapInput,
+    check_incremental_rules,
+    schedule_shape,
+)
 from harvester.queues import DEFAULT_QUEUE, PRIORITY_QUEUE, page_slot_queue_name
 
 __all__ = ["RESERVED_FIELDS", "XPATH_PREFIX", "Attribute", "AttributeType", "ListingRecords", "SourceConfig",
@@ -137,7 +143,7 @@ class Input(SitemapInput):
     @model_validator(mode="after")
     def _needs_something(self) -> Input:
         if not self.seeds and self.mongo is None and not self.sitemaps:
-            raise ValueError("give seeds, mongo or sitemaps (or several)")
+            raise ValueError("give seeds or mongo (or both), or sitemaps")
         return self
 
 
@@ -233,6 +239,12 @@ class SourceConfig(StrictModel):
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
         return parse_duration(value)
+
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _schedule_shape(cls, value: Any) -> Any:
+        """One clear problem for a value of the wrong shape (not one per member of the union)."""
+        return schedule_shape(value)
 
     @field_validator("schedule")
     @classmethod
