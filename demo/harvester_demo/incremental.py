@@ -67,8 +67,8 @@ def _lastmod(moment: datetime) -> str:
 
 
 def urlset(entries: list[tuple[str, datetime | None]]) -> bytes:
-    items = "".join(f"<url><loc>{escape(url)}</loc>" + (f"<lastmod>{_lastmod(when)}</lastmod>" if when else "") + "</url>"
-                    for url, when in entries)
+    items = "".join(f"<url><loc>{escape(url)}</loc>" + (f"<lastmod>{_lastmod(when)}</lastmod>" if when else "")
+                    + "</url>" for url, when in entries)
     return f'<?xml version="1.0" encoding="UTF-8"?><urlset xmlns="{SITEMAP_NS}">{items}</urlset>'.encode()
 
 

@@ -167,7 +167,8 @@ def test_results_download_in_each_format_needs_the_results_route_access(api_serv
     with api_server.client() as anonymous:
         assert anonymous.get(path, params={"format": "csv"}).status_code == 401
     with api_server.client("watcher") as client:
-        for fmt, read in (("jsonl", read_jsonl), ("csv", lambda file: read_csv(source, file)), ("parquet", read_parquet)):
+        readers = (("jsonl", read_jsonl), ("csv", lambda file: read_csv(source, file)), ("parquet", read_parquet))
+        for fmt, read in readers:
             response = client.get(path, params={"format": fmt, "run_id": "run-1"})
             assert response.status_code == 200, response.text + api_server.log_tail()
             assert response.headers["x-harvester-records"] == "2"

@@ -87,7 +87,7 @@ def comparable(value):
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
 def test_each_format_round_trips_the_records_with_their_types(stored, fmt, tmp_path) -> None:
-    settings, source, collection = stored
+    _settings, source, collection = stored
     path = tmp_path / f"out.{fmt}"
     seen: list[int] = []
     with open(path, "wb") as out:
@@ -119,7 +119,7 @@ def test_selection_by_run_time_and_change(stored, mongo_server) -> None:
 
 
 def test_harvester_export_writes_the_file_named_by_its_suffix(stored, tmp_path) -> None:
-    settings, source, collection = stored
+    _settings, source, _collection = stored
     target = tmp_path / "shop.parquet"
     done = subprocess.run([str(VENV_BIN / "harvester"), "export", source.name, "--run", "run-2", "--changed-only",
                            "-o", str(target)], capture_output=True, text=True, timeout=120)

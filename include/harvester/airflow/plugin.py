@@ -18,11 +18,10 @@ from typing import Annotated, Any, Literal
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_authenticated
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import APIRouter, BackgroundTasks, Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
-from starlette.background import BackgroundTask
 
 from harvester.airflow.dags import DAG_ID_PREFIX, dag_id_for
 from harvester.config.model import SourceConfig
@@ -194,9 +193,10 @@ def export_results(source: str, views: ViewsDep,
 
     path, count = views.export(source, format, run_id, since, changed_only)
     name = f"{source}{'-' + run_id if run_id else ''}.{format}"
+    cleanup = BackgroundTasks()
+    cleanup.add_task(Path(path).unlink, missing_ok=True)  # once the file is sent
     return FileResponse(path, media_type=MEDIA_TYPES[format], filename=name,
-                        headers={"X-Harvester-Records": str(count)},
-                        background=BackgroundTask(Path(path).unlink, missing_ok=True))
+                        headers={"X-Harvester-Records": str(count)}, background=cleanup)
 
 
 @api.post("/jobs", status_code=status.HTTP_201_CREATED,

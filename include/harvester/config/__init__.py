@@ -11,6 +11,7 @@ from harvester.config.attributes import (
     meta_expression,
     scalar_type,
 )
+from harvester.config.incremental import AfterSchedule
 from harvester.config.loader import (
     SOURCE_SUFFIXES,
     Problem,
@@ -21,7 +22,7 @@ from harvester.config.loader import (
     load_sources,
     parse_source,
 )
-from harvester.config.model import MAX_BATCH_SIZE, Attribute, SourceConfig, format_duration
+from harvester.config.model import MAX_BATCH_SIZE, Attribute, Listing, SourceConfig, format_duration, parse_duration
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM, RunOptions
 from harvester.errors import SourceConfigError
 
@@ -34,7 +35,9 @@ __all__ = [
     "SOURCE_SUFFIXES",
     "URLS_PARAM",
     "XPATH_PREFIX",
+    "AfterSchedule",
     "Attribute",
+    "Listing",
     "ListingRecords",
     "Problem",
     "RecordItem",
@@ -50,6 +53,7 @@ __all__ = [
     "load_source_file",
     "load_sources",
     "meta_expression",
+    "parse_duration",
     "parse_source",
     "scalar_type",
 ]

@@ -22,6 +22,8 @@ _EXPORTS = {
     "RETRY_VERDICTS": "responses",
     "ResourceBlocker": "browser",
     "ResponseClassifier": "responses",
+    "SitemapDiscovery": "sitemaps",
+    "SitemapFetcher": "sitemaps",
     "Verdict": "responses",
     "canonicalise_url": "links",
     "discover_links": "links",

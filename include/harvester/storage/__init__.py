@@ -5,6 +5,12 @@ from harvester import lazy_exports
 
 _EXPORTS = {
     "DataHandler": "data_handler",
+    "MEDIA_TYPES": "exports",
+    "RunFigures": "run_figures",
+    "conditional_headers": "conditional",
+    "export_query": "exports",
+    "export_records": "exports",
+    "validators_of": "conditional",
     "PackageStatus": "packages",
     "PackageStore": "packages",
     "RunFrontier": "url_store",

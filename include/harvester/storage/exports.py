@@ -30,6 +30,7 @@ from pymongo.collection import Collection
 
 from harvester.config.attributes import scalar_type
 from harvester.config.model import SourceConfig
+from harvester.errors import ExportUnavailable
 from harvester.storage.records import plain
 from harvester.storage.runs import RunStore
 
@@ -170,8 +171,11 @@ def _arrow_value(value: Any) -> Any:
 
 def _write_parquet(source: SourceConfig, records: Iterable[dict[str, Any]], out: IO[bytes],
                    progress: Progress) -> int:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as error:
+        raise ExportUnavailable("Parquet exports need pyarrow: pip install 'harvester[parquet]'") from error
 
     types = field_types(source)
     schema = pa.schema([(name, _arrow_type(kind)) for name, kind in types.items()])

@@ -5,7 +5,7 @@ pages (``_http``: ETag, Last-Modified); those pages are fetched with If-None-Mat
 A 304 (``not_modified``) costs no body: its record is kept and refreshed (``harvested_at``, ``run_id``)
 with one update per batch, the bytes its last body had are counted as saved. A site that ignores the
 headers answers 200 and the page is handled as any other; a site that sends no validators gets none.
-A 304 to a request that was not conditional is a site's error (``http_error``), never a kept record.
+A 304 to a request that was not conditional refreshes nothing (no record has that URL's validators).
 
 Sitemap tasks (``kind: sitemap``) are fetched by the :class:`~harvester.scraping.sitemaps.SitemapFetcher`,
 the same HTTP fetcher with the sitemap body reader; listing pages are never conditional (their links are
@@ -78,11 +78,8 @@ class BatchFetcher:
             stored = self.validators.get(record_url(url)) if message.kind == "details" else None
             conditions = conditional_headers(stored)
             result = await self.pages.fetch(url, source, ready, conditions=conditions or None)
-            if result.outcome == "not_modified":
-                if not conditions:  # a 304 we did not ask for: there is nothing to keep
-                    result.outcome, result.reason = "http_error", "HTTP 304 to a request that was not conditional"
-                elif stored is not None:
-                    outcomes["bytes_saved"] += int(stored.get("bytes") or 0)
+            if result.outcome == "not_modified" and stored is not None:
+                outcomes["bytes_saved"] += int(stored.get("bytes") or 0)
             elif conditions:
                 outcomes["conditional_ignored" if result.ok else "conditional_failed"] += 1
             return result
@@ -130,10 +127,11 @@ def refresh_not_modified(data: DataHandler, urls: URLStore, failures: FailurePol
     for message, page in pages:
         by_run[message.run_id].append((message, page))
     done: list[TaskMessage] = []
+    refreshed = 0
     now = datetime.now(UTC)
     for run_id, group in by_run.items():
         try:
-            data.refresh_not_modified(source, [page.url for _, page in group], run_id, now)
+            refreshed += data.refresh_not_modified(source, [page.url for _, page in group], run_id, now)
             if not data.discarding:
                 urls.mark_seen(source, [page.url for _, page in group])
         except StorageError as error:
@@ -142,5 +140,6 @@ def refresh_not_modified(data: DataHandler, urls: URLStore, failures: FailurePol
                 failures.retry(message, f"storage failed: {type(error).__name__}: {error}", None, report)
             continue
         done += [message for message, _ in group]
-    report.outcomes["records_not_modified"] += len(done)
+    if refreshed:
+        report.outcomes["records_not_modified"] += refreshed
     return done
