@@ -5,7 +5,7 @@
   ``/inc/sitemap-plain.xml`` lists the same products in one uncompressed ``<urlset>``.
 - ``/inc/product/<id>``: the product page with ``ETag`` and ``Last-Modified``. Most honour
   If-None-Match / If-Modified-Since (304, no body); ids ending in 5 send validators but ignore them
-  (always 200), ids ending in 0 send none.
+  (always 200), ids ending in 0 send none; ``/inc/all/product/<id>`` honours them on every page.
 - ``POST /_inc/price?product=<id>&price=<amount>`` changes a product's price (its ETag, Last-Modified and
   sitemap lastmod change with it); ``POST /_inc/reset`` forgets every change and count.
 - ``GET /_inc/stats``: per client (``X-Demo-Client``), responses by status and body bytes sent by these pages.
@@ -151,9 +151,10 @@ def incremental_routes(products: Callable[[], int], product_body: Callable[..., 
         modified = state.modified_at(product_id)
         etag = '"' + hashlib.blake2b(body.encode(), digest_size=8).hexdigest() + '"'
         headers = {"ETag": etag, "Last-Modified": format_datetime(modified, usegmt=True)}
-        if product_id % 10 == 0:  # this page sends no validators
+        every_page = request.url.path.startswith("/inc/all/")  # a site whose every page honours them
+        if product_id % 10 == 0 and not every_page:  # this page sends no validators
             headers = {}
-        if product_id % 10 not in (0, 5) and _not_modified(request, etag, modified):
+        if (every_page or product_id % 10 not in (0, 5)) and _not_modified(request, etag, modified):
             return state.served(request, Response(status_code=304, headers=headers))
         return state.served(request, HTMLResponse(body, headers=headers))
 
@@ -216,6 +217,7 @@ def incremental_routes(products: Callable[[], int], product_body: Callable[..., 
         Route("/inc/sitemap-plain.xml", sitemap_plain),
         Route("/inc/sitemaps/products-{number:int}.xml.gz", sitemap_file),
         Route("/inc/product/{product_id:int}", product),
+        Route("/inc/all/product/{product_id:int}", product),
         Route("/inc/hostile/huge.xml", huge),
         Route("/inc/hostile/self-index.xml", self_index),
         Route("/inc/hostile/child.xml", child_index),

@@ -76,7 +76,13 @@ class HarvesterCollector(Collector):
         records = {kind: CounterMetricFamily(f"harvester_records_{kind}", help_text, labels=source_label)
                    for kind, help_text in (("stored", "Records written to the output."),
                                            ("new", "Records written for the first time (upserted)."),
-                                           ("updated", "Records that already existed and were rewritten."))}
+                                           ("updated", "Records that already existed and were rewritten."),
+                                           # issue 23: what a re-harvest found
+                                           ("changed", "Existing records whose values changed (changed_at moved)."),
+                                           ("unchanged", "Existing records fetched again with the same values."),
+                                           ("not_modified", "Records a 304 kept (a conditional request, no body)."))}
+        saved = CounterMetricFamily("harvester_bytes_saved", "Body bytes 304 answers did not send (their records' "
+                                    "last body size).", labels=source_label)
         problems = CounterMetricFamily("harvester_extraction_problems", "Attributes missing or of the wrong type.",
                                        labels=["source", "attribute", "kind"])
         tasks = {field: CounterMetricFamily(name, help_text, labels=source_label)
@@ -141,6 +147,7 @@ class HarvesterCollector(Collector):
             blocked_bytes.add_metric([name], source.outcome("browser_blocked_bytes"))
             transferred.add_metric([name], source.outcome("browser_transferred_bytes"))
             restarts.add_metric([name], source.outcome("browser_relaunches"))
+            saved.add_metric([name], source.outcome("bytes_saved"))
             for attribute, health in sorted(source.extraction_health.items()):
                 share.add_metric([name, attribute], float(health.get("share", 0.0)))
                 drift.add_metric([name, attribute], 1 if health.get("drift") else 0)
@@ -152,7 +159,7 @@ class HarvesterCollector(Collector):
         yield problems
         yield from tasks.values()
         yield from gauges.values()
-        yield from (blocked, blocked_bytes, transferred, restarts, share, drift)
+        yield from (blocked, blocked_bytes, transferred, restarts, share, drift, saved)
         yield from histograms.values()
 
     @staticmethod

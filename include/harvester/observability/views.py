@@ -65,6 +65,8 @@ class SourceSummary(BaseModel):
     paused: bool
     paused_hosts: dict[str, float] = Field(description="Host -> seconds it still waits (Retry-After).")
     records_stored: int
+    records_not_modified: int = Field(default=0, description="Records 304 answers kept (conditional requests).")
+    bytes_saved: int = Field(default=0, description="Body bytes those 304 answers did not send.")
     drift_threshold: float
     selector_drift: list[str]
     extraction: list[AttributeHealth]
@@ -210,6 +212,8 @@ class HarvestViews:
             paused_hosts={host: round(until - snapshot.now, 1) for host, until in live.paused_hosts.items()}
             if live else {},
             records_stored=live.outcome("records_stored") if live else 0,
+            records_not_modified=live.outcome("records_not_modified") if live else 0,
+            bytes_saved=live.outcome("bytes_saved") if live else 0,
             drift_threshold=config.drift_threshold if config else 20.0,
             selector_drift=[entry.attribute for entry in extraction if entry.drift],
             extraction=extraction, last_run=last_run,
