@@ -1,7 +1,8 @@
 """The demo site's pages for incremental harvests (issue 23): sitemaps, conditional requests, changes.
 
 - ``/inc/sitemap.xml?products=N&per_file=M``: a sitemap index whose children are gzip files
-  (``/inc/sitemaps/products-<k>.xml.gz``), each listing ``/inc/product/<id>`` with its ``<lastmod>``;
+  (``/inc/sitemaps/products-<k>.xml.gz``), each listing ``/inc/product/<id>`` (``&all=1``:
+  ``/inc/all/product/<id>``) with its ``<lastmod>``;
   ``/inc/sitemap-plain.xml`` lists the same products in one uncompressed ``<urlset>``.
 - ``/inc/product/<id>``: the product page with ``ETag`` and ``Last-Modified``. Most honour
   If-None-Match / If-Modified-Since (304, no body); ids ending in 5 send validators but ignore them
@@ -122,8 +123,9 @@ def incremental_routes(products: Callable[[], int], product_body: Callable[..., 
         for number in range(files):
             ids = range(number * per_file + 1, min(count, (number + 1) * per_file) + 1)
             newest = max(state.modified_at(product_id) for product_id in ids)
+            every = "&all=1" if request.query_params.get("all") else ""  # list /inc/all/ pages
             children.append((f"{base(request)}/inc/sitemaps/products-{number}.xml.gz?products={count}"
-                             f"&per_file={per_file}", newest))
+                             f"&per_file={per_file}{every}", newest))
         return state.served(request, Response(sitemap_index(children), media_type="application/xml"))
 
     async def sitemap_file(request: Request) -> Response:
@@ -131,7 +133,8 @@ def incremental_routes(products: Callable[[], int], product_body: Callable[..., 
         per_file = int_param(request, "per_file", 200)
         number = int(request.path_params["number"])
         ids = range(number * per_file + 1, min(count, (number + 1) * per_file) + 1)
-        body = urlset([(f"{base(request)}/inc/product/{product_id}", state.modified_at(product_id))
+        pages = "/inc/all/product" if request.query_params.get("all") else "/inc/product"
+        body = urlset([(f"{base(request)}{pages}/{product_id}", state.modified_at(product_id))
                        for product_id in ids])
         return state.served(request, Response(gzip.compress(body, compresslevel=6), media_type="application/gzip"))
 
