@@ -940,8 +940,8 @@ def follow_sitemap(redis_client, run_id: str, children: int, pages: int, depth: 
 
     source = SourceConfig.model_validate({"name": "maps", "attributes": {"t": "h1"},
                                           "input": {"sitemaps": ["http://a.example/sitemap.xml"]}})
-    discovery = SitemapDiscovery(details=[f"http://a.example/p/{i}" for i in range(pages)],
-                                 listings=[f"http://a.example/s/{i}.xml" for i in range(children)],
+    discovery = SitemapDiscovery(details=[f"http://a.example/{run_id}/p/{i}" for i in range(pages)],
+                                 listings=[f"http://a.example/{run_id}/s/{i}.xml" for i in range(children)],
                                  entries=children + pages)
     message = TaskMessage(source="maps", kind="sitemap", url="http://a.example/sitemap.xml", run_id=run_id,
                           depth=depth)
