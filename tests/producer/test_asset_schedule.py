@@ -14,10 +14,11 @@ import pytest
 import yaml
 from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
-from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
+from harvester.settings import HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import VENV_BIN, ServerProcess
+from tests.observability.airflow_server import airflow_environment
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -44,24 +45,12 @@ def test_a_source_scheduled_after_another_runs_after_its_run(
     celery_worker_factory(queues="default,priority", concurrency=2)
     port = free_port()
     base_url = f"http://{LOOPBACK}:{port}"
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPOSITORY_ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
-        "AIRFLOW__API__HOST": LOOPBACK,
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": base_url,
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
+    env = airflow_environment(tmp_path / "airflow", port, AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+                              AIRFLOW__CORE__PARALLELISM="4", AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+                              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+                              AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
+                              AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
+                              AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1")
     airflow = ServerProcess("airflow standalone", [str(VENV_BIN / "airflow"), "standalone"],
                             tmp_path / "standalone.log", env=env,
                             ready=lambda: readiness.http_ok(f"{base_url}/api/v2/monitor/health"))
@@ -96,7 +85,9 @@ def test_a_source_scheduled_after_another_runs_after_its_run(
             assert run["state"] == "success", tail()
             upstream_done = run["end_date"]
 
-            events = client.get("/assets/events", params={"source_dag_id": "harvest_asset_up"}).json()
+            answer = client.get("/assets/events", params={"source_dag_id": "harvest_asset_up"})
+            assert answer.status_code == 200, f"{answer.status_code} {answer.text[:2000]} " + tail()
+            events = answer.json()
             assert events["total_entries"] == 1, events
             event = events["asset_events"][0]
             assert event["uri"] == f"harvester://{standalone_settings.mongo_database}/asset_up_records", event

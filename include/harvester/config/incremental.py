@@ -80,6 +80,10 @@ class AfterSchedule(StrictModel):
         min_length=1, description="Sources whose outputs' Asset events start this source (once each of them "
                                   "has had one since this source's last run, as Airflow schedules on assets).")
 
+    def __str__(self) -> str:
+        """As `harvester sources` shows it."""
+        return "after " + ", ".join(self.after)
+
     @field_validator("after")
     @classmethod
     def _names(cls, value: list[str]) -> list[str]:

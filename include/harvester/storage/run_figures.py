@@ -14,6 +14,7 @@ import redis
 
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import SourceKeys
+from harvester.storage.url_store import reserve_under_cap
 
 PROBLEMS_KEPT = 50  # sitemaps named per run in the report; the counters count them all
 RUN_KEYS_SECONDS = 7 * 24 * 3600
@@ -58,13 +59,4 @@ class RunFigures:
     @redis_storage_errors()
     def reserve(self, key: str, wanted: int, cap: int) -> int:
         """How many of ``wanted`` still fit under ``cap`` on the counter ``key`` (reserved atomically)."""
-        if wanted <= 0:
-            return 0
-        pipeline = self.redis.pipeline(transaction=False)
-        pipeline.incrby(key, wanted)
-        pipeline.expire(key, self.ttl)
-        total = int(pipeline.execute()[0])
-        granted = max(0, min(wanted, cap - (total - wanted)))
-        if granted < wanted:
-            self.redis.decrby(key, wanted - granted)
-        return granted
+        return reserve_under_cap(self.redis, key, wanted, cap, self.ttl)
