@@ -43,9 +43,8 @@ from typing import Any
 
 import psutil
 from harvester.config.model import SourceConfig
-from harvester.distributor.browser_tasks import census_of
 from harvester.pageslots.allocation import allocate_page_slots, page_slots_to_start
-from harvester.pageslots.bookkeeping import country_tasks
+from harvester.pageslots.bookkeeping import census_of, country_tasks
 from harvester.pageslots.host import SLOT_CHROMIUM_ARGS, SlotBrowser
 from harvester.pageslots.proxies import Proxy
 from harvester.services import readiness

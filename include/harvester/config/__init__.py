@@ -4,6 +4,7 @@ from harvester.config.attributes import (
     ELEMENT_SELECTOR_KINDS,
     JSON_PREFIX,
     XPATH_PREFIX,
+    Attribute,
     ListingRecords,
     RecordItem,
     StructuredPath,
@@ -11,7 +12,6 @@ from harvester.config.attributes import (
     meta_expression,
     scalar_type,
 )
-from harvester.config.incremental import AfterSchedule
 from harvester.config.loader import (
     SOURCE_SUFFIXES,
     Problem,
@@ -22,38 +22,16 @@ from harvester.config.loader import (
     load_sources,
     parse_source,
 )
-from harvester.config.model import MAX_BATCH_SIZE, Attribute, Listing, SourceConfig, format_duration, parse_duration
+from harvester.config.incremental import AfterSchedule
+from harvester.config.model import MAX_BATCH_SIZE, Listing, SourceConfig, format_duration, parse_duration
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM, RunOptions
 from harvester.errors import SourceConfigError
 
 __all__ = [
-    "BATCH_SIZE_PARAM",
-    "ELEMENT_SELECTOR_KINDS",
-    "JSON_PREFIX",
-    "MAX_BATCH_SIZE",
-    "MAX_PACKAGES_PARAM",
-    "SOURCE_SUFFIXES",
-    "URLS_PARAM",
-    "XPATH_PREFIX",
-    "AfterSchedule",
-    "Attribute",
-    "Listing",
-    "ListingRecords",
-    "Problem",
-    "RecordItem",
-    "RunOptions",
-    "SourceConfig",
-    "SourceConfigError",
-    "SourceSet",
-    "StructuredPath",
-    "compile_jmespath",
-    "default_directory",
-    "format_duration",
-    "get_source",
-    "load_source_file",
-    "load_sources",
-    "meta_expression",
-    "parse_duration",
-    "parse_source",
-    "scalar_type",
+    "BATCH_SIZE_PARAM", "ELEMENT_SELECTOR_KINDS", "JSON_PREFIX", "MAX_BATCH_SIZE", "MAX_PACKAGES_PARAM",
+    "SOURCE_SUFFIXES", "URLS_PARAM", "XPATH_PREFIX", "AfterSchedule", "Attribute", "Listing", "ListingRecords",
+    "Problem", "RecordItem",
+    "RunOptions", "SourceConfig", "SourceConfigError", "SourceSet", "StructuredPath", "compile_jmespath",
+    "default_directory", "format_duration", "get_source", "load_source_file", "load_sources", "meta_expression",
+    "parse_duration", "parse_source", "scalar_type",
 ]

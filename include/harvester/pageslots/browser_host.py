@@ -38,13 +38,15 @@ from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.pageslots.proxies import proxy_for
 from harvester.pageslots.registry import SlotState
-from harvester.queues import PAGESLOTS_QUEUE, page_slot_queue_name
-from harvester.scraping import SKIPPED_REASON, FetchPermit
-from harvester.scraping.addresses import AddressGuard
-from harvester.scraping.browser import (
+from harvester.scraping import (
+    SKIPPED_REASON,
+    AddressGuard,
+    FetchedBatch,
+    FetchPermit,
+    FetchResult,
     PageLoad,
     ResourceBlocker,
     first_line,
@@ -52,8 +54,6 @@ from harvester.scraping.browser import (
     load_page,
     user_agent_and_headers,
 )
-from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.page_fetcher import FetchedBatch
 from harvester.settings import HarvesterSettings, get_settings
 
 if TYPE_CHECKING:
@@ -388,9 +388,3 @@ def browser_host(settings: HarvesterSettings | None = None) -> BrowserHostThread
             _host_pid = os.getpid()
             atexit.register(_host.close, 10.0)
         return _host
-
-
-def page_slot_queues(sources: Iterable[SourceConfig]) -> list[str]:
-    """``pageslots`` plus the queue of every country that has a browser source (what a slot worker consumes)."""
-    countries = sorted({source.country for source in sources if source.render == "browser" and source.country})
-    return [PAGESLOTS_QUEUE, *(page_slot_queue_name(country) for country in countries)]

@@ -36,23 +36,29 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import redis
 
-from harvester.config.model import SourceConfig
-from harvester.distributor.messages import TaskMessage
+from harvester.config import SourceConfig
+from harvester.distributor import TaskMessage
 from harvester.errors import SlotEnded
 from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
-from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher, page_slot_queues
+from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher
 from harvester.pageslots.proxies import Proxy, ProxyNotConfigured, require_proxy
 from harvester.pageslots.registry import KEYS, Orders, SlotRegistry, SlotState, SlotTransitionRefused
-from harvester.scraping.addresses import AddressGuard
-from harvester.scraping.browser import CHROMIUM_ARGS, PageLoad, ResourceBlocker, load_page, user_agent_and_headers
-from harvester.scraping.page_fetcher import FetchResult
+from harvester.scraping import (
+    CHROMIUM_ARGS,
+    AddressGuard,
+    FetchResult,
+    PageLoad,
+    ResourceBlocker,
+    load_page,
+    user_agent_and_headers,
+)
 from harvester.settings import HarvesterSettings, get_settings
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser, BrowserContext, Page, Playwright
 
 __all__ = ["BrowserHost", "BrowserPageFetcher", "PageSlotHost", "SlotBrowser", "SlotState", "host_slot",
-           "page_slot_queues", "reap_orphan_browsers"]
+           "reap_orphan_browsers"]
 
 log = logging.getLogger("harvester.pageslots.host")
 SLOT_FLAG = "--harvester-slot="  # Chromium ignores unknown switches; ours name the slot and its owner

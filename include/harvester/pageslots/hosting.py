@@ -91,7 +91,13 @@ def _consumes_pageslots(consumer: Any) -> bool:
         return False
 
 
-@worker_ready.connect
+def connect_slot_hosting() -> None:
+    """Wire a worker's ready and shutdown signals to the slot-host supervisor (it starts only in a worker that
+    consumes ``pageslots``). Idempotent: Celery's signals connect a receiver once."""
+    worker_ready.connect(_start_supervisor)
+    worker_shutting_down.connect(_stop_slots)
+
+
 def _start_supervisor(sender: Any = None, **_: Any) -> None:
     global _supervisor
     if sender is None or not _consumes_pageslots(sender):
@@ -102,7 +108,6 @@ def _start_supervisor(sender: Any = None, **_: Any) -> None:
     log.info("slot host %s: hosting up to %d page slots", sender.hostname, capacity)
 
 
-@worker_shutting_down.connect
 def _stop_slots(**_: Any) -> None:
     if _supervisor is None:
         return

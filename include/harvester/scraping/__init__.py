@@ -1,40 +1,45 @@
-"""Fetching (HTTP and browser), extraction into typed records, link discovery and URL canonicalisation.
-"""
+"""Fetching (HTTP and browser), extraction into typed records, link discovery and URL canonicalisation."""
 
-from harvester import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "AddressGuard": "addresses",
-    "CHROMIUM_ARGS": "browser",
-    "HostLimits": "page_fetcher",
-    "HostRateTimeout": "page_fetcher",
-    "RobotsCache": "robots",
-    "strip_userinfo": "addresses",
-    "DEFAULT_CLASSIFIER": "responses",
-    "FetchedBatch": "page_fetcher",
-    "FetchPermit": "page_fetcher",
-    "SKIPPED_REASON": "page_fetcher",
-    "FetchResult": "fetcher",
-    "Fetcher": "fetcher",
-    "PageLoad": "browser",
-    "PageFetcher": "page_fetcher",
-    "PageResult": "page",
-    "RETRY_VERDICTS": "responses",
-    "ResourceBlocker": "browser",
-    "ResponseClassifier": "responses",
-    "SitemapDiscovery": "sitemaps",
-    "SitemapFetcher": "sitemaps",
-    "Verdict": "responses",
-    "canonicalise_url": "links",
-    "discover_links": "links",
-    "extract_record": "extraction",
-    "first_line": "browser",
-    "launch_chromium": "browser",
-    "load_page": "browser",
-    "process_page": "page",
-    "record_url": "page",
-    "render_page": "browser",
-    "user_agent_and_headers": "browser",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+from harvester.lazy import lazy_face
+
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.errors import HostRateTimeout
+    from harvester.scraping.addresses import AddressGuard, strip_userinfo
+    from harvester.scraping.browser import (
+        CHROMIUM_ARGS,
+        PageLoad,
+        ResourceBlocker,
+        first_line,
+        launch_chromium,
+        load_page,
+        render_page,
+        user_agent_and_headers,
+    )
+    from harvester.scraping.extraction import extract_record
+    from harvester.scraping.fetcher import Fetcher
+    from harvester.scraping.links import discover_links
+    from harvester.scraping.page import PageResult, process_page, record_url
+    from harvester.scraping.page_fetcher import (
+        SKIPPED_REASON,
+        FetchedBatch,
+        FetchPermit,
+        FetchResult,
+        HostLimits,
+        PageFetcher,
+    )
+    from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
+    from harvester.scraping.robots import RobotsCache
+    from harvester.scraping.sitemaps import SitemapDiscovery, SitemapFetcher
+    from harvester.urls import canonicalise_url
+
+__all__ = [
+    "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "RETRY_VERDICTS", "SKIPPED_REASON", "AddressGuard", "FetchPermit",
+    "FetchResult", "FetchedBatch", "Fetcher", "HostLimits", "HostRateTimeout", "PageFetcher", "PageLoad",
+    "PageResult", "ResourceBlocker", "ResponseClassifier", "RobotsCache", "SitemapDiscovery", "SitemapFetcher",
+    "Verdict", "canonicalise_url",
+    "discover_links", "extract_record", "first_line", "launch_chromium", "load_page", "process_page", "record_url",
+    "render_page", "strip_userinfo", "user_agent_and_headers",
+]
+__getattr__, __dir__ = lazy_face(__name__)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.scraping.addresses import AddressGuard, AddressRefused
 from harvester.scraping.fetcher import FetchResult, request_headers
 from harvester.scraping.responses import DEFAULT_CLASSIFIER, ResponseClassifier

@@ -1,25 +1,21 @@
-"""Where records go (the MongoDB data handler, or the discard sink) and which URLs were seen.
-"""
+"""Where records go (the MongoDB data handler, or the discard sink) and which URLs were seen."""
 
-from harvester import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "DataHandler": "data_handler",
-    "MEDIA_TYPES": "exports",
-    "RunFigures": "run_figures",
-    "conditional_headers": "conditional",
-    "export_query": "exports",
-    "export_records": "exports",
-    "validators_of": "conditional",
-    "PackageStatus": "packages",
-    "PackageStore": "packages",
-    "RunFrontier": "url_store",
-    "RUNS_COLLECTION": "runs",
-    "RunStore": "runs",
-    "URLStore": "url_store",
-    "WriteResult": "data_handler",
-    "planned_task_id": "packages",
-    "url_digest": "url_store",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+from harvester.lazy import lazy_face
+
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.storage.conditional import conditional_headers, validators_of
+    from harvester.storage.data_handler import DataHandler, WriteResult
+    from harvester.storage.exports import MEDIA_TYPES, export_query, export_records
+    from harvester.storage.packages import PackageStatus, PackageStore, planned_task_id
+    from harvester.storage.run_figures import RunFigures
+    from harvester.storage.runs import RUNS_COLLECTION, RunStore
+    from harvester.storage.url_store import RunFrontier, URLStore, url_digest
+
+__all__ = [
+    "MEDIA_TYPES", "RUNS_COLLECTION", "DataHandler", "PackageStatus", "PackageStore", "RunFigures", "RunFrontier",
+    "RunStore", "URLStore", "WriteResult", "conditional_headers", "export_query", "export_records",
+    "planned_task_id", "url_digest", "validators_of",
+]
+__getattr__, __dir__ = lazy_face(__name__)
