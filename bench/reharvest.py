@@ -84,26 +84,26 @@ def harvest(settings: Any, source: Any, run_id: str, database: Any, redis_client
     """plan -> produce -> the workers -> every package finished -> report; (seconds, report)."""
     from harvester.producer.planner import Planner, PlanOptions
     from harvester.producer.producer import Producer
-    from harvester.producer.progress import RunMonitor
+    from harvester.producer.progress import RunSettlement
 
     started = time.perf_counter()
     Planner(database, None, database).plan(source, run_id, PlanOptions.for_source(source))
     Producer.from_settings(settings, database, redis_client).produce(source, run_id)
-    monitor = RunMonitor(database, database, redis_client)
+    settlement = RunSettlement(database, database, redis_client)
     packages = database["packages"]
     deadline = started + timeout
     # what the sensor's trigger does, but every 0.2 s instead of every 15 s: settle dead letters, then ask
     # whether a package is unfinished (one indexed count, not the whole progress, so the poll costs MongoDB
     # next to nothing while the workers write)
     while True:
-        monitor.settle_dead_letters(source.name, run_id)
+        settlement.settle(source.name, run_id)
         if packages.count_documents({"source": source.name, "run_id": run_id, "status": {"$ne": 1}}, limit=1) == 0:
             break
         if time.perf_counter() > deadline:
             raise RuntimeError(f"run {run_id} did not finish in {timeout} s")
         time.sleep(0.2)
     seconds = time.perf_counter() - started
-    return seconds, monitor.report(source.name, source.output_collection, run_id)
+    return seconds, settlement.report(source.name, source.output_collection, run_id)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ import pytest
 from harvester.config.model import SourceConfig
 from harvester.producer.planner import Planner, PlanOptions
 from harvester.producer.producer import Producer
-from harvester.producer.progress import RunMonitor
+from harvester.producer.progress import RunSettlement
 from harvester.storage.changes import history_collection_name
 
 pytestmark = [pytest.mark.integration]
@@ -59,17 +59,17 @@ class Harvest:
         planner = Planner(self.database, None, self.database)
         planner.plan(source, run_id, PlanOptions.for_source(source))
         Producer.from_settings(self.settings, self.database, self.redis).produce(source, run_id)
-        monitor = RunMonitor(self.database, self.database, self.redis)
+        settlement = RunSettlement(self.database, self.database, self.redis)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.crawl.step(source, 16) is None:
-                if monitor.measure(source.name, source.output_collection, run_id).complete:
+                if settlement.settle_and_measure(source.name, source.output_collection, run_id).complete:
                     break
                 time.sleep(0.2)
         else:
-            progress = monitor.measure(source.name, source.output_collection, run_id)
+            progress = settlement.settle_and_measure(source.name, source.output_collection, run_id)
             pytest.fail(f"run {run_id} did not finish: {progress}")
-        return monitor.report(source.name, source.output_collection, run_id)
+        return settlement.report(source.name, source.output_collection, run_id)
 
     def records(self, source: SourceConfig) -> dict[str, dict[str, Any]]:
         return {record["url"]: record for record in self.database[source.output_collection].find()}

@@ -19,8 +19,7 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from harvester.config.incremental import AfterSchedule
-from harvester.config.model import SourceConfig
+from harvester.config import AfterSchedule, SourceConfig
 from harvester.connections import MONGO_DEFAULT
 from harvester.settings import HarvesterSettings
 

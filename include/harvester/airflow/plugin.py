@@ -189,7 +189,7 @@ def export_results(source: str, views: ViewsDep,
                    changed_only: bool = False) -> FileResponse:
     """The same records and formats as ``harvester export`` (issue 23), with the results route's access."""
     _source_or_404(views, source)
-    from harvester.storage.exports import MEDIA_TYPES
+    from harvester.storage import MEDIA_TYPES
 
     path, count = views.export(source, format, run_id, since, changed_only)
     name = f"{source}{'-' + run_id if run_id else ''}.{format}"

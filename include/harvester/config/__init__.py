@@ -12,6 +12,7 @@ from harvester.config.attributes import (
     meta_expression,
     scalar_type,
 )
+from harvester.config.incremental import AfterSchedule
 from harvester.config.loader import (
     SOURCE_SUFFIXES,
     Problem,
@@ -22,7 +23,6 @@ from harvester.config.loader import (
     load_sources,
     parse_source,
 )
-from harvester.config.incremental import AfterSchedule
 from harvester.config.model import MAX_BATCH_SIZE, Listing, SourceConfig, format_duration, parse_duration
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM, RunOptions
 from harvester.errors import SourceConfigError

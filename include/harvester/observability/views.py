@@ -326,7 +326,7 @@ def export_to_temporary_file(source: SourceConfig, output_database: Database, ru
     import os
     import tempfile
 
-    from harvester.storage.exports import export_query, export_records
+    from harvester.storage import export_query, export_records
 
     query = export_query(runs_database, source, run_id, since, changed_only)
     handle, path = tempfile.mkstemp(prefix=f"harvester-{source.name}-", suffix=f".{fmt}")

@@ -16,7 +16,7 @@ from typing import Any
 import redis
 from pymongo.collection import Collection
 
-from harvester.storage.run_figures import RunFigures
+from harvester.storage import RunFigures
 
 
 def incremental_report(output: Collection, redis_client: redis.Redis, source: str, run_id: str,

@@ -9,8 +9,8 @@ them twice (the packages' unique index would refuse them anyway).
 
 from __future__ import annotations
 
-from harvester.config.model import SourceConfig
-from harvester.storage.packages import PackageStore
+from harvester.config import SourceConfig
+from harvester.storage import PackageStore
 from harvester.urls import canonicalise_url
 
 

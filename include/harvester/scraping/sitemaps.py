@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 from lxml import etree
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.scraping.bodies import ZlibDecoder, decoder_for
 from harvester.scraping.fetcher import DEFAULT_CLASSIFIER, Fetcher
 from harvester.scraping.links import Discovery, follow_matcher

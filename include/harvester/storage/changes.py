@@ -27,7 +27,7 @@ import pymongo
 from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.storage.data_handler import OUTPUT_CODEC
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ def parse_since(value: str | None) -> datetime | None:
     """An ISO 8601 time (UTC when it has no offset) or a duration back from now (``7d``, ``6h``)."""
     if value is None:
         return None
-    from harvester.config.model import parse_duration
+    from harvester.config import parse_duration
 
     try:
         return datetime.now(UTC) - parse_duration(value)
@@ -27,7 +27,7 @@ def parse_since(value: str | None) -> datetime | None:
 def run_export(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from harvester.config.loader import SourceConfigError, get_source
+    from harvester.config import SourceConfigError, get_source
     from harvester.connections import mongo_client
     from harvester.settings import get_settings
     from harvester.storage.data_handler import DataHandler

@@ -28,8 +28,7 @@ from bson import json_util
 from bson.decimal128 import Decimal128
 from pymongo.collection import Collection
 
-from harvester.config.attributes import scalar_type
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig, scalar_type
 from harvester.errors import ExportUnavailable
 from harvester.storage.records import plain
 from harvester.storage.runs import RunStore

@@ -22,17 +22,21 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.distributor import TaskMessage
 from harvester.errors import StorageError
-from harvester.scraping.fetcher import Fetcher
-from harvester.scraping.page import PageResult, record_url
-from harvester.scraping.page_fetcher import FetchedBatch, FetchPermit, FetchResult, PageFetcher
-from harvester.scraping.sitemaps import SitemapFetcher
+from harvester.scraping import (
+    FetchedBatch,
+    Fetcher,
+    FetchPermit,
+    FetchResult,
+    PageFetcher,
+    PageResult,
+    SitemapFetcher,
+    record_url,
+)
 from harvester.settings import HarvesterSettings
-from harvester.storage.conditional import conditional_headers, validators_of
-from harvester.storage.data_handler import DataHandler
-from harvester.storage.url_store import URLStore
+from harvester.storage import DataHandler, URLStore, conditional_headers, validators_of
 from harvester.workers.failures import FailurePolicy
 from harvester.workers.report import BatchReport
 

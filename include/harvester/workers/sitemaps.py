@@ -19,16 +19,13 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from harvester.config.model import Listing, SourceConfig
+from harvester.config import Listing, SourceConfig
 from harvester.distributor import TaskMessage
 from harvester.errors import StorageError
 from harvester.redis_keys import SourceKeys
-from harvester.scraping.page import PageResult
-from harvester.scraping.sitemaps import SitemapDiscovery
+from harvester.scraping import PageResult, SitemapDiscovery
 from harvester.settings import HarvesterSettings
-from harvester.storage.data_handler import DataHandler
-from harvester.storage.run_figures import RunFigures
-from harvester.storage.url_store import RunFrontier, URLStore
+from harvester.storage import DataHandler, RunFigures, RunFrontier, URLStore
 from harvester.workers.failures import FailurePolicy
 from harvester.workers.follower import LinkFollower, child_task
 from harvester.workers.report import BatchReport
