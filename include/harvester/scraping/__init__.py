@@ -6,7 +6,7 @@ from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
     from harvester.errors import HostRateTimeout
-    from harvester.scraping.addresses import AddressGuard, strip_userinfo
+    from harvester.scraping.addresses import SCREENING_TIMEOUT, TOO_MANY_HOSTS, AddressGuard, strip_userinfo
     from harvester.scraping.browser import (
         CHROMIUM_ARGS,
         PageLoad,
@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.urls import canonicalise_url
 
 __all__ = [
-    "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "RETRY_VERDICTS", "SKIPPED_REASON", "AddressGuard", "FetchPermit",
+    "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON", "TOO_MANY_HOSTS",
+    "AddressGuard", "FetchPermit",
     "FetchResult", "FetchedBatch", "Fetcher", "HostLimits", "HostRateTimeout", "PageFetcher", "PageLoad",
     "PageResult", "ResourceBlocker", "ResponseClassifier", "RobotsCache", "SitemapDiscovery", "SitemapFetcher",
     "Verdict", "canonicalise_url",

@@ -304,6 +304,7 @@ class SitemapFetcher(Fetcher):
         super().__init__(settings, guard=page_fetcher.guard, robots=page_fetcher.robots, gate=page_fetcher.gate,
                          transport=page_fetcher.transport)
         self._checked_peers = page_fetcher._checked_peers  # the transport checks connections through it
+        self.cookies = page_fetcher.cookies  # a source's one cookie jar, its sitemaps' requests included
 
     async def aclose(self) -> None:
         """The transport is the page fetcher's: it closes it."""
@@ -339,23 +340,36 @@ class SitemapFetcher(Fetcher):
         ``DECODE_STEP`` bytes per decoder call and ``sitemap_max_bytes`` in all."""
         cap = self.settings.sitemap_max_bytes
         size = 0
-        async for data in _gunzipped(_decoded(response)):
-            if size + len(data) > cap:
-                parser.feed(data[: cap - size])
-                parser.cut(f"larger than {cap} decoded bytes: the rest is not read")
-                return
-            size += len(data)
-            if not parser.feed(data):
-                return
+        raw_cap = max(self.settings.raw_body_cap_bytes, cap)  # an uncompressed sitemap may use all of its cap
+        try:
+            async for data in _gunzipped(_decoded(response, raw_cap)):
+                if size + len(data) > cap:
+                    parser.feed(data[: cap - size])
+                    parser.cut(f"larger than {cap} decoded bytes: the rest is not read")
+                    return
+                size += len(data)
+                if not parser.feed(data):
+                    return
+        except _WireCapReached:
+            parser.cut(f"more than {raw_cap} bytes on the wire: the rest is not read")
 
 
 DECODE_STEP = 1024 * 1024
 
 
-async def _decoded(response: Any) -> AsyncIterator[bytes]:
-    """The body without its Content-Encoding, in pieces of at most ``DECODE_STEP`` bytes."""
+class _WireCapReached(Exception):
+    """More bytes came off the wire than ``raw_body_cap_bytes``."""
+
+
+async def _decoded(response: Any, raw_cap: int) -> AsyncIterator[bytes]:
+    """The body without its Content-Encoding, in pieces of at most ``DECODE_STEP`` bytes; at most ``raw_cap``
+    bytes are read off the wire (bytes that decode to nothing are not read until the timeout)."""
     decoder = decoder_for(response.headers.get("content-encoding"))
+    wire = 0
     async for chunk in response.raw_chunks():
+        wire += len(chunk)
+        if wire > raw_cap:
+            raise _WireCapReached
         data = decoder.decode(chunk, DECODE_STEP)
         if data:
             yield data

@@ -146,6 +146,12 @@ class RunFrontier:
         """How many of ``wanted`` new detail URLs still fit under the run's cap (reserved atomically)."""
         return reserve_under_cap(self.redis, SourceKeys(source).run_new_urls(run_id), wanted, cap, self.ttl)
 
+    @redis_storage_errors()
+    def reserve_listing_pages(self, source: str, run_id: str | None, wanted: int, cap: int) -> int:
+        """How many of ``wanted`` newly discovered listing pages still fit under the run's
+        ``max_listing_pages_per_run`` (reserved atomically, across every worker)."""
+        return reserve_under_cap(self.redis, SourceKeys(source).run_listing_count(run_id), wanted, cap, self.ttl)
+
 
 def reserve_under_cap(client: redis.Redis, key: str, wanted: int, cap: int, ttl: int) -> int:
     """How many of ``wanted`` still fit under ``cap`` on the counter ``key``: INCRBY first, so two callers
