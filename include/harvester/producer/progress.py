@@ -156,6 +156,10 @@ class RunMonitor:
             "finished_at": now.isoformat(),
             "duration_seconds": round((now - started_at).total_seconds(), 3),
         }
+        from harvester.producer.incremental import incremental_report
+
+        report.update(incremental_report(self.output_database[output_collection], self.redis, source, run_id,
+                                         started_at, report))
         if attributes:
             from harvester.producer.health import extraction_report
 

@@ -31,13 +31,15 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     )
     from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
     from harvester.scraping.robots import RobotsCache
+    from harvester.scraping.sitemaps import SitemapDiscovery, SitemapFetcher
     from harvester.urls import canonicalise_url
 
 __all__ = [
     "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON", "TOO_MANY_HOSTS",
     "AddressGuard", "FetchPermit",
     "FetchResult", "FetchedBatch", "Fetcher", "HostLimits", "HostRateTimeout", "PageFetcher", "PageLoad",
-    "PageResult", "ResourceBlocker", "ResponseClassifier", "RobotsCache", "Verdict", "canonicalise_url",
+    "PageResult", "ResourceBlocker", "ResponseClassifier", "RobotsCache", "SitemapDiscovery", "SitemapFetcher",
+    "Verdict", "canonicalise_url",
     "discover_links", "extract_record", "first_line", "launch_chromium", "load_page", "process_page", "record_url",
     "render_page", "strip_userinfo", "user_agent_and_headers",
 ]
