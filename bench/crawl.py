@@ -49,7 +49,17 @@ from typing import Any
 import pymongo
 import redis
 import yaml
-from rig import BIN, ROOT, Processes, bench_processes, site_stats, start_demo_site, start_mongo, start_redis
+from rig import (
+    BIN,
+    DEMO_PRODUCT_ATTRIBUTES,
+    ROOT,
+    Processes,
+    bench_processes,
+    site_stats,
+    start_demo_site,
+    start_mongo,
+    start_redis,
+)
 
 
 def ensure_scrapy() -> str:
@@ -97,15 +107,7 @@ def write_source(directory: Path, name: str, site_url: str, per_page: int, concu
         "input": {"seeds": [f"{site_url}/shop?per_page={per_page}"], "kind": "listing"},
         "listing": {"link_selectors": ["a.product-link", "a.more"], "next_page_selectors": ["a.next"],
                     "follow": r"^http://127\.0\.0\.1:\d+/product/\d+$", "max_depth": 50, "max_new_urls": 1_000_000},
-        "attributes": {
-            "sku": {"css": ".sku", "required": True}, "title": {"css": "h1.title"},
-            "price": {"css": ".price", "type": "float"}, "stock": {"css": ".stock", "type": "int"},
-            "in_stock": {"css": ".in-stock", "type": "bool"},
-            "released": {"css": "time.released::attr(datetime)", "type": "date"},
-            "image": {"css": "img.photo::attr(src)", "type": "url"},
-            "tags": {"css": "li.tag", "type": "list[str]"}, "ratings": {"css": "li.rating", "type": "list[int]"},
-            "description": {"css": ".description"},
-        },
+        "attributes": DEMO_PRODUCT_ATTRIBUTES,
         "rate_limit": {"max_active": concurrency, "per_minute": 1_000_000},
         "headers": {"X-Demo-Client": name},
         "retries": 2, "timeout": 30,

@@ -23,6 +23,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+# Every field of a demo product page (harvester_demo's /product/<n>), read by CSS: the benches' source attributes
+DEMO_PRODUCT_ATTRIBUTES: dict[str, dict[str, Any]] = {
+    "sku": {"css": ".sku", "required": True}, "title": {"css": "h1.title"},
+    "price": {"css": ".price", "type": "float"}, "stock": {"css": ".stock", "type": "int"},
+    "in_stock": {"css": ".in-stock", "type": "bool"},
+    "released": {"css": "time.released::attr(datetime)", "type": "date"},
+    "image": {"css": "img.photo::attr(src)", "type": "url"},
+    "tags": {"css": "li.tag", "type": "list[str]"}, "ratings": {"css": "li.rating", "type": "list[int]"},
+    "description": {"css": ".description"},
+}
 
 
 class Processes:
