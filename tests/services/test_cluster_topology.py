@@ -170,7 +170,7 @@ def test_a_page_slots_run_and_a_browser_harvest_succeed_on_the_production_topolo
     assert slots.returncode == 0, slots.stderr
     census = json.loads(slots.stdout)
     sg_slots = [slot for slot in census["slots"] if slot["country"] == "SG"]
-    assert sg_slots and {slot["host"] for slot in sg_slots} == {PAGESLOTS_MACHINE.node_names()[0]}, census["slots"]
+    assert sg_slots and {slot["worker"] for slot in sg_slots} == {PAGESLOTS_MACHINE.node_names()[0]}, census["slots"]
     assert sum(slot["pages_served"] for slot in sg_slots) >= planned, sg_slots
     # The allocator's last decision: one SG slot, capped by the slot host's live capacity (concurrency 1).
     figures = census["last_decision"]["figures"]

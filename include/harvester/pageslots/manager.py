@@ -265,7 +265,7 @@ class PageSlotManager:
             country = slot.id.split("-")[0]
             report.change(country).reset += 1
             report.notes.append(f"slot {slot.id} reset from {slot.previous} (no heartbeat for {stale_after:g}s, "
-                                f"host {slot.host or '?'} pid {slot.process_id or '?'})")
+                                f"worker {slot.worker or '?'} pid {slot.process_id or '?'})")
         return [slot.id for slot in reset]
 
     def refuse_unproxied(self, country: str, report: StepReport) -> int:
