@@ -441,6 +441,9 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     from harvester.demo_site.hostile import hostile_fetch_routes
 
     routes += hostile_fetch_routes(product_body, page)
+    from harvester.demo_site.browser_shapes import browser_shape_routes
+
+    routes += browser_shape_routes(product_body, page, product_facts, site.products)
     app = Starlette(routes=routes)
     app.state.site = site
     return ConcurrencyCounter(app, site)
