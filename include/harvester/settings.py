@@ -151,6 +151,12 @@ class HarvesterSettings(BaseSettings):
     page_slots_sensor_wait_seconds: float = Field(
         default=40.0, gt=0, description="How long the page_slots DAG's sensor waits for browser work before "
                                         "skipping the run (deferred: no worker slot held).")
+    browser_snapshot_keep_days: float = Field(
+        default=7.0, gt=0, le=365, description="How long a failed or rejected browser page's snapshot (HTML and "
+                                               "screenshot, linked from its dead letter) is kept.")
+    browser_snapshot_max_bytes: int = Field(
+        default=2 * 1024 * 1024, ge=16 * 1024, le=15 * 1024 * 1024,
+        description="The most one snapshot keeps: its screenshot when it fits in half, its HTML cut to the rest.")
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 

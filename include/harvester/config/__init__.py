@@ -1,5 +1,16 @@
 """The config layer: one YAML file per source, validated into a :class:`SourceConfig`."""
 
+from harvester.config.browser import (
+    Action,
+    BrowserOptions,
+    ClickSpec,
+    DelayWait,
+    DismissSpec,
+    NetworkIdleWait,
+    ScrollSpec,
+    SelectorWait,
+    WaitSpec,
+)
 from harvester.config.loader import (
     SOURCE_SUFFIXES,
     Problem,
@@ -9,12 +20,35 @@ from harvester.config.loader import (
     load_source_file,
     load_sources,
 )
-from harvester.config.model import MAX_BATCH_SIZE, Attribute, SourceConfig, format_duration
+from harvester.config.model import MAX_BATCH_SIZE, XPATH_PREFIX, Attribute, SourceConfig, format_duration
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM, RunOptions
 from harvester.errors import SourceConfigError
 
 __all__ = [
-    "BATCH_SIZE_PARAM", "MAX_BATCH_SIZE", "MAX_PACKAGES_PARAM", "SOURCE_SUFFIXES", "URLS_PARAM", "Attribute",
-    "Problem", "RunOptions", "SourceConfig", "SourceConfigError", "SourceSet", "default_directory",
-    "format_duration", "get_source", "load_source_file", "load_sources",
+    "BATCH_SIZE_PARAM",
+    "MAX_BATCH_SIZE",
+    "MAX_PACKAGES_PARAM",
+    "SOURCE_SUFFIXES",
+    "URLS_PARAM",
+    "XPATH_PREFIX",
+    "Action",
+    "Attribute",
+    "BrowserOptions",
+    "ClickSpec",
+    "DelayWait",
+    "DismissSpec",
+    "NetworkIdleWait",
+    "Problem",
+    "RunOptions",
+    "ScrollSpec",
+    "SelectorWait",
+    "SourceConfig",
+    "SourceConfigError",
+    "SourceSet",
+    "WaitSpec",
+    "default_directory",
+    "format_duration",
+    "get_source",
+    "load_source_file",
+    "load_sources",
 ]

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
+from harvester.config.browser import BrowserOptions
 from harvester.queues import DEFAULT_QUEUE, PRIORITY_QUEUE, page_slot_queue_name
 
 AttributeType = Literal[
@@ -268,6 +269,10 @@ class SourceConfig(StrictModel):
     max_retry_after: float | None = Field(
         default=None, gt=0, description="Seconds: the longest pause a Retry-After of this site may ask for "
                                         "(at most HARVESTER_MAX_RETRY_AFTER_SECONDS).")
+    browser: BrowserOptions = Field(
+        default_factory=BrowserOptions,
+        description="Browser sources: when a page is ready (wait_for, wait_timeout), actions before extraction, "
+                    "isolation of visits, WebSockets (docs/sources.md, the browser section).")
     http_connection_id: str | None = Field(
         default=None, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
         description="An Airflow HTTP connection whose login/password (basic auth) or extras (headers, cookies) "
@@ -311,6 +316,8 @@ class SourceConfig(StrictModel):
     def _cross_field_rules(self) -> SourceConfig:
         if self.render == "browser" and self.country is None:
             raise ValueError("country: a browser source needs a country (its page slots are per country)")
+        if self.render != "browser" and "browser" in self.model_fields_set:
+            raise ValueError("browser: only browser sources (render: browser) have a browser section")
         if self.input.kind == "listing" and self.listing is None:
             raise ValueError("listing: input.kind is listing, so a listing section must say which links to follow")
         if self.input.kind == "details" and self.listing is not None:

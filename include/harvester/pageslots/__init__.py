@@ -5,15 +5,18 @@ from harvester import lazy_exports
 
 _EXPORTS = {
     "AllocationPolicy": "allocation",
-    "BrowserHost": "host",
+    "BrowserHost": "browser_host",
     "PageSlotManager": "manager",
     "host_slot": "host",
     "proxy_environment_variable": "proxies",
-    "BrowserPageFetcher": "host",
+    "BrowserPageFetcher": "browser_host",
+    "PageSlotHost": "host",
+    "SettledTask": "pipeline",
+    "SlotPipeline": "pipeline",
     "CountryTasks": "allocation",
     "allocate_page_slots": "allocation",
-    "browser_host": "host",
-    "page_slot_queues": "host",
+    "browser_host": "browser_host",
+    "page_slot_queues": "browser_host",
     "page_slots_to_start": "allocation",
     "tasks_by_country_from": "allocation",
 }

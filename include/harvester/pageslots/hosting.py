@@ -46,7 +46,8 @@ class SlotHostSupervisor:
         self._thread.start()
 
     def beat(self) -> None:
-        from harvester.pageslots.host import kill_process_tree, reap_orphan_browsers
+        from harvester.pageslots.heartbeat import reap_orphan_browsers
+        from harvester.scraping.slot_browser import kill_process_tree
 
         self.hosts.advertise(self.host, self.capacity, 3 * self.interval)
         for slot in self.registry.reset_stale(2 * self.interval):
@@ -74,7 +75,7 @@ class SlotHostSupervisor:
 
 
 def _is_slot_browser(pid: int, slot_id: str) -> bool:
-    from harvester.pageslots.host import SLOT_FLAG
+    from harvester.scraping.slot_browser import SLOT_FLAG
 
     try:
         return f"{SLOT_FLAG}{slot_id}" in psutil.Process(pid).cmdline()

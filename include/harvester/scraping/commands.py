@@ -52,9 +52,9 @@ async def try_page(source: Any, url: str, kind: str, depth: int) -> dict[str, An
 
     settings = get_settings()
     if source.render == "browser":
-        from harvester.scraping.browser import render_page
+        from harvester.scraping.slot_browser import render_page
 
-        fetch = await render_page(url, source, settings)
+        fetch = await render_page(url, source, settings, kind)
     else:
         async with Fetcher(settings, max_connections=2) as fetcher:
             fetch = await fetcher.fetch(url, source)

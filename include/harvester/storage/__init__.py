@@ -7,6 +7,8 @@ _EXPORTS = {
     "DataHandler": "data_handler",
     "PackageStatus": "packages",
     "PackageStore": "packages",
+    "PageSnapshot": "snapshots",
+    "SnapshotStore": "snapshots",
     "RunFrontier": "url_store",
     "RUNS_COLLECTION": "runs",
     "RunStore": "runs",

@@ -1,0 +1,239 @@
+"""When a rendered page is ready, and the actions before it is read (DESIGN.md section 12, issue 20).
+
+A page is read when it is ready: when the source's ``browser.wait_for`` holds (a selector visible or attached,
+the network idle, a delay), or by default when every ``required`` attribute's selector matches a non-empty value
+(a detail page) or a link selector matches (a listing page), within ``browser.wait_timeout``. No peer waits for
+what the user declared required; it is what a page's ``required`` means.
+
+Selectors are the attributes' (CSS or ``xpath:``), turned into XPath by parsel's own translator and evaluated by
+the page (``document.evaluate``), so the browser waits for exactly what extraction reads. An XPath the browser
+cannot evaluate (an lxml extension function) does not hold readiness back.
+
+Actions (``scroll``, ``click``, ``dismiss``, ``wait``) run in order after ``load`` and before the wait, each
+bounded in count and time; the page "grows" when a listing's links (else its elements) become more.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harvester.config.browser import (
+    Action,
+    ClickSpec,
+    DelayWait,
+    DismissSpec,
+    NetworkIdleWait,
+    ScrollSpec,
+    SelectorWait,
+)
+from harvester.config.model import XPATH_PREFIX, SourceConfig
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
+
+log = logging.getLogger(__name__)
+_PSEUDO_ELEMENT = re.compile(r"::(?:text|attr\([^)]*\))")
+_TRAILING_NODE_TEST = re.compile(r"/(?:text\(\)|@[\w:.-]+)\s*$")
+# true when each XPath (all of them, or any one) finds a node with non-blank text; one the page cannot evaluate
+# (an lxml extension) is left out rather than holding the page back for ever
+MATCHES_JS = """([xpaths, any]) => {
+  const found = xpaths.map((xpath) => {
+    let result;
+    try { result = document.evaluate(xpath, document, null, XPathResult.ORDERED_NODE_SNAPSHOT_TYPE, null); }
+    catch (error) { return null; }
+    for (let i = 0; i < result.snapshotLength; i++) {
+      const node = result.snapshotItem(i);
+      const text = node.nodeType === 2 ? node.value : node.textContent;
+      if (text && text.trim()) return true;
+    }
+    return false;
+  }).filter((value) => value !== null);
+  return found.length === 0 || (any ? found.some(Boolean) : found.every(Boolean));
+}"""
+MISSING_JS = """(xpaths) => xpaths.map((xpath) => {
+  try {
+    const result = document.evaluate(xpath, document, null, XPathResult.ORDERED_NODE_SNAPSHOT_TYPE, null);
+    for (let i = 0; i < result.snapshotLength; i++) {
+      const node = result.snapshotItem(i);
+      const text = node.nodeType === 2 ? node.value : node.textContent;
+      if (text && text.trim()) return false;
+    }
+    return true;
+  } catch (error) { return false; }
+})"""
+SIZE_JS = """(xpaths) => {
+  if (!xpaths.length) return document.getElementsByTagName('*').length;
+  let total = 0;
+  for (const xpath of xpaths) {
+    try {
+      total += document.evaluate(xpath, document, null, XPathResult.ORDERED_NODE_SNAPSHOT_TYPE, null).snapshotLength;
+    }
+    catch (error) { /* not evaluable here */ }
+  }
+  return total;
+}"""
+GREW_JS = f"([xpaths, before]) => ({SIZE_JS})(xpaths) > before"
+
+
+def selector_xpath(selector: str) -> str:
+    """An attribute selector (CSS with parsel's pseudo-elements, or ``xpath:...``) as the XPath parsel runs."""
+    from parsel.csstranslator import css2xpath
+
+    if selector.startswith(XPATH_PREFIX):
+        return selector[len(XPATH_PREFIX):]
+    return css2xpath(selector)
+
+
+def element_selector(selector: str) -> str:
+    """A Playwright selector for the ELEMENTS of an attribute selector (its ``::text``/``::attr()`` dropped)."""
+    if selector.startswith(XPATH_PREFIX):
+        return "xpath=" + _TRAILING_NODE_TEST.sub("", selector[len(XPATH_PREFIX):])
+    return "xpath=" + selector_xpath(_PSEUDO_ELEMENT.sub("", selector))
+
+
+class NotReady(Exception):
+    """The page was not ready within the wait timeout; the message says what it waited for."""
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What one page of one source waits for before it is read."""
+
+    source: SourceConfig
+    kind: str  # listing | details
+
+    @property
+    def timeout_ms(self) -> float:
+        return self.source.browser.wait_timeout * 1000
+
+    def default_rule(self) -> tuple[list[tuple[str, str]], bool]:
+        """(name, selector) pairs of the default rule and whether any one (links) or all (required) must match."""
+        if self.kind == "listing" and self.source.listing is not None:
+            return [("link", selector) for selector in self.source.listing.link_selectors], True
+        required = [(name, attribute.css if attribute.css is not None else XPATH_PREFIX + str(attribute.xpath))
+                    for name, attribute in self.source.attributes.items() if attribute.required]
+        return required, False
+
+    def growth_xpaths(self) -> list[str]:
+        """What "the page grew" counts: the listing's links on a listing page, else every element."""
+        if self.kind == "listing" and self.source.listing is not None:
+            return [selector_xpath(selector) for selector in self.source.listing.link_selectors]
+        return []
+
+    async def wait(self, page: Page) -> None:
+        """Return once the page is ready; raise :class:`NotReady` naming what did not hold in time."""
+        from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+        wait_for = self.source.browser.wait_for
+        seconds = f"{self.source.browser.wait_timeout:g}s"
+        if wait_for is None:
+            await self._default(page, seconds)
+            return
+        try:
+            if isinstance(wait_for, SelectorWait):
+                await page.wait_for_selector(element_selector(wait_for.selector), state=wait_for.state,
+                                             timeout=self.timeout_ms)
+            elif isinstance(wait_for, NetworkIdleWait):
+                await page.wait_for_load_state("networkidle", timeout=self.timeout_ms)
+            elif isinstance(wait_for, DelayWait):
+                await page.wait_for_timeout(wait_for.delay_ms)
+        except PlaywrightTimeout:
+            raise NotReady(f"not ready: waited {seconds} for {wait_for.describe()}") from None
+
+    async def _default(self, page: Page, seconds: str) -> None:
+        from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+        selectors, any_one = self.default_rule()
+        if not selectors:
+            return
+        xpaths = [selector_xpath(selector) for _, selector in selectors]
+        try:
+            await page.wait_for_function(MATCHES_JS, arg=[xpaths, any_one], timeout=self.timeout_ms)
+        except PlaywrightTimeout:
+            missing = await page.evaluate(MISSING_JS, xpaths)
+            if any_one:
+                links = ", ".join(selector for _, selector in selectors)
+                raise NotReady(f"not ready: waited {seconds} for a link ({links})") from None
+            absent = [f"{name} ({selector})" for (name, selector), gone in zip(selectors, missing, strict=True) if gone]
+            raise NotReady(f"not ready: waited {seconds} for every required attribute; "
+                           f"{', '.join(absent) or 'some'} did not appear") from None
+
+
+# -- actions ---------------------------------------------------------------------------------------------
+async def run_actions(page: Page, actions: list[Action], readiness: Readiness) -> Counter[str]:
+    """Run the actions that apply to this page's kind, in order; how often each acted (``scroll``: 3)."""
+    done: Counter[str] = Counter()
+    growth = readiness.growth_xpaths()
+    for action in actions:
+        if action.on not in ("all", readiness.kind):
+            continue
+        try:
+            if isinstance(action, ScrollSpec):
+                done["scroll"] += await _scroll(page, action, growth)
+            elif isinstance(action, ClickSpec):
+                done["click"] += await _click(page, action, growth)
+            elif isinstance(action, DismissSpec):
+                done["dismiss"] += await _dismiss(page, action)
+            else:
+                await page.wait_for_timeout(action.ms)
+                done["wait"] += 1
+        except Exception as error:  # a page that navigated away or closed mid-action: read what there is
+            log.info("action %s stopped: %s", action.kind, str(error).splitlines()[0] if str(error) else error)
+            done[f"{action.kind}_failed"] += 1
+    return done
+
+
+async def _grew(page: Page, growth: list[str], before: int, wait_ms: int) -> bool:
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        await page.wait_for_function(GREW_JS, arg=[growth, before], timeout=max(wait_ms, 1))
+    except PlaywrightTimeout:
+        return False
+    return True
+
+
+async def _scroll(page: Page, action: ScrollSpec, growth: list[str]) -> int:
+    """Scroll to the bottom until the page stops growing, at most ``max`` times; returns the scrolls that grew it."""
+    grew = 0
+    for _ in range(action.max):
+        before = await page.evaluate(SIZE_JS, growth)
+        await page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+        if not await _grew(page, growth, before, action.wait_ms):
+            break
+        grew += 1
+    return grew
+
+
+async def _click(page: Page, action: ClickSpec, growth: list[str]) -> int:
+    """Click while the element is there and visible, at most ``max`` times; returns the clicks made."""
+    target = page.locator(element_selector(action.selector)).first
+    clicks = 0
+    for _ in range(action.max):
+        if not await target.is_visible():
+            break
+        before = await page.evaluate(SIZE_JS, growth)
+        await target.click(timeout=max(action.wait_ms, 1000))
+        clicks += 1
+        await _grew(page, growth, before, action.wait_ms)
+    return clicks
+
+
+async def _dismiss(page: Page, action: DismissSpec) -> int:
+    """Click once if it shows within ``wait_ms``; 1 when it did."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    target = page.locator(element_selector(action.selector)).first
+    if action.wait_ms:
+        try:
+            await target.wait_for(state="visible", timeout=action.wait_ms)
+        except PlaywrightTimeout:
+            return 0
+    elif not await target.is_visible():
+        return 0
+    await target.click(timeout=2000)
+    return 1
