@@ -226,8 +226,9 @@ def test_a_cookie_stays_in_its_source_visit_and_no_page_reaches_a_refused_addres
     assert [record["visitor"] for record in slots.records(first)] == ["A"]
     assert [(record["sent"], record["held"]) for record in slots.records(second)] == [("none", "none")]
 
-    guarded = slots.source("guarded", blocked_resource_types=[], attributes={"sku": REQUIRED["sku"]})
-    sockets = slots.source("guarded_sockets", blocked_resource_types=[], attributes={"sku": REQUIRED["sku"]},
+    settled = {"sku": REQUIRED["sku"], "probe": {"css": "span.probe.settled", "required": True}}  # after the attack
+    guarded = slots.source("guarded", blocked_resource_types=[], attributes=settled)
+    sockets = slots.source("guarded_sockets", blocked_resource_types=[], attributes=settled,
                            browser={"websockets": "allow"})  # allowed, and then checked like any connection
     paths = guard_paths(secret_server)
     slots.push(guarded, paths)

@@ -67,7 +67,8 @@ def test_what_a_page_tries_on_its_own_never_reaches_a_refused_address(demo_site,
     monkeypatch.setattr(browser, "CHROMIUM_ARGS",
                         [*browser.CHROMIUM_ARGS, f"--host-resolver-rules=MAP secret.test {LOOPBACK}"])
     source = demo_source(demo_site.url, render="browser", country="SG", blocked_resource_types=[],
-                         attributes={"sku": {"css": "span.sku", "required": True}})
+                         attributes={"sku": {"css": "span.sku", "required": True},  # ready once the attack had 1 s:
+                                     "probe": {"css": "span.probe.settled", "required": True}})
     settings = HarvesterSettings(allowed_private_networks=f"{LOOPBACK}/32:{demo_site.port}")
     url = demo_site.url + guard_cases(secret_server)[case]
     fetch = asyncio.run(render_page(url, source, settings))

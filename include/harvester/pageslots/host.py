@@ -175,6 +175,7 @@ class PageSlotHost:
             raise SlotEnded(f"gave up after {self.settings.page_slot_give_up_after_failures} consecutive failed "
                             f"loads: {self.gave_up_reason}")
         self._transition(SlotState.PAGE_READY, fields={"consecutive_failures": 0})
+        self.last_used = time.monotonic()  # idle from ready, not from the launch (a slow one is not idleness)
 
     # -- the failure rule's steps (LoadListener) ------------------------------------------------------
     def failed_load(self, failures: int, reason: str) -> None:

@@ -96,13 +96,14 @@ async def load_page(tools: LoadTools, url: str, source: SourceConfig, kind: str,
     try:
         response = await page.goto(url, wait_until="commit", timeout=source.timeout * 1000)
         remaining = max(1.0, source.timeout - (time.monotonic() - started)) * 1000
-        await tools.cap.loaded(page, remaining)
         status = response.status if response is not None else 200
-        if status < 400 and not tools.cap.cut.is_set() and not _refused_by_proxy(response):
-            readiness = Readiness(source, kind)
-            loaded.actions = await run_actions(page, source.browser.actions, readiness)
-            await _ready(page, readiness, loaded)
-        text = await page.content()
+        text = None
+        if status < 400 and not _refused_by_proxy(response):  # an error page is an answer: read, not awaited
+            text = await _prepared(tools, Readiness(source, kind), loaded, remaining)
+        else:
+            await tools.cap.loaded(page, remaining)
+        if text is None:
+            text = await page.content()
     except PlaywrightTimeout:
         loaded.fetch = FetchResult(url, "timeout", reason=f"page did not load within {source.timeout:g}s",
                                    started_at=started_at)
@@ -113,6 +114,10 @@ async def load_page(tools: LoadTools, url: str, source: SourceConfig, kind: str,
                                                                     tools.guard.requested)
         if refusal is not None:  # our refusal, not a failed load: never retried
             loaded.fetch = FetchResult(url, "refused", reason=refusal, started_at=started_at)
+        elif "ERR_INVALID_AUTH_CREDENTIALS" in str(error):  # a 401 challenge Chromium had no answer to
+            verdict = classifier.classify(401, {}, None)
+            loaded.fetch = FetchResult(url, verdict.outcome, status=401, started_at=started_at,
+                                       reason=f"{verdict.reason} (the site asks for credentials: http_connection_id)")
         else:
             loaded.fetch = FetchResult(url, "connection_error", reason=first_line(error), started_at=started_at)
             loaded.load_failed = True
@@ -121,13 +126,38 @@ async def load_page(tools: LoadTools, url: str, source: SourceConfig, kind: str,
     return _finish(loaded, tools, started, refused_before, bytes_before)
 
 
-async def _ready(page: Page, readiness: Readiness, loaded: PageLoad) -> None:
-    """Wait for readiness; not ready in time makes the load a failed one (with the DOM as it was)."""
+async def _prepared(tools: LoadTools, readiness: Readiness, loaded: PageLoad, remaining_ms: float) -> str | None:
+    """Actions, then readiness: the page's HTML when the page itself said it was ready (one call), else None
+    (read it now). A page stops being waited for once its body is cut; one not ready in time is a failed load
+    (with the DOM as it was)."""
+    page, cap = tools.page, tools.cap
+    if readiness.source.browser.actions or not readiness.reads_in_page:
+        await cap.loaded(page, remaining_ms)
+        if cap.cut.is_set():
+            return None
+        loaded.actions = await run_actions(page, readiness.source.browser.actions, readiness)
     try:
-        await readiness.wait(page)
+        if readiness.reads_in_page:
+            return await _read_when_ready(readiness, tools, remaining_ms)
+        await cap.unless_cut(readiness.wait(page))
     except NotReady as not_ready:
         loaded.not_ready = str(not_ready)
         loaded.load_failed = True
+    return None
+
+
+async def _read_when_ready(readiness: Readiness, tools: LoadTools, remaining_ms: float) -> str | None:
+    """The in-page wait; a page that navigates meanwhile (a script's redirect) is waited for again, once, in
+    its new document."""
+    from playwright.async_api import Error as PlaywrightError
+
+    try:
+        return await tools.cap.unless_cut(readiness.read_when_ready(tools.page))
+    except PlaywrightError as error:
+        if "context was destroyed" not in str(error) and "navigat" not in str(error):
+            raise
+    await tools.cap.loaded(tools.page, remaining_ms)
+    return await tools.cap.unless_cut(readiness.read_when_ready(tools.page))
 
 
 def _refused_by_proxy(response: Response | None) -> bool:

@@ -23,8 +23,8 @@ import contextlib
 import logging
 import re
 from collections import Counter
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from harvester.config.model import SourceConfig
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from playwright.async_api import BrowserContext, CDPSession, Page, Route, WebSocketRoute
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 SITE_RESOURCE_TYPES = frozenset({"document", "xhr", "fetch"})  # what the site serves as pages and data
 _ANY_URL = re.compile(r".*")
 
@@ -74,11 +75,12 @@ class ContextGuard:
         self._watched: set[Any] = set()  # pages whose WebSockets are watched (for the guard's refusals)
 
     async def attach(self, context: BrowserContext) -> None:
-        await context.route("**/*", self._intercept)
-        if self.source.browser.websockets == "refuse" or "websocket" in self.blocked_types:
-            await context.route_web_socket(_ANY_URL, self._refuse_socket)
         context.on("page", self._popup)
         context.on("request", self._requested)
+        routes = [context.route("**/*", self._intercept)]
+        if self.source.browser.websockets == "refuse" or "websocket" in self.blocked_types:
+            routes.append(context.route_web_socket(_ANY_URL, self._refuse_socket))
+        await asyncio.gather(*routes)
 
     def _requested(self, request: Any) -> None:
         """Every request of the context, redirect hops included: the guard proxy's refusals of these are the
@@ -184,8 +186,9 @@ class BodyCap:
     async def attach(self, context: BrowserContext, page: Page) -> None:
         session = await context.new_cdp_session(page)
         # DevTools keeps no copies of bodies for this session: it only counts them
-        await session.send("Network.enable", {"maxTotalBufferSize": 1024, "maxResourceBufferSize": 1024})
-        tree = await session.send("Page.getFrameTree")
+        _, tree = await asyncio.gather(
+            session.send("Network.enable", {"maxTotalBufferSize": 1024, "maxResourceBufferSize": 1024}),
+            session.send("Page.getFrameTree"))
         self._frame = tree["frameTree"]["frame"]["id"]
         session.on("Network.requestWillBeSent", self._request)
         session.on("Network.dataReceived", self._data)
@@ -208,6 +211,21 @@ class BodyCap:
             self.cut.set()
             self._stopping = asyncio.ensure_future(self._session.send("Page.stopLoading"))
             self._stopping.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    async def unless_cut(self, waiting: Awaitable[T]) -> T | None:
+        """``waiting``'s result, or None as soon as the body is cut (a cut page is read as it is)."""
+        task = asyncio.ensure_future(waiting)
+        cutting = asyncio.ensure_future(self.cut.wait())
+        try:
+            await asyncio.wait([task, cutting], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cutting.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            return None
+        return task.result()
 
     async def loaded(self, page: Page, timeout_ms: float) -> None:
         """Wait for ``load``, or for the cut (a cut document never fires it); raises Playwright's timeout."""

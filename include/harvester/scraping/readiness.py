@@ -38,21 +38,52 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _PSEUDO_ELEMENT = re.compile(r"::(?:text|attr\([^)]*\))")
 _TRAILING_NODE_TEST = re.compile(r"/(?:text\(\)|@[\w:.-]+)\s*$")
-# true when each XPath (all of them, or any one) finds a node with non-blank text; one the page cannot evaluate
-# (an lxml extension) is left out rather than holding the page back for ever
-MATCHES_JS = """([xpaths, any]) => {
-  const found = xpaths.map((xpath) => {
+# One call reads a page when it is ready: resolves with the page's HTML (as page.content() serialises it) once the
+# condition holds, looking at every DOM change and every 50 ms, or with null at the deadline. The condition is a
+# selector's state (attached, or visible as Playwright means it), or the default rule: each XPath (all of them, or
+# any one) finds a node with non-blank text; an XPath the page cannot evaluate (an lxml extension) is left out.
+READ_WHEN_READY_JS = """async ({xpaths, any, element, state, timeoutMs}) => {
+  const nodes = (xpath) => document.evaluate(xpath, document, null, XPathResult.ORDERED_NODE_SNAPSHOT_TYPE, null);
+  const shows = (node) => node.checkVisibility ? node.checkVisibility({visibilityProperty: true})
+    : node.getClientRects().length > 0;
+  const matches = (xpath) => {
     let result;
-    try { result = document.evaluate(xpath, document, null, XPathResult.ORDERED_NODE_SNAPSHOT_TYPE, null); }
-    catch (error) { return null; }
+    try { result = nodes(xpath); } catch (error) { return null; }
     for (let i = 0; i < result.snapshotLength; i++) {
       const node = result.snapshotItem(i);
       const text = node.nodeType === 2 ? node.value : node.textContent;
       if (text && text.trim()) return true;
     }
     return false;
-  }).filter((value) => value !== null);
-  return found.length === 0 || (any ? found.some(Boolean) : found.every(Boolean));
+  };
+  const holds = () => {
+    if (element) {
+      let result;
+      try { result = nodes(element); } catch (error) { return true; }
+      for (let i = 0; i < result.snapshotLength; i++) {
+        const node = result.snapshotItem(i);
+        if (state === 'attached' || (node.nodeType === 1 && shows(node))) return true;
+      }
+      return false;
+    }
+    const found = xpaths.map(matches).filter((value) => value !== null);
+    return found.length === 0 || (any ? found.some(Boolean) : found.every(Boolean));
+  };
+  const read = () => (document.doctype ? new XMLSerializer().serializeToString(document.doctype) : '')
+    + (document.documentElement ? document.documentElement.outerHTML : '');
+  if (holds()) return read();
+  return await new Promise((resolve) => {
+    const deadline = performance.now() + timeoutMs;
+    let done = false;
+    const finish = (value) => {
+      if (done) return;
+      done = true; observer.disconnect(); clearInterval(timer); resolve(value);
+    };
+    const look = () => { if (holds()) finish(read()); else if (performance.now() >= deadline) finish(null); };
+    const observer = new MutationObserver(look);
+    observer.observe(document, {childList: true, subtree: true, characterData: true, attributes: true});
+    const timer = setInterval(look, 50);
+  });
 }"""
 MISSING_JS = """(xpaths) => xpaths.map((xpath) => {
   try {
@@ -124,43 +155,53 @@ class Readiness:
             return [selector_xpath(selector) for selector in self.source.listing.link_selectors]
         return []
 
+    @property
+    def reads_in_page(self) -> bool:
+        """Whether the page itself says when it is ready (a selector, or the default rule with something to wait
+        for): then one call waits and reads it, from the moment it commits, ``load`` or not."""
+        wait_for = self.source.browser.wait_for
+        return isinstance(wait_for, SelectorWait) or (wait_for is None and bool(self.default_rule()[0]))
+
+    async def read_when_ready(self, page: Page) -> str:
+        """The page's HTML once it is ready; raise :class:`NotReady` naming what did not hold in time."""
+        wait_for = self.source.browser.wait_for
+        if isinstance(wait_for, SelectorWait):
+            spec = {"xpaths": [], "any": False, "element": element_selector(wait_for.selector)[len("xpath="):],
+                    "state": wait_for.state, "timeoutMs": self.timeout_ms}
+        else:
+            selectors, any_one = self.default_rule()
+            spec = {"xpaths": [selector_xpath(selector) for _, selector in selectors], "any": any_one,
+                    "element": None, "state": "attached", "timeoutMs": self.timeout_ms}
+        html = await page.evaluate(READ_WHEN_READY_JS, spec)
+        if html is None:
+            raise NotReady(await self._not_ready(page))
+        return str(html)
+
+    async def _not_ready(self, page: Page) -> str:
+        seconds = f"{self.source.browser.wait_timeout:g}s"
+        wait_for = self.source.browser.wait_for
+        if wait_for is not None:
+            return f"not ready: waited {seconds} for {wait_for.describe()}"
+        selectors, any_one = self.default_rule()
+        if any_one:
+            return f"not ready: waited {seconds} for a link ({', '.join(selector for _, selector in selectors)})"
+        missing = await page.evaluate(MISSING_JS, [selector_xpath(selector) for _, selector in selectors])
+        absent = [f"{name} ({selector})" for (name, selector), gone in zip(selectors, missing, strict=True) if gone]
+        return (f"not ready: waited {seconds} for every required attribute; {', '.join(absent) or 'some'} "
+                "did not appear")
+
     async def wait(self, page: Page) -> None:
-        """Return once the page is ready; raise :class:`NotReady` naming what did not hold in time."""
+        """After ``load``: the waits the page cannot say itself (the network idle, a delay)."""
         from playwright.async_api import TimeoutError as PlaywrightTimeout
 
         wait_for = self.source.browser.wait_for
-        seconds = f"{self.source.browser.wait_timeout:g}s"
-        if wait_for is None:
-            await self._default(page, seconds)
-            return
         try:
-            if isinstance(wait_for, SelectorWait):
-                await page.wait_for_selector(element_selector(wait_for.selector), state=wait_for.state,
-                                             timeout=self.timeout_ms)
-            elif isinstance(wait_for, NetworkIdleWait):
+            if isinstance(wait_for, NetworkIdleWait):
                 await page.wait_for_load_state("networkidle", timeout=self.timeout_ms)
             elif isinstance(wait_for, DelayWait):
                 await page.wait_for_timeout(wait_for.delay_ms)
         except PlaywrightTimeout:
-            raise NotReady(f"not ready: waited {seconds} for {wait_for.describe()}") from None
-
-    async def _default(self, page: Page, seconds: str) -> None:
-        from playwright.async_api import TimeoutError as PlaywrightTimeout
-
-        selectors, any_one = self.default_rule()
-        if not selectors:
-            return
-        xpaths = [selector_xpath(selector) for _, selector in selectors]
-        try:
-            await page.wait_for_function(MATCHES_JS, arg=[xpaths, any_one], timeout=self.timeout_ms)
-        except PlaywrightTimeout:
-            missing = await page.evaluate(MISSING_JS, xpaths)
-            if any_one:
-                links = ", ".join(selector for _, selector in selectors)
-                raise NotReady(f"not ready: waited {seconds} for a link ({links})") from None
-            absent = [f"{name} ({selector})" for (name, selector), gone in zip(selectors, missing, strict=True) if gone]
-            raise NotReady(f"not ready: waited {seconds} for every required attribute; "
-                           f"{', '.join(absent) or 'some'} did not appear") from None
+            raise NotReady(await self._not_ready(page)) from None
 
 
 # -- actions ---------------------------------------------------------------------------------------------

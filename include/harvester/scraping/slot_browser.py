@@ -121,7 +121,7 @@ class SlotBrowser:
         self.launches = 0
         self.reopens = 0  # contexts re-opened within a visit after page_slot_reopen_page_after_pages loads
         self.contexts = 0  # contexts opened (visits, re-opens, tasks of task-isolated sources)
-        self._carried: dict[str, Any] | None = None  # a visit's cookies and storage, carried to its next context
+        self._carried: tuple[str, dict[str, Any]] | None = None  # (source, its visit's cookies and storage)
         self.last_capture: PageCapture | None = None  # the page as the rule gave up on it
 
     async def __aenter__(self) -> SlotBrowser:
@@ -192,16 +192,19 @@ class SlotBrowser:
         return source.browser.websockets == "refuse" and source.http_connection_id is None
 
     async def _new_visit(self, source: SourceConfig | None, user_agent: str) -> Visit:
-        carried, self._carried = self._carried, None
-        await self.close_page()
+        carried_over, self._carried = self._carried, None
+        # a visit's own cookies and storage only, and never a task-isolated source's from another task
+        carried = carried_over[1] if carried_over is not None and source is not None \
+            and carried_over[0] == source.name else None
         browser = await self.ensure_browser()
-        context = await browser.new_context(user_agent=user_agent, service_workers="block", accept_downloads=False,
-                                            **({"storage_state": carried} if carried else {}))
+        _, context = await asyncio.gather(  # the old context closes while the new one opens
+            self.close_page(), browser.new_context(user_agent=user_agent, service_workers="block",
+                                                   accept_downloads=False,
+                                                   **({"storage_state": carried} if carried else {})))
         self.contexts += 1
         try:
-            page = await context.new_page()
             guard = ContextGuard(source or _NEUTRAL, self.address_guard)
-            await guard.attach(context)
+            page, _ = await asyncio.gather(context.new_page(), guard.attach(context))  # routed before it loads
             cap = BodyCap(self.settings.body_size_cap_bytes)
             await cap.attach(context, page)
         except BaseException:
@@ -230,9 +233,11 @@ class SlotBrowser:
             visit.tools.guard.connection_cookies = dict(credentials.cookies)
 
     @staticmethod
-    async def _storage_state(visit: Visit) -> dict[str, Any] | None:
+    async def _storage_state(visit: Visit) -> tuple[str, dict[str, Any]] | None:
+        if visit.source is None:
+            return None
         try:
-            return dict(await visit.context.storage_state())
+            return visit.source, dict(await visit.context.storage_state())
         except Exception:  # a crashed context has nothing to carry
             return None
 
@@ -247,9 +252,7 @@ class SlotBrowser:
         visit.loads += 1
         if not loaded.load_failed:
             self.pages_since_launch += 1
-        if source.browser.isolation == "task":
-            await self.close_page()
-        return loaded
+        return loaded  # a task-isolated source's context stays open for its evidence; its next task gets a new one
 
     async def render(self, url: str, source: SourceConfig, kind: str = "details",
                      charger: RequestCharger | None = None, listener: LoadListener | None = None) -> Render:
@@ -357,9 +360,11 @@ class SlotBrowser:
     async def close_page(self, keep_visit: bool = False) -> None:
         """Close the context; ``keep_visit``: its cookies and storage go to the visit's next context."""
         visit, self.visit = self.visit, None
+        if not keep_visit:
+            self._carried = None
         if visit is None:
             return
-        if keep_visit and visit.source is not None:
+        if keep_visit:
             self._carried = await self._storage_state(visit)
         with contextlib.suppress(Exception):  # a crashed browser has nothing left to close
             await asyncio.wait_for(visit.context.close(), 10)
