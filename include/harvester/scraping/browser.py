@@ -127,15 +127,15 @@ async def load_page(tools: LoadTools, url: str, source: SourceConfig, kind: str,
 
 
 async def _prepared(tools: LoadTools, readiness: Readiness, loaded: PageLoad, remaining_ms: float) -> str | None:
-    """Actions, then readiness: the page's HTML when the page itself said it was ready (one call), else None
-    (read it now). A page stops being waited for once its body is cut; one not ready in time is a failed load
-    (with the DOM as it was)."""
+    """``load``, the actions, then readiness: the page's HTML when the page itself said it was ready (one call
+    that waits and reads), else None (read it now). A page stops being waited for once its body is cut; one
+    not ready in time is a failed load (with the DOM as it was). ``load`` first, as a browser user expects: a
+    skeleton whose placeholders match the selectors before the page's scripts ran is not ready."""
     page, cap = tools.page, tools.cap
-    if readiness.source.browser.actions or not readiness.reads_in_page:
-        await cap.loaded(page, remaining_ms)
-        if cap.cut.is_set():
-            return None
-        loaded.actions = await run_actions(page, readiness.source.browser.actions, readiness)
+    await cap.loaded(page, remaining_ms)
+    if cap.cut.is_set():
+        return None
+    loaded.actions = await run_actions(page, readiness.source.browser.actions, readiness)
     try:
         if readiness.reads_in_page:
             return await _read_when_ready(readiness, tools, remaining_ms)
@@ -153,7 +153,7 @@ async def _read_when_ready(readiness: Readiness, tools: LoadTools, remaining_ms:
 
     try:
         return await tools.cap.unless_cut(readiness.read_when_ready(tools.page))
-    except PlaywrightError as error:
+    except PlaywrightError as error:  # a script navigated the page meanwhile
         if "context was destroyed" not in str(error) and "navigat" not in str(error):
             raise
     await tools.cap.loaded(tools.page, remaining_ms)

@@ -158,7 +158,7 @@ class Readiness:
     @property
     def reads_in_page(self) -> bool:
         """Whether the page itself says when it is ready (a selector, or the default rule with something to wait
-        for): then one call waits and reads it, from the moment it commits, ``load`` or not."""
+        for): then, after ``load``, one call waits and reads it."""
         wait_for = self.source.browser.wait_for
         return isinstance(wait_for, SelectorWait) or (wait_for is None and bool(self.default_rule()[0]))
 
