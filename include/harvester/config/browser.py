@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 XPATH_PREFIX = "xpath:"
 MAX_ACTION_COUNT = 100
@@ -30,6 +30,9 @@ def _compiles(value: str) -> str:
     from harvester.config.model import check_selector  # the attributes' own check (model imports this module)
 
     return check_selector(value)
+
+
+Selector = Annotated[str, AfterValidator(_compiles)]
 
 
 # -- wait_for --------------------------------------------------------------------------------------------
@@ -117,30 +120,21 @@ class ClickSpec(_Strict):
     """Click while the element is there, at most max times (a 'load more' button)."""
 
     kind: Literal["click"] = "click"
-    selector: str = Field(description="What to click (CSS or xpath:...), again while it is there, at most max times.")
+    selector: Selector = Field(description="What to click (CSS or xpath:...), again while it is there, at most "
+                                           "max times.")
     max: int = Field(default=10, ge=1, le=MAX_ACTION_COUNT)
     wait_ms: int = Field(default=1000, ge=0, le=MAX_WAIT_MS,
                          description="After each click, how long the page may take to grow.")
     on: ActionPages = _PAGES
-
-    @field_validator("selector")
-    @classmethod
-    def _selector(cls, value: str) -> str:
-        return _compiles(value)
 
 
 class DismissSpec(_Strict):
     """Click once if it shows (a consent banner)."""
 
     kind: Literal["dismiss"] = "dismiss"
-    selector: str = Field(description="A banner's button (CSS or xpath:...): clicked once if it shows.")
+    selector: Selector = Field(description="A banner's button (CSS or xpath:...): clicked once if it shows.")
     wait_ms: int = Field(default=0, ge=0, le=MAX_WAIT_MS, description="How long the banner may take to show.")
     on: ActionPages = _PAGES
-
-    @field_validator("selector")
-    @classmethod
-    def _selector(cls, value: str) -> str:
-        return _compiles(value)
 
 
 class WaitSpec(_Strict):

@@ -213,7 +213,8 @@ class BodyCap:
             self._stopping.add_done_callback(lambda done: done.cancelled() or done.exception())
 
     async def unless_cut(self, waiting: Awaitable[T]) -> T | None:
-        """``waiting``'s result, or None as soon as the body is cut (a cut page is read as it is)."""
+        """``waiting``'s result, or None as soon as the body is cut (a cut page is read as it is; what failed
+        because of the cut is not an error)."""
         task = asyncio.ensure_future(waiting)
         cutting = asyncio.ensure_future(self.cut.wait())
         try:
@@ -225,19 +226,10 @@ class BodyCap:
             with contextlib.suppress(BaseException):
                 await task
             return None
+        if task.exception() is not None and self.cut.is_set():
+            return None
         return task.result()
 
     async def loaded(self, page: Page, timeout_ms: float) -> None:
         """Wait for ``load``, or for the cut (a cut document never fires it); raises Playwright's timeout."""
-        loading = asyncio.ensure_future(page.wait_for_load_state("load", timeout=timeout_ms))
-        cutting = asyncio.ensure_future(self.cut.wait())
-        try:
-            await asyncio.wait([loading, cutting], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            cutting.cancel()
-            if not loading.done():
-                loading.cancel()
-        if loading.done() and not loading.cancelled():
-            error = loading.exception()
-            if error is not None and not self.cut.is_set():
-                raise error  # its timeout, or the page's crash
+        await self.unless_cut(page.wait_for_load_state("load", timeout=timeout_ms))
