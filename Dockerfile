@@ -2,7 +2,10 @@
 # Playwright's Chromium (downloaded here, at build time, where the internet is reachable).
 # Every service runs as the non-root airflow user (compose: user ${AIRFLOW_UID}:0), which also lets
 # Chromium use its own sandbox in worker-pageslots (HARVESTER_CHROMIUM_SANDBOX, docs/production.md).
-FROM apache/airflow:3.3.2-python3.11
+# Stages: `harvester` (the production image), `demo` (the same plus the demo site's package, demo/, for
+# compose's `--profile demo` service only), and the last one, which a plain `docker build .` makes: the
+# production image again, without the demo.
+FROM apache/airflow:3.3.2-python3.11 AS harvester
 
 USER root
 ENV PLAYWRIGHT_BROWSERS_PATH=/opt/ms-playwright
@@ -25,3 +28,10 @@ COPY --chown=airflow:root include /opt/airflow/include
 RUN pip install --no-cache-dir --no-deps -e /opt/airflow/include
 COPY --chown=airflow:root dags /opt/airflow/dags
 COPY --chown=airflow:root plugins /opt/airflow/plugins
+
+# The demo target site (compose's demo-site service, `--profile demo`): its package on top of the image.
+FROM harvester AS demo
+COPY --chown=airflow:root demo /opt/harvester-demo
+RUN pip install --no-cache-dir --no-deps /opt/harvester-demo
+
+FROM harvester AS production

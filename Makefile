@@ -31,7 +31,7 @@ test-unit: bootstrap
 	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 lint: bootstrap
-	@.venv/bin/ruff check include dags plugins tests bench
+	@.venv/bin/ruff check include demo dags plugins tests bench
 
 schema: bootstrap
 	@.venv/bin/harvester schema

@@ -346,7 +346,7 @@ def main() -> None:
             readiness.wait_until(lambda: readiness.mongo_ping(choice.uri), 90, choice.kind)
         site_port = free_port()
         site_url = f"http://{LOOPBACK}:{site_port}"
-        rig["site"] = processes.start("demo-site", [str(BIN / "harvester"), "demo-site", "--port", str(site_port),
+        rig["site"] = processes.start("demo-site", [str(BIN / "harvester-demo-site"), "--port", str(site_port),
                                       "--products", str(args.products), "--per-page", str(args.per_page),
                                       "--latency-ms", str(args.latency_ms), "--slow-every", "0"])
         readiness.wait_until(lambda: readiness.tcp_open(LOOPBACK, site_port), 30, "demo site")

@@ -55,7 +55,7 @@ def main() -> None:
     from harvester.workers.batch import new_event_loop
 
     port = free_port()
-    site = subprocess.Popen([str(BIN / "harvester"), "demo-site", "--port", str(port), "--products", "2000",
+    site = subprocess.Popen([str(BIN / "harvester-demo-site"), "--port", str(port), "--products", "2000",
                              "--latency-ms", "5", "--slow-every", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

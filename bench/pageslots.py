@@ -265,7 +265,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bench-pageslots-"))
     site_port, proxy_port = free_port(), free_port()
     processes = [
-        subprocess.Popen([str(BIN / "harvester"), "demo-site", "--host", LOOPBACK, "--port", str(site_port)],
+        subprocess.Popen([str(BIN / "harvester-demo-site"), "--host", LOOPBACK, "--port", str(site_port)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         subprocess.Popen([str(BIN / "harvester"), "forward-proxy", "--host", LOOPBACK, "--port", str(proxy_port),
                           "--label", "SG"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),

@@ -55,7 +55,6 @@ def _peak_rss_kb() -> int:
 
 def child(args: argparse.Namespace) -> None:
     """Plan and produce one run in this fresh process; print elapsed time and peak RSS."""
-    from harvester.distributor.intake import Intake
     from harvester.producer.planner import Planner, PlanOptions
     from harvester.producer.producer import Producer
     from harvester.settings import HarvesterSettings
@@ -69,8 +68,7 @@ def child(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     plan = Planner(database, database, database).plan(source, run_id, PlanOptions.for_source(source))
     planned = time.perf_counter()
-    produced = Producer(database, redis_client, Intake(redis_client, settings),
-                        push_batch_size=settings.producer_push_batch_size).produce(source, run_id)
+    produced = Producer.from_settings(settings, database, redis_client).produce(source, run_id)
     finished = time.perf_counter()
     print(json.dumps({
         "urls": plan.urls_planned, "pushed": produced.tasks_pushed, "packages": plan.packages_total,

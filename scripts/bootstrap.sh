@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install what is missing, and nothing twice: OS packages, .venv, the pinned lock, the harvester package.
+# Install what is missing, and nothing twice: OS packages, .venv, the pinned lock, the harvester package
+# (include/) and the demo site's package (demo/: what `make run` and the tests serve; never in production images).
 # Used by `make run`, `make test` and CI. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +41,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=.venv/.harvester-installed
-lock_hash=$(cat requirements.txt requirements.lock include/pyproject.toml | sha256sum | cut -d' ' -f1)
+# The checkout's path counts too: the editable installs point into it, so a venv another checkout
+# installed into is re-pointed here.
+lock_hash=$( (pwd; cat requirements.txt requirements.lock include/pyproject.toml demo/pyproject.toml) | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_hash" ]; then
   say "installing Python packages from requirements.lock (log: $log_dir/pip.log)"
   .venv/bin/python -m pip install --quiet --upgrade pip >>"$log_dir/pip.log" 2>&1 || true
@@ -48,6 +51,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_hash" ]; then
     || { echo "!! pip install failed; see $log_dir/pip.log" >&2; exit 1; }
   .venv/bin/python -m pip install --no-deps -e include >>"$log_dir/pip.log" 2>&1 \
     || { echo "!! installing the harvester package failed; see $log_dir/pip.log" >&2; exit 1; }
+  .venv/bin/python -m pip install --no-deps -e demo >>"$log_dir/pip.log" 2>&1 \
+    || { echo "!! installing the demo site's package failed; see $log_dir/pip.log" >&2; exit 1; }
   echo "$lock_hash" > "$stamp"
 else
   say "Python packages are up to date (.venv)"

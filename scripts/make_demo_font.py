@@ -1,4 +1,4 @@
-"""Write the demo site's web font: a system TrueType font wrapped as WOFF2 (include/harvester/demo_site/static).
+"""Write the demo site's web font: a system TrueType font wrapped as WOFF2 (demo/harvester_demo/static).
 
 The demo's product pages carry a real web font so a browser downloads what a shop would make it download
 (and resource blocking has something real to cut). WOFF2 here is the format's null transform for every
@@ -18,7 +18,7 @@ from pathlib import Path
 import brotli
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
-OUTPUT = REPOSITORY_ROOT / "include" / "harvester" / "demo_site" / "static" / "font.woff2"
+OUTPUT = REPOSITORY_ROOT / "demo" / "harvester_demo" / "static" / "font.woff2"
 # WOFF2's known table tags, in the order of the spec's table (the index goes into the flags byte).
 KNOWN_TAGS = [
     "cmap", "head", "hhea", "hmtx", "maxp", "name", "OS/2", "post", "cvt ", "fpgm", "glyf", "loca", "prep",

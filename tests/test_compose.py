@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -134,11 +135,44 @@ def test_pageslots_worker_hosts_20_long_lived_page_slots_on_a_16_cpu_host() -> N
 
 
 def test_harvester_commands_exist() -> None:
-    available = harvester_subcommands()
-    for name in ("distributor", "demo-site"):
-        command = SERVICES[name]["command"]
-        assert command[0] == "harvester"
-        assert command[1] in available, f"{name}: `harvester {command[1]}` does not exist"
+    command = SERVICES["distributor"]["command"]
+    assert command[0] == "harvester"
+    assert command[1] in harvester_subcommands(), f"distributor: `harvester {command[1]}` does not exist"
+    demo = SERVICES["demo-site"]["command"]
+    scripts = tomllib.loads((REPOSITORY_ROOT / "demo" / "pyproject.toml").read_text())["project"]["scripts"]
+    assert demo[0] in scripts, "demo-site: not a console script of the demo package (demo/pyproject.toml)"
+
+
+def dockerfile_stages() -> tuple[dict[str, str], str]:
+    """Each stage of the Dockerfile with what it and the stages it is built FROM do; and the last stage."""
+    own: dict[str, str] = {}
+    bases: dict[str, str] = {}
+    name = ""
+    for line in (REPOSITORY_ROOT / "Dockerfile").read_text().splitlines():
+        if found := re.match(r"FROM\s+(\S+)\s+AS\s+(\S+)", line, flags=re.IGNORECASE):
+            name = found.group(2)
+            bases[name], own[name] = found.group(1), ""
+        own[name] = own.get(name, "") + line + "\n"
+
+    def text(stage: str) -> str:
+        return own[stage] + (text(bases[stage]) if bases.get(stage) in own else "")
+
+    return {stage: text(stage) for stage in own}, name
+
+
+def test_production_images_do_not_install_the_demo_site() -> None:
+    """The demo site's package (demo/) is only in the stage compose's demo-site service builds."""
+    stages, last = dockerfile_stages()
+    installs_demo = {stage for stage, text in stages.items() if re.search(r"^COPY .*\bdemo\b", text, re.MULTILINE)}
+    assert installs_demo == {"demo"}, installs_demo
+    assert last not in installs_demo, "a plain `docker build .` must make the production image"
+    for name, service in SERVICES.items():
+        build = service.get("build")
+        if build is None:
+            continue
+        assert isinstance(build, dict) and build["target"] in stages, f"{name}: build a named stage"
+        assert (build["target"] in installs_demo) == (name == "demo-site"), f"{name} builds {build['target']}"
+    assert SERVICES["demo-site"]["image"] != SERVICES["worker-default"]["image"]
 
 
 def test_secrets_come_from_env_example_and_none_has_a_value_there() -> None:

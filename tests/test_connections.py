@@ -125,6 +125,8 @@ def test_ids_resolve_through_airflow_like_the_environment_does(tmp_path: Path) -
         import harvester.airflow  # registers the Airflow resolver
         from harvester.airflow.connections import AirflowConnectionResolver
         from harvester.connections import EnvironmentResolver, registered_resolvers, resolve_mongo, resolve_redis
+        from harvester.settings import get_settings
+        settings = get_settings()
         airflow, environment = AirflowConnectionResolver(), EnvironmentResolver()
         strip = lambda target: None if target is None else [target.uri if hasattr(target, "uri") else target.url,
                                                             dict(target.options)]
@@ -135,8 +137,8 @@ def test_ids_resolve_through_airflow_like_the_environment_does(tmp_path: Path) -
             "redis": [strip(airflow.redis("redis_tls")), strip(environment.redis("redis_tls"))],
             "aredis": strip(asyncio.run(airflow.aredis("redis_tls"))),
             "missing": strip(airflow.mongo("mongo_missing")),
-            "via": [resolve_mongo("mongo_second").via, resolve_redis("redis_tls").via,
-                    resolve_mongo("mongo_default").via],
+            "via": [resolve_mongo("mongo_second", settings).via, resolve_redis("redis_tls", settings).via,
+                    resolve_mongo("mongo_default", settings).via],
         }
         print(json.dumps(answer))
     """)
@@ -167,12 +169,12 @@ def test_ids_resolve_through_airflow_like_the_environment_does(tmp_path: Path) -
 @pytest.mark.unit
 def test_tls_urls_keep_their_ssl_connection_class(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = HarvesterSettings(redis_url="rediss://127.0.0.1:1/0")
-    assert redis_client("redis_default", settings).connection_pool.connection_class is redis.SSLConnection
-    blocking = redis_client("redis_default", settings, blocking_seconds=30)
+    assert redis_client("redis_default", settings=settings).connection_pool.connection_class is redis.SSLConnection
+    blocking = redis_client("redis_default", settings=settings, blocking_seconds=30)
     assert blocking.connection_pool.connection_class is redis.SSLConnection
     assert blocking.connection_pool.connection_kwargs["socket_timeout"] == 30 + connections.BLOCKING_MARGIN_SECONDS
     monkeypatch.setenv("AIRFLOW_CONN_REDIS_SECURE", '{"conn_type": "redis", "host": "h", "extra": {"ssl": true}}')
-    assert redis_client("redis_secure", SETTINGS).connection_pool.connection_class is redis.SSLConnection
+    assert redis_client("redis_secure", settings=SETTINGS).connection_pool.connection_class is redis.SSLConnection
 
 
 @pytest.mark.unit
@@ -190,17 +192,18 @@ def test_the_distributors_blocking_client_keeps_tls() -> None:
 
 @pytest.mark.unit
 def test_one_client_per_process_and_a_new_one_after_fork() -> None:
-    first = mongo_client("mongo_default", SETTINGS)
-    assert mongo_client("mongo_default", SETTINGS) is first
-    assert redis_client("redis_default", SETTINGS) is redis_client("redis_default", SETTINGS)
-    assert redis_client("redis_default", SETTINGS, blocking_seconds=5) is not redis_client("redis_default", SETTINGS)
-    other = mongo_client("mongo_default", HarvesterSettings(mongo_uri="mongodb://127.0.0.1:2/"))
+    first = mongo_client("mongo_default", settings=SETTINGS)
+    assert mongo_client("mongo_default", settings=SETTINGS) is first
+    assert redis_client("redis_default", settings=SETTINGS) is redis_client("redis_default", settings=SETTINGS)
+    assert redis_client("redis_default", settings=SETTINGS, blocking_seconds=5) is not redis_client(
+        "redis_default", settings=SETTINGS)
+    other = mongo_client("mongo_default", settings=HarvesterSettings(mongo_uri="mongodb://127.0.0.1:2/"))
     assert other is not first  # a changed target is a new client, not the old server's
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: a forked pool must not be reused
         os.close(read)
-        same = mongo_client("mongo_default", SETTINGS) is first
+        same = mongo_client("mongo_default", settings=SETTINGS) is first
         os.write(write, b"same" if same else b"new")
         os._exit(0)
     os.close(write)
@@ -211,19 +214,19 @@ def test_one_client_per_process_and_a_new_one_after_fork() -> None:
 
 @pytest.mark.unit
 def test_every_client_gets_the_options_of_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
-    client = mongo_client("mongo_default", SETTINGS)
+    client = mongo_client("mongo_default", settings=SETTINGS)
     options = client.options
     assert client.codec_options.tz_aware is True
     assert options.server_selection_timeout == 1.234
     assert options.pool_options.connect_timeout == connections.MONGO_CONNECT_TIMEOUT_MS / 1000
     assert options.pool_options.socket_timeout == connections.MONGO_SOCKET_TIMEOUT_MS / 1000
-    kwargs = redis_client("redis_default", SETTINGS).connection_pool.connection_kwargs
+    kwargs = redis_client("redis_default", settings=SETTINGS).connection_pool.connection_kwargs
     assert kwargs["socket_timeout"] == connections.REDIS_SOCKET_TIMEOUT_SECONDS
     assert kwargs["socket_connect_timeout"] == connections.REDIS_CONNECT_TIMEOUT_SECONDS
     assert kwargs["health_check_interval"] == connections.REDIS_HEALTH_CHECK_SECONDS
     # a connection's extras override the defaults, as MongoHook passes them to MongoClient
     monkeypatch.setenv("AIRFLOW_CONN_MONGO_SLOW", "mongo://127.0.0.1:1/?serverSelectionTimeoutMS=9000")
-    assert mongo_client("mongo_slow", SETTINGS).options.server_selection_timeout == 9.0
+    assert mongo_client("mongo_slow", settings=SETTINGS).options.server_selection_timeout == 9.0
 
 
 @pytest.mark.integration
@@ -239,7 +242,7 @@ def test_unix_socket_urls_work_for_commands_and_blocking_reads(tmp_path: Path) -
         from harvester.distributor.service import Distributor
 
         settings = HarvesterSettings(redis_url=url)
-        client = redis_client("redis_default", settings)
+        client = redis_client("redis_default", settings=settings)
         assert client.connection_pool.connection_class is redis.UnixDomainSocketConnection
         assert client.ping() is True
         distributor = Distributor(client, settings=settings)

@@ -143,6 +143,23 @@ def test_every_top_level_module_is_classified() -> None:
     assert top_level - LEAF_MODULES - ENTRY_POINTS == set()
 
 
+def test_the_demo_site_is_a_package_of_its_own() -> None:
+    """The demo target site lives beside the core (demo/harvester_demo), which production images install
+    alone: no component of harvester is the demo, the core never imports it, and it imports nothing of the core."""
+    assert not (PACKAGE / "demo_site").exists()
+    core = [f"{path.relative_to(REPOSITORY_ROOT)}:{line}" for path in modules()
+            for target, line in imported_modules(path) if target.split(".")[0] == "harvester_demo"]
+    assert core == [], "the core imports the demo package:\n" + "\n".join(core)
+    demo_files = sorted((REPOSITORY_ROOT / "demo" / "harvester_demo").rglob("*.py"))
+    assert demo_files
+    demo = [f"{path.relative_to(REPOSITORY_ROOT)}:{node.lineno}" for path in demo_files
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            and any(name.split(".")[0] == "harvester" for name in (
+                [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]))]
+    assert demo == [], "the demo package imports the core:\n" + "\n".join(demo)
+
+
 def test_the_checks_see_function_level_imports_and_cycles(tmp_path: Path) -> None:
     """The helpers themselves: an import inside a function is found, and a two-component loop is a cycle."""
     module = tmp_path / "probe.py"

@@ -29,11 +29,12 @@ DEPENDENCIES = {normalised(requirement) for requirement in PROJECT["dependencies
 EXTRAS = {name: {normalised(requirement) for requirement in requirements}
           for name, requirements in PROJECT["optional-dependencies"].items()}
 AIRFLOW_EXTRA = EXTRAS["airflow"]
-CLUSTER_MODULE = PACKAGE / "services" / "cluster.py"  # the one user of the cluster extra
+# the users of the cluster extra: the compose topology's secrets and its PostgreSQL
+CLUSTER_MODULES = {PACKAGE / "services" / "cluster.py", PACKAGE / "services" / "postgres.py"}
 
 
-def third_party_imports(path: Path) -> set[str]:
-    """Absolute imports (top level or inside functions) that are neither the standard library nor harvester."""
+def third_party_imports(path: Path, own: str = "harvester") -> set[str]:
+    """Absolute imports (top level or inside functions) that are neither the standard library nor ``own``."""
     modules: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -41,7 +42,7 @@ def third_party_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             modules.add(node.module)
     return {module for module in modules
-            if module.split(".")[0] not in sys.stdlib_module_names and module.split(".")[0] != "harvester"}
+            if module.split(".")[0] not in sys.stdlib_module_names and module.split(".")[0] != own}
 
 
 @cache
@@ -74,7 +75,7 @@ def test_every_third_party_import_is_declared():
     missing = []
     for path, modules in imports_by_file().items():
         adapter = any(module.split(".")[0] == "airflow" for module in modules)  # an Airflow adapter module
-        declared = DEPENDENCIES | (AIRFLOW_EXTRA if adapter else set()) | (EXTRAS["cluster"] if path == CLUSTER_MODULE
+        declared = DEPENDENCIES | (AIRFLOW_EXTRA if adapter else set()) | (EXTRAS["cluster"] if path in CLUSTER_MODULES
                                                                              else set())
         for module in sorted(modules):
             if module.split(".")[0] in OPTIONAL:
@@ -110,3 +111,16 @@ def test_kombu_is_new_enough_for_producer_batch():
     from kombu import Producer
 
     assert hasattr(Producer, "batch")
+
+
+def test_the_demo_package_declares_exactly_what_it_imports():
+    """demo/pyproject.toml, like the core's: every third-party import declared, nothing declared unused."""
+    project = tomllib.loads((REPOSITORY_ROOT / "demo" / "pyproject.toml").read_text())["project"]
+    declared = {normalised(requirement) for requirement in project["dependencies"]}
+    imported: set[str] = set()
+    for path in sorted((REPOSITORY_ROOT / "demo" / "harvester_demo").rglob("*.py")):
+        for module in third_party_imports(path, own="harvester_demo"):
+            found = owners(module)
+            assert found & declared, f"{path.name}: {module} ({' or '.join(sorted(found))}) is not declared"
+            imported |= found
+    assert sorted(declared - imported) == []

@@ -405,7 +405,7 @@ def test_mongo_uri_is_mongo_default_and_producer_mongo_timeout_ms_bounds_server_
     from harvester.connections import mongo_client_options, resolve_mongo
 
     monkeypatch.delenv("AIRFLOW_CONN_MONGO_DEFAULT", raising=False)
-    assert resolve_mongo(settings=HarvesterSettings(mongo_uri="mongodb://db.test:1/")).uri == "mongodb://db.test:1/"
+    assert resolve_mongo("mongo_default", HarvesterSettings(mongo_uri="mongodb://db.test:1/")).uri == "mongodb://db.test:1/"
     assert mongo_client_options(HarvesterSettings(producer_mongo_timeout_ms=1234))["serverSelectionTimeoutMS"] == 1234
 
 
@@ -433,6 +433,36 @@ def test_max_value_length_and_max_extracted_characters_cap_what_a_page_gives(mon
         settings = HarvesterSettings(**overrides)
         monkeypatch.setattr("harvester.settings.get_settings", lambda settings=settings: settings)
         assert extract_record(SOURCE, page, "http://a.example/1").record.get("t") != "x" * 2000, overrides
+
+
+def _jsonld_name(monkeypatch: pytest.MonkeyPatch, html: str, **overrides: int):
+    """The JSON-LD ``name`` of a page under these settings, and the kinds of its problems."""
+    from harvester.scraping.extraction import extract_record
+    from harvester.scraping.structured import DataBounds, PageData
+
+    source = SourceConfig.model_validate({"name": "ld", "input": {"kind": "details", "seeds": ["http://a.example/1"]},
+                                          "attributes": {"t": {"jsonld": "name"}}})
+    settings = HarvesterSettings(**overrides)
+    monkeypatch.setattr("harvester.settings.get_settings", lambda: settings)
+    extraction = extract_record(source, PageData(html, "http://a.example/1", bounds=DataBounds.from_settings()),
+                                "http://a.example/1")
+    return extraction.record["t"], [problem.kind for problem in extraction.problems]
+
+
+@covers_setting("max_embedded_json_bytes")
+@pytest.mark.unit
+def test_max_embedded_json_bytes_is_the_largest_json_ld_block_parsed(monkeypatch: pytest.MonkeyPatch):
+    html = f'<script type="application/ld+json">{{"name": "N", "pad": "{"x" * 3000}"}}</script>'
+    assert _jsonld_name(monkeypatch, html, max_embedded_json_bytes=1024) == (None, ["too_large"])
+    assert _jsonld_name(monkeypatch, html, max_embedded_json_bytes=4096) == ("N", [])
+
+
+@covers_setting("max_json_depth")
+@pytest.mark.unit
+def test_max_json_depth_is_the_deepest_embedded_json_parsed(monkeypatch: pytest.MonkeyPatch):
+    html = f'<script type="application/ld+json">{{"name": "N", "deep": {"[" * 30}{"]" * 30}}}</script>'
+    assert _jsonld_name(monkeypatch, html, max_json_depth=20) == (None, ["too_deep"])
+    assert _jsonld_name(monkeypatch, html, max_json_depth=40) == ("N", [])
 
 
 @covers_setting("metrics_port", "metrics_host")

@@ -10,8 +10,8 @@ import sys
 COMMAND_MODULES: tuple[str, ...] = (
     "harvester.services.commands",
     "harvester.config.commands",
-    "harvester.demo_site.commands",
     "harvester.scraping.commands",
+    "harvester.scraping.suggest",
     "harvester.distributor.commands",
     "harvester.producer.commands",
     "harvester.pageslots.commands",

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
 from harvester.errors import ConnectionNotFound, MongoUnavailableError
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 if TYPE_CHECKING:  # the clients load when first asked for: DAG files import this module on every parse
     import pymongo
@@ -304,21 +304,21 @@ def _fallback(kind: str, connection_id: str, default: str | None, variable: str)
     return default
 
 
-def _mongo_from_environment(connection_id: str, settings: HarvesterSettings | None) -> MongoTarget:
+def _mongo_from_environment(connection_id: str, settings: HarvesterSettings) -> MongoTarget:
     if (target := _environment.mongo(connection_id)) is not None:
         return target
-    uri = _fallback("MongoDB", connection_id, (settings or get_settings()).mongo_uri, "HARVESTER_MONGO_URI")
+    uri = _fallback("MongoDB", connection_id, settings.mongo_uri, "HARVESTER_MONGO_URI")
     return MongoTarget(connection_id, uri, "HARVESTER_MONGO_URI")
 
 
-def _redis_from_environment(connection_id: str, settings: HarvesterSettings | None) -> RedisTarget:
+def _redis_from_environment(connection_id: str, settings: HarvesterSettings) -> RedisTarget:
     if (target := _environment.redis(connection_id)) is not None:
         return target
-    url = _fallback("Redis", connection_id, (settings or get_settings()).redis_url, "HARVESTER_REDIS_URL")
+    url = _fallback("Redis", connection_id, settings.redis_url, "HARVESTER_REDIS_URL")
     return RedisTarget(connection_id, url, "HARVESTER_REDIS_URL")
 
 
-def resolve_mongo(connection_id: str = MONGO_DEFAULT, settings: HarvesterSettings | None = None) -> MongoTarget:
+def resolve_mongo(connection_id: str, settings: HarvesterSettings) -> MongoTarget:
     """Where ``connection_id`` points: a registered resolver, ``AIRFLOW_CONN_<ID>``, else HARVESTER_MONGO_URI."""
     for resolver in _resolvers:
         if (target := resolver.mongo(connection_id)) is not None:
@@ -326,7 +326,7 @@ def resolve_mongo(connection_id: str = MONGO_DEFAULT, settings: HarvesterSetting
     return _mongo_from_environment(connection_id, settings)
 
 
-def resolve_redis(connection_id: str = REDIS_DEFAULT, settings: HarvesterSettings | None = None) -> RedisTarget:
+def resolve_redis(connection_id: str, settings: HarvesterSettings) -> RedisTarget:
     """Where ``connection_id`` points: a registered resolver, ``AIRFLOW_CONN_<ID>``, else HARVESTER_REDIS_URL."""
     for resolver in _resolvers:
         if (target := resolver.redis(connection_id)) is not None:
@@ -348,8 +348,7 @@ def resolve_http(connection_id: str) -> HttpCredentials:
                              f"{connection_id.upper()} or an Airflow connection)")
 
 
-async def aresolve_mongo(connection_id: str = MONGO_DEFAULT,
-                         settings: HarvesterSettings | None = None) -> MongoTarget:
+async def aresolve_mongo(connection_id: str, settings: HarvesterSettings) -> MongoTarget:
     """:func:`resolve_mongo` for an event loop (the triggerer): a resolver's ``amongo`` is awaited."""
     for resolver in _resolvers:
         method = getattr(resolver, "amongo", None)
@@ -359,8 +358,7 @@ async def aresolve_mongo(connection_id: str = MONGO_DEFAULT,
     return _mongo_from_environment(connection_id, settings)
 
 
-async def aresolve_redis(connection_id: str = REDIS_DEFAULT,
-                         settings: HarvesterSettings | None = None) -> RedisTarget:
+async def aresolve_redis(connection_id: str, settings: HarvesterSettings) -> RedisTarget:
     """:func:`resolve_redis` for an event loop (the triggerer): a resolver's ``aredis`` is awaited."""
     for resolver in _resolvers:
         method = getattr(resolver, "aredis", None)
@@ -371,15 +369,16 @@ async def aresolve_redis(connection_id: str = REDIS_DEFAULT,
 
 
 # -- building clients -------------------------------------------------------------------------------
-def mongo_client_options(settings: HarvesterSettings | None = None) -> dict[str, Any]:
+MONGO_CLIENT_OPTIONS: dict[str, Any] = {
+    "connectTimeoutMS": MONGO_CONNECT_TIMEOUT_MS,
+    "socketTimeoutMS": MONGO_SOCKET_TIMEOUT_MS,
+    "tz_aware": True,
+}
+
+
+def mongo_client_options(settings: HarvesterSettings) -> dict[str, Any]:
     """The options of every MongoClient: bounded waits, and tz-aware datetimes (harvest times are UTC)."""
-    settings = settings or get_settings()
-    return {
-        "serverSelectionTimeoutMS": settings.producer_mongo_timeout_ms,
-        "connectTimeoutMS": MONGO_CONNECT_TIMEOUT_MS,
-        "socketTimeoutMS": MONGO_SOCKET_TIMEOUT_MS,
-        "tz_aware": True,
-    }
+    return {"serverSelectionTimeoutMS": settings.producer_mongo_timeout_ms, **MONGO_CLIENT_OPTIONS}
 
 
 def redis_client_options(socket_timeout: float = REDIS_SOCKET_TIMEOUT_SECONDS) -> dict[str, Any]:
@@ -398,12 +397,14 @@ def redis_client_options(socket_timeout: float = REDIS_SOCKET_TIMEOUT_SECONDS) -
 def open_mongo_client(target: MongoTarget | str, settings: HarvesterSettings | None = None,
                       **overrides: Any) -> pymongo.MongoClient:
     """A new, uncached client the caller closes (readiness probes, short-lived tools); ``overrides``
-    win over the connection's options, which win over :func:`mongo_client_options`."""
+    win over the connection's options, which win over :func:`mongo_client_options`. Without ``settings``
+    (a probe that names its own waits in ``overrides``) only the fixed options apply."""
     import pymongo
 
     if isinstance(target, str):
         target = MongoTarget("(uri)", target, "a URI")
-    return pymongo.MongoClient(target.uri, **{**mongo_client_options(settings), **target.options, **overrides})
+    options = MONGO_CLIENT_OPTIONS if settings is None else mongo_client_options(settings)
+    return pymongo.MongoClient(target.uri, **{**options, **target.options, **overrides})
 
 
 def open_redis_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
@@ -429,18 +430,18 @@ def _cached(key: tuple[Any, ...], build: Any) -> Any:
         return client
 
 
-def mongo_client(connection_id: str = MONGO_DEFAULT, settings: HarvesterSettings | None = None) -> pymongo.MongoClient:
+def mongo_client(connection_id: str = MONGO_DEFAULT, *, settings: HarvesterSettings) -> pymongo.MongoClient:
     """This process's client of ``connection_id`` (made on first use, shared by its threads)."""
     target = resolve_mongo(connection_id, settings)
     return mongo_client_for(target, settings)
 
 
-def mongo_client_for(target: MongoTarget, settings: HarvesterSettings | None = None) -> pymongo.MongoClient:
+def mongo_client_for(target: MongoTarget, settings: HarvesterSettings) -> pymongo.MongoClient:
     """This process's client of an already resolved target (the triggerer resolves asynchronously)."""
     return _cached(("mongo", *target.cache_key()), lambda: open_mongo_client(target, settings))
 
 
-def redis_client(connection_id: str = REDIS_DEFAULT, settings: HarvesterSettings | None = None, *,
+def redis_client(connection_id: str = REDIS_DEFAULT, *, settings: HarvesterSettings,
                  blocking_seconds: float | None = None) -> redis.Redis:
     """This process's client of ``connection_id``. ``blocking_seconds``: a separate client for blocking
     reads (BLPOP) that long, whose socket timeout outlasts them."""
@@ -468,7 +469,7 @@ def close_clients() -> None:
     with _clients_lock:
         mine = [key for key in _clients if key[0] == os.getpid()]
         for key in mine:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # a client whose server is gone still leaves the cache
                 _clients.pop(key).close()
 
 

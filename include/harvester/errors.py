@@ -32,6 +32,7 @@ __all__ = [
     "HarvesterError",
     "HostRateTimeout",
     "InvalidSourceFiles",
+    "LaunchError",
     "MongoUnavailableError",
     "PageSlotError",
     "RobotsDisallowed",
@@ -265,5 +266,10 @@ class ServiceNotReady(HarvesterError, RuntimeError):
     """A service did not answer within its deadline."""
 
 
-class ClusterError(HarvesterError, RuntimeError):
+class LaunchError(HarvesterError, RuntimeError):
+    """A service of `make run` (either mode) did not start; the message names it and ends with its log's
+    last lines."""
+
+
+class ClusterError(LaunchError):
     """A step of the cluster did not start; the message names it and ends with its log's last lines."""

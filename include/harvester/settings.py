@@ -1,7 +1,8 @@
 """Every tunable of Harvester in one pydantic model, read from ``HARVESTER_*`` environment variables.
 
-One source of truth: components take a :class:`HarvesterSettings` (or call :func:`get_settings`)
-instead of reading the environment themselves, so a test can build one with overrides.
+One source of truth: components take a :class:`HarvesterSettings` (their constructor or their
+``from_settings``) instead of reading the environment themselves, so a test can build one with
+overrides; only entry points (commands, worker processes, Airflow tasks) call :func:`get_settings`.
 """
 
 from __future__ import annotations
@@ -95,6 +96,15 @@ class HarvesterSettings(BaseSettings):
         default=100_000, ge=16, description="Characters of one extracted value; a longer one is refused (too_long).")
     max_extracted_characters: int = Field(
         default=1_000_000, ge=1024, description="Characters one page may give all its attributes (too_large past it).")
+    # Structured data (issue 22): JSON-LD, <script> JSON and object literals, JSON responses.
+    max_embedded_json_bytes: int = Field(
+        default=2 * 1024 * 1024, ge=1024,
+        description="Characters of one JSON-LD block or <script> blob that is parsed; a larger one is not "
+                    "(its attributes report too_large). JSON responses are bounded by body_size_cap_bytes.")
+    max_json_depth: int = Field(
+        default=100, ge=2, le=900,
+        description="Nesting of embedded JSON and JSON responses; deeper data is not parsed (too_deep). "
+                    "MongoDB stores documents at most 100 levels deep.")
     max_url_length: int = Field(
         default=2048, ge=64, description="Longer links are ignored before they are canonicalised or matched.")
     output_sink: Literal["mongo", "discard"] = "mongo"

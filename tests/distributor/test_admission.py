@@ -64,10 +64,11 @@ def test_per_minute_counts_fetch_starts_in_a_rolling_window(redis_client: redis.
     assert store.acquire_fetch("shop", now=start + window + 0.51) == 0.0
 
 
-def _fetch_like_a_worker(url: str, seconds: float, seed: int, results: multiprocessing.Queue) -> None:
+def _fetch_like_a_worker(url: str, settings: HarvesterSettings, seconds: float, seed: int,
+                         results: multiprocessing.Queue) -> None:
     """One of several concurrent workers: admit a few, start them, take a rate token per fetch, release."""
     client = redis.Redis.from_url(url)
-    store = RateLimitStore(client)
+    store = RateLimitStore(client, settings)
     rng = random.Random(seed)
     starts: list[float] = []
     actives: list[int] = []
@@ -98,7 +99,7 @@ def test_limits_hold_exactly_with_eight_concurrent_worker_processes(
 
     context = multiprocessing.get_context("fork")
     results: multiprocessing.Queue = context.Queue()
-    processes = [context.Process(target=_fetch_like_a_worker, args=(redis_server.url, 5.0, seed, results))
+    processes = [context.Process(target=_fetch_like_a_worker, args=(redis_server.url, settings, 5.0, seed, results))
                  for seed in range(8)]
     for process in processes:
         process.start()

@@ -142,7 +142,7 @@ def test_a_source_s_http_connection_reaches_its_site_only_and_its_cookies_stay_i
                                                                                            monkeypatch) -> None:
     """Basic auth and headers of ``http_connection_id`` go to the task's site only; its cookies are set on the
     visit's context, so the next source's visit, in the same browser, carries none of them."""
-    from harvester.demo_site.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER
+    from harvester_demo.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER
 
     monkeypatch.setenv("AIRFLOW_CONN_SHOP_LOGIN", json.dumps({
         "conn_type": "http", "login": BASIC_AUTH_USER, "password": BASIC_AUTH_PASSWORD,

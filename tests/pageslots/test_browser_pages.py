@@ -1,6 +1,6 @@
 """Browser sources on JavaScript pages, end to end (issue 20): real Redis, the distributor, a Celery slot host on
 `pageslots`, real Chromium through a counting SG forward proxy, the demo site's JavaScript shapes
-(harvester.demo_site.browser_shapes) and MongoDB.
+(harvester_demo.browser_shapes) and MongoDB.
 
 - pages whose content comes 50-500 ms after ``load`` (a timer, the page's own XHR) are complete with the default
   readiness rule (every required attribute) and with each ``wait_for`` kind;
@@ -25,12 +25,12 @@ from urllib.parse import quote
 
 import pytest
 from harvester.config.model import SourceConfig
-from harvester.demo_site.app import product_facts
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.pageslots.manager import PageSlotManager
 from harvester.pageslots.registry import SlotHosts
 from harvester.redis_keys import SourceKeys
 from harvester.settings import HarvesterSettings
+from harvester_demo.app import product_facts
 
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import VENV_BIN

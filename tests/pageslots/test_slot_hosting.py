@@ -18,7 +18,6 @@ import psutil
 import pytest
 import yaml
 from harvester.config.model import SourceConfig
-from harvester.demo_site.app import product_facts
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.pageslots.allocation import allocate_page_slots
 from harvester.pageslots.bookkeeping import country_tasks
@@ -27,6 +26,7 @@ from harvester.pageslots.manager import PageSlotManager
 from harvester.pageslots.registry import SlotHosts, SlotRegistry, SlotState, slot_counts
 from harvester.redis_keys import PageSlotKeys, SourceKeys
 from harvester.settings import HarvesterSettings
+from harvester_demo.app import product_facts
 
 from tests.fixtures.demo_site import demo_source_document
 

@@ -38,8 +38,9 @@ def test_mongo_comes_from_the_airflow_connection_with_its_extras(tmp_path, mongo
         import json
         import harvester.airflow  # registers the Airflow resolver, as every DAG file and trigger does
         from harvester.connections import mongo_client_for, resolve_mongo
-        target = resolve_mongo("mongo_default")
-        client = mongo_client_for(target)
+        from harvester.settings import get_settings
+        target = resolve_mongo("mongo_default", get_settings())
+        client = mongo_client_for(target, get_settings())
         print(json.dumps({"via": target.via, "options": target.options, "ping": client.admin.command("ping")["ok"]}))
     """, tmp_path, AIRFLOW_CONN_MONGO_DEFAULT=connection, HARVESTER_MONGO_URI="mongodb://127.0.0.1:1/")
     answer = _last_json(result)
@@ -51,7 +52,8 @@ def test_without_a_connection_it_falls_back_to_harvester_mongo_uri(tmp_path, mon
         import json
         import harvester.airflow
         from harvester.connections import resolve_mongo
-        print(json.dumps(resolve_mongo("source_own_connection").via))
+        from harvester.settings import get_settings
+        print(json.dumps(resolve_mongo("source_own_connection", get_settings()).via))
     """, tmp_path, HARVESTER_MONGO_URI=mongo_server.uri)
     assert _last_json(result) == "HARVESTER_MONGO_URI"
 
@@ -81,7 +83,7 @@ def test_trigger_serialises_and_fires_when_every_package_is_finished(tmp_path, h
         from harvester.settings import get_settings
         settings = get_settings()
         from harvester.connections import mongo_client
-        store = PackageStore(mongo_client("mongo_default")[settings.mongo_database])
+        store = PackageStore(mongo_client("mongo_default", settings=settings)[settings.mongo_database])
         store.ensure_indexes()
         store.create_packages("shop", "run1", [(0, ["http://a.example/1"])])
         trigger = HarvestProgressTrigger(
@@ -123,6 +125,7 @@ def test_dag_shape_asset_and_sensor_timeout(tmp_path) -> None:
         from airflow.sdk.exceptions import AirflowSensorTimeout
         from harvester.config.model import SourceConfig
         from harvester.airflow.operators import HarvestSensor, add_producer_tasks, output_asset
+        from harvester.settings import get_settings
         source = SourceConfig.model_validate({"name": "shop", "attributes": {"t": "h1"},
                                               "input": {"kind": "details", "seeds": ["http://a.example/1"]},
                                               "output": {"collection": "products"}})
@@ -137,7 +140,7 @@ def test_dag_shape_asset_and_sensor_timeout(tmp_path) -> None:
         except AirflowSensorTimeout as error:
             timed_out = str(error)
         print(json.dumps({"edges": edges, "outlets": [o.uri for o in dag.get_task("report").outlets],
-                          "asset": output_asset(source).uri, "deferrable": sensor.deferrable,
+                          "asset": output_asset(source, get_settings()).uri, "deferrable": sensor.deferrable,
                           "timed_out": timed_out}))
     """, tmp_path, HARVESTER_MONGO_DATABASE="harvest_db")
     answer = _last_json(result)

@@ -192,7 +192,7 @@ def test_urls_a_cached_robots_txt_disallows_are_skipped_and_counted(database, ma
 
     database.shop_input.insert_many([{"url": f"http://shop.example/{kind}/{i}"} for kind in ("p", "private")
                                      for i in range(3)])
-    robots = RobotsCache(redis_client)
+    robots = RobotsCache(redis_client, cache_seconds=24 * 3600.0)
     robots._remember(RobotsRules("http://shop.example", "User-agent: *\nDisallow: /private/\n", 200))
     source = make_source()
     result = Planner(database, database, database, robots=robots).plan(source, "run1", PlanOptions.for_source(source))

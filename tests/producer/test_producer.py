@@ -7,8 +7,9 @@ import json
 import pytest
 from harvester.distributor.intake import Intake
 from harvester.distributor.messages import TaskMessage
+from harvester.distributor.store import RateLimitStore
 from harvester.producer.planner import Planner, PlanOptions
-from harvester.producer.producer import Producer, live_task_ids
+from harvester.producer.producer import Producer
 from harvester.producer.progress import RunMonitor
 from harvester.redis_keys import SourceKeys
 from harvester.storage.packages import PackageStatus, PackageStore
@@ -35,7 +36,8 @@ def _intake_messages(redis_client, source: str) -> list[TaskMessage]:
 
 def test_produce_claims_every_package_and_pushes_each_task_once(database, redis_client, harvester_settings,
                                                                  planned) -> None:
-    producer = Producer(database, redis_client, Intake(redis_client, harvester_settings), push_batch_size=4)
+    producer = Producer(database, redis_client, Intake(redis_client, harvester_settings),
+                        RateLimitStore(redis_client, harvester_settings), push_batch_size=4)
     result = producer.produce(planned, "run1")
     assert (result.packages_claimed, result.tasks_pushed, result.packages_reset) == (4, 10, 0)
     messages = _intake_messages(redis_client, "shop")
@@ -50,7 +52,7 @@ def test_produce_claims_every_package_and_pushes_each_task_once(database, redis_
 def test_resume_repushes_only_packages_whose_tasks_vanished(database, redis_client, harvester_settings,
                                                             planned) -> None:
     store = PackageStore(database)
-    producer = Producer(database, redis_client, Intake(redis_client, harvester_settings))
+    producer = Producer.from_settings(harvester_settings, database, redis_client)
     producer.produce(planned, "run1")
     messages = _intake_messages(redis_client, "shop")
     by_package: dict[int, list[TaskMessage]] = {}
@@ -63,7 +65,7 @@ def test_resume_repushes_only_packages_whose_tasks_vanished(database, redis_clie
     # worker, and only its other tasks (nowhere in Redis now) are pushed again (issue 11: never stranded).
     redis_client.delete(SourceKeys("shop").intake)
     redis_client.zadd(SourceKeys("shop").active, {by_package[2][0].task_id: 9e9})
-    assert live_task_ids(redis_client, "shop", "run1") == {by_package[2][0].task_id}
+    assert RateLimitStore(redis_client, harvester_settings).live_task_ids("shop", "run1") == {by_package[2][0].task_id}
     result = producer.produce(planned, "run1")
     assert result.packages_reset == 2  # packages 1 and 3
     assert result.packages_claimed == 2
@@ -80,7 +82,7 @@ def test_resume_repushes_only_packages_whose_tasks_vanished(database, redis_clie
 
 def test_dead_letters_settle_packages_and_show_in_progress(database, redis_client, harvester_settings,
                                                            planned) -> None:
-    producer = Producer(database, redis_client, Intake(redis_client, harvester_settings))
+    producer = Producer.from_settings(harvester_settings, database, redis_client)
     producer.produce(planned, "run1")
     messages = _intake_messages(redis_client, "shop")
     store = PackageStore(database)
@@ -127,7 +129,7 @@ def test_resume_after_redis_lost_discovered_tasks_fetches_their_listing_again(da
     source = make_source(input={"kind": "listing", "seeds": ["http://shop.example/list"]},
                          listing={"link_selectors": ["a"]})
     Planner(database, database, database).plan(source, "run1", PlanOptions.for_source(source))
-    producer = Producer(database, redis_client, Intake(redis_client, harvester_settings))
+    producer = Producer.from_settings(harvester_settings, database, redis_client)
     producer.produce(source, "run1")
     [seed] = _intake_messages(redis_client, "shop")
     store = PackageStore(database)

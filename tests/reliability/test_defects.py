@@ -11,7 +11,6 @@ import pytest
 import redis
 from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
 from harvester.distributor.service import Distributor
-from harvester.producer.producer import live_task_ids
 from harvester.redis_keys import SourceKeys
 from harvester.settings import HarvesterSettings
 
@@ -128,7 +127,7 @@ def test_the_resume_scan_misses_no_live_task_while_intake_moves(
     thread.start()
     try:
         time.sleep(0.05)
-        live = live_task_ids(redis_client, "shop", "r1")
+        live = RateLimitStore(redis_client, settings).live_task_ids("shop", "r1")
     finally:
         stop.set()
         thread.join()

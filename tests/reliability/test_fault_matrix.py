@@ -192,7 +192,7 @@ def test_row_6_a_mongodb_killed_and_restarted_mid_harvest(
 PRODUCE_SCRIPT = """
 import sys
 from harvester.config.loader import load_source_file
-from harvester.distributor import Intake
+from harvester.distributor import Intake, RateLimitStore
 from harvester.connections import mongo_client, redis_client
 from harvester.producer.producer import Producer
 from harvester.settings import get_settings
@@ -200,7 +200,8 @@ settings = get_settings()
 source = load_source_file(settings.sources_dir / (sys.argv[1] + ".yaml"))
 client = redis_client(settings=settings)
 database = mongo_client(settings=settings)[settings.mongo_database]
-print(Producer(database, client, Intake(client, settings), push_batch_size=int(sys.argv[3])).produce(
+print(Producer(database, client, Intake(client, settings), RateLimitStore(client, settings),
+               push_batch_size=int(sys.argv[3])).produce(
     source, sys.argv[2]).to_dict(), flush=True)
 """
 

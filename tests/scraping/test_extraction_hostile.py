@@ -72,7 +72,7 @@ def test_decimal_separator_is_only_for_numbers() -> None:
 _NESTED_PAGE_RUN = textwrap.dedent("""
     import json, resource, sys, time, tracemalloc
     resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))  # the old code needed 2 GB
-    from harvester.demo_site.app import nested_matches_page
+    from harvester_demo.app import nested_matches_page
     from harvester.scraping.extraction import extract_record, parse_html
     from tests.fixtures.demo_site import demo_source
     html = nested_matches_page(2 << 20)

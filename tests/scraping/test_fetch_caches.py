@@ -27,7 +27,7 @@ from tests.fixtures.demo_site import demo_source
 @pytest.mark.integration
 def test_robots_rules_in_the_process_are_used_until_they_expire(redis_client, monkeypatch) -> None:
     origin = "http://shop.example"
-    cache = RobotsCache(redis_client)
+    cache = RobotsCache(redis_client, cache_seconds=24 * 3600.0)
     fetched: list[str] = []
 
     async def fetch_robots(url: str) -> tuple[int | None, str]:

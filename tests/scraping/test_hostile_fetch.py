@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 from harvester.connections import ConnectionNotFound, HttpCredentials, resolve_http
-from harvester.demo_site.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER, POLITE_AGENT
 from harvester.scraping.addresses import AddressGuard, AddressRefused, parse_allowed_networks, strip_userinfo
 from harvester.scraping.bodies import BodyRefused, decoder_for
 from harvester.scraping.fetcher import Fetcher, FetchResult
@@ -24,6 +23,7 @@ from harvester.scraping.page import process_page
 from harvester.scraping.responses import Verdict, parse_retry_after
 from harvester.scraping.robots import RobotsCache, RobotsRules
 from harvester.settings import HarvesterSettings
+from harvester_demo.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER, POLITE_AGENT
 
 from tests.fixtures.demo_site import demo_source, demo_source_document
 
@@ -176,7 +176,7 @@ def test_robots_rules_map_crawl_delay_and_request_rate() -> None:
 @pytest.mark.integration
 def test_robots_disallowed_pages_are_skipped_unless_the_source_ignores_robots(demo_site, redis_client) -> None:
     url = f"{demo_site.url}/private/1"
-    cache = RobotsCache(redis_client)
+    cache = RobotsCache(redis_client, cache_seconds=24 * 3600.0)
 
     async def run(source) -> list[FetchResult]:
         async with Fetcher(HarvesterSettings(), robots=cache) as fetcher:

@@ -123,10 +123,10 @@ def test_harvester_rules_on_top_of_w3lib(raw: str, expected: str) -> None:
 def test_the_planner_checker_and_records_share_the_one_function() -> None:
     from harvester import urls
     from harvester.producer import planner
-    from harvester.scraping import extraction, links, page
+    from harvester.scraping import coercion, links, page  # coercion types url attributes (issue 22)
     from harvester.storage import url_store
 
-    for module in (links, extraction, page, planner, url_store):
+    for module in (links, coercion, page, planner, url_store):
         assert module.canonicalise_url is urls.canonicalise_url, module.__name__
 
 

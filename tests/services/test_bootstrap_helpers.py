@@ -1,18 +1,22 @@
-"""The bootstrap helpers: port selection, PID handling, readiness checks, MongoDB choice."""
+"""The launcher's parts: port selection, PID files and process groups, readiness checks, MongoDB choice,
+the supervisor that starts, waits for and stops services, and what the embedded stack declares."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+from harvester.errors import LaunchError
 from harvester.services import readiness
+from harvester.services.launcher import Service, Supervisor
 from harvester.services.mongo import airflow_connection_uri, choose_mongo, redact
-from harvester.services.pidfiles import PidFile, process_alive, stop_process_group
+from harvester.services.pidfiles import PidFile, group_alive, signal_group, wait_group_gone
 from harvester.services.ports import free_port, is_port_free
-from harvester.services.stack import LocalStack, Ports
+from harvester.services.stack import LocalStack, StackPorts
 
 pytestmark = pytest.mark.unit
 
@@ -28,23 +32,68 @@ def test_free_port_is_bindable_and_a_listening_port_is_not() -> None:
 
 def test_pid_file_round_trip_and_stale_file_removed(tmp_path: Path) -> None:
     pid_file = PidFile(tmp_path / "run" / "x.pid")
-    assert pid_file.running_pid() is None
-    pid_file.write(os.getpid())
-    assert pid_file.running_pid() == os.getpid()
-    finished = subprocess.Popen(["true"])
-    finished.wait()
-    pid_file.write(finished.pid)
-    assert pid_file.running_pid() is None
+    assert pid_file.running_group() is None
+    leader = subprocess.Popen(["sleep", "30"], process_group=0)
+    pid_file.write(leader.pid)
+    assert pid_file.running_group() == leader.pid
+    leader.kill()
+    leader.wait()
+    assert pid_file.running_group() is None
     assert not pid_file.path.exists()
 
 
-def test_stop_process_group_stops_children_too() -> None:
-    parent = subprocess.Popen(["bash", "-c", "sleep 300 & wait"], start_new_session=True)
-    assert process_alive(parent.pid)
-    assert stop_process_group(parent.pid, timeout=5)
-    parent.wait(timeout=5)
-    assert not process_alive(parent.pid)
-    assert stop_process_group(parent.pid) is False
+def test_a_group_runs_while_any_of_it_lives_and_stops_whole() -> None:
+    parent = subprocess.Popen(["bash", "-c", "sleep 300 & wait"], process_group=0)
+    assert group_alive(parent.pid)
+    signal_group(parent.pid, signal.SIGKILL)  # the child sleep too, not only bash
+    assert wait_group_gone(parent.pid, 5, reap=parent.poll)
+    assert not group_alive(parent.pid)
+
+
+def sleeper(name: str, env: dict[str, str], **options) -> Service:
+    return Service(name, [["sleep", "300"]], env, **options)
+
+
+def test_the_supervisor_starts_once_stops_leftovers_and_reports(tmp_path: Path, capsys) -> None:
+    supervisor = Supervisor(tmp_path / "run", tmp_path / "log", cwd=tmp_path)
+    env = {"PATH": os.environ["PATH"]}
+    host = Service("host", [["sleep", "300"], ["sleep", "301"]], env)  # two commands, one process group
+    supervisor.start_all([sleeper("one", env), host])
+    group = supervisor.running("host")
+    assert group is not None and supervisor.pid_file("host").read() == group
+    supervisor.start_all([sleeper("one", env)])
+    assert "one: already running" in capsys.readouterr().out
+    assert supervisor.status([sleeper("one", env), host, sleeper("never", env)]) is False
+    assert "never" in capsys.readouterr().out
+    supervisor.stop([host])  # "one" is no longer declared: its PID file is a leftover, stopped too
+    assert supervisor.running("one") is None and not group_alive(group)
+    assert list((tmp_path / "run").glob("*.pid")) == []
+
+
+def test_a_service_that_exits_or_never_answers_fails_the_start_with_its_log(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path / "run", tmp_path / "log", cwd=tmp_path)
+    env = {"PATH": os.environ["PATH"]}
+    with pytest.raises(LaunchError, match=r"(?s)step 'broken' failed: exited with code 3.*last lines.*no config"):
+        supervisor.start_all([Service("broken", [["bash", "-c", "echo no config; exit 3"]], env,
+                                      ready=lambda: False)])
+    def refused() -> bool:
+        raise ConnectionError("refused")
+
+    with pytest.raises(LaunchError, match=r"step 'mute' failed: not ready after 0s \(last error: refused\)"):
+        supervisor.start_all([sleeper("mute", env, ready=refused, ready_timeout=0.3)])
+    supervisor.stop([sleeper("mute", env)])
+
+
+def test_a_taken_port_names_the_variable_that_moves_it(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path / "run", tmp_path / "log", cwd=tmp_path)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        service = sleeper("airflow", {}, port=port, port_variable=StackPorts.variable("airflow"))
+        with pytest.raises(LaunchError, match=f"127.0.0.1:{port} is taken.*HARVESTER_RUN_AIRFLOW_PORT"):
+            supervisor.start_all([service])
+    assert supervisor.running("airflow") is None
 
 
 def test_wait_until_names_the_service_and_last_error() -> None:
@@ -87,7 +136,7 @@ def test_redact_hides_only_the_password() -> None:
 
 
 def test_stack_ports_move_with_environment_and_stay_on_loopback(tmp_path: Path) -> None:
-    assert Ports.from_environment({"HARVESTER_RUN_AIRFLOW_PORT": "9090"}).airflow == 9090
+    assert StackPorts.from_environment({"HARVESTER_RUN_AIRFLOW_PORT": "9090"}).airflow == 9090
     stack = LocalStack(root=tmp_path, environ={"PATH": "/usr/bin"})
     env = stack.environment()
     assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
@@ -126,7 +175,21 @@ def test_the_environment_file_is_owner_only(tmp_path: Path) -> None:
     path.chmod(0o644)  # a file left by an older version, world-readable
     stack.write_environment_file({"HARVESTER_MONGO_URI": "mongodb://u:secret@127.0.0.1:1/x", "HOME": "/root"})
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert path.read_text() == 'export HARVESTER_MONGO_URI="mongodb://u:secret@127.0.0.1:1/x"\n'
+    assert path.read_text() == ('export HARVESTER_MONGO_URI="mongodb://u:secret@127.0.0.1:1/x"\n'
+                                f'export PATH="{stack.bin}:$PATH"\n')
     path.unlink()
     stack.write_environment_file({"HARVESTER_X": "1"})
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_sourcing_the_environment_file_puts_the_harvester_command_on_path(tmp_path: Path) -> None:
+    """The README shows `harvester ...` bare after `source var/run/harvester.env` (issue 22)."""
+    import subprocess
+
+    stack = LocalStack(root=tmp_path, environ={"PATH": "/usr/bin:/bin"})
+    stack.run_dir.mkdir(parents=True)
+    stack.write_environment_file({"HARVESTER_REDIS_URL": "redis://127.0.0.1:1/0"})
+    found = subprocess.run(["bash", "-c", f"source {stack.run_dir / 'harvester.env'} && command -v harvester "
+                            "&& command -v airflow && echo $HARVESTER_REDIS_URL"],
+                           env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
+    assert found.stdout.split() == [str(stack.bin / "harvester"), str(stack.bin / "airflow"), "redis://127.0.0.1:1/0"]

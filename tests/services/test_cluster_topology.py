@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from harvester.services import readiness
 from harvester.services.cluster import CELERY_APP, Cluster, ClusterPorts, WorkerHost
 from harvester.settings import REPOSITORY_ROOT
 
@@ -78,8 +79,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, mongo_server, demo_site_se
 
 
 def run_to_the_end(cluster: Cluster, dag_id: str, timeout: float = 300, run_id: str | None = None) -> dict[str, Any]:
-    run_id = run_id or cluster.trigger(dag_id)
-    run = cluster.wait_for_run(dag_id, run_id, timeout=timeout)
+    run_id = run_id or cluster.airflow_api.trigger(dag_id)
+    run = cluster.airflow_api.wait_for_run(dag_id, run_id, timeout=timeout)
     assert run["state"] == "success", (
         f"{dag_id} {run_id}: {run['state']}, tasks {run['task_states']}\n"
         + "\n".join(cluster.log_tail(name, 15) for name in ("airflow-worker", "airflow-triggerer", "distributor",
@@ -90,7 +91,7 @@ def run_to_the_end(cluster: Cluster, dag_id: str, timeout: float = 300, run_id: 
 
 def report_of(cluster: Cluster, dag_id: str, run_id: str, task_id: str = "report") -> dict[str, Any]:
     """A task's return value (XCom) through the REST API."""
-    with cluster.api() as client:
+    with cluster.airflow_api.client() as client:
         response = client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value")
         response.raise_for_status()
     value = response.json()["value"]
@@ -132,7 +133,7 @@ def test_a_harvest_runs_on_the_production_topology_and_survives_losing_a_worker_
     cluster.start_host(HOST_B)
     assert batches_received(cluster, HOST_B) == 0
     cluster.kill_host(HOST_A)
-    assert not Cluster.celery_nodes_answer(cluster.redis_url, HOST_A.node_names()[:1])
+    assert not readiness.celery_nodes_answer(cluster.redis_url, HOST_A.node_names()[:1])
     ping = compose_healthcheck(cluster, str(cluster.bin / "celery"), "-A", CELERY_APP, "inspect", "ping",
                                "-d", HOST_A.node_names()[0])
     assert ping.returncode != 0, "the healthcheck of a dead host must fail"
@@ -151,7 +152,7 @@ def test_a_page_slots_run_and_a_browser_harvest_succeed_on_the_production_topolo
     there as a harvester.host_page_slot task; the slot's Chromium renders every page through the SG proxy."""
     rendered = mongo_server.client()[cluster.mongo_database]["demo_shop_rendered"]
     sg_proxy.reset()
-    browser_run = cluster.trigger("harvest_demo_shop_browser")
+    browser_run = cluster.airflow_api.trigger("harvest_demo_shop_browser")
     slots_run = run_to_the_end(cluster, "page_slots", timeout=300)
     assert set(slots_run["task_states"].values()) == {"success"}, slots_run["task_states"]  # ran, not skipped
     browser = run_to_the_end(cluster, "harvest_demo_shop_browser", timeout=300, run_id=browser_run)

@@ -11,8 +11,8 @@ import json
 import time
 
 import pytest
-from harvester.demo_site.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER, POLITE_AGENT
 from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
+from harvester_demo.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER, POLITE_AGENT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

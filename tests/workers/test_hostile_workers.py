@@ -77,7 +77,7 @@ def test_discovered_links_to_refused_addresses_and_robots_disallowed_paths_are_d
                                                                                       configure_settings) -> None:
     settings = configure_settings(output_sink="discard")
     guard = AddressGuard(parse_allowed_networks("127.0.0.1/32"))
-    robots = RobotsCache(redis_client)
+    robots = RobotsCache(redis_client, cache_seconds=24 * 3600.0)
     robots._remember(RobotsRules("http://127.0.0.1:8", "User-agent: *\nDisallow: /private/\n", 200))
     follower = LinkFollower(URLStore(redis_client), RunFrontier(redis_client), Intake(redis_client, settings),
                             DataHandler(settings), packages=lambda: None,  # type: ignore[arg-type,return-value]
@@ -98,7 +98,7 @@ def test_discovered_links_to_refused_addresses_and_robots_disallowed_paths_are_d
 
 
 def test_per_host_per_minute_is_held_at_fetch_time_across_callers(redis_client) -> None:
-    gate = HostRateGate(redis_client, window_seconds=2.0, max_wait_seconds=10.0)
+    gate = HostRateGate(redis_client, window_seconds=2.0, max_wait_seconds=10.0, hold_seconds=120.0)
     limits = HostLimits(per_minute=3)
 
     async def start_six() -> list[float]:
@@ -115,7 +115,7 @@ def test_per_host_per_minute_is_held_at_fetch_time_across_callers(redis_client) 
 
 
 def test_crawl_delay_spaces_request_starts_and_max_active_is_released(redis_client) -> None:
-    gate = HostRateGate(redis_client, window_seconds=60.0, max_wait_seconds=0.5)
+    gate = HostRateGate(redis_client, window_seconds=60.0, max_wait_seconds=0.5, hold_seconds=120.0)
     spaced = HostLimits(min_interval_seconds=0.4)
 
     async def two() -> list[float]:

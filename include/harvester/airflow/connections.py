@@ -42,7 +42,7 @@ class AirflowConnectionResolver:
 
         try:
             hook = MongoHook(mongo_conn_id=connection_id)
-        except Exception as error:
+        except Exception as error:  # only AirflowNotFoundException (no stable import path) means None; re-raised
             if _is_not_found(error):
                 return None
             raise
@@ -79,7 +79,7 @@ def _connection_fields(connection_id: str) -> ConnectionFields | None:
 
     try:
         return _fields(BaseHook.get_connection(connection_id))
-    except Exception as error:
+    except Exception as error:  # only AirflowNotFoundException (no stable import path) means None; re-raised
         if _is_not_found(error):
             return None
         raise
@@ -91,7 +91,7 @@ async def _aconnection_fields(connection_id: str) -> ConnectionFields | None:
 
     try:
         return _fields(await BaseHook.aget_connection(connection_id))
-    except Exception as error:
+    except Exception as error:  # only AirflowNotFoundException (no stable import path) means None; re-raised
         if _is_not_found(error):
             return None
         raise

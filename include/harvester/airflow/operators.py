@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # pymongo and redis load at run time only: DAG files import t
     import pymongo.database
     import redis
 
+    from harvester.scraping.robots import RobotsCache
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -45,13 +47,13 @@ __all__ = [
 ]
 
 
-def output_database_name(source: SourceConfig, settings: HarvesterSettings | None = None) -> str:
-    return source.output.database or (settings or get_settings()).mongo_database
+def output_database_name(source: SourceConfig, settings: HarvesterSettings) -> str:
+    return source.output.database or settings.mongo_database
 
 
-def output_asset(source: SourceConfig) -> Asset:
+def output_asset(source: SourceConfig, settings: HarvesterSettings) -> Asset:
     """The Airflow Asset of a source's output collection: downstream DAGs schedule on it."""
-    database = output_database_name(source)
+    database = output_database_name(source, settings)
     return Asset(
         name=f"{database}.{source.output_collection}",
         uri=f"mongodb://{source.output.connection_id}/{database}/{source.output_collection}",
@@ -72,7 +74,7 @@ class _Connections:
 
     @property
     def redis(self) -> redis.Redis:
-        return redis_client(REDIS_DEFAULT, self.settings)
+        return redis_client(REDIS_DEFAULT, settings=self.settings)
 
 
 @contextlib.contextmanager
@@ -104,24 +106,22 @@ def plan_run(source: SourceConfig, airflow_run_id: str, params: dict[str, Any] |
     return result.to_dict()
 
 
-def _robots_cache(settings: Any) -> Any:
+def _robots_cache(settings: HarvesterSettings) -> RobotsCache:
     """The workers' robots.txt cache in Redis: planning drops URLs a cached robots.txt disallows."""
     from harvester.connections import REDIS_DEFAULT, redis_client
     from harvester.scraping.robots import RobotsCache
 
-    return RobotsCache.from_settings(settings, redis_client(REDIS_DEFAULT, settings))
+    return RobotsCache.from_settings(settings, redis_client(REDIS_DEFAULT, settings=settings))
 
 
 def produce_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
-    from harvester.distributor.intake import Intake
     from harvester.producer.producer import Producer
     from harvester.storage.runs import RunStore
 
     with _connections(source) as connections:
         settings = connections.settings
         database = connections.database(connections.main, settings.mongo_database)
-        producer = Producer(database, connections.redis, Intake(connections.redis, settings),
-                            push_batch_size=settings.producer_push_batch_size)
+        producer = Producer.from_settings(settings, database, connections.redis)
         result = producer.produce(source, run_id)
         RunStore(database).record_produce(source.name, run_id, result.to_dict())
     log.info("run %s of %s: claimed %s packages, pushed %s tasks to intake (%s stale packages resumed)",
@@ -140,7 +140,7 @@ def report_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
             connections.redis,
         )
         report = monitor.report(source.name, source.output_collection, run_id,
-                                attributes=list(source.attributes), drift_threshold=source.drift_threshold)
+                                attributes=source.record_attributes, drift_threshold=source.drift_threshold)
     if report.get("selector_drift"):
         log.warning("selector drift in run %s of %s: %s (share of records down by at least %s points from the "
                     "median of previous runs)", run_id, source.name, ", ".join(report["selector_drift"]),
@@ -269,5 +269,5 @@ def add_producer_tasks(source: SourceConfig) -> None:
     plan = PlanOperator(task_id="plan", source=source)
     produce = ProduceOperator(task_id="produce", source=source)
     wait = HarvestSensor(task_id="wait_for_harvest", source=source)
-    report = ReportOperator(task_id="report", source=source, outlets=[output_asset(source)])
+    report = ReportOperator(task_id="report", source=source, outlets=[output_asset(source, get_settings())])
     plan >> produce >> wait >> report

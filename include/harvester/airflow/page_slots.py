@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import redis
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from harvester.errors import StorageError
 from harvester.settings import get_settings
 
 DAG_ID = "page_slots"
@@ -76,7 +76,7 @@ class BrowserWorkTrigger(BaseTrigger):
                 if await asyncio.to_thread(has_browser_work, target):
                     yield TriggerEvent({"status": "work"})
                     return
-            except redis.RedisError as error:
+            except StorageError as error:
                 self.log.warning("page slots: Redis unavailable for now: %s", error)
             if time.time() >= self.deadline:
                 yield TriggerEvent({"status": "idle"})

@@ -67,10 +67,10 @@ class _State:
             sources = self.sources
 
         def output_database(source: SourceConfig) -> Any:
-            return mongo_client(source.output.connection_id, settings)[output_database_name(source, settings)]
+            return mongo_client(source.output.connection_id, settings=settings)[output_database_name(source, settings)]
 
         # the connection factory resolves the ids through Airflow here (mongo_default, redis_default)
-        database = mongo_client(MONGO_DEFAULT, settings)[settings.mongo_database]
+        database = mongo_client(MONGO_DEFAULT, settings=settings)[settings.mongo_database]
         return HarvestViews(redis_client(settings=settings), database, sources, output_database, settings)
 
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, ParamSpec, TypeVar
 
-import pymongo
-import redis
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from harvester.connections import (
@@ -25,7 +23,18 @@ from harvester.connections import (
     mongo_client_for,
     redis_client_for,
 )
+from harvester.errors import StorageError, mongo_storage_errors, redis_storage_errors
 from harvester.producer.progress import RunMonitor
+from harvester.settings import get_settings
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _storage_call(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``function``'s result; RunMonitor reads MongoDB and Redis itself, so their errors are wrapped here."""
+    with mongo_storage_errors(), redis_storage_errors():
+        return function(*args, **kwargs)
 
 
 class HarvestProgressTrigger(BaseTrigger):
@@ -63,8 +72,9 @@ class HarvestProgressTrigger(BaseTrigger):
         monitor = await self._monitor()
         while True:
             try:
-                progress = await asyncio.to_thread(monitor.measure, self.source, self.output_collection, self.run_id)
-            except (pymongo.errors.PyMongoError, redis.RedisError) as error:
+                progress = await asyncio.to_thread(
+                    _storage_call, monitor.measure, self.source, self.output_collection, self.run_id)
+            except StorageError as error:
                 # A blip must not fail a long run: log it and look again at the next poll.
                 self.log.warning("progress of %s unavailable for now: %s", self.run_id, str(error).splitlines()[0])
             else:
@@ -80,8 +90,10 @@ class HarvestProgressTrigger(BaseTrigger):
     async def _monitor(self) -> RunMonitor:
         """Resolve the ids in the triggerer; the clients are the triggerer process's cached ones, shared
         by every trigger it runs (one pool per server, not one per deferred sensor)."""
-        main = await aresolve_mongo(self.mongo_connection_id)
-        output = await aresolve_mongo(self.output_connection_id)
-        redis_target = await aresolve_redis(self.redis_connection_id)
-        return RunMonitor(mongo_client_for(main)[self.database], mongo_client_for(output)[self.output_database],
+        settings = get_settings()  # the triggerer's own environment: the trigger carries ids only
+        main = await aresolve_mongo(self.mongo_connection_id, settings)
+        output = await aresolve_mongo(self.output_connection_id, settings)
+        redis_target = await aresolve_redis(self.redis_connection_id, settings)
+        return RunMonitor(mongo_client_for(main, settings)[self.database],
+                          mongo_client_for(output, settings)[self.output_database],
                           redis_client_for(redis_target))

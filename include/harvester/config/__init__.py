@@ -1,5 +1,16 @@
 """The config layer: one YAML file per source, validated into a :class:`SourceConfig`."""
 
+from harvester.config.attributes import (
+    ELEMENT_SELECTOR_KINDS,
+    JSON_PREFIX,
+    XPATH_PREFIX,
+    ListingRecords,
+    RecordItem,
+    StructuredPath,
+    compile_jmespath,
+    meta_expression,
+    scalar_type,
+)
 from harvester.config.browser import (
     Action,
     BrowserOptions,
@@ -19,13 +30,16 @@ from harvester.config.loader import (
     get_source,
     load_source_file,
     load_sources,
+    parse_source,
 )
-from harvester.config.model import MAX_BATCH_SIZE, XPATH_PREFIX, Attribute, SourceConfig, format_duration
+from harvester.config.model import MAX_BATCH_SIZE, Attribute, SourceConfig, format_duration
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM, RunOptions
 from harvester.errors import SourceConfigError
 
 __all__ = [
     "BATCH_SIZE_PARAM",
+    "ELEMENT_SELECTOR_KINDS",
+    "JSON_PREFIX",
     "MAX_BATCH_SIZE",
     "MAX_PACKAGES_PARAM",
     "SOURCE_SUFFIXES",
@@ -37,18 +51,25 @@ __all__ = [
     "ClickSpec",
     "DelayWait",
     "DismissSpec",
+    "ListingRecords",
     "NetworkIdleWait",
     "Problem",
+    "RecordItem",
     "RunOptions",
     "ScrollSpec",
     "SelectorWait",
     "SourceConfig",
     "SourceConfigError",
     "SourceSet",
+    "StructuredPath",
     "WaitSpec",
+    "compile_jmespath",
     "default_directory",
     "format_duration",
     "get_source",
     "load_source_file",
     "load_sources",
+    "meta_expression",
+    "parse_source",
+    "scalar_type",
 ]

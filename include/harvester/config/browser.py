@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
-XPATH_PREFIX = "xpath:"
+from harvester.config.attributes import XPATH_PREFIX, check_selector
+
 MAX_ACTION_COUNT = 100
 MAX_WAIT_MS = 30_000
 ActionPages = Literal["all", "listing", "details"]
@@ -27,9 +28,7 @@ class _Strict(BaseModel):
 
 
 def _compiles(value: str) -> str:
-    from harvester.config.model import check_selector  # the attributes' own check (model imports this module)
-
-    return check_selector(value)
+    return check_selector(value)  # the attributes' own check
 
 
 Selector = Annotated[str, AfterValidator(_compiles)]

@@ -12,25 +12,31 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from croniter import croniter
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
+from harvester.config.attributes import (
+    RESERVED_FIELDS,
+    XPATH_PREFIX,
+    Attribute,
+    AttributeType,
+    ListingRecords,
+    StrictModel,
+    check_attribute_names,
+    check_extraction_rules,
+    check_link_expression,
+    check_selector,
+)
 from harvester.config.browser import BrowserOptions
 from harvester.queues import DEFAULT_QUEUE, PRIORITY_QUEUE, page_slot_queue_name
 
-AttributeType = Literal[
-    "str", "int", "float", "bool", "date", "url",
-    "list[str]", "list[int]", "list[float]", "list[bool]", "list[date]", "list[url]",
-]
+__all__ = ["RESERVED_FIELDS", "XPATH_PREFIX", "Attribute", "AttributeType", "ListingRecords", "SourceConfig",
+           "check_selector"]
+
 ResourceType = Literal[
     "image", "font", "media", "stylesheet", "script", "xhr", "fetch", "websocket", "manifest", "other"
 ]
 SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
-XPATH_PREFIX = "xpath:"
 MAX_BATCH_SIZE = 10_000
-_XPATH_NAMESPACES = {"re": "http://exslt.org/regular-expressions", "set": "http://exslt.org/sets"}
-# EXSLT regular expressions run on Python's backtracking engine inside lxml: refused (see patterns.py).
-_XPATH_REGEX_FUNCTION = re.compile(r"\bre:(?:test|match|replace)\s*\(")
-RESERVED_FIELDS = ("_id", "url", "first_seen_at", "harvested_at", "run_id")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -63,26 +69,6 @@ def check_http_url(value: str) -> str:
     return value
 
 
-def check_selector(value: str) -> str:
-    """A CSS selector (with parsel's ::text and ::attr()), or XPath after ``xpath:``; checked by compiling it."""
-    from lxml import etree  # imported lazily, and compiled without building a document: DAG parsing stays fast
-    from parsel.csstranslator import css2xpath
-
-    expression = value.strip()
-    if not expression:
-        raise ValueError("empty selector")
-    try:
-        xpath = expression[len(XPATH_PREFIX):] if expression.startswith(XPATH_PREFIX) else css2xpath(expression)
-        etree.XPath(xpath, namespaces=_XPATH_NAMESPACES)
-    except Exception as error:  # cssselect and lxml raise several unrelated types
-        raise ValueError(f"not a valid selector {value!r}: {error}") from error
-    if _XPATH_REGEX_FUNCTION.search(xpath):
-        raise ValueError("XPath regular expression functions (re:test, re:match, re:replace) run on a "
-                         "backtracking engine and are not allowed; select the nodes, then filter with the "
-                         "attribute type or listing.follow")
-    return value
-
-
 Duration = Annotated[
     timedelta,
     WithJsonSchema({
@@ -90,10 +76,6 @@ Duration = Annotated[
         "description": "A duration: 90s, 15m, 6h, 7d, 2w, or a number of seconds.",
     }),
 ]
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class RateLimit(StrictModel):
@@ -162,8 +144,10 @@ class Input(StrictModel):
 class Listing(StrictModel):
     """How listing pages lead to more pages (BFS)."""
 
-    link_selectors: list[str] = Field(min_length=1, description="CSS (or xpath:...) selecting <a> links.")
+    link_selectors: list[str] = Field(
+        default_factory=list, description="CSS (or xpath:...) selecting detail links; json:... on JSON pages.")
     next_page_selectors: list[str] = Field(default_factory=list, description="Pagination links.")
+    records: ListingRecords | None = Field(default=None, description="One record per item of the listing page.")
     follow: str = Field(default=".*", description="Regular expression a detail URL must match.")
     max_depth: int = Field(default=2, ge=0, le=50, description="BFS levels of listing pages to follow.")
     max_new_urls: int = Field(default=10_000, ge=1, description="New detail URLs per run.")
@@ -172,8 +156,15 @@ class Listing(StrictModel):
     @classmethod
     def _selectors_compile(cls, value: list[str]) -> list[str]:
         for selector in value:
-            check_selector(selector)
+            if not selector.strip().startswith("json:"):  # json: expressions are checked with the content
+                check_selector(selector)
         return value
+
+    @model_validator(mode="after")
+    def _links_or_records(self) -> Listing:
+        if not self.link_selectors and self.records is None:
+            raise ValueError("link_selectors: give link_selectors (detail pages to visit), records, or both")
+        return self
 
     @field_validator("follow")
     @classmethod
@@ -183,50 +174,6 @@ class Listing(StrictModel):
 
         compile_pattern(value)
         return value
-
-
-class Attribute(StrictModel):
-    """One field of the record: a selector and a type.
-
-    A plain string is shorthand for a CSS selector of a ``str`` (``xpath:`` prefix for XPath).
-    """
-
-    css: str | None = None
-    xpath: str | None = None
-    type: AttributeType = "str"
-    required: bool = False
-    decimal_separator: Literal[".", ","] | None = Field(
-        default=None,
-        description="int and float: the decimal mark (the other one groups thousands). "
-                    "Unset: the last of . and , when both appear; see docs/sources.md.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            if value.strip().startswith(XPATH_PREFIX):
-                return {"xpath": value.strip()[len(XPATH_PREFIX):]}
-            return {"css": value}
-        return value
-
-    @field_validator("css")
-    @classmethod
-    def _css_compiles(cls, value: str | None) -> str | None:
-        return value if value is None else check_selector(value)
-
-    @field_validator("xpath")
-    @classmethod
-    def _xpath_compiles(cls, value: str | None) -> str | None:
-        return value if value is None else check_selector(XPATH_PREFIX + value)[len(XPATH_PREFIX):]
-
-    @model_validator(mode="after")
-    def _one_selector(self) -> Attribute:
-        if (self.css is None) == (self.xpath is None):
-            raise ValueError("give exactly one of css or xpath")
-        if self.decimal_separator is not None and self.type.removeprefix("list[").rstrip("]") not in ("int", "float"):
-            raise ValueError("decimal_separator: only int and float attributes read numbers")
-        return self
 
 
 class Output(StrictModel):
@@ -251,7 +198,10 @@ class SourceConfig(StrictModel):
     harvesting_lag: Duration = Field(default=timedelta(days=1))
     input: Input
     listing: Listing | None = None
-    attributes: dict[str, Attribute] = Field(min_length=1)
+    content: Literal["html", "json"] = Field(
+        default="html", description="What the pages are: HTML, or JSON responses (APIs) read with json: selectors.")
+    attributes: dict[str, Attribute] = Field(
+        default_factory=dict, description="Fields of a detail page's record (at least one, unless listing.records).")
     output: Output = Field(default_factory=Output)
     retries: int = Field(default=3, ge=0, le=20)
     timeout: float = Field(default=30.0, gt=0, le=600, description="Seconds per request.")
@@ -305,11 +255,7 @@ class SourceConfig(StrictModel):
     @field_validator("attributes")
     @classmethod
     def _attribute_names(cls, value: dict[str, Attribute]) -> dict[str, Attribute]:
-        for name in value:
-            if name in RESERVED_FIELDS:
-                raise ValueError(f"{name!r} is reserved: Harvester writes {', '.join(RESERVED_FIELDS)} itself")
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                raise ValueError(f"{name!r} is not a usable record field name (letters, digits and _)")
+        check_attribute_names(value)
         return value
 
     @model_validator(mode="after")
@@ -322,13 +268,25 @@ class SourceConfig(StrictModel):
             raise ValueError("listing: input.kind is listing, so a listing section must say which links to follow")
         if self.input.kind == "details" and self.listing is not None:
             raise ValueError("input.kind: the source has a listing section but its input is details pages")
+        records = self.listing.records if self.listing is not None else None
+        key_given = "key" in self.output.model_fields_set
+        check_extraction_rules(self.content, self.render, self.attributes, records, self.output.key, key_given,
+                               bool(self.listing and self.listing.link_selectors))
+        if self.listing is not None:
+            for link in (*self.listing.link_selectors, *self.listing.next_page_selectors):
+                check_link_expression(link, self.content)
+        if records is not None:  # the records' key is the collection's (check_extraction_rules held them equal)
+            if not key_given:
+                object.__setattr__(self, "output", self.output.model_copy(update={"key": list(records.key)}))
+            return self
         known = {"url", *self.attributes}
         for field in self.output.key:
             if field not in known:
                 raise ValueError(f"output.key: {field!r} is neither url nor an attribute of this source")
-            if field != "url" and self.attributes[field].type.startswith("list["):
-                raise ValueError(f"output.key: {field!r} is a list attribute; key fields must be url or "
-                                 "scalar attributes")
+            if field != "url" and (self.attributes[field].type.startswith("list[")
+                                   or self.attributes[field].type in ("price", "present")):
+                raise ValueError(f"output.key: {field!r} is a {self.attributes[field].type} attribute; key fields "
+                                 "must be url or plain scalar attributes")
         return self
 
     @property
@@ -337,6 +295,12 @@ class SourceConfig(StrictModel):
         if self.render == "browser":
             return page_slot_queue_name(str(self.country))
         return PRIORITY_QUEUE if self.priority == "high" else DEFAULT_QUEUE
+
+    @property
+    def record_attributes(self) -> list[str]:
+        """Every field a record of this source may have: detail attributes, then listing records' ones."""
+        records = self.listing.records if self.listing is not None else None
+        return list(dict.fromkeys([*self.attributes, *(records.attributes if records else {})]))
 
     @property
     def output_collection(self) -> str:

@@ -15,17 +15,28 @@ from harvester.config.model import SourceConfig, format_duration
 
 SCHEMA_FILE_NAME = "source.schema.json"
 SCHEMA_ID = "https://harvester.local/schemas/source.schema.json"
+_SHORTHAND_MODELS = ("#/$defs/StructuredPath", "#/$defs/RecordItem")
 
 
 def source_json_schema() -> dict[str, Any]:
     schema = SourceConfig.model_json_schema()
     # The model accepts a plain string for an attribute (a CSS selector of a str); say so to editors.
-    schema["properties"]["attributes"]["additionalProperties"] = {
+    shorthand = {
         "anyOf": [
             {"$ref": "#/$defs/Attribute"},
-            {"type": "string", "description": "Shorthand: a CSS selector (or xpath:...) of a str attribute."},
+            {"type": "string", "description": "Shorthand: a CSS selector (or xpath:..., json:...) of a str attribute."},
         ]
     }
+    schema["properties"]["attributes"]["additionalProperties"] = shorthand
+    schema["$defs"]["ListingRecords"]["properties"]["attributes"]["additionalProperties"] = shorthand
+    # jsonld: "name" is a path over every item; item: "li.card" a CSS selector of the items
+    for definition in schema["$defs"].values():
+        for prop in definition.get("properties", {}).values():
+            options = prop.get("anyOf") or ([{"$ref": prop["$ref"]}] if "$ref" in prop else [])
+            if any(option.get("$ref") in (_SHORTHAND_MODELS) for option in options):
+                prop.pop("$ref", None)
+                prop["anyOf"] = [*options, {"type": "string", "description": "Shorthand: the path (or the CSS "
+                                                                             "selector of the items)."}]
     lag = schema["properties"]["harvesting_lag"]
     lag["default"] = format_duration(SourceConfig.model_fields["harvesting_lag"].default)
     schema["properties"]["schedule"]["examples"] = ["@daily", "0 */6 * * *", None]

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import redis
 
     from harvester.distributor.dead_letters import DeadLetter, DeadLetters
+    from harvester.settings import HarvesterSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,22 +44,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     dead.set_defaults(handler=_dead_letters)
 
 
-def _redis_client() -> redis.Redis:
+def _settings() -> HarvesterSettings:
+    """This process's settings: each command is an entry point, and reads the environment once."""
+    from harvester.settings import get_settings
+
+    return get_settings()
+
+
+def _redis_client(settings: HarvesterSettings, blocking_seconds: float | None = None) -> redis.Redis:
     from harvester.connections import REDIS_DEFAULT, redis_client
 
-    return redis_client(REDIS_DEFAULT)
+    return redis_client(REDIS_DEFAULT, settings=settings, blocking_seconds=blocking_seconds)
 
 
 def _distributor(args: argparse.Namespace) -> int:
-    from harvester.connections import REDIS_DEFAULT, redis_client
     from harvester.distributor.service import MAX_WAIT_SECONDS, Distributor
     from harvester.metrics.collector import serve_metrics
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    distributor = Distributor(_redis_client(), name=args.name,
-                              blocking_client=redis_client(REDIS_DEFAULT, blocking_seconds=MAX_WAIT_SECONDS))
-    serve_metrics(_redis_client())  # on HARVESTER_METRICS_PORT; read from Redis at each scrape
+    settings = _settings()
+    distributor = Distributor(_redis_client(settings), settings, name=args.name,
+                              blocking_client=_redis_client(settings, blocking_seconds=MAX_WAIT_SECONDS))
+    serve_metrics(_redis_client(settings), settings)  # on HARVESTER_METRICS_PORT; read from Redis at each scrape
     signal.signal(signal.SIGTERM, distributor.handle_signal)
     signal.signal(signal.SIGINT, distributor.handle_signal)
     distributor.run(max_seconds=args.max_seconds)
@@ -70,17 +78,18 @@ def _health(args: argparse.Namespace) -> int:
     import socket
     import time
 
-    import redis
-
+    from harvester.errors import StorageError, redis_storage_errors
     from harvester.redis_keys import distributor_heartbeat
 
     name = args.name or socket.gethostname()
     try:
-        client = _redis_client()
-        raw = client.get(distributor_heartbeat(name))
-        client.close()
-    except redis.RedisError as error:
-        print(f"distributor {name}: Redis unreachable ({type(error).__name__}: {error})", file=sys.stderr)
+        with redis_storage_errors():
+            client = _redis_client(_settings())
+            raw = client.get(distributor_heartbeat(name))
+            client.close()
+    except StorageError as error:
+        cause = type(error.backend_error or error).__name__
+        print(f"distributor {name}: Redis unreachable ({cause}: {error})", file=sys.stderr)
         return 1
     if raw is None:
         print(f"distributor {name}: no heartbeat", file=sys.stderr)
@@ -98,7 +107,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
 
     from harvester.distributor.dead_letters import DeadLetters
 
-    dead_letters = DeadLetters(_redis_client())
+    dead_letters = DeadLetters(_redis_client(_settings()))
     if args.action == "show":
         return _show_dead_letter(dead_letters, args)
     if args.action == "list":
@@ -129,12 +138,11 @@ def _dead_letters(args: argparse.Namespace) -> int:
 def _with_snapshot(source: str, entries: list[DeadLetter]) -> set[str]:
     """Task ids of ``entries`` whose page snapshot is kept (none when MongoDB cannot say)."""
     from harvester.errors import StorageError
-    from harvester.settings import get_settings
     from harvester.storage.snapshots import SnapshotStore
 
     task_ids = [entry.message.get("task_id") for entry in entries if isinstance(entry.message, dict)]
     try:
-        return SnapshotStore.from_settings(get_settings()).existing(source, [t for t in task_ids if t])
+        return SnapshotStore.from_settings(_settings()).existing(source, [t for t in task_ids if t])
     except StorageError:
         return set()
 
@@ -144,7 +152,6 @@ def _show_dead_letter(dead_letters: DeadLetters, args: argparse.Namespace) -> in
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from harvester.settings import get_settings
     from harvester.storage.snapshots import SnapshotStore
 
     if not args.task:
@@ -158,7 +165,7 @@ def _show_dead_letter(dead_letters: DeadLetters, args: argparse.Namespace) -> in
     when = datetime.fromtimestamp(letter.failed_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
     print(f"task {args.task} of {args.source}: {message.get('url', '?')}")
     print(f"  failed {when} UTC after attempt {message.get('attempt', '?')}: {letter.reason}")
-    snapshot = SnapshotStore.from_settings(get_settings()).get(args.source, args.task)
+    snapshot = SnapshotStore.from_settings(_settings()).get(args.source, args.task)
     if snapshot is None:
         print("  no snapshot of the page (HTTP pages keep none; browser snapshots expire)")
         return 0

@@ -18,7 +18,7 @@ from harvester.distributor.messages import TaskMessage
 from harvester.distributor.store import wake_distributors
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 PUSH_CHUNK = 1000  # values per RPUSH command
 PIPELINE_CHUNK = 10_000  # messages per pipeline round trip
@@ -94,9 +94,9 @@ def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
 class Intake:
     """The per-source intake lists in Redis."""
 
-    def __init__(self, redis_client: redis.Redis, settings: HarvesterSettings | None = None) -> None:
+    def __init__(self, redis_client: redis.Redis, settings: HarvesterSettings) -> None:
         self.redis = redis_client
-        self.settings = settings or get_settings()
+        self.settings = settings
 
     @redis_storage_errors()
     def register_source(self, source: SourceConfig) -> None:

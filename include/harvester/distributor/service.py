@@ -37,7 +37,7 @@ from harvester.distributor.store import Admission, RateLimitStore
 from harvester.errors import ShutdownRequested, StorageUnavailableError
 from harvester.queues import kombu_queue
 from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys, distributor_heartbeat
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 log = logging.getLogger("harvester.distributor")
 
@@ -141,7 +141,7 @@ class Distributor:
     def __init__(
         self,
         redis_client: redis.Redis,
-        settings: HarvesterSettings | None = None,
+        settings: HarvesterSettings,
         app: Celery | None = None,
         blocking_client: redis.Redis | None = None,
         on_dead_letters: Callable[[str, list[str]], None] | None = None,
@@ -149,7 +149,7 @@ class Distributor:
     ) -> None:
         self.name = name or socket.gethostname()
         self._heartbeat_at = float("-inf")
-        self.settings = settings or get_settings()
+        self.settings = settings
         self.redis = redis_client
         self.blocking = blocking_client or blocking_twin(redis_client, MAX_WAIT_SECONDS)
         self.store = RateLimitStore(redis_client, self.settings)

@@ -25,7 +25,7 @@ from harvester.distributor.messages import TaskMessage
 from harvester.distributor.scripts import ScriptPipeline, Scripts, text
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SourceKeys
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 from harvester.source_stats import SourceStats
 
 SIGNAL_BACKLOG = 64  # wake-up tokens kept at most; one is enough to wake a distributor
@@ -134,11 +134,10 @@ class RateLimitStore:
     """Admission, leases, retries and stats of every source, shared by all distributors and workers."""
 
     def __init__(
-        self, redis_client: redis.Redis, settings: HarvesterSettings | None = None,
-        retry_policy: RetryPolicy | None = None,
+        self, redis_client: redis.Redis, settings: HarvesterSettings, retry_policy: RetryPolicy | None = None,
     ) -> None:
         self.redis = redis_client
-        self.settings = settings or get_settings()
+        self.settings = settings
         self.retry_policy = retry_policy or RetryPolicy.from_settings(self.settings)
         self.scripts = Scripts(redis_client)
 

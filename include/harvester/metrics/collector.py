@@ -17,10 +17,11 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from harvester.errors import StorageError
 from harvester.metrics.recording import FETCH_SECONDS, QUEUE_LATENCY_SECONDS
 from harvester.metrics.slots import read_proxy_bytes, slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, read_snapshot
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +37,23 @@ TASK_COUNTERS = {
 }
 
 
+# What extraction counts per attribute (harvester.scraping.extraction.Problem kinds).
+EXTRACTION_PROBLEM_KINDS = ("missing", "wrong_type", "too_long", "too_large", "too_deep", "bad_json", "bad_data",
+                            "bad_selector")
+
+
 class HarvesterCollector(Collector):
     """Reads one :class:`HarvestSnapshot` per scrape and yields every metric of it."""
 
-    def __init__(self, client: redis.Redis, settings: HarvesterSettings | None = None) -> None:
+    def __init__(self, client: redis.Redis, settings: HarvesterSettings) -> None:
         self.client = client
-        self.settings = settings or get_settings()
+        self.settings = settings
 
     def collect(self) -> Iterator[Metric]:
         try:
             snapshot = read_snapshot(self.client, self.settings)
             proxy_bytes = read_proxy_bytes(self.client)
-        except redis.RedisError as error:
+        except StorageError as error:
             log.warning("metrics scrape: Redis unavailable: %s", error)
             up = GaugeMetricFamily("harvester_redis_up", "1 when the collector could read Redis.")
             up.add_metric([], 0)
@@ -114,7 +120,7 @@ class HarvesterCollector(Collector):
                 requests.add_metric([name, outcome, status], amount)
             for kind, family in records.items():
                 family.add_metric([name], source.outcome(f"records_{kind}"))
-            for kind in ("missing", "wrong_type"):
+            for kind in EXTRACTION_PROBLEM_KINDS:
                 for attribute, amount in sorted(source.outcomes_with_prefix(f"{kind}:").items()):
                     problems.add_metric([name, attribute, kind], amount)
             for field, family in tasks.items():
@@ -167,16 +173,14 @@ class HarvesterCollector(Collector):
         yield from (depth, slots, proxy)
 
 
-def metrics_registry(client: redis.Redis, settings: HarvesterSettings | None = None) -> CollectorRegistry:
+def metrics_registry(client: redis.Redis, settings: HarvesterSettings) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HarvesterCollector(client, settings))
     return registry
 
 
-def serve_metrics(client: redis.Redis, settings: HarvesterSettings | None = None
-                  ) -> tuple[WSGIServer, threading.Thread] | None:
+def serve_metrics(client: redis.Redis, settings: HarvesterSettings) -> tuple[WSGIServer, threading.Thread] | None:
     """Serve /metrics on ``metrics_host:metrics_port`` from a daemon thread; None when the port is 0."""
-    settings = settings or get_settings()
     if not settings.metrics_port:
         return None
     server, thread = start_http_server(settings.metrics_port, addr=settings.metrics_host,

@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 
+from harvester.errors import redis_storage_errors
 from harvester.redis_keys import PageSlotKeys
 
 
@@ -34,6 +35,7 @@ class SlotRecord:
 KEYS = PageSlotKeys()
 
 
+@redis_storage_errors()
 def read_slot_records(client: redis.Redis) -> list[SlotRecord]:
     """Every slot record, in two round trips (ids, then the records)."""
     slot_ids = sorted(_text(slot_id) for slot_id in client.smembers(KEYS.all_slots))
@@ -57,6 +59,7 @@ def slots_by_country_and_state(records: list[SlotRecord]) -> dict[str, dict[str,
     return {country: dict(states) for country, states in sorted(counts.items())}
 
 
+@redis_storage_errors()
 def read_proxy_bytes(client: redis.Redis) -> dict[str, int]:
     """Bytes browsed through each country's proxy."""
     prefix = "country:"
@@ -64,6 +67,7 @@ def read_proxy_bytes(client: redis.Redis) -> dict[str, int]:
             ((_text(k), v) for k, v in client.hgetall(KEYS.proxy_bytes).items()) if name.startswith(prefix)}
 
 
+@redis_storage_errors()
 def read_last_decision(client: redis.Redis) -> dict[str, Any] | None:
     """The allocator's last decision (slots per country and why), or None before its first run."""
     raw = client.get(KEYS.last_decision)

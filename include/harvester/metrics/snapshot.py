@@ -14,10 +14,11 @@ from typing import Any
 
 import redis
 
+from harvester.errors import redis_storage_errors
 from harvester.metrics.recording import BUCKETS, INFINITY
 from harvester.metrics.slots import SlotRecord, read_slot_records
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 from harvester.source_stats import SourceStats
 
 BASE_QUEUES = ("priority", "default", "pageslots")
@@ -111,10 +112,9 @@ def parse_histogram(name: str, fields: dict[str, str]) -> Histogram:
                      count=int(float(fields.get(f"{name}:count", running))))
 
 
-def read_snapshot(client: redis.Redis, settings: HarvesterSettings | None = None,
-                  only: list[str] | None = None) -> HarvestSnapshot:
+@redis_storage_errors()
+def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[str] | None = None) -> HarvestSnapshot:
     """The snapshot of every registered source (or of ``only``)."""
-    settings = settings or get_settings()
     pipeline = client.pipeline(transaction=False)
     pipeline.time()
     pipeline.smembers(SOURCES_INDEX)

@@ -23,7 +23,7 @@ from harvester.errors import UnknownSource
 from harvester.metrics.slots import read_last_decision, read_proxy_bytes, slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
 from harvester.producer.progress import RunMonitor, format_eta
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 from harvester.storage.runs import RUNS_COLLECTION
 from harvester.storage.snapshots import PageSnapshot, SnapshotStore
 
@@ -164,13 +164,12 @@ class HarvestViews:
     """The page's figures. ``output_database`` maps a source to the database of its output collection."""
 
     def __init__(self, client: redis.Redis, database: Database, sources: dict[str, SourceConfig],
-                 output_database: Callable[[SourceConfig], Database], settings: HarvesterSettings | None = None
-                 ) -> None:
+                 output_database: Callable[[SourceConfig], Database], settings: HarvesterSettings) -> None:
         self.redis = client
         self.database = database
         self.sources = sources
         self.output_database = output_database
-        self.settings = settings or get_settings()
+        self.settings = settings
 
     # -- sources -----------------------------------------------------------------------------------
     def source(self, name: str) -> SourceConfig:

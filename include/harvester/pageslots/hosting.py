@@ -16,10 +16,10 @@ import threading
 from typing import Any
 
 import psutil
-import redis
 from celery.signals import worker_ready, worker_shutting_down
 
-from harvester.settings import get_settings
+from harvester.errors import StorageError
+from harvester.settings import HarvesterSettings, get_settings
 
 log = logging.getLogger("harvester.pageslots.hosting")
 _supervisor: SlotHostSupervisor | None = None
@@ -28,10 +28,10 @@ _supervisor: SlotHostSupervisor | None = None
 class SlotHostSupervisor:
     """Capacity heartbeat, dead-slot reset and orphan-browser reaping for one slot host."""
 
-    def __init__(self, host: str, capacity: int) -> None:
+    def __init__(self, host: str, capacity: int, settings: HarvesterSettings) -> None:
         from harvester.pageslots.registry import SlotHosts, SlotRegistry
 
-        self.settings = get_settings()
+        self.settings = settings
         self.host, self.capacity = host, capacity
         from harvester.connections import redis_client
 
@@ -61,16 +61,16 @@ class SlotHostSupervisor:
         while True:
             try:
                 self.beat()
-            except redis.RedisError as error:
+            except StorageError as error:
                 log.warning("slot host %s: supervisor could not reach Redis: %s", self.host, error)
-            except Exception:
+            except Exception:  # the supervisor thread outlives any one round: logged, the next beat tries again
                 log.exception("slot host %s: supervisor round failed", self.host)
             if self._stop.wait(self.interval):
                 return
 
     def stop(self) -> None:
         self._stop.set()
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(StorageError):  # the capacity expires with its heartbeat anyway
             self.hosts.withdraw(self.host)
 
 
@@ -98,7 +98,7 @@ def _start_supervisor(sender: Any = None, **_: Any) -> None:
     if sender is None or not _consumes_pageslots(sender):
         return
     capacity = int(getattr(sender.controller, "concurrency", 1) or 1)
-    _supervisor = SlotHostSupervisor(sender.hostname, capacity)
+    _supervisor = SlotHostSupervisor(sender.hostname, capacity, get_settings())  # the worker's settings, read once
     _supervisor.start()
     log.info("slot host %s: hosting up to %d page slots", sender.hostname, capacity)
 

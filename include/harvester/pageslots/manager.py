@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from harvester.errors import redis_storage_errors
 from harvester.pageslots.allocation import AllocationPolicy
 from harvester.pageslots.bookkeeping import BrowserTaskBook, CountryCensus, country_tasks, task_member
 from harvester.pageslots.proxies import ProxyNotConfigured, require_proxy
@@ -29,7 +30,7 @@ from harvester.pageslots.registry import (
     SlotTransitionRefused,
     slot_counts,
 )
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 log = logging.getLogger("harvester.pageslots")
 
@@ -118,10 +119,10 @@ DeadLetterer = Callable[[list[str], str], int]
 class PageSlotManager:
     """Allocation, preparation and idle closing over the slot records in Redis."""
 
-    def __init__(self, client: redis.Redis, settings: HarvesterSettings | None = None,
+    def __init__(self, client: redis.Redis, settings: HarvesterSettings,
                  start_slot: SlotStarter | None = None, dead_letter: DeadLetterer | None = None) -> None:
         self.redis = client
-        self.settings = settings or get_settings()
+        self.settings = settings
         self.policy = AllocationPolicy.from_settings(self.settings)  # the allocation numbers, read once
         self.registry = SlotRegistry(client)
         self.hosts = SlotHosts(client)
@@ -130,6 +131,7 @@ class PageSlotManager:
         self._dead_letter = dead_letter
 
     # -- what the sensor asks --------------------------------------------------------------------------
+    @redis_storage_errors()
     def has_work(self) -> bool:
         """Browser work waiting or running, slots with a page, or slot records to reconcile."""
         census = self.book.census()
@@ -408,7 +410,7 @@ def dead_letter_tasks(client: redis.Redis, settings: HarvesterSettings, raw_mess
                         packages = PackageStore(mongo_client(settings=settings)[settings.mongo_database])
                     packages.complete_tasks(message["source"], message["run_id"], message["package_id"],
                                             [message["task_id"]], failed=True)
-                except Exception:
+                except Exception:  # the run's sensor settles dead letters too (run-dead): nothing is stranded
                     log.exception("could not count dead task %s down in its package", message["task_id"])
     return dead
 

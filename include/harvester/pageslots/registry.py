@@ -15,7 +15,7 @@ from enum import StrEnum
 
 import redis
 
-from harvester.errors import SlotTransitionRefused
+from harvester.errors import SlotTransitionRefused, redis_storage_errors
 from harvester.pageslots.scripts import page_slot_scripts
 from harvester.redis_keys import PageSlotKeys
 
@@ -141,6 +141,7 @@ class SlotRegistry:
         self.scripts = page_slot_scripts(client)
 
     # -- reading -----------------------------------------------------------------------------------
+    @redis_storage_errors()
     def slots(self) -> list[SlotRecord]:
         """Every slot record (one round trip for the ids, one pipelined for the records)."""
         ids = sorted(_text(slot_id) for slot_id in self.redis.smembers(KEYS.all_slots))
@@ -151,6 +152,7 @@ class SlotRegistry:
             pipeline.hgetall(KEYS.slot(slot_id))
         return [SlotRecord.from_hash(fields) for fields in pipeline.execute() if fields]
 
+    @redis_storage_errors()
     def get(self, slot_id: str) -> SlotRecord | None:
         fields = self.redis.hgetall(KEYS.slot(slot_id))
         return SlotRecord.from_hash(fields) if fields else None
@@ -162,6 +164,7 @@ class SlotRegistry:
         return dict(grouped)
 
     # -- the allocator's changes ---------------------------------------------------------------------
+    @redis_storage_errors()
     def create(self, country: str, count: int) -> list[str]:
         if count <= 0:
             return []
@@ -169,12 +172,14 @@ class SlotRegistry:
                                   country=country, count=int(count), slot_prefix=KEYS.slot_prefix)
         return reply.slot_ids
 
+    @redis_storage_errors()
     def reassign(self, slot_id: str, country: str | None) -> str:
         """Delete (``country=None``) or move a slot; a busy one finishes first. Returns what happened."""
         reply = self.scripts.call("slot_reassign", KEYS, {"slot": KEYS.slot(slot_id)}, slot_id=slot_id,
                                   new_country=country or "", country_prefix=KEYS.country_slots_prefix)
         return reply.status
 
+    @redis_storage_errors()
     def reset_stale(self, stale_after_seconds: float) -> list[ResetSlot]:
         flat = self.scripts.call("slot_reset_stale", KEYS, stale_after_seconds=float(stale_after_seconds),
                                  slot_prefix=KEYS.slot_prefix, country_prefix=KEYS.country_slots_prefix).reset_slots
@@ -186,6 +191,7 @@ class SlotRegistry:
         ]
 
     # -- transitions -----------------------------------------------------------------------------------
+    @redis_storage_errors()
     def transition(
         self, slot_id: str, target: SlotState, owner: str = "", *, required: SlotState | None = None,
         min_idle_seconds: float | None = None, reason: str = "", fields: dict[str, str | int] | None = None,
@@ -208,11 +214,13 @@ class SlotRegistry:
             raise SlotTransitionRefused(slot_id, reply.status, reply.previous, target.value)
         return TransitionResult(SlotState(reply.previous), reply.outcome)
 
+    @redis_storage_errors()
     def claim(self, slot_id: str, owner: str, host: str, process_id: int, stale_after_seconds: float) -> str:
         """A host process takes a started slot; returns ok | missing | not_started | owned (then it must exit)."""
         return self.scripts.call("slot_claim", KEYS, {"slot": KEYS.slot(slot_id)}, owner=owner, host=host,
                                  process_id=process_id, stale_after_seconds=float(stale_after_seconds)).status
 
+    @redis_storage_errors()
     def heartbeat(self, slot_id: str, owner: str, browser_pid: int | None) -> Orders | None:
         """Refresh the slot's heartbeat; None when the slot is gone or no longer this process's."""
         reply = self.scripts.call("slot_heartbeat", KEYS, {"slot": KEYS.slot(slot_id)}, owner=owner,
@@ -221,6 +229,7 @@ class SlotRegistry:
             return None
         return Orders(SlotState(reply.state), reply.country, reply.retire == "1", reply.next_country)
 
+    @redis_storage_errors()
     def begin_task(self, slot_id: str, owner: str, country: str, raw_message: str, member: str) -> str:
         """PAGE_READY -> RUNNING_SCRAPING_TASK with a popped task (put back if refused); returns the status."""
         return self.scripts.call("slot_begin_task", KEYS,
@@ -240,6 +249,7 @@ class SlotHosts:
     def __init__(self, client: redis.Redis) -> None:
         self.scripts = page_slot_scripts(client)
 
+    @redis_storage_errors()
     def advertise(self, host: str, capacity: int, ttl_seconds: float) -> HostCapacity:
         reply = self.scripts.call("hosts_advertise", KEYS, host=host, capacity=int(capacity),
                                   ttl_seconds=float(ttl_seconds))

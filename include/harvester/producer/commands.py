@@ -31,7 +31,7 @@ def _runs(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     try:
-        client = mongo_client(MONGO_DEFAULT, settings)
+        client = mongo_client(MONGO_DEFAULT, settings=settings)
     except ConnectionNotFound as error:
         print(error)
         return 2
@@ -51,7 +51,8 @@ def _runs(args: argparse.Namespace) -> int:
         print(f"{args.source}: no run {args.run_id or ''}".rstrip())
         return 1
     source = get_source(args.source)
-    output = mongo_client(source.output.connection_id, settings)[source.output.database or settings.mongo_database]
+    output_client = mongo_client(source.output.connection_id, settings=settings)
+    output = output_client[source.output.database or settings.mongo_database]
     progress = RunMonitor(database, output, redis_client(settings=settings)).measure(
         args.source, source.output_collection, run["run_id"])
     if args.json:

@@ -22,6 +22,7 @@ from harvester.config.model import SourceConfig
 from harvester.distributor.messages import TaskMessage
 from harvester.producer.progress import dead_tasks_of_run
 from harvester.producer.streams import prefetch
+from harvester.settings import HarvesterSettings
 from harvester.storage.packages import PackageStore, planned_task_id
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,12 @@ class IntakeLike(Protocol):
     def push_raw(self, source: SourceConfig, raw_messages: Iterable[str]) -> int: ...
 
 
+class LiveTasks(Protocol):
+    """What the producer needs of :class:`harvester.distributor.store.RateLimitStore`."""
+
+    def live_task_ids(self, source: str, run_id: str) -> set[str]: ...
+
+
 @dataclass
 class ProduceResult:
     packages_reset: int = 0
@@ -49,26 +56,29 @@ class ProduceResult:
         return asdict(self)
 
 
-def live_task_ids(client: redis.Redis, source: str, run_id: str) -> set[str]:
-    """Ids of this run's tasks that Redis still holds: in intake, delayed for a retry, reserved or leased.
-
-    One atomic Lua call (``live_tasks.lua``): paging through intake while a distributor pops it would
-    miss tasks that moved between pages. Called once per produce step (resume), not per task.
-    """
-    from harvester.distributor import RateLimitStore
-
-    return RateLimitStore(client).live_task_ids(source, run_id)
-
-
 class Producer:
-    """Claims packages of a run and pushes their tasks, in pipelined batches."""
+    """Claims packages of a run and pushes their tasks, in pipelined batches.
 
-    def __init__(self, database: Database, redis_client: redis.Redis, intake: IntakeLike,
-                 push_batch_size: int = 2000) -> None:
+    ``live_tasks`` answers which of a run's tasks Redis still holds (in intake, delayed for a retry,
+    reserved or leased) in one atomic Lua call (``live_tasks.lua``): paging through intake while a
+    distributor pops it would miss tasks that moved between pages. Resume asks once per produce step.
+    """
+
+    def __init__(self, database: Database, redis_client: redis.Redis, intake: IntakeLike, live_tasks: LiveTasks,
+                 push_batch_size: int) -> None:
         self.packages = PackageStore(database)
         self.redis = redis_client
         self.intake = intake
+        self.live_tasks = live_tasks
         self.push_batch_size = push_batch_size
+
+    @classmethod
+    def from_settings(cls, settings: HarvesterSettings, database: Database, redis_client: redis.Redis) -> Producer:
+        """The producer of a run's ``produce`` task: intake and rate-limit store on ``redis_client``."""
+        from harvester.distributor import Intake, RateLimitStore
+
+        return cls(database, redis_client, Intake(redis_client, settings), RateLimitStore(redis_client, settings),
+                   settings.producer_push_batch_size)
 
     def resume(self, source: SourceConfig, run_id: str, result: ProduceResult | None = None) -> tuple[int, int]:
         """Put running packages whose tasks are gone from Redis back to waiting, and finish pushing the
@@ -82,7 +92,7 @@ class Producer:
         running = list(self.packages.running(source.name, run_id))
         if not running:
             return 0, 0
-        live = live_task_ids(self.redis, source.name, run_id)
+        live = self.live_tasks.live_task_ids(source.name, run_id)
         dead = dead_tasks_of_run(self.redis, source.name, run_id).by_package  # settled by the sensor, not re-run
         reset = lost = 0
         unpushed: list[str] = []

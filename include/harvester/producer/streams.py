@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
-_DONE = object()
 
 
 def prefetch(items: Iterator[T], ahead: int = 2) -> Iterator[T]:
@@ -21,10 +20,11 @@ def prefetch(items: Iterator[T], ahead: int = 2) -> Iterator[T]:
 
     An exception in the producer is raised here; closing this generator early stops the thread.
     """
-    buffer: queue.Queue[object] = queue.Queue(maxsize=max(1, ahead))
+    # an item travels boxed in a 1-tuple (so any value may be an item), an error as itself, None ends
+    buffer: queue.Queue[tuple[T] | BaseException | None] = queue.Queue(maxsize=max(1, ahead))
     stop = threading.Event()
 
-    def put(item: object) -> bool:
+    def put(item: tuple[T] | BaseException | None) -> bool:
         while not stop.is_set():
             try:
                 buffer.put(item, timeout=0.2)
@@ -36,9 +36,9 @@ def prefetch(items: Iterator[T], ahead: int = 2) -> Iterator[T]:
     def produce() -> None:
         try:
             for item in items:
-                if not put(item):
+                if not put((item,)):
                     return
-            put(_DONE)
+            put(None)
         except BaseException as error:  # handed to the consumer, which raises it
             put(error)
         finally:
@@ -49,10 +49,10 @@ def prefetch(items: Iterator[T], ahead: int = 2) -> Iterator[T]:
     thread = threading.Thread(target=produce, name="prefetch", daemon=True)
     thread.start()
     try:
-        while (item := buffer.get()) is not _DONE:
-            if isinstance(item, BaseException):
-                raise item
-            yield item  # type: ignore[misc]
+        while (entry := buffer.get()) is not None:
+            if isinstance(entry, BaseException):
+                raise entry
+            yield entry[0]
     finally:
         stop.set()
         thread.join(timeout=30)

@@ -17,9 +17,13 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from harvester.errors import AddressRefused
+
+if TYPE_CHECKING:
+    from harvester.settings import HarvesterSettings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -96,8 +100,8 @@ class AddressGuard:
         self._remembered: dict[tuple[str, int], tuple[float, str | None]] = {}
 
     @classmethod
-    def from_settings(cls, settings: object) -> AddressGuard:
-        return cls(parse_allowed_networks(getattr(settings, "allowed_private_networks", "") or ""))
+    def from_settings(cls, settings: HarvesterSettings) -> AddressGuard:
+        return cls(parse_allowed_networks(settings.allowed_private_networks))
 
     def address_refusal(self, address: IPAddress, port: int) -> str | None:
         """Why connecting to ``address``:``port`` is refused, or None."""

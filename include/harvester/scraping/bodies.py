@@ -139,7 +139,7 @@ async def read_body(raw_chunks: AsyncIterator[bytes], content_encoding: str | No
                 break
     except (zlib.error, EOFError) as error:
         raise BodyRefused(f"corrupt {content_encoding} body: {error}") from None
-    except Exception as error:
+    except Exception as error:  # brotli's error class has no stable import path: told by name, others re-raised
         if type(error).__name__ == "error" and type(error).__module__ in ("brotli", "_brotli"):
             raise BodyRefused(f"corrupt {content_encoding} body: {error}") from None
         raise

@@ -1,5 +1,6 @@
-"""`harvester try SOURCE [URL]`: fetch one page with the source's settings and show what a harvest
-would take from it (record, problems, links to follow) while writing nothing, like `scrapy parse`."""
+"""`harvester try SOURCE [URL]`: fetch one page with the source's settings (or read a saved one with
+``--html``) and show what a harvest would take from it (record, what each selector matched, problems,
+links to follow) while writing nothing, like `scrapy parse`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import json
 import sys
 from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "other URLs are detail pages)")
     parser.add_argument("--depth", type=int, default=0, help="BFS depth of a listing page (for max_depth)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--html", metavar="FILE", type=Path,
+                        help="read this saved page instead of fetching (an HTML file, or JSON for content: json)")
+    parser.add_argument("--url", dest="base_url", metavar="URL",
+                        help="with --html: the page's address (relative links resolve against it; default: the "
+                             "URL argument or the first seed)")
     parser.set_defaults(handler=_try)
 
 
@@ -37,6 +44,8 @@ def _load(reference: str) -> Any:
 def _plain(value: Any) -> Any:
     if isinstance(value, datetime | date):
         return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
     if isinstance(value, dict):
         return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -44,23 +53,43 @@ def _plain(value: Any) -> Any:
     return value
 
 
-async def try_page(source: Any, url: str, kind: str, depth: int) -> dict[str, Any]:
-    """Fetch (HTTP or Chromium) and process one page; the report `harvester try` prints."""
-    from harvester.scraping.fetcher import Fetcher
-    from harvester.scraping.page import process_page
-    from harvester.settings import get_settings
-
-    settings = get_settings()
+async def fetch_for_try(source: Any, url: str, settings: Any, kind: str = "details") -> Any:
+    """One page as `harvester try` (and `harvester suggest`) fetches it: HTTP, or the one-shot browser
+    render for browser sources. The one place these tools call the browser."""
     if source.render == "browser":
         from harvester.scraping.slot_browser import render_page
 
-        fetch = await render_page(url, source, settings, kind)
-    else:
-        async with Fetcher(settings, max_connections=2) as fetcher:
-            fetch = await fetcher.fetch(url, source)
-    page = process_page(source, kind, url, depth, fetch)
+        return await render_page(url, source, settings, kind)
+    from harvester.scraping.fetcher import Fetcher
+
+    async with Fetcher(settings, max_connections=2) as fetcher:
+        return await fetcher.fetch(url, source)
+
+
+def saved_page(path: Path, url: str) -> Any:
+    """A page saved to a file, as if it had been fetched from ``url``."""
+    from harvester.scraping.fetcher import FetchResult, decode_text
+
+    body = path.read_bytes()
+    return FetchResult(url, "ok", final_url=url, status=200, text=decode_text(body, None), size=len(body))
+
+
+def _traces(extraction: Any) -> dict[str, Any]:
+    return {name: {"selector": trace.selector, "matched": trace.matched, "samples": trace.samples,
+                   "value": _plain(trace.value), "problem": trace.problem}
+            for name, trace in (extraction.traces or {}).items()}
+
+
+async def try_page(source: Any, url: str, kind: str, depth: int, html: Path | None = None) -> dict[str, Any]:
+    """Fetch (HTTP or Chromium) and process one page, or read it from ``html``; the report `harvester try`
+    prints."""
+    from harvester.scraping.page import process_page
+    from harvester.settings import get_settings
+
+    fetch = saved_page(html, url) if html is not None else await fetch_for_try(source, url, get_settings(), kind)
+    page = process_page(source, kind, url, depth, fetch, trace=True)
     report: dict[str, Any] = {
-        "source": source.name, "url": page.url, "kind": kind, "render": source.render,
+        "source": source.name, "url": page.url, "kind": kind, "render": "file" if html else source.render,
         "outcome": fetch.counter, "status": fetch.status, "http_version": fetch.http_version or None,
         "final_url": fetch.final_url,
         "elapsed_s": round(fetch.elapsed, 3), "bytes": fetch.size, "truncated": fetch.truncated,
@@ -71,11 +100,31 @@ async def try_page(source: Any, url: str, kind: str, depth: int) -> dict[str, An
         report["record"] = _plain(page.extraction.record)
         report["problems"] = [str(problem) for problem in page.extraction.problems]
         report["rejected"] = page.extraction.rejected_reason
+        report["selectors"] = _traces(page.extraction)
+    if page.listing_records is not None:
+        listing = page.listing_records
+        report["records"] = [_plain(record) for record in listing.records]
+        report["records_items"] = listing.items
+        report["records_problem"] = str(listing.problem) if listing.problem else None
+        report["records_rejected"] = [extraction.rejected_reason for extraction in listing.rejected]
+        report["selectors"] = _traces(listing.extractions[0]) if listing.extractions else {}
+        problems = [str(problem) for extraction in listing.extractions for problem in extraction.problems]
+        report["problems"] = problems[:50]
     if page.discovery is not None:
         report["follow_details"] = page.discovery.details
         report["follow_listings"] = page.discovery.listings
         report["ignored_links"] = page.discovery.ignored
     return report
+
+
+def _print_selectors(selectors: dict[str, Any], heading: str) -> None:
+    print(f"  {heading}:")
+    for name, trace in selectors.items():
+        samples = ", ".join(json.dumps(sample, ensure_ascii=False) for sample in trace["samples"])
+        print(f"    {name:<16} {trace['selector']}")
+        print(f"    {'':<16} matched {trace['matched']}" + (f": {samples}" if samples else ""))
+        if trace["problem"]:
+            print(f"    {'':<16} problem: {trace['problem']}")
 
 
 def _print_text(report: dict[str, Any]) -> None:
@@ -85,6 +134,19 @@ def _print_text(report: dict[str, Any]) -> None:
     print(line + (" [cut at the size cap]" if report["truncated"] else ""))
     if report["reason"]:
         print(f"  reason: {report['reason']}" + ("  (would be retried)" if report["retryable"] else ""))
+    if report.get("selectors"):
+        _print_selectors(report["selectors"], "selectors (what each matched" +
+                         (", on the first item)" if "records" in report else ")"))
+    if "records" in report:
+        print(f"  records ({len(report['records'])} of {report['records_items']} items):")
+        for record in report["records"][:5]:
+            print("    " + json.dumps(record, ensure_ascii=False))
+        if len(report["records"]) > 5:
+            print(f"    ... {len(report['records']) - 5} more")
+        if report["records_problem"]:
+            print(f"  items: {report['records_problem']}")
+        for reason in report["records_rejected"][:3]:
+            print(f"  item REJECTED: {reason}")
     if "record" in report:
         if report["rejected"]:
             print(f"  REJECTED: {report['rejected']}")
@@ -111,12 +173,20 @@ def _try(args: argparse.Namespace) -> int:
     except Exception as error:  # a config error is the answer the user needs, not a traceback
         print(f"harvester try: {error}", file=sys.stderr)
         return 2
-    url = args.url or (source.input.seeds[0] if source.input.seeds else None)
+    url = args.url or args.base_url or (source.input.seeds[0] if source.input.seeds else None)
+    if args.base_url and not args.html:
+        print("harvester try: --url names the address of a page read with --html", file=sys.stderr)
+        return 2
+    if args.html is not None:
+        url = args.base_url or args.url or url or "http://saved.invalid/"
+        if not args.html.is_file():
+            print(f"harvester try: no such file: {args.html}", file=sys.stderr)
+            return 2
     if url is None:
         print("harvester try: give a URL (the source has no seed URLs)", file=sys.stderr)
         return 2
     kind = args.kind or (source.input.kind if args.url is None or url in source.input.seeds else "details")
-    report = asyncio.run(try_page(source, url, kind, args.depth))
+    report = asyncio.run(try_page(source, url, kind, args.depth, args.html))
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:

@@ -1,4 +1,14 @@
-"""Extraction: a source's attributes (CSS or XPath through parsel) into a typed record.
+"""Extraction: a source's attributes into a typed record, or a listing page's items into records.
+
+Each attribute goes through three stages, one function each, so a later stage (value rules, issue 21)
+can be added after coercion without touching the others:
+
+1. :func:`select`: the attribute's selector kind gives raw values: CSS or XPath over the HTML (an
+   element gives its normalised text), JMESPath over the page's JSON-LD, microdata or ``<meta>``
+   names, over a ``<script>``'s data, or over a JSON response or record item
+   (:class:`~harvester.scraping.structured.PageData` parses each of those once per page);
+2. :func:`post_process`: ``regex`` (RE2, the first group), ``strip``, ``join``, ``default``;
+3. :func:`coerce_values`: the ``type`` (:mod:`harvester.scraping.coercion`).
 
 The rules of DESIGN.md section 9: a missing or mistyped optional attribute is stored as null and the
 gap counted; a missing or mistyped required attribute rejects the record with the reason. Malformed
@@ -7,37 +17,42 @@ HTML never raises (lxml repairs it); a selector that cannot be evaluated is a pr
 Hostile pages are bounded: a scalar attribute takes the text of its FIRST match only (all of them,
 nested in each other, once cost 21 s and 2 GB on a 2 MB page); a value longer than
 ``max_value_length`` is refused (``too_long``), and once a page has given ``max_page_characters``
-characters the rest of its values are refused (``too_large``). Numbers are parsed as decimals, so
-integers are exact and range-checked to the int64 MongoDB stores, and ``1.234,56 €`` reads 1234.56.
+characters the rest of its values are refused (``too_large``); embedded JSON is bounded in size and
+nesting before it is parsed (``too_large``, ``too_deep``); a listing page gives at most
+:data:`MAX_RECORDS_PER_PAGE` records.
 """
 
 from __future__ import annotations
 
-import math
-import re
+import json
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
-from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parsel import Selector
 
-from harvester.config.model import Attribute, SourceConfig
+from harvester.config.attributes import ELEMENT_SELECTOR_KINDS, Attribute, RecordItem, scalar_type
+from harvester.config.model import SourceConfig
 from harvester.errors import CoercionError
-from harvester.urls import canonicalise_url
+from harvester.patterns import compile_pattern
+from harvester.scraping.coercion import INT64_MAX, INT64_MIN, coerce, coerce_value, parse_decimal
+from harvester.scraping.structured import PageData, StructuredDataError, gather, search
 
-# Digits with '.' or ',' between them; a space or apostrophe only before a group of exactly three digits.
-_NUMBER = re.compile(r"([-+\u2212]?)(\d+(?:(?:[.,]|[ '\u00a0\u202f](?=\d{3}(?!\d)))\d+)*)")
-_GROUP_SEPARATORS = re.compile(r"[ '\u00a0\u202f]")
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_TRUE = frozenset({"true", "yes", "y", "1", "on", "in stock", "available"})
-_FALSE = frozenset({"false", "no", "n", "0", "off", "out of stock", "unavailable", "sold out"})
-_DATE_FORMATS = ("%Y-%m-%d", "%d/%m/%Y", "%d.%m.%Y", "%B %d, %Y", "%d %B %Y", "%b %d, %Y", "%d %b %Y")
+if TYPE_CHECKING:
+    from harvester.settings import HarvesterSettings
+
+__all__ = ["INT64_MAX", "INT64_MIN", "MAX_RECORDS_PER_PAGE", "AttributeTrace", "CoercionError", "Extraction",
+           "Problem", "Scope", "Selection", "coerce", "coerce_values", "extract_listing_records", "extract_record",
+           "parse_decimal", "parse_html", "post_process", "select", "select_values"]
+
+MAX_RECORDS_PER_PAGE = 10_000  # items of one listing page that become records; the rest are counted, not read
+TRACE_SAMPLES = 3
+TRACE_SAMPLE_CHARACTERS = 120
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One gap in a record: ``kind`` is missing or wrong_type; ``required`` ones reject the record."""
+    """One gap in a record: ``kind`` is missing, wrong_type, too_long, too_large, too_deep, bad_json,
+    bad_selector...; ``required`` ones reject the record."""
 
     attribute: str
     kind: str
@@ -53,113 +68,28 @@ class Problem:
 
 
 @dataclass
+class AttributeTrace:
+    """What one attribute's selector matched on one page (for `harvester try`)."""
+
+    selector: str
+    matched: int
+    samples: list[str]
+    value: Any = None
+    problem: str | None = None
+
+
+@dataclass
 class Extraction:
-    """A typed record (None when rejected) and the problems found on the way."""
+    """A typed record (None when rejected), the problems found on the way, and (when asked) traces."""
 
     record: dict[str, Any] | None
     problems: list[Problem] = field(default_factory=list)
+    traces: dict[str, AttributeTrace] | None = None
 
     @property
     def rejected_reason(self) -> str | None:
         required = [str(problem) for problem in self.problems if problem.required]
         return "; ".join(required) if required else None
-
-
-def parse_decimal(text: str, decimal_separator: str | None = None) -> Decimal:
-    """The first number in ``text`` as an exact Decimal.
-
-    ``decimal_separator`` "." or "," says which one marks decimals; the other groups thousands.
-    Without it: when both appear the last one is the decimal mark (``1.234,56``, ``1,234.56``); a
-    lone "," followed by exactly three digits groups thousands (``1,234``), otherwise it is decimal
-    (``12,99``); a lone "." is decimal; a separator that appears twice groups thousands.
-    """
-    match = _NUMBER.search(text)
-    if match is None:
-        raise CoercionError(f"expected a number, got {text!r}")
-    sign, digits = match.group(1), _GROUP_SEPARATORS.sub("", match.group(2))
-    separator = decimal_separator
-    if separator is None:
-        last_dot, last_comma = digits.rfind("."), digits.rfind(",")
-        if last_dot >= 0 and last_comma >= 0:
-            separator = "." if last_dot > last_comma else ","
-        elif last_comma >= 0:
-            separator = "," if digits.count(",") == 1 and len(digits) - last_comma - 1 != 3 else "."
-        else:
-            separator = "." if digits.count(".") == 1 else ","
-    grouping = "," if separator == "." else "."
-    whole, _, fraction = digits.replace(grouping, "").partition(separator)
-    if separator in fraction:
-        raise CoercionError(f"expected one decimal mark {separator!r}, got {text!r}")
-    try:
-        number = Decimal(f"{whole}.{fraction}" if fraction else whole)
-    except InvalidOperation:
-        raise CoercionError(f"expected a number, got {text!r}") from None
-    return -number if sign in ("-", "\u2212") else number
-
-
-def _to_int(text: str, decimal_separator: str | None = None) -> int:
-    number = parse_decimal(text, decimal_separator)
-    if number != number.to_integral_value():
-        raise CoercionError(f"expected a whole number, got {text!r}")
-    value = int(number)
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise CoercionError(f"{text!r} is outside the 64-bit integer range MongoDB stores")
-    return value
-
-
-def _to_float(text: str, decimal_separator: str | None = None) -> float:
-    value = float(parse_decimal(text, decimal_separator))
-    if not math.isfinite(value):
-        raise CoercionError(f"{text!r} is too large for a float")
-    return value
-
-
-def _to_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise CoercionError(f"expected yes/no or true/false, got {text!r}")
-
-
-def _to_date(text: str) -> datetime:
-    """A date as a UTC midnight datetime: BSON has no bare date type."""
-    stripped = text.strip()
-    try:
-        moment = datetime.fromisoformat(stripped)
-    except ValueError:
-        for pattern in _DATE_FORMATS:
-            try:
-                moment = datetime.strptime(stripped, pattern)
-                break
-            except ValueError:
-                continue
-        else:
-            raise CoercionError(f"expected a date, got {text!r}") from None
-    if isinstance(moment, date) and not isinstance(moment, datetime):
-        moment = datetime(moment.year, moment.month, moment.day)
-    return datetime(moment.year, moment.month, moment.day, tzinfo=UTC)
-
-
-def coerce(text: str, scalar_type: str, page_url: str, decimal_separator: str | None = None) -> Any:
-    """One raw string to one typed value, or :class:`CoercionError` naming what was wrong."""
-    if scalar_type == "str":
-        return text
-    if scalar_type == "int":
-        return _to_int(text, decimal_separator)
-    if scalar_type == "float":
-        return _to_float(text, decimal_separator)
-    if scalar_type == "bool":
-        return _to_bool(text)
-    if scalar_type == "date":
-        return _to_date(text)
-    if scalar_type == "url":
-        url = canonicalise_url(text, page_url)
-        if url is None:
-            raise CoercionError(f"expected an http(s) URL, got {text!r}")
-        return url
-    raise CoercionError(f"unknown type {scalar_type}")
 
 
 class _Budget:
@@ -168,6 +98,40 @@ class _Budget:
     def __init__(self, max_value_length: int, max_page_characters: int) -> None:
         self.max_value_length = max_value_length
         self.left = max_page_characters
+
+    @classmethod
+    def of(cls, max_value_length: int | None, max_page_characters: int | None) -> _Budget:
+        settings = _settings() if max_value_length is None or max_page_characters is None else None
+        return cls(max_value_length if max_value_length is not None else settings.max_value_length,
+                   max_page_characters if max_page_characters is not None else settings.max_extracted_characters)
+
+
+@dataclass
+class Scope:
+    """Where an attribute's selector reads: the page, one element of it (a listing item), or one data
+    object (a listing item from JSON-LD, microdata, a script or a JSON response)."""
+
+    page: PageData
+    element: Selector | None = None  # css/xpath read this; None: the page's document
+    data: Any = None  # json reads this when ``has_data``; else the page's JSON response
+    has_data: bool = False
+
+    @property
+    def document(self) -> Selector:
+        return self.element if self.element is not None else self.page.selector
+
+    def json(self) -> Any:
+        return self.data if self.has_data else self.page.json
+
+
+@dataclass
+class Selection:
+    """What a selector gave: raw values, how many it matched, and why some or all were not read."""
+
+    values: list[Any]
+    matched: int = 0
+    refused: str | None = None  # too_long (a value over the cap) or too_large (the page's budget)
+    unreadable: tuple[str, str] | None = None  # the data could not be read: (kind, detail)
 
 
 def _node_text(node: Selector, limit: int) -> str:
@@ -182,33 +146,179 @@ def _node_text(node: Selector, limit: int) -> str:
     return " ".join(value.split())[:limit]
 
 
-def select_values(selector: Selector, attribute: Attribute, first_only: bool = False,
-                  budget: _Budget | None = None) -> tuple[list[str], str | None]:
-    """The stripped, non-empty strings an attribute selects (elements give their normalised text), and
-    why any were refused: ``too_long`` (a value over the cap) or ``too_large`` (the page's budget)."""
-    budget = budget or _Budget(_settings().max_value_length, _settings().max_extracted_characters)
-    nodes = selector.css(attribute.css) if attribute.css is not None else selector.xpath(attribute.xpath or "")
-    values: list[str] = []
-    refused: str | None = None
+def _select_nodes(document: Selector, attribute: Attribute, first_only: bool, budget: _Budget) -> Selection:
+    nodes = document.css(attribute.css) if attribute.css is not None else document.xpath(attribute.xpath or "")
+    selection = Selection([], matched=len(nodes))
     for node in nodes:
         if budget.left <= 0:
-            return values, "too_large"
+            selection.refused = "too_large"
+            return selection
         value = _node_text(node, min(budget.max_value_length, budget.left) + 1)
         if not value:
             continue
         if len(value) > budget.left:
-            return values, "too_large"
+            selection.refused = "too_large"
+            return selection
         budget.left -= len(value)
         if len(value) > budget.max_value_length:
-            refused = "too_long"
+            selection.refused = "too_long"
         else:
-            values.append(value)
+            selection.values.append(value)
         if first_only:
             break
-    return values, refused
+    return selection
 
 
-def _settings() -> Any:
+def _within_budget(selection: Selection, budget: _Budget) -> Selection:
+    """Data values count against the page's budget like text does (strings by their length)."""
+    kept: list[Any] = []
+    for value in selection.values:
+        size = len(value) if isinstance(value, str) else 8
+        if size > budget.left:
+            selection.refused = "too_large"
+            break
+        budget.left -= size
+        if size > budget.max_value_length:
+            selection.refused = "too_long"
+            continue
+        kept.append(value)
+    selection.values = kept
+    return selection
+
+
+def select(attribute: Attribute, scope: Scope, first_only: bool, budget: _Budget) -> Selection:
+    """Stage 1: the raw values the attribute's selector gives in ``scope``."""
+    kind = attribute.kind
+    if kind in ELEMENT_SELECTOR_KINDS:
+        return _select_nodes(scope.document, attribute, first_only, budget)
+    if kind == "json":
+        try:
+            data = scope.json()
+        except StructuredDataError as error:
+            return Selection([], unreadable=(error.kind, error.detail))
+        values = gather([search(attribute.json_path or "@", data)], first_only)
+    else:
+        spec = getattr(attribute, kind)
+        values = scope.page.structured_values(kind, spec, first_only)
+        if not values and (unreadable := scope.page.unreadable_for(kind, spec)) is not None:
+            return Selection([], unreadable=unreadable)
+    return _within_budget(Selection(values, matched=len(values)), budget)
+
+
+def select_values(selector: Selector, attribute: Attribute, first_only: bool = False,
+                  budget: _Budget | None = None) -> tuple[list[str], str | None]:
+    """The stripped, non-empty strings a CSS/XPath attribute selects, and why any were refused."""
+    selection = _select_nodes(selector, attribute, first_only, budget or _Budget.of(None, None))
+    return selection.values, selection.refused
+
+
+def _as_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return coerce_value(value, "str", "")
+    return None  # objects and lists are not text: regex and strip leave them out
+
+
+def post_process(attribute: Attribute, values: list[Any]) -> list[Any]:
+    """Stage 2: ``regex`` (first group, or the whole match; a value it does not match is dropped),
+    ``strip``, ``join`` (every value into one), then ``default`` when nothing is left."""
+    if attribute.regex is not None:
+        pattern = compile_pattern(attribute.regex)
+        kept = []
+        for value in values:
+            text = _as_text(value)
+            match = pattern.search(text) if text is not None else None
+            if match is not None:
+                group = match.group(1) if pattern.groups >= 1 else match.group(0)
+                if group is not None:
+                    kept.append(group)
+        values = kept
+    if attribute.strip is not None and attribute.strip is not False:
+        characters = None if attribute.strip is True else str(attribute.strip)
+        values = [text.strip(characters) if (text := _as_text(value)) is not None else value for value in values]
+        values = [value for value in values if value != ""]
+    if attribute.join is not None and values:
+        values = [attribute.join.join(text for value in values if (text := _as_text(value)) is not None)]
+    if not values and attribute.default is not None:
+        values = [attribute.default]
+    return values
+
+
+def coerce_values(name: str, attribute: Attribute, values: list[Any], base: str, matched: bool,
+                  problems: list[Problem]) -> Any:
+    """Stage 3: the values as the attribute's type (a list type keeps every value that fits)."""
+    kind = scalar_type(attribute.type)
+    if kind == "present":
+        return bool(values) if attribute.regex is not None else matched or bool(values)
+    if attribute.type.startswith("list["):
+        typed, errors = [], []
+        for value in values:
+            try:
+                typed.append(coerce_value(value, kind, base, attribute))
+            except CoercionError as error:
+                errors.append(str(error))
+        if errors:
+            problems.append(Problem(name, "wrong_type", "; ".join(errors[:3]), attribute.required and not typed))
+        return typed
+    try:
+        return coerce_value(values[0], kind, base, attribute)
+    except CoercionError as error:
+        problems.append(Problem(name, "wrong_type", str(error), attribute.required))
+        return None
+
+
+def _missing_detail(attribute: Attribute, selection: Selection) -> str:
+    if selection.matched and attribute.regex is not None:
+        return f"the selector matched {selection.matched} value(s); the regex matched none of them"
+    if selection.matched:
+        return f"the selector matched {selection.matched} node(s), all empty"
+    return "the selector matched nothing"
+
+
+def extract_attribute(name: str, attribute: Attribute, scope: Scope, base: str, budget: _Budget,
+                      problems: list[Problem], traces: dict[str, AttributeTrace] | None = None) -> Any:
+    """One attribute through the three stages; its problems are appended to ``problems``."""
+    is_list = attribute.type.startswith("list[")
+    present_with_regex = attribute.type == "present" and attribute.regex is not None
+    first_only = not is_list and attribute.join is None and not present_with_regex
+    before = len(problems)
+    empty: Any = [] if is_list else None
+    try:
+        selection = select(attribute, scope, first_only, budget)
+    except (ValueError, RecursionError) as error:  # an expression lxml, cssselect or JMESPath cannot evaluate here
+        problems.append(Problem(name, "bad_selector", str(error), attribute.required))
+        selection, value = Selection([]), empty
+    else:
+        if selection.refused is not None:
+            detail = (f"a value is longer than {budget.max_value_length:,} characters"
+                      if selection.refused == "too_long"
+                      else "the page gave more text than the extraction budget allows")
+            problems.append(Problem(name, selection.refused, detail, attribute.required and not selection.values))
+        values = post_process(attribute, selection.values)
+        if attribute.type == "present":
+            value = coerce_values(name, attribute, values, base, selection.matched > 0, problems)
+        elif not values:
+            if selection.unreadable is not None:
+                problems.append(Problem(name, selection.unreadable[0], selection.unreadable[1], attribute.required))
+            elif selection.refused is None:
+                problems.append(Problem(name, "missing", _missing_detail(attribute, selection), attribute.required))
+            value = empty
+        else:
+            value = coerce_values(name, attribute, values, base, True, problems)
+    if traces is not None:
+        samples = [_sample(raw) for raw in selection.values[:TRACE_SAMPLES]]
+        problem = str(problems[before]) if len(problems) > before else None
+        traces[name] = AttributeTrace(attribute.expression, selection.matched, samples, value, problem)
+    return value
+
+
+def _sample(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= TRACE_SAMPLE_CHARACTERS else text[:TRACE_SAMPLE_CHARACTERS] + "…"
+
+
+def _settings() -> HarvesterSettings:
     from harvester.settings import get_settings
 
     return get_settings()
@@ -218,57 +328,92 @@ def parse_html(text: str, url: str) -> Selector:
     return Selector(text=text or "<html></html>", base_url=url)
 
 
-def extract_record(source: SourceConfig, selector: Selector, url: str, base_url: str | None = None, *,
-                   max_value_length: int | None = None, max_page_characters: int | None = None) -> Extraction:
-    """Every attribute of the source from one page, typed; ``url`` is always part of the record.
-
-    Relative ``url`` attributes resolve against ``base_url`` (the page after redirects), else ``url``.
-    The caps default to the settings ``max_value_length`` and ``max_extracted_characters``.
-    """
-    base = base_url or url
+def _record(attributes: dict[str, Attribute], scope: Scope, url: str, base: str, budget: _Budget,
+            trace: bool) -> Extraction:
     record: dict[str, Any] = {"url": url}
     problems: list[Problem] = []
-    budget = _Budget(
-        max_value_length if max_value_length is not None else _settings().max_value_length,
-        max_page_characters if max_page_characters is not None else _settings().max_extracted_characters,
-    )
-    for name, attribute in source.attributes.items():
-        is_list = attribute.type.startswith("list[")
-        scalar_type = attribute.type[5:-1] if is_list else attribute.type
-        separator = attribute.decimal_separator
-        try:
-            values, refused = select_values(selector, attribute, first_only=not is_list, budget=budget)
-        except ValueError as error:  # an expression lxml/cssselect cannot evaluate
-            problems.append(Problem(name, "bad_selector", str(error), attribute.required))
-            record[name] = [] if is_list else None
-            continue
-        if refused is not None:
-            detail = (f"a value is longer than {budget.max_value_length:,} characters" if refused == "too_long"
-                      else "the page gave more text than the extraction budget allows")
-            problems.append(Problem(name, refused, detail, attribute.required and not values))
-        if not values:
-            if refused is None:
-                problems.append(Problem(name, "missing", "the selector matched nothing", attribute.required))
-            record[name] = [] if is_list else None
-            continue
-        if is_list:
-            typed, errors = [], []
-            for value in values:
-                try:
-                    typed.append(coerce(value, scalar_type, base, separator))
-                except CoercionError as error:
-                    errors.append(str(error))
-            if errors:
-                problems.append(Problem(name, "wrong_type", "; ".join(errors[:3]),
-                                        attribute.required and not typed))
-            record[name] = typed
-            continue
-        try:
-            record[name] = coerce(values[0], scalar_type, base, separator)
-        except CoercionError as error:
-            problems.append(Problem(name, "wrong_type", str(error), attribute.required))
-            record[name] = None
-    extraction = Extraction(record, problems)
+    traces: dict[str, AttributeTrace] | None = {} if trace else None
+    for name, attribute in attributes.items():
+        record[name] = extract_attribute(name, attribute, scope, base, budget, problems, traces)
+    extraction = Extraction(record, problems, traces)
     if extraction.rejected_reason is not None:
         extraction.record = None
     return extraction
+
+
+def extract_record(source: SourceConfig, page: PageData | Selector, url: str, base_url: str | None = None, *,
+                   max_value_length: int | None = None, max_page_characters: int | None = None,
+                   trace: bool = False) -> Extraction:
+    """Every attribute of the source from one page, typed; ``url`` is always part of the record.
+
+    ``page`` is a :class:`PageData` (or a parsel Selector of an HTML page). Relative ``url``
+    attributes resolve against ``base_url`` (the page after redirects), else ``url``. The caps
+    default to the settings ``max_value_length`` and ``max_extracted_characters``; ``trace`` keeps
+    what each selector matched (`harvester try`).
+    """
+    base = base_url or url
+    data = PageData.of(page, base)
+    budget = _Budget.of(max_value_length, max_page_characters)
+    return _record(source.attributes, Scope(data), url, base, budget, trace)
+
+
+@dataclass
+class ListingRecords:
+    """The records of one listing page's items, and what kept some items out."""
+
+    extractions: list[Extraction] = field(default_factory=list)
+    items: int = 0
+    problem: Problem | None = None  # the items themselves could not be selected (the page, not one item)
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [extraction.record for extraction in self.extractions if extraction.record is not None]
+
+    @property
+    def rejected(self) -> list[Extraction]:
+        return [extraction for extraction in self.extractions if extraction.record is None]
+
+
+def select_items(item: RecordItem, page: PageData) -> list[Scope]:
+    """The items of a listing page: elements (css, xpath) or data objects (any other kind)."""
+    kind = item.kind
+    if kind in ELEMENT_SELECTOR_KINDS:
+        nodes = page.selector.css(item.css) if item.css is not None else page.selector.xpath(item.xpath or "")
+        return [Scope(page, element=node) for node in nodes if not isinstance(node.root, str)]
+    if kind == "json":
+        values = gather([search(item.json_path or "@", page.json)], first_only=False)
+    else:
+        spec = getattr(item, kind)
+        values = page.structured_values(kind, spec, first_only=False)
+        if not values and (unreadable := page.unreadable_for(kind, spec)) is not None:
+            raise StructuredDataError(*unreadable)
+    return [Scope(page, data=value, has_data=True) for value in values if isinstance(value, dict)]
+
+
+def extract_listing_records(source: SourceConfig, page: PageData | Selector, url: str, base_url: str | None = None,
+                            *, max_value_length: int | None = None, max_page_characters: int | None = None,
+                            trace: bool = False) -> ListingRecords:
+    """One record per item of a listing page (``listing.records``); each record's ``url`` is the page's."""
+    result = ListingRecords()
+    records = source.listing.records if source.listing is not None else None
+    if records is None:
+        return result
+    base = base_url or url
+    data = PageData.of(page, base)
+    budget = _Budget.of(max_value_length, max_page_characters)
+    try:
+        items = select_items(records.item, data)
+    except StructuredDataError as error:
+        result.problem = Problem("listing.records.item", error.kind, error.detail)
+        return result
+    except ValueError as error:
+        result.problem = Problem("listing.records.item", "bad_selector", str(error))
+        return result
+    result.items = len(items)
+    if not items:
+        result.problem = Problem("listing.records.item", "missing", "the item selector matched nothing")
+    for scope in items[:MAX_RECORDS_PER_PAGE]:
+        result.extractions.append(_record(records.attributes, scope, url, base, budget, trace))
+        if budget.left <= 0:
+            break
+    return result

@@ -69,9 +69,14 @@ DEFAULT_HEADERS = {
 }
 
 
+JSON_ACCEPT = "application/json, application/ld+json;q=0.9, */*;q=0.5"
+
+
 def request_headers(source: SourceConfig, settings: HarvesterSettings) -> dict[str, str]:
-    """Harvester's User-Agent and plain Accept headers, overridden by the source's own."""
-    return {"User-Agent": settings.user_agent, **DEFAULT_HEADERS, **source.headers}
+    """Harvester's User-Agent and plain Accept headers (JSON ones for a ``content: json`` source),
+    overridden by the source's own."""
+    accept = {"Accept": JSON_ACCEPT} if source.content == "json" else {}
+    return {"User-Agent": settings.user_agent, **DEFAULT_HEADERS, **accept, **source.headers}
 
 
 class RequestGate(Protocol):
@@ -299,7 +304,7 @@ class Fetcher:
             content_type = response.headers.get("content-type", "")
             result = FetchResult(url, "ok", final_url=response.url, status=status,
                                  content_type=content_type, http_version=response.http_version)
-            classified = self.classifier.classify(status, response.headers, content_type)
+            classified = self.classifier.classify(status, response.headers, content_type, source.content)
             if classified.outcome != "ok":
                 result.outcome, result.reason = classified.outcome, classified.reason
                 result.retry_after = classified.retry_after

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 import re2
 from parsel import Selector
 
+from harvester.config.attributes import JSON_PREFIX
 from harvester.config.model import SourceConfig
 from harvester.patterns import compile_pattern
+from harvester.scraping.structured import PageData, StructuredDataError, gather, search
 from harvester.urls import TRACKING_PARAMETERS, TRACKING_PREFIXES, canonicalise_url
 
 __all__ = ["TRACKING_PARAMETERS", "TRACKING_PREFIXES", "Discovery", "canonicalise_url", "discover_links",
@@ -31,8 +33,13 @@ def _max_url_length() -> int:
     return get_settings().max_url_length
 
 
-def select_links(selector: Selector, expressions: list[str]) -> list[str]:
-    """Raw link strings selected by CSS (or ``xpath:...``) expressions; elements give their href."""
+def select_links(selector: Selector | PageData, expressions: list[str]) -> list[str]:
+    """Raw link strings selected by CSS (or ``xpath:...``) expressions, elements giving their href, or by
+    ``json:`` JMESPath expressions over a JSON page (strings, or objects' ``url``/``href``)."""
+    page = selector if isinstance(selector, PageData) else None
+    if page is not None and any(expression.strip().startswith(JSON_PREFIX) for expression in expressions):
+        return _json_links(page, expressions)
+    selector = page.selector if page is not None else selector
     found: list[str] = []
     for expression in expressions:
         if expression.startswith("xpath:"):
@@ -49,6 +56,21 @@ def select_links(selector: Selector, expressions: list[str]) -> list[str]:
     return found
 
 
+def _json_links(page: PageData, expressions: list[str]) -> list[str]:
+    try:
+        document = page.json
+    except StructuredDataError:
+        return []
+    found: list[str] = []
+    for expression in expressions:
+        for value in gather([search(expression.strip()[len(JSON_PREFIX):].strip(), document)], first_only=False):
+            if isinstance(value, dict):
+                value = value.get("url", value.get("href"))
+            if isinstance(value, str) and value.strip():
+                found.append(value.strip())
+    return found
+
+
 @dataclass
 class Discovery:
     """What a listing page leads to, before the duplicate-URL checker and the per-run cap."""
@@ -61,7 +83,7 @@ class Discovery:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
 
 
-def discover_links(source: SourceConfig, page_url: str, selector: Selector, depth: int,
+def discover_links(source: SourceConfig, page_url: str, selector: Selector | PageData, depth: int,
                    max_url_length: int | None = None) -> Discovery:
     """Detail links matching the follow pattern, and next listing pages while depth < max_depth.
 

@@ -1,4 +1,5 @@
-"""What one fetched page yields: a typed record (detail pages) or links (listing pages).
+"""What one fetched page yields: a typed record (detail pages), or links and records of its items
+(listing pages).
 
 Shared by the Celery task and `harvester try`, so the feedback loop shows exactly what a harvest does.
 """
@@ -9,20 +10,29 @@ from dataclasses import dataclass
 
 from harvester.config.model import SourceConfig
 from harvester.scraping.addresses import strip_userinfo
-from harvester.scraping.extraction import Extraction, extract_record, parse_html
+from harvester.scraping.extraction import Extraction, ListingRecords, extract_listing_records, extract_record
 from harvester.scraping.fetcher import FetchResult
 from harvester.scraping.links import Discovery, canonicalise_url, discover_links
+from harvester.scraping.structured import DataBounds, PageData, StructuredDataError
 
 
 @dataclass
 class PageResult:
-    """The fetch, and what came out of it (extraction for details, discovery for listings)."""
+    """The fetch, and what came out of it (extraction for details; discovery and records for listings)."""
 
     fetch: FetchResult
     kind: str
     url: str
     extraction: Extraction | None = None
     discovery: Discovery | None = None
+    listing_records: ListingRecords | None = None
+
+    @property
+    def records(self) -> list[dict]:
+        """The records this page gives: its own (a detail page) or its items' (a listing page)."""
+        if self.extraction is not None:
+            return [self.extraction.record] if self.extraction.record is not None else []
+        return self.listing_records.records if self.listing_records is not None else []
 
     @property
     def rejected_reason(self) -> str | None:
@@ -35,15 +45,30 @@ def record_url(url: str) -> str:
     return canonicalise_url(url) or url
 
 
-def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult) -> PageResult:
-    """Extract from a successful fetch; a failed fetch passes through untouched."""
+def page_data(source: SourceConfig, fetch: FetchResult, url: str, bounds: DataBounds | None = None) -> PageData:
+    """The fetched page as the selectors read it (parsed on first use, once)."""
+    return PageData(fetch.text, fetch.final_url or url, source.content, bounds or DataBounds.from_settings())
+
+
+def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult, *,
+                 trace: bool = False) -> PageResult:
+    """Extract from a successful fetch; a failed fetch passes through untouched. A ``content: json``
+    response that is not JSON (or nests too deep) fails the fetch as ``parse_error``: retrying cannot help."""
     result = PageResult(fetch, kind, record_url(url))
     if not fetch.ok:
         return result
     base = fetch.final_url or url
-    selector = parse_html(fetch.text, base)
+    data = page_data(source, fetch, url)
+    if source.content == "json":
+        try:
+            data.json  # noqa: B018 (parsed here, so a body that is not JSON fails the page, not each attribute)
+        except StructuredDataError as error:
+            fetch.outcome, fetch.reason = "parse_error", error.detail
+            return result
     if kind == "listing":
-        result.discovery = discover_links(source, base, selector, depth)
+        result.discovery = discover_links(source, base, data, depth)
+        if source.listing is not None and source.listing.records is not None:
+            result.listing_records = extract_listing_records(source, data, result.url, base, trace=trace)
     else:
-        result.extraction = extract_record(source, selector, result.url, base)
+        result.extraction = extract_record(source, data, result.url, base, trace=trace)
     return result

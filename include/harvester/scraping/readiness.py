@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from harvester.config.attributes import ELEMENT_SELECTOR_KINDS, JSON_PREFIX, XPATH_PREFIX, Attribute, RecordItem
 from harvester.config.browser import (
     Action,
     ClickSpec,
@@ -30,7 +31,7 @@ from harvester.config.browser import (
     ScrollSpec,
     SelectorWait,
 )
-from harvester.config.model import XPATH_PREFIX, SourceConfig
+from harvester.config.model import SourceConfig
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
@@ -119,6 +120,11 @@ def selector_xpath(selector: str) -> str:
     return css2xpath(selector)
 
 
+def _notation(fields: Attribute | RecordItem) -> str:
+    """A css/xpath selector of an attribute or record item, in the attributes' one-line notation."""
+    return fields.css if fields.css is not None else XPATH_PREFIX + str(fields.xpath)
+
+
 def element_selector(selector: str) -> str:
     """A Playwright selector for the ELEMENTS of an attribute selector (its ``::text``/``::attr()`` dropped)."""
     if selector.startswith(XPATH_PREFIX):
@@ -142,17 +148,29 @@ class Readiness:
         return self.source.browser.wait_timeout * 1000
 
     def default_rule(self) -> tuple[list[tuple[str, str]], bool]:
-        """(name, selector) pairs of the default rule and whether any one (links) or all (required) must match."""
-        if self.kind == "listing" and self.source.listing is not None:
-            return [("link", selector) for selector in self.source.listing.link_selectors], True
-        required = [(name, attribute.css if attribute.css is not None else XPATH_PREFIX + str(attribute.xpath))
-                    for name, attribute in self.source.attributes.items() if attribute.required]
+        """(name, selector) pairs of the default rule and whether any one (a listing's links or record items) or
+        all (required attributes) must match. Only element selectors (css, xpath) take part: structured data
+        (jsonld, microdata, meta, script_json) and JSON are read from what the page has by then."""
+        listing = self.source.listing
+        if self.kind == "listing" and listing is not None:
+            pairs = [("link", selector) for selector in self._element_links()]
+            records = listing.records
+            if records is not None and records.item.kind in ELEMENT_SELECTOR_KINDS:
+                pairs.append(("record item", _notation(records.item)))
+            return pairs, True
+        required = [(name, _notation(attribute)) for name, attribute in self.source.attributes.items()
+                    if attribute.required and attribute.kind in ELEMENT_SELECTOR_KINDS]
         return required, False
+
+    def _element_links(self) -> list[str]:
+        listing = self.source.listing
+        links = listing.link_selectors if listing is not None else []
+        return [selector for selector in links if not selector.strip().startswith(JSON_PREFIX)]
 
     def growth_xpaths(self) -> list[str]:
         """What "the page grew" counts: the listing's links on a listing page, else every element."""
-        if self.kind == "listing" and self.source.listing is not None:
-            return [selector_xpath(selector) for selector in self.source.listing.link_selectors]
+        if self.kind == "listing":
+            return [selector_xpath(selector) for selector in self._element_links()]
         return []
 
     @property

@@ -26,6 +26,9 @@ Outcome = Literal[
     "skipped",  # not fetched: the task's lease was lost before its request could start (issue 11)
 ]
 HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml", "text/xml", "text/plain")
+# What a content: json source accepts (issue 22); any type with a +json suffix too (application/vnd.api+json).
+JSON_TYPES = ("application/json", "text/json", "application/ld+json", "text/plain", "text/javascript",
+              "application/javascript")
 BLOCKED_STATUSES = frozenset({403, 451})
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
 RATE_LIMIT_STATUSES = frozenset({429, 503})
@@ -111,9 +114,11 @@ class ResponseClassifier:
         self.rate_limit_statuses = rate_limit_statuses
         self.html_types = html_types
 
-    def classify(self, status: int, headers: Mapping[str, str], content_type: str | None) -> Classification:
+    def classify(self, status: int, headers: Mapping[str, str], content_type: str | None,
+                 content: str = "html") -> Classification:
         """Classify a response that arrived. ``content_type`` None means the body is a rendered DOM
-        (always HTML, whatever the server sent), so no content-type check applies."""
+        (always HTML, whatever the server sent), so no content-type check applies; ``content`` is what
+        the source reads (``html``, or ``json`` for JSON responses)."""
         if status == 304:
             return Classification("not_modified")
         if status in self.blocked_statuses:
@@ -123,7 +128,10 @@ class ResponseClassifier:
             return Classification("http_error", f"HTTP {status}", parse_retry_after(header(headers, "retry-after")))
         if content_type is not None:
             media_type = content_type.split(";", 1)[0].strip().lower()
-            if media_type and media_type not in self.html_types:
+            if content == "json":
+                if media_type and media_type not in JSON_TYPES and not media_type.endswith("+json"):
+                    return Classification("parse_error", f"not a JSON response: content type {media_type}")
+            elif media_type and media_type not in self.html_types:
                 return Classification("parse_error", f"not an HTML page: content type {media_type}")
         return Classification("ok")
 

@@ -28,6 +28,8 @@ from harvester.redis_keys import robots_key
 if TYPE_CHECKING:
     import redis
 
+    from harvester.settings import HarvesterSettings
+
 log = logging.getLogger(__name__)
 
 ROBOTS_SIZE_CAP_BYTES = 512 * 1024  # Google reads the first 500 KiB
@@ -82,15 +84,15 @@ class RobotsCache:
     fetched with ``fetch`` (the fetcher's guarded, capped GET) when neither has it. ``client`` None
     (``harvester try``) keeps it in this process only."""
 
-    def __init__(self, client: redis.Redis | None, cache_seconds: float = 24 * 3600.0) -> None:
+    def __init__(self, client: redis.Redis | None, cache_seconds: float) -> None:
         self.client = client
         self.cache_seconds = min(cache_seconds, 24 * 3600.0)
         self._memory: dict[str, tuple[float, RobotsRules]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     @classmethod
-    def from_settings(cls, settings: object, client: redis.Redis | None) -> RobotsCache:
-        return cls(client, getattr(settings, "robots_cache_seconds", 24 * 3600.0))
+    def from_settings(cls, settings: HarvesterSettings, client: redis.Redis | None) -> RobotsCache:
+        return cls(client, settings.robots_cache_seconds)
 
     def cached(self, url: str) -> RobotsRules | None:
         """The rules of ``url``'s origin if this process or Redis has them (no fetching; sync callers)."""
@@ -147,7 +149,7 @@ class RobotsCache:
                 payload = json.dumps({"status": status, "text": rules.text, "fetched_at": time.time()})
                 try:
                     await asyncio.to_thread(self.client.set, robots_key(origin), payload, ex=max(1, int(ttl)))
-                except Exception as error:
+                except Exception as error:  # Redis down: this process still remembers the rules
                     log.warning("caching robots.txt of %s failed: %s", origin, error)
         self._locks.pop(origin, None)
         return rules

@@ -88,7 +88,7 @@ class _CheckingConnector(aiohttp.TCPConnector):
         try:
             self._check(connection.protocol, transport.get_extra_info("peername") if transport else None,
                         str(req.url))
-        except BaseException:
+        except BaseException:  # refused or cancelled alike: the connection is closed, the error re-raised
             connection.close()  # never back to the pool
             raise
         return connection
@@ -206,7 +206,7 @@ class HttpxTransport:
         if stream is not None:
             try:
                 self._check(stream, stream.get_extra_info("server_addr"), url)
-            except BaseException:
+            except BaseException:  # refused or cancelled alike: the response is closed, the error re-raised
                 await response.aclose()
                 raise
         return _HttpxResponse(response)

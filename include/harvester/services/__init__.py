@@ -1,14 +1,9 @@
-"""Local services for `make run` and `make test`: ports, PID files, readiness checks, MongoDB choice.
-"""
+"""Local services for `make run` (both modes) and `make test`: the launcher core (``launcher``: services as
+data, a supervisor by PID files), what both modes declare (``catalogue``), the embedded stack (``stack``),
+the compose topology (``cluster``), ports, readiness checks and the MongoDB choice."""
 
-from harvester import lazy_exports
+from harvester.services.mongo import choose_mongo, redact
+from harvester.services.ports import LOOPBACK, free_port, is_port_free
+from harvester.services.readiness import wait_until
 
-_EXPORTS = {
-    "LOOPBACK": "ports",
-    "choose_mongo": "mongo",
-    "free_port": "ports",
-    "redact": "mongo",
-    "wait_until": "readiness",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = ["LOOPBACK", "choose_mongo", "free_port", "is_port_free", "redact", "wait_until"]

@@ -1,10 +1,13 @@
-"""PID files under var/run/: what `make run` started, so `make stop` stops exactly that."""
+"""PID files and process groups: what the launcher started, so a second start starts nothing twice and a
+stop stops exactly that. Each service is one process group; its PID file holds the group's id (the
+leader's PID), and the service runs while any process of the group is alive."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,44 +29,40 @@ class PidFile:
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
 
-    def running_pid(self) -> int | None:
-        """The recorded PID if that process is alive; a stale file is removed."""
-        pid = self.read()
-        if pid is not None and process_alive(pid):
-            return pid
-        if pid is not None:
+    def running_group(self) -> int | None:
+        """The recorded process group if any process of it is alive; a stale file is removed."""
+        group = self.read()
+        if group is not None and group_alive(group):
+            return group
+        if group is not None:
             self.remove()
         return None
 
 
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive for our purposes
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
-
-
-def stop_process_group(pid: int, timeout: float = 20.0) -> bool:
-    """SIGTERM the process group led by ``pid``, then SIGKILL after ``timeout``. True if it was running."""
-    if not process_alive(pid):
-        return False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def group_alive(group: int) -> bool:
+    """True while any process of the group is alive (zombies do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
             return True
-        except PermissionError:
-            os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not process_alive(pid):
-                return True
-            time.sleep(0.1)
-    return True
+    return False
+
+
+def signal_group(group: int, signal_number: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal_number)
+
+
+def wait_group_gone(group: int, timeout: float, reap: Callable[[], None] | None = None) -> bool:
+    """Wait until no process of the group is alive; ``reap`` collects our own exited children meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if reap is not None:
+            reap()
+        if not group_alive(group):
+            return True
+        time.sleep(0.2)
+    return False

@@ -60,3 +60,37 @@ def http_ok(url: str) -> bool:
             return 200 <= response.status < 400
     except urllib.error.URLError:
         return False
+
+
+def celery_nodes_answer(broker_url: str, nodes: list[str]) -> bool:
+    """`celery inspect ping -d <node>` for every node, in-process (one broker round trip)."""
+    from celery import Celery
+
+    probe = Celery("probe", broker=broker_url)
+    try:
+        replies = probe.control.ping(destination=nodes, timeout=1.0)
+    finally:
+        probe.close()
+    answered = {name for reply in replies for name in reply}
+    return set(nodes) <= answered
+
+
+def distributor_heartbeat_fresh(redis_url: str, name: str, max_age: float = 90.0) -> bool:
+    """What `harvester health distributor --name NAME` checks: its heartbeat is at most ``max_age`` old."""
+    from harvester.connections import open_redis_client
+    from harvester.redis_keys import distributor_heartbeat
+
+    client = open_redis_client(redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        raw = client.get(distributor_heartbeat(name))
+    finally:
+        client.close()
+    return raw is not None and time.time() - float(raw) <= max_age
+
+
+def airflow_component_healthy(airflow_url: str, component: str) -> bool:
+    """The API server's health report shows the component's heartbeat (``dag_processor``, ``triggerer``)."""
+    import httpx
+
+    health = httpx.get(f"{airflow_url}/api/v2/monitor/health", timeout=5).json()
+    return health.get(component, {}).get("status") == "healthy"

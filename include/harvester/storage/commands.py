@@ -1,4 +1,5 @@
-"""`harvester rekey --source X`: the storage component's command (records and seen-URL keys)."""
+"""The storage component's commands: `harvester records SOURCE` (the latest records of a source) and
+`harvester rekey --source X` (records and seen-URL keys)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rekey.add_argument("--source", required=True, help="the source name")
     rekey.add_argument("--dry-run", action="store_true", help="count what would move; change nothing")
     rekey.set_defaults(handler=_rekey)
+    records = subparsers.add_parser(
+        "records", help="show a source's latest records (newest harvested first)",
+        description="Read the source's output collection (output.connection_id, else HARVESTER_MONGO_URI) and "
+                    "print its most recently harvested records.")
+    records.add_argument("source", help="the source name")
+    records.add_argument("--limit", type=int, default=10, help="how many records (default 10)")
+    records.add_argument("--run", dest="run_id", help="only the records of this run id")
+    records.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
+    records.set_defaults(handler=_records)
 
 
 def _rekey(args: argparse.Namespace) -> int:
@@ -30,7 +40,8 @@ def _rekey(args: argparse.Namespace) -> int:
     except (KeyError, SourceConfigError) as error:
         print(f"rekey: {error}", file=sys.stderr)
         return 1
-    database = mongo_client(source.output.connection_id, settings)[source.output.database or settings.mongo_database]
+    client = mongo_client(source.output.connection_id, settings=settings)
+    database = client[source.output.database or settings.mongo_database]
     seen_urls = None if args.dry_run else redis_client(settings=settings)
     result = rekey_source(source, database[source.output_collection], seen_urls, dry_run=args.dry_run)
     if args.dry_run:
@@ -40,4 +51,35 @@ def _rekey(args: argparse.Namespace) -> int:
               f"{result.seen_keys_moved} seen-URL key(s) moved")
     if result.not_http:
         print(f"{source.name}: {result.not_http} record(s) whose url is not an http(s) URL were left as they are")
+    return 0
+
+
+def _records(args: argparse.Namespace) -> int:
+    import json
+
+    from harvester.config.loader import SourceConfigError, get_source
+    from harvester.settings import get_settings
+    from harvester.storage.data_handler import DataHandler
+    from harvester.storage.records import latest_records, plain
+
+    try:
+        source = get_source(args.source)
+    except (KeyError, SourceConfigError) as error:
+        print(f"records: {error}", file=sys.stderr)
+        return 1
+    data = DataHandler(get_settings())
+    collection = data.database(source)[source.output_collection]
+    found = latest_records(collection, max(1, args.limit), args.run_id)
+    for record in found:
+        if args.json:
+            print(json.dumps(plain(record), ensure_ascii=False))
+        else:
+            when = record.get("harvested_at")
+            print(f"{when:%Y-%m-%d %H:%M:%S}  {record.get('url')}" if when else str(record.get("url")))
+            fields = {key: value for key, value in plain(record).items()
+                      if key not in ("_id", "url", "harvested_at", "first_seen_at", "run_id")}
+            print("    " + json.dumps(fields, ensure_ascii=False))
+    if not args.json:
+        print(f"{len(found)} record(s) of {source.name} in {collection.database.name}.{collection.name}"
+              + (f", run {args.run_id}" if args.run_id else ""))
     return 0

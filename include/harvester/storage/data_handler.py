@@ -17,10 +17,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import bson
 import pymongo
+from bson.codec_options import CodecOptions, TypeRegistry
+from bson.decimal128 import Decimal128
 from bson.errors import BSONError
 from pymongo.collection import Collection
 from pymongo.database import Database
@@ -35,6 +38,18 @@ KEY_INDEX_NAME = "harvester_output_key"
 URL_INDEX_NAME = "harvester_url"
 DUPLICATE_KEY = 11000
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+
+
+def _encode_decimal(value: Any) -> Any:
+    """Exact decimals (``price`` amounts) as BSON Decimal128; called only for values BSON has no type for."""
+    if isinstance(value, Decimal):
+        return Decimal128(value)
+    return value
+
+
+# The output's codec: a fallback encoder costs nothing for the values BSON encodes natively.
+OUTPUT_TYPES = TypeRegistry(fallback_encoder=_encode_decimal)
+OUTPUT_CODEC = CodecOptions(type_registry=OUTPUT_TYPES, tz_aware=True)
 # What pymongo raises while encoding a batch, before anything is sent, when one document is unstorable.
 ENCODING_ERRORS = (BSONError, DocumentTooLarge, OverflowError, UnicodeError, ValueError, TypeError)
 
@@ -82,12 +97,14 @@ class DataHandler:
 
     def database(self, source: SourceConfig) -> Database:
         """The source's output database on the server its ``output.connection_id`` names."""
-        client = self._client or mongo_client(source.output.connection_id, self.settings)
+        client = self._client or mongo_client(source.output.connection_id, settings=self.settings)
         return client[source.output.database or self.settings.mongo_database]
 
     @mongo_storage_errors()
     def collection(self, source: SourceConfig) -> Collection:
-        collection = self.database(source)[source.output_collection]
+        database = self.database(source)
+        codec = database.codec_options.with_options(type_registry=OUTPUT_TYPES)
+        collection = database.get_collection(source.output_collection, codec_options=codec)
         self.ensure_indexes(collection, source)
         return collection
 
@@ -189,7 +206,8 @@ class DataHandler:
     def _storable(upsert: _Upsert, result: WriteResult) -> bool:
         """Whether pymongo can encode this upsert; if not its records are rejected with the reason."""
         try:
-            size = len(bson.encode(upsert.filter)) + len(bson.encode(upsert.update))
+            size = len(bson.encode(upsert.filter, codec_options=OUTPUT_CODEC)) + len(
+                bson.encode(upsert.update, codec_options=OUTPUT_CODEC))
         except ENCODING_ERRORS as error:
             reason = f"cannot be stored in MongoDB: {type(error).__name__}: {error}"[:500]
         else:

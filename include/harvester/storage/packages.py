@@ -102,12 +102,13 @@ class PackageStore:
         documents = []
         for package_id, entries in packages:
             package_kind, package_depth = kind, depth
-            if entries and isinstance(entries[0], PackageTask):
-                package_kind, package_depth = entries[0].kind, entries[0].depth
-                urls = [entry.url for entry in entries]  # type: ignore[union-attr]
-                pending = [entry.task_id for entry in entries]  # type: ignore[union-attr]
+            tasks = [entry for entry in entries if isinstance(entry, PackageTask)]
+            if tasks:
+                package_kind, package_depth = tasks[0].kind, tasks[0].depth
+                urls = [task.url for task in tasks]
+                pending = [task.task_id for task in tasks]
             else:
-                urls = list(entries)  # type: ignore[arg-type]
+                urls = [entry for entry in entries if isinstance(entry, str)]
                 pending = [planned_task_id(source, run_id, package_id, url) for url in urls]
             documents.append({
                 **self._key(source, run_id, package_id),

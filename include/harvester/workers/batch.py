@@ -8,10 +8,11 @@ The flow is the same whatever renders the pages (DESIGN.md section 1):
    :class:`~harvester.scraping.fetcher.Fetcher` concurrently, or the page slot's browser through
    :class:`~harvester.pageslots.browser_host.BrowserPageFetcher`) while a :class:`LeaseHeartbeat` vouches for
    the leases; each request waits at the :class:`FetchPermit` for a per_minute token;
-2. :func:`~harvester.scraping.page.process_page` extracts a record (details) or links (listings);
+2. :func:`~harvester.scraping.page.process_page` extracts a record (details) or links, and the records of
+   its items when the source has ``listing.records`` (listings);
 3. each page is sorted by its outcome: a failed fetch goes to the :class:`FailurePolicy` (retry,
    dead letter, pause), a rejected record to dead letters;
-4. the :class:`Settler` writes every record with one ``bulk_write`` per run;
+4. the :class:`Settler` writes every record (detail pages' and listing items') with one ``bulk_write`` per run;
 5. the :class:`LinkFollower` adds discovered tasks to their package and pushes them to intake, before
    the listing page that found them completes, so a package never finishes with work still to come;
 6. the :class:`Settler` counts the packages of finished tasks down, then releases their leases (a failed
@@ -36,6 +37,7 @@ import redis
 
 from harvester.config.model import SourceConfig
 from harvester.distributor import RateLimitStore, TaskMessage
+from harvester.errors import StorageError, redis_storage_errors
 from harvester.metrics.recording import record_fetches
 from harvester.scraping.addresses import AddressGuard
 from harvester.scraping.fetcher import Fetcher
@@ -74,8 +76,8 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class BatchRunner:
     """The per-process state of a worker (clients, event loop, fetchers) and the pipeline wiring its parts."""
 
-    def __init__(self, settings: HarvesterSettings | None = None, clients: WorkerClients | None = None) -> None:
-        self.settings = settings or get_settings()
+    def __init__(self, settings: HarvesterSettings, clients: WorkerClients | None = None) -> None:
+        self.settings = settings
         self.clients = clients or WorkerClients.from_settings(self.settings)
         self.sources = SourceCache.from_settings(self.settings)
         self.failures = FailurePolicy.from_settings(self.settings, self.clients)
@@ -131,7 +133,7 @@ class BatchRunner:
     def close(self) -> None:
         for fetcher in (self._browser, self.fetcher):
             if fetcher is not None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # a fetcher that fails to close must not keep the rest open
                     self.loop.run_until_complete(fetcher.aclose())
         self.loop.close()
         self.clients.close()
@@ -212,6 +214,7 @@ class BatchRunner:
                report: BatchReport) -> None:
         """Sort pages by outcome, write the records, follow the links, then complete what finished."""
         to_store: list[StoredPage] = []
+        record_listings: list[StoredPage] = []  # listing pages with records of their items (listing.records)
         listings: list[StoredPage] = []
         finished: list[TaskMessage] = []
         for message, page in zip(messages, pages, strict=True):
@@ -235,10 +238,16 @@ class BatchRunner:
                     self.failures.dead_letter(message, f"record rejected: {page.rejected_reason}{why}", report)
                 else:
                     to_store.append((message, page))
+            elif page.listing_records is not None and self.count_listing_records(page, report):
+                record_listings.append((message, page))  # stored first, then its links followed
             else:
                 listings.append((message, page))
 
-        stored = self.settler.write(source, to_store, report)
+        stored = self.settler.write(source, to_store + record_listings, report)
+        stored_ids = {id(message) for message in stored}
+        listings += [(message, page) for message, page in record_listings if id(message) in stored_ids]
+        listing_ids = {id(message) for message, _ in record_listings}
+        stored = [message for message in stored if id(message) not in listing_ids]  # completed once followed
         followed: list[TaskMessage] = []
         for message, page in listings:
             try:
@@ -250,17 +259,38 @@ class BatchRunner:
                                     report)
         self.settler.complete(source, finished + stored + followed, report)
 
+    @staticmethod
+    def count_listing_records(page: PageResult, report: BatchReport) -> bool:
+        """Count a listing page's records and their problems; True when it has records to store. An item
+        a ``required`` attribute rejects is counted (``rejected``), never the page's other records."""
+        listing = page.listing_records
+        assert listing is not None
+        if listing.problem is not None:
+            report.outcomes[listing.problem.counter] += 1
+        for extraction in listing.extractions:
+            for problem in extraction.problems:
+                report.outcomes[problem.counter] += 1
+        rejected = listing.rejected
+        if rejected:
+            report.outcomes["rejected"] += len(rejected)
+            log.info("%s: %d of %d items rejected: %s", page.url, len(rejected), len(listing.extractions),
+                     rejected[0].rejected_reason)
+        if listing.items > len(listing.extractions):
+            report.outcomes["listing_items_not_read"] += listing.items - len(listing.extractions)
+        return bool(listing.records)
+
     def count(self, source: str, report: BatchReport, messages: list[TaskMessage] | None = None,
               fetches: list[FetchResult] | None = None) -> None:
         """The batch's outcome counters and its request metrics, in one round trip; a counter that cannot be
         written never fails the batch (its work is done and settled)."""
         try:
-            pipeline = self.redis.pipeline(transaction=False)
-            self.store.count_outcomes(source, report.outcomes, pipeline)
-            if messages and fetches:
-                record_fetches(self.redis, source, messages, fetches, pipeline=pipeline)
-            pipeline.execute()
-        except redis.RedisError as error:
+            with redis_storage_errors():  # the round trip is sent here, not by a store
+                pipeline = self.redis.pipeline(transaction=False)
+                self.store.count_outcomes(source, report.outcomes, pipeline)
+                if messages and fetches:
+                    record_fetches(self.redis, source, messages, fetches, pipeline=pipeline)
+                pipeline.execute()
+        except StorageError as error:
             log.warning("counting outcomes and request metrics of %s failed: %s", source, error)
 
 
@@ -279,6 +309,6 @@ def batch_runner() -> BatchRunner:
     global _runner, _runner_pid
     with _runner_lock:
         if _runner is None or _runner_pid != os.getpid():
-            _runner = BatchRunner()
+            _runner = BatchRunner(get_settings())  # a worker process: its settings, read once
             _runner_pid = os.getpid()
         return _runner

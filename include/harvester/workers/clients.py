@@ -24,7 +24,7 @@ class WorkerClients:
     def __init__(self, settings: HarvesterSettings, redis_client: redis.Redis | None = None,
                  data: DataHandler | None = None) -> None:
         self.settings = settings
-        self.redis = redis_client or connect_redis(REDIS_DEFAULT, settings)
+        self.redis = redis_client or connect_redis(REDIS_DEFAULT, settings=settings)
         self.store = RateLimitStore(self.redis, settings)
         self.intake = Intake(self.redis, settings)
         self.urls = URLStore(self.redis)
@@ -42,7 +42,8 @@ class WorkerClients:
         if self._packages is None:
             from harvester.storage.packages import PackageStore
 
-            self._packages = PackageStore(mongo_client(MONGO_DEFAULT, self.settings)[self.settings.mongo_database])
+            client = mongo_client(MONGO_DEFAULT, settings=self.settings)
+            self._packages = PackageStore(client[self.settings.mongo_database])
         return self._packages
 
     def close(self) -> None:

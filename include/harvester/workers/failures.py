@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-import redis
-
 from harvester.config.model import SourceConfig
 from harvester.distributor import RateLimitStore, TaskMessage
 from harvester.distributor.hosts import host_of
+from harvester.errors import StorageError
 from harvester.scraping.page_fetcher import FetchResult
 from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
 from harvester.settings import HarvesterSettings
@@ -116,7 +115,7 @@ class FailurePolicy:
                     self.store.pause_host(source_name, host_of(message.url), decision.pause_seconds)
                 if config is None or single_host(config):
                     self.store.pause_source(source_name, decision.pause_seconds)
-            except redis.RedisError as error:
+            except StorageError as error:
                 log.warning("pausing %s failed: %s", source_name, error)
         self.retry(message, decision.reason, decision.retry_after, report)
         return decision
@@ -128,7 +127,7 @@ class FailurePolicy:
             report.outcomes[counter] += 1
         try:
             dead = self.store.fail(message, reason, retry_after)
-        except redis.RedisError:
+        except StorageError:
             log.exception("could not hand task %s back; its lease will expire and the reaper retries it",
                           message.task_id)
             return
@@ -142,7 +141,7 @@ class FailurePolicy:
         """A failure retrying cannot fix (404, not HTML, redirect loop, rejected record)."""
         try:
             self.store.reject(message.source, message.to_json(), reason, token=message.lease_token)
-        except redis.RedisError:
+        except StorageError:
             log.exception("could not dead-letter task %s", message.task_id)
             return
         report.dead += 1
@@ -154,5 +153,5 @@ class FailurePolicy:
         try:
             self.packages().complete_tasks(message.source, message.run_id, message.package_id, [message.task_id],
                                            failed=True)
-        except Exception:
+        except Exception:  # the run's sensor settles dead letters too (run-dead): nothing is stranded
             log.exception("could not count dead task %s down in its package", message.task_id)

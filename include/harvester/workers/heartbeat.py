@@ -9,9 +9,8 @@ import threading
 import time
 from collections.abc import Mapping
 
-import redis
-
 from harvester.distributor import RateLimitStore
+from harvester.errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ class LeaseHeartbeat:
                 return
             try:
                 held = self.store.heartbeat(self.source, {task_id: self.leases[task_id] for task_id in self.held})
-            except redis.RedisError as error:
+            except StorageError as error:
                 log.warning("heartbeat of %s failed: %s", self.source, error)
                 continue
             lost = self.held - set(held)
@@ -130,7 +129,7 @@ class RateTokenPermit:
             self.token_calls += 1
             tokens = await asyncio.to_thread(self.store.acquire_fetches, self.source, len(self._waiting))
             granted, wait = tokens.granted, tokens.wait_seconds
-        except redis.RedisError as error:  # Redis away: no token, no request; look again shortly
+        except StorageError as error:  # Redis away: no token, no request; look again shortly
             log.warning("rate tokens of %s unavailable: %s", self.source, error)
             granted, wait = 0, GATE_OUTAGE_SECONDS
         # requests that joined during the call queue behind; one cancelled meanwhile passes its token on

@@ -19,8 +19,10 @@ import redis
 
 from harvester.distributor import Scripts
 from harvester.distributor.hosts import host_of
+from harvester.errors import StorageError, redis_storage_errors
 from harvester.redis_keys import SourceKeys
 from harvester.scraping.page_fetcher import HostLimits, HostRateTimeout
+from harvester.settings import HarvesterSettings
 
 __all__ = ["HostLimits", "HostRateGate", "HostRateTimeout", "HostToken"]
 
@@ -36,8 +38,8 @@ class HostToken:
 class HostRateGate:
     """Tokens for request starts per source and host (see the module docstring)."""
 
-    def __init__(self, client: redis.Redis, window_seconds: float = 60.0, max_wait_seconds: float = 30.0,
-                 hold_seconds: float = 120.0) -> None:
+    def __init__(self, client: redis.Redis, window_seconds: float, max_wait_seconds: float,
+                 hold_seconds: float) -> None:
         self.client = client
         self.window_seconds = window_seconds
         self.max_wait_seconds = max_wait_seconds
@@ -45,10 +47,9 @@ class HostRateGate:
         self.scripts = Scripts(client)  # host_fetch's contract is in harvester.distributor.scripts
 
     @classmethod
-    def from_settings(cls, settings: object, client: redis.Redis) -> HostRateGate:
-        return cls(client, getattr(settings, "rate_window_seconds", 60.0),
-                   getattr(settings, "host_rate_max_wait_seconds", 30.0),
-                   getattr(settings, "lease_seconds", 120.0))
+    def from_settings(cls, settings: HarvesterSettings, client: redis.Redis) -> HostRateGate:
+        """An in-flight place is held at most a lease long (a worker that died frees it then)."""
+        return cls(client, settings.rate_window_seconds, settings.host_rate_max_wait_seconds, settings.lease_seconds)
 
     def try_acquire(self, source: str, host: str, limits: HostLimits, token: str) -> float:
         """One Lua call: 0 when the token was taken, else the seconds to wait before asking again."""
@@ -82,6 +83,9 @@ class HostRateGate:
         """The request ended: free its in-flight place (its start stays in the rolling window)."""
         if token is None or not token.holds_active:
             return
-        with contextlib.suppress(redis.RedisError):  # else the token expires after hold_seconds
-            await asyncio.to_thread(self.client.zrem, SourceKeys(token.source).host_fetch_active(token.host),
-                                    token.token)
+        with contextlib.suppress(StorageError):  # else the token expires after hold_seconds
+            await asyncio.to_thread(self._free, token)
+
+    @redis_storage_errors()
+    def _free(self, token: HostToken) -> None:
+        self.client.zrem(SourceKeys(token.source).host_fetch_active(token.host), token.token)

@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 class LostBatchHandler:
     """Settles the tasks of lost batches; lives in the worker's main process (clients opened on first use)."""
 
-    def __init__(self, settings: HarvesterSettings | None = None) -> None:
-        self.settings = settings or get_settings()
+    def __init__(self, settings: HarvesterSettings) -> None:
+        self.settings = settings
         self._lock = threading.Lock()
         self._clients: Any = None
 
@@ -74,5 +74,5 @@ _handler: LostBatchHandler | None = None
 def lost_batch_handler() -> LostBatchHandler:
     global _handler
     if _handler is None:
-        _handler = LostBatchHandler()
+        _handler = LostBatchHandler(get_settings())  # the worker's main process: its settings, read once
     return _handler

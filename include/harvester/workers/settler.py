@@ -46,8 +46,10 @@ class Settler:
         return cls(clients.store, clients.data, clients.urls, lambda: clients.packages, failures)
 
     def write(self, source: SourceConfig, items: list[StoredPage], report: BatchReport) -> list[TaskMessage]:
-        """One bulk_write per run; returns the tasks whose records are stored (rejected ones are
-        dead-lettered). On a storage failure every task is retried and none is returned."""
+        """One bulk_write per run; returns the tasks whose records are stored. A detail page whose record
+        MongoDB refuses is dead-lettered; a listing page gives many records (``listing.records``), and one
+        of them refused is counted while the page and its other records stand. On a storage failure every
+        task is retried and none is returned."""
         if not items:
             return []
         items = list(items)
@@ -55,23 +57,33 @@ class Settler:
         for message, page in items:
             by_run[message.run_id].append((message, page))
         try:
+            records_stored = 0
             for run_id, group in by_run.items():
-                records = [page.extraction.record for _, page in group if page.extraction and page.extraction.record]
+                records: list[dict] = []
+                owners: list[StoredPage] = []  # the page each record came from, by position
+                for message, page in group:
+                    for record in page.records:
+                        records.append(record)
+                        owners.append((message, page))
                 result = self.data.write(source, records, run_id)
                 report.outcomes["records_new"] += result.upserted
                 report.outcomes["records_updated"] += result.matched
+                records_stored += len(records) - len(result.rejected)
                 for position, reason in result.rejected.items():
                     report.outcomes["rejected"] += 1
-                    message = group[position][0]
-                    items.remove(group[position])
+                    message, page = owners[position]
+                    if page.kind == "listing":
+                        log.warning("%s: a record of listing page %s was refused: %s", source.name, message.url, reason)
+                        continue
+                    items.remove((message, page))
                     self.failures.dead_letter(message, f"record rejected: {reason}", report)
             report.stored += len(items)
-            report.outcomes["records_stored"] += len(items)
-            if not self.data.discarding:
-                self.urls.mark_seen(source, [page.url for _, page in items])
+            report.outcomes["records_stored"] += records_stored
+            if not self.data.discarding:  # detail pages only: a listing page is visited again each run
+                self.urls.mark_seen(source, [page.url for _, page in items if page.kind != "listing"])
             return [message for message, _ in items]
         except Exception as error:  # the output is unreachable: nothing is lost, the tasks come back
-            log.exception("writing %d records of %s failed", len(items), source.name)
+            log.exception("writing %d pages of records of %s failed", len(items), source.name)
             report.outcomes["storage_error"] += len(items)
             for message, _ in items:
                 self.failures.retry(message, f"storage failed: {type(error).__name__}: {error}", None, report)
@@ -96,7 +108,7 @@ class Settler:
         for (run_id, package_id), group in by_package.items():
             try:
                 self.packages().complete_tasks(source.name, run_id, package_id, [message.task_id for message in group])
-            except Exception as error:
+            except Exception as error:  # MongoDB down or worse: the group's tasks are retried, never stranded
                 log.warning("counting down package %s of run %s failed (%s: %s): its %d tasks are retried", package_id,
                             run_id, type(error).__name__, error, len(group))
                 report.outcomes["count_down_failed"] += len(group)

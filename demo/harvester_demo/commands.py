@@ -1,14 +1,15 @@
-"""`harvester demo-site`: serve the demo target site (what `make run` starts and the examples point at)."""
+"""`harvester-demo-site` (or `python -m harvester_demo`): serve the demo target site (what `make run`
+starts and the examples point at)."""
 
 from __future__ import annotations
 
 import argparse
 
-from harvester.services.ports import LOOPBACK
+LOOPBACK = "127.0.0.1"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo-site", help="serve the demo target site on loopback")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="harvester-demo-site", description="serve the demo target site")
     parser.add_argument("--host", default=LOOPBACK)
     parser.add_argument("--port", type=int, default=8008)
     parser.add_argument("--products", type=int, default=500, help="detail pages in the catalogue")
@@ -16,14 +17,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--latency-ms", type=float, default=20.0, help="delay of every listing and detail page")
     parser.add_argument("--slow-every", type=int, default=25, help="every Nth product is a slow page (0: none)")
     parser.add_argument("--slow-ms", type=float, default=300.0)
-    parser.set_defaults(handler=_serve)
+    return parser
 
 
-def _serve(args: argparse.Namespace) -> int:
+def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
-    from harvester.demo_site.app import DemoSite, create_app
+    from harvester_demo.app import DemoSite, create_app
 
+    args = build_parser().parse_args(argv)
     site = DemoSite(products=args.products, per_page=args.per_page, latency_ms=args.latency_ms,
                     slow_every=args.slow_every, slow_ms=args.slow_ms)
     print(f"demo site on http://{args.host}:{args.port}/ ({args.products} products)", flush=True)

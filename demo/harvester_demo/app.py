@@ -1,4 +1,4 @@
-"""The demo site as a Starlette app (served by uvicorn; see :mod:`harvester.demo_site.commands`).
+"""The demo site as a Starlette app (served by uvicorn; see :mod:`harvester_demo.commands`).
 
 Clients are told apart by the ``X-Demo-Client`` header (sources set it in their ``headers``), falling
 back to the peer address, so several crawlers can share one site and each be checked on its own.
@@ -22,8 +22,8 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from harvester.demo_site import assets
-from harvester.demo_site.hostile import HOSTILE_FETCH_PAGES
+from harvester_demo import assets
+from harvester_demo.hostile import HOSTILE_FETCH_PAGES
 
 CLIENT_HEADER = b"x-demo-client"
 STATS_PATH = "/_stats"
@@ -370,7 +370,7 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     async def hostile_values(request: Request) -> HTMLResponse:
         return HTMLResponse(page("Hostile values", hostile_values_body(int(request.path_params["product_id"]))))
 
-    # Assets as a shop serves them (harvester.demo_site.assets), cacheable for an hour: a long-lived page
+    # Assets as a shop serves them (harvester_demo.assets), cacheable for an hour: a long-lived page
     # downloads the font, the stylesheet and the texture once and each product's photo once.
     cached = {"Cache-Control": "public, max-age=3600"}
 
@@ -438,10 +438,13 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
         Route("/_markup", markup, methods=["POST"]),
         Route(STATS_PATH + "/requests/{client}", requests_of),
     ]
-    from harvester.demo_site.hostile import hostile_fetch_routes
+    from harvester_demo.hostile import hostile_fetch_routes
 
     routes += hostile_fetch_routes(product_body, page)
-    from harvester.demo_site.browser_shapes import browser_shape_routes
+    from harvester_demo.structured import structured_routes  # pages that publish their data (issue 22)
+
+    routes += structured_routes(lambda: site.products, product_facts, page, latency)
+    from harvester_demo.browser_shapes import browser_shape_routes  # pages that render late, scroll... (issue 20)
 
     routes += browser_shape_routes(product_body, page, product_facts, site.products)
     app = Starlette(routes=routes)

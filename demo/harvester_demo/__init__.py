@@ -5,6 +5,6 @@ and one page per fault a real site throws at a crawler. It counts concurrent req
 test can assert that the global rate limits held.
 """
 
-from harvester.demo_site.app import DemoSite, create_app
+from harvester_demo.app import DemoSite, create_app
 
 __all__ = ["DemoSite", "create_app"]

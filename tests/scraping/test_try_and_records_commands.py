@@ -1,0 +1,78 @@
+"""`harvester try --html FILE [--url URL]` (what each selector matched, the first problem per attribute) and
+`harvester records SOURCE` (a source's latest records) (issue 22)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from harvester.cli import main
+from harvester_demo.app import DemoSite, create_app, product_facts
+from starlette.testclient import TestClient
+
+SOURCE = """\
+name: saved_page
+input: {seeds: ["http://127.0.0.1:9/ld/product/1"]}
+attributes:
+  title: {jsonld: {type: Product, path: name}, required: true}
+  price: {jsonld: {type: Product, path: offers}, type: price}
+  photo: {css: "img.nothere::attr(src)", type: url}
+  link: {css: "a.card-link::attr(href)", type: url}
+"""
+
+
+@pytest.mark.unit
+def test_try_reads_a_saved_page_and_shows_each_selector_and_its_first_problem(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    demo = TestClient(create_app(DemoSite(latency_ms=0)))
+    saved = tmp_path / "page.html"
+    saved.write_text(demo.get("/ld/product/5").text.replace("</main>", '<a class="card-link" href="/x/5">5</a></main>'))
+    (tmp_path / "saved.yaml").write_text(SOURCE)
+    url = "https://shop.example.com/ld/product/5"
+    assert main(["try", str(tmp_path / "saved.yaml"), "--html", str(saved), "--url", url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["render"] == "file" and report["url"] == url
+    assert report["record"]["title"] == product_facts(5)["title"]
+    assert report["record"]["price"] == {"amount": f"{product_facts(5)['price']:.2f}", "currency": "EUR"}
+    assert report["record"]["link"] == "https://shop.example.com/x/5"  # relative to --url
+    selectors = report["selectors"]
+    assert selectors["title"] == {"selector": "jsonld: name (type Product)", "matched": 1,
+                                  "samples": [product_facts(5)["title"]], "value": product_facts(5)["title"],
+                                  "problem": None}
+    assert selectors["photo"]["matched"] == 0
+    assert selectors["photo"]["problem"] == "photo: missing (the selector matched nothing)"
+    assert main(["try", str(tmp_path / "saved.yaml"), "--html", str(saved), "--url", url]) == 0
+    text = capsys.readouterr().out
+    assert "jsonld: offers (type Product)" in text and "problem: photo: missing" in text
+    assert main(["try", str(tmp_path / "saved.yaml"), "--html", str(tmp_path / "none.html")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_records_prints_a_sources_latest_records(configure_settings, mongo_server,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from harvester.config.loader import load_source_file
+    from harvester.storage.data_handler import DataHandler
+
+    settings = configure_settings()
+    path = settings.sources_dir / "saved_page.yaml"
+    path.write_text(SOURCE + "output: {key: [title]}\n")
+    source = load_source_file(path)
+    handler = DataHandler(settings)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for number in range(3):
+        handler.write(source, [{"url": f"http://a.example/{number}", "title": f"T{number}",
+                                "price": {"amount": Decimal("12.50"), "currency": "EUR"}}], f"run-{number}",
+                      now=start + timedelta(hours=number))
+    assert main(["records", "saved_page", "--limit", "2", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["title"] for line in lines] == ["T2", "T1"]  # newest harvested first
+    assert lines[0]["price"] == {"amount": "12.50", "currency": "EUR"}  # Decimal128, exact
+    assert main(["records", "saved_page", "--run", "run-0"]) == 0
+    out = capsys.readouterr().out
+    assert "http://a.example/0" in out and "1 record(s) of saved_page" in out
+    assert main(["records", "no_such_source"]) == 1
