@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from bson.binary import Binary
 from pymongo import ASCENDING
@@ -21,6 +20,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from harvester.errors import mongo_storage_errors
+from harvester.settings import HarvesterSettings
 
 SNAPSHOTS_COLLECTION = "page_snapshots"
 PURGE_EVERY_SECONDS = 60.0  # expired snapshots are purged at most this often per process
@@ -67,10 +67,10 @@ class SnapshotStore:
         self._indexed = False
 
     @classmethod
-    def from_settings(cls, settings: Any) -> SnapshotStore:
+    def from_settings(cls, settings: HarvesterSettings) -> SnapshotStore:
         from harvester.connections import MONGO_DEFAULT, mongo_client
 
-        database = mongo_client(MONGO_DEFAULT, settings)[settings.mongo_database]
+        database = mongo_client(MONGO_DEFAULT, settings=settings)[settings.mongo_database]
         return cls(database, settings.browser_snapshot_keep_days, settings.browser_snapshot_max_bytes)
 
     @mongo_storage_errors()
