@@ -3,10 +3,10 @@
 Each shape is one thing a page slot must handle before it extracts (docs/sources.md, "The browser section"):
 
 - ``/late/timer/<id>``: the product is written by a timer 50-500 ms after ``load`` (:func:`late_delay_ms`);
-- ``/late/xhr/<id>``: the product comes from the page's own XHR (``/api/product/<id>``), answered 50-500 ms
+- ``/late/xhr/<id>``: the product comes from the page's own XHR (``/late/api/product/<id>``), answered 50-500 ms
   later; ``?delay_ms=`` overrides either delay, ``?never=1`` never renders the price;
 - ``/scroll/listing``: an infinite-scroll listing (``items`` products, ``batch`` more on each scroll to the
-  bottom, fetched from ``/api/listing``);
+  bottom, fetched from ``/listing/api/items``);
 - ``/load-more/listing``: the same with a "Load more" button, removed once every item is shown;
 - ``/consent/product/<id>``: a consent overlay covers the page; the price is shown only once accepted;
 - ``/cookie/set`` sets a cookie (header) and a localStorage entry; ``/cookie/show`` shows what the
@@ -54,10 +54,10 @@ def item_html(item: dict[str, Any]) -> str:
             f'{html.escape(item["title"])}</a></li>')
 
 
-# one function shared by both listings: append a batch fetched from /api/listing
+# one function shared by both listings: append a batch fetched from /listing/api/items
 APPEND_BATCH = ("function appendBatch(done) { if (window.loading) return; window.loading = true;"
                 "var list = document.getElementById('items'); var shown = list.children.length;"
-                "fetch('/api/listing?offset=' + shown + '&limit=' + BATCH + '&items=' + ITEMS)"
+                "fetch('/listing/api/items?offset=' + shown + '&limit=' + BATCH + '&items=' + ITEMS)"
                 ".then(function (r) { return r.json(); }).then(function (data) {"
                 "data.items.forEach(function (item) { var li = document.createElement('li');"
                 "li.className = 'item'; li.style.height = '240px'; var a = document.createElement('a');"
@@ -102,7 +102,7 @@ class BrowserShapes:
         never = "&never=1" if request.query_params.get("never") else ""
         query = f"?delay_ms={self.delay_of(request, product_id)}{never}"
         script = ("window.addEventListener('load', function () {"
-                  f"fetch('/api/product/{product_id}{query}').then(function (r) {{ return r.json(); }})"
+                  f"fetch('/late/api/product/{product_id}{query}').then(function (r) {{ return r.json(); }})"
                   ".then(function (data) { var app = document.getElementById('app'); app.className = 'ready';"
                   "app.innerHTML = data.html; }); });")
         body = '<div id="app" class="loading">Loading…</div>' + _script(script)
@@ -183,7 +183,7 @@ class BrowserShapes:
                   "function report(text) { probe.textContent = text; }"
                   "window.addEventListener('load', function () { probe.classList.add('settled'); });" + attack)
         body = (self.product_body(1) + '<span class="probe" id="probe">pending</span>' + _script(script)
-                + f'<script async src="/api/hold?ms={hold}"></script>')
+                + f'<script async src="/guard/hold?ms={hold}"></script>')
         return HTMLResponse(self.page(title, body))
 
     async def hold(self, request: Request) -> Response:
@@ -227,10 +227,10 @@ class BrowserShapes:
         return [
             Route("/late/timer/{product_id:int}", self.late_timer),
             Route("/late/xhr/{product_id:int}", self.late_xhr),
-            Route("/api/product/{product_id:int}", self.api_product),
+            Route("/late/api/product/{product_id:int}", self.api_product),
             Route("/scroll/listing", self.scroll_listing),
             Route("/load-more/listing", self.load_more_listing),
-            Route("/api/listing", self.api_listing),
+            Route("/listing/api/items", self.api_listing),
             Route("/consent/product/{product_id:int}", self.consent_product),
             Route("/cookie/set", self.cookie_set),
             Route("/cookie/show", self.cookie_show),
@@ -240,7 +240,7 @@ class BrowserShapes:
             Route("/guard/fetch", self.guard_fetch),
             Route("/guard/service-worker", self.guard_service_worker),
             Route("/guard/sw.js", self.guard_service_worker_script),
-            Route("/api/hold", self.hold),
+            Route("/guard/hold", self.hold),
         ]
 
 

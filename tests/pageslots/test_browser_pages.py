@@ -251,7 +251,7 @@ def test_a_page_s_own_requests_take_rate_tokens_and_the_run_report_counts_them(
     source = slots.source("rated", input={"kind": "details", "seeds": pages},
                           rate_limit={"max_active": 4, "per_minute": 4, "per_host_per_minute": 3})
     Planner(slots.database, slots.database, slots.database).plan(source, "run1", PlanOptions.for_source(source))
-    Producer(slots.database, slots.redis, slots.intake).produce(source, "run1")
+    Producer.from_settings(slots.settings, slots.database, slots.redis).produce(source, "run1")
     slots.wait_settled([(source, 4)], timeout=120)
     assert_complete(slots, source, [51, 52, 53, 54])
 

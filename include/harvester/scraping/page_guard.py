@@ -110,8 +110,11 @@ class ContextGuard:
     async def _intercept(self, route: Route) -> None:
         try:
             await self._decide(route)
-        except Exception as error:  # the page or context went away meanwhile: nothing is left to answer
-            log.debug("route of %s not answered: %s", route.request.url, error)
+        except Exception as error:  # never leave a request hanging: what could not be decided is not sent
+            log.warning("request %s refused: its route failed: %s", route.request.url, error)
+            self.blocked["route_failed"] += 1
+            with contextlib.suppress(Exception):  # the page or context went away meanwhile
+                await route.abort("failed")
 
     async def _decide(self, route: Route) -> None:
         request = route.request
