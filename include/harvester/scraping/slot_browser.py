@@ -120,7 +120,6 @@ class SlotBrowser:
         self.consecutive_failures = 0
         self.launches = 0
         self.reopens = 0  # contexts re-opened within a visit after page_slot_reopen_page_after_pages loads
-        self.contexts = 0  # contexts opened (visits, re-opens, tasks of task-isolated sources)
         self._carried: tuple[str, dict[str, Any]] | None = None  # (source, its visit's cookies and storage)
         self.last_capture: PageCapture | None = None  # the page as the rule gave up on it
 
@@ -201,7 +200,6 @@ class SlotBrowser:
             self.close_page(), browser.new_context(user_agent=user_agent, service_workers="block",
                                                    accept_downloads=False,
                                                    **({"storage_state": carried} if carried else {})))
-        self.contexts += 1
         try:
             guard = ContextGuard(source or _NEUTRAL, self.address_guard)
             page, _ = await asyncio.gather(context.new_page(), guard.attach(context))  # routed before it loads
