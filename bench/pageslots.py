@@ -52,12 +52,10 @@ from typing import Any
 
 import psutil
 from harvester.config.model import SourceConfig
-from harvester.distributor.browser_tasks import census_of
 from harvester.pageslots.allocation import allocate_page_slots, page_slots_to_start
-from harvester.pageslots.bookkeeping import country_tasks
+from harvester.pageslots.bookkeeping import census_of, country_tasks
 from harvester.pageslots.proxies import Proxy
-from harvester.scraping import CHROMIUM_ARGS, FetchResult, SlotBrowser, process_page
-from harvester.scraping.slot_browser import SLOT_ARGS
+from harvester.scraping import CHROMIUM_ARGS, SLOT_ARGS, FetchResult, SlotBrowser, process_page
 from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import HarvesterSettings

@@ -1,7 +1,8 @@
 """The package's layering, read from the source with ``ast`` (every import: top level, inside functions,
 under TYPE_CHECKING): only ``harvester.airflow`` imports Airflow, components never import each other
-in a circle, and the leaf modules (settings, keys, queue names, the connection factory) import no
-component, so any component may use them."""
+in a circle, the leaf modules (settings, keys, queue names, the connection factory, the Redis-script
+platform) import no component, so any component may use them, and no component takes its script
+machinery from the distributor."""
 
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ pytestmark = pytest.mark.unit
 
 PACKAGE = REPOSITORY_ROOT / "include" / "harvester"
 AIRFLOW_ADAPTERS = "airflow"
-LEAF_MODULES = {"settings", "redis_keys", "queues", "connections", "errors", "urls", "patterns", "source_stats"}
-ENTRY_POINTS = {"cli"}  # the `harvester` command lists every component's commands; nothing imports it
+LEAF_MODULES = {"lazy", "settings", "redis_keys", "queues", "connections", "errors", "urls", "patterns", "source_stats",
+                "redis_scripts"}
+# the `harvester` command lists every component's commands; `processes` composes those of several: nothing
+# imports either
+ENTRY_POINTS = {"cli", "processes"}
+SCRIPT_MACHINERY = {"ScriptContract", "ScriptPipeline", "Scripts", "declare_script", "text", "optional_text",
+                    "VARIADIC"}  # harvester.redis_scripts: every component registers its own scripts with it
 
 
 def module_name(path: Path) -> str:
@@ -135,6 +141,39 @@ def test_leaf_modules_import_no_component() -> None:
         for target, places in component_graph()[leaf].items() if target not in LEAF_MODULES
     ]
     assert offending == [], "leaf modules must not import components:\n" + "\n".join(offending)
+
+
+def script_machinery_from_the_distributor(path: Path) -> list[tuple[int, str]]:
+    """(line, import) of each import of script machinery (or of the distributor's script module) by ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harvester.distributor"):
+            names = {alias.name for alias in node.names}
+            if node.module == "harvester.distributor.scripts" or names & SCRIPT_MACHINERY:
+                found.append((node.lineno, f"from {node.module} import {', '.join(sorted(names))}"))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, f"import {alias.name}") for alias in node.names
+                      if alias.name == "harvester.distributor.scripts"]
+    return found
+
+
+def test_no_component_imports_the_distributor_for_script_machinery() -> None:
+    """Each component owns its Lua and its contracts and registers them with ``harvester.redis_scripts``."""
+    stray = [f"{path.relative_to(REPOSITORY_ROOT)}:{line}: {text}" for path in modules()
+             if component_of(module_name(path)) != "distributor"
+             for line, text in script_machinery_from_the_distributor(path)]
+    assert stray == [], "script machinery imported from the distributor:\n" + "\n".join(stray)
+    import harvester.distributor
+
+    assert not SCRIPT_MACHINERY & set(harvester.distributor.__all__), "the distributor re-exports script machinery"
+
+
+def test_the_script_check_sees_a_component_borrowing_the_distributor_s_machinery(tmp_path: Path) -> None:
+    module = tmp_path / "probe.py"
+    module.write_text("def later():\n    from harvester.distributor import Scripts, TaskMessage\n"
+                      "from harvester.distributor.scripts import CONTRACTS\nfrom harvester.distributor import Intake\n"
+                      "import harvester.distributor.scripts\n")
+    assert sorted(line for line, _ in script_machinery_from_the_distributor(module)) == [2, 3, 5]
 
 
 def test_every_top_level_module_is_classified() -> None:

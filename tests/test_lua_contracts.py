@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harvester.distributor.scripts import ScriptContract
+from harvester.redis_scripts import ScriptContract
 from harvester.settings import REPOSITORY_ROOT
 
 pytestmark = pytest.mark.unit
@@ -56,7 +56,7 @@ def declared_in_header(script: str) -> dict[str, Any]:
 
 
 def test_the_package_has_lua_in_more_than_one_component():
-    assert {path.parent.parent.name for path in LUA_FILES} >= {"distributor", "pageslots"}
+    assert {path.parent.parent.name for path in LUA_FILES} >= {"distributor", "pageslots", "workers"}
 
 
 @pytest.mark.parametrize("path", LUA_FILES, ids=lambda path: str(path.relative_to(PACKAGE)))

@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from harvester.settings import REPOSITORY_ROOT
@@ -40,24 +41,74 @@ def test_every_component_declares_a_surface_that_resolves(component: str):
         assert getattr(package, name) is not None, f"harvester.{component}.{name}"
 
 
-def test_components_use_only_each_other_s_surface():
+ENTRY_POINT_IMPORTS = {"harvester.cli"}  # the `harvester` command imports each component's ``commands`` module
+
+
+def cross_component_imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, module, names) of every import of another component by ``path`` (any depth, any form)."""
+    parts = path.relative_to(PACKAGE).parts
+    own = parts[0] if len(parts) > 1 else None
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules, names = [node.module], [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            modules, names = [alias.name for alias in node.names], []
+        else:
+            continue
+        for module in modules:
+            split = module.split(".")
+            if split[0] == "harvester" and len(split) > 1 and split[1] in COMPONENTS and split[1] != own:
+                found.append((node.lineno, module, names))
+    return found
+
+
+def test_components_import_each_other_only_through_their_faces():
+    """``from harvester.storage import PackageStore``, never ``harvester.storage.packages``: a component's
+    modules are its own, and its face (``__init__``, ``__all__``) is all another component may use."""
     strays = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE).parts
-        own = parts[0] if len(parts) > 1 else None
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+        entry_point = module_name(path) in ENTRY_POINT_IMPORTS
+        for line, module, names in cross_component_imports(path):
+            where = f"{path.relative_to(PACKAGE)}:{line}"
+            if module.count(".") > 1:
+                strays.append(f"{where}: imports {module} (a module inside the component, not its face)")
                 continue
-            module = node.module.split(".")
-            if module[0] != "harvester" or len(module) < 2 or module[1] not in COMPONENTS or module[1] == own:
-                continue
-            if len(module) > 2 and is_airflow_adapter(node.module):
-                continue
-            surface = importlib.import_module(f"harvester.{module[1]}").__all__
-            strays += [f"{path.relative_to(PACKAGE)}: {node.module}.{alias.name}" for alias in node.names
-                       if alias.name not in surface and not (len(module) == 2 and alias.name.islower()
-                                                             and (PACKAGE / module[1] / f"{alias.name}.py").exists())]
+            surface = importlib.import_module(module).__all__
+            strays += [f"{where}: {module}.{name} is not on the face" for name in names
+                       if name not in surface and not (entry_point and name in {"commands", "suggest"})]
     assert strays == []
+
+
+def test_the_face_check_sees_a_submodule_import(tmp_path: Path):
+    probe = PACKAGE / "workers" / "probe_for_the_face_check.py"
+    try:
+        probe.write_text("def later():\n    from harvester.storage.packages import PackageStore\n"
+                         "import harvester.scraping.links\nfrom harvester.storage import PackageStore\n")
+        assert sorted((line, module) for line, module, _ in cross_component_imports(probe)) == [
+            (2, "harvester.storage.packages"), (3, "harvester.scraping.links"), (4, "harvester.storage")]
+    finally:
+        probe.unlink()
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_every_face_is_plain_or_lazy_through_one_helper():
+    """A face imports its names in ordinary statements (plain, or under TYPE_CHECKING read by
+    ``harvester.lazy.lazy_face``), so a generic import reader sees them; ``__all__`` is exactly those names."""
+    for component in COMPONENTS:
+        init = PACKAGE / component / "__init__.py"
+        tree = ast.parse(init.read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harvester."):
+                imported |= {alias.asname or alias.name for alias in node.names}
+        exported = set(importlib.import_module(f"harvester.{component}").__all__)
+        assert exported <= imported, (component, sorted(exported - imported))
+        assert "importlib" not in init.read_text(), component
 
 
 def is_submodule(name: str) -> bool:

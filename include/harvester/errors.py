@@ -42,6 +42,7 @@ __all__ = [
     "SlotEnded",
     "SlotTransitionRefused",
     "SourceConfigError",
+    "SourceNotRegistered",
     "StorageError",
     "StorageUnavailableError",
     "TaskNoLongerHeld",
@@ -260,6 +261,14 @@ class DistributorError(HarvesterError):
 
 class ShutdownRequested(DistributorError):
     """SIGTERM arrived while the distributor was blocked waiting for work."""
+
+
+class SourceNotRegistered(DistributorError, LookupError):
+    """A task names a source whose validated config is not registered in Redis (its producer registers it)."""
+
+    def __init__(self, source: str, reason: str = "the next run of its producer registers it") -> None:
+        super().__init__(f"source {source!r} is not registered ({reason})")
+        self.source = source
 
 
 class ServiceNotReady(HarvesterError, RuntimeError):

@@ -1,6 +1,8 @@
 """The names of Harvester's Celery queues, in one leaf module: the source model picks a queue, the
 Celery app declares them, the distributor publishes to them and page-slot workers consume them, and
-none of those needs to import another to agree on a name."""
+none of those needs to import another to agree on a name. A browser source's tasks are no Celery
+messages: the distributor hands them to the page slots of each task's country (``TaskMessage.country``);
+its queue is ``pageslots``, whose workers host those slots."""
 
 from __future__ import annotations
 
@@ -14,11 +16,6 @@ DEFAULT_QUEUE = "default"
 PAGESLOTS_QUEUE = "pageslots"
 EXCHANGE_NAME = "harvester"
 DECLARED_QUEUES = (PRIORITY_QUEUE, DEFAULT_QUEUE, PAGESLOTS_QUEUE)
-
-
-def page_slot_queue_name(country: str) -> str:
-    """The queue of one country's browser tasks (consumed by the page-slot workers)."""
-    return f"{PAGESLOTS_QUEUE}.{country}"
 
 
 def kombu_queue(name: str) -> Queue:

@@ -90,7 +90,7 @@ class SourceKeys:
 
     @property
     def config(self) -> str:
-        """Hash: the source's limits, queue, priority and retries (Intake.register_source writes it)."""
+        """Hash: the source's registered copy: its limits, routing, validated config and version (SourceRegistry)."""
         return self._key("config")
 
     @property

@@ -52,7 +52,7 @@ def test_sources_lists_schedule_queue_and_limits(capsys: pytest.CaptureFixture[s
                                 "RETRIES", "FILE"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert re.search(r"demo_shop\s+0 \*/6 \* \* \*\s+priority\s+http\s+8\s+600\s+50x20\s+6h\s+3", rows["demo_shop"])
-    assert "pageslots.SG" in rows["demo_shop_browser"]
+    assert re.search(r"\s@daily\s+pageslots\s+browser\s", rows["demo_shop_browser"])
 
 
 def test_schema_check_and_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

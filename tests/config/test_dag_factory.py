@@ -60,7 +60,8 @@ def test_every_example_source_gets_its_dag(tmp_path: Path) -> None:
         assert fact in doc
 
     browser = dags["harvest_demo_shop_browser"]
-    assert browser["tags"] == ["SG", "browser", "harvester", "normal"] and "pageslots.SG" in browser["doc_md"]
+    assert browser["tags"] == ["SG", "browser", "harvester", "normal"] and "`pageslots`" in browser["doc_md"]
+    assert "browser (country SG)" in browser["doc_md"]
     assert dags["harvest_demo_shop_from_mongo"]["schedule"] == "30 2 * * *"
 
 

@@ -198,7 +198,7 @@ def test_the_committed_example_sources_are_valid() -> None:
     assert {"demo_shop", "demo_shop_browser", "demo_shop_from_mongo"} <= set(result.sources)
     shop, browser, mongo = (result.sources[name] for name in ("demo_shop", "demo_shop_browser", "demo_shop_from_mongo"))
     assert shop.render == "http" and shop.input.kind == "listing" and shop.listing is not None
-    assert browser.render == "browser" and browser.country == "SG" and browser.queue == "pageslots.SG"
+    assert browser.render == "browser" and browser.country == "SG" and browser.queue == "pageslots"
     assert mongo.input.mongo is not None and not mongo.input.seeds
 
 

@@ -87,8 +87,9 @@ def test_a_browser_source_needs_a_country() -> None:
     assert problem.field == "country" and "page slots" in problem.reason
 
 
-def test_a_browser_source_goes_to_its_country_page_slot_queue() -> None:
-    assert source(with_lines("render: browser", "country: SG")).queue == "pageslots.SG"
+def test_a_browser_source_is_served_by_the_page_slot_workers() -> None:
+    browser = source(with_lines("render: browser", "country: SG"))
+    assert browser.queue == "pageslots" and browser.country == "SG"  # the country travels on each task
 
 
 def test_country_is_an_upper_case_two_letter_code() -> None:

@@ -177,7 +177,7 @@ def test_stats_of_many_sources_in_one_round_trip(redis_client: redis.Redis, sett
     stats = store.stats(["one", "two", "never"])
     assert (stats["one"].pending, stats["one"].active, stats["one"].admitted_last_minute, stats["one"].done) == (
         3, 1, 1, 1)
-    assert (stats["two"].failed, stats["two"].dead, stats["two"].pending) == (1, 1, 0)
+    assert (stats["two"].failed, stats["two"].dead_letters_waiting, stats["two"].pending) == (1, 1, 0)
     assert stats["never"].pending == 0
     assert set(store.stats_all()) == {"one", "two"}
     assert store.admit("one", 0).messages == []

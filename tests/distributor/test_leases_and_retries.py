@@ -85,7 +85,7 @@ def test_reaped_past_retries_lands_in_dead_letters_with_the_reason(
     assert entry.reason == "lease expired: no worker finished the task (attempt 2 of 2)"
     assert entry.task_message().run_id == "r9"
     assert dead.dead_for_run("shop", "r9") == 1 and dead.dead_for_run("shop", "r9", 3) == 1
-    assert store.stats(["shop"])["shop"].dead == 1
+    assert store.stats(["shop"])["shop"].dead_letters_waiting == 1
     assert redis_client.llen(SourceKeys("shop").intake) == 0
 
 

@@ -14,6 +14,7 @@ import redis
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.distributor.service import Distributor
 from harvester.pageslots.bookkeeping import BrowserTaskBook
+from harvester.pageslots.handoff import PageSlotHandoff
 from harvester.redis_keys import INTAKE_SIGNAL, PageSlotKeys, SourceKeys
 from harvester.services import readiness
 from harvester.settings import HarvesterSettings
@@ -46,13 +47,14 @@ def test_a_huge_source_does_not_starve_a_tiny_one(redis_client: redis.Redis, set
 def test_high_priority_sources_are_admitted_first(redis_client: redis.Redis, settings: HarvesterSettings):
     limits = {"max_active": 100, "per_minute": 1000}
     intake = Intake(redis_client, settings)
-    # both browser sources of one country share the queue pageslots.SG, so they compete for its room
+    # both browser sources of one country share its slots' task list, so they compete for its room
     normal = make_source("aaa_normal", render="browser", country="SG", rate_limit=limits)
     high = make_source("zzz_high", render="browser", country="SG", priority="high", rate_limit=limits)
     intake.push(normal, tasks("aaa_normal", 8, country="SG"))
     intake.push(high, tasks("zzz_high", 8, country="SG"))
     distributor = Distributor(redis_client, settings.model_copy(
-        update={"queue_max_depth": 1, "publish_batch_size": 4, "admit_batch_size": 4}))
+        update={"queue_max_depth": 1, "publish_batch_size": 4, "admit_batch_size": 4}),
+        browser_handoff=PageSlotHandoff(redis_client))
 
     country_list = PageSlotKeys().browser_tasks("SG")  # browser tasks go to their country's slot list
 
@@ -63,13 +65,44 @@ def test_high_priority_sources_are_admitted_first(redis_client: redis.Redis, set
         redis_client.delete(country_list)
         distributor.run_round()
         batch = waiting()
-        assert len(batch) == 4 and redis_client.llen("pageslots.SG") == 0  # no Celery message
+        assert len(batch) == 4 and redis_client.llen("pageslots") == 0  # no Celery message
         assert {task["source"] for task in batch} == {"zzz_high"} or redis_client.llen(
             SourceKeys("zzz_high").intake) == 0
     redis_client.delete(country_list)
     distributor.run_round()
     assert {task["source"] for task in waiting()} == {"aaa_normal"}
     assert BrowserTaskBook(redis_client).census()["SG"].pending == 16  # every admitted one, for the allocator
+
+
+def test_a_browser_task_goes_to_the_slots_of_the_country_it_names(redis_client: redis.Redis,
+                                                                    settings: HarvesterSettings):
+    """The country travels as a task field; no queue name carries it (and none is parsed)."""
+    source = make_source("sg_shop", render="browser", country="SG", rate_limit={"max_active": 10, "per_minute": 100})
+    intake = Intake(redis_client, settings)
+    intake.push(source, [*tasks("sg_shop", 2, country="MY"), TaskMessage(source="sg_shop", url="http://sg_shop.test/x")])
+    distributor = Distributor(redis_client, settings, browser_handoff=PageSlotHandoff(redis_client))
+    assert distributor.run_round().admitted == 3
+    keys = PageSlotKeys()
+    malaysia = [json.loads(raw) for raw in redis_client.lrange(keys.browser_tasks("MY"), 0, -1)]
+    singapore = [json.loads(raw) for raw in redis_client.lrange(keys.browser_tasks("SG"), 0, -1)]
+    assert len(malaysia) == 2 and {task["country"] for task in malaysia} == {"MY"}
+    assert [task["url"] for task in singapore] == ["http://sg_shop.test/x"]  # no country: its source's
+    assert singapore[0]["country"] == "SG" and singapore[0]["lease_token"]
+    census = BrowserTaskBook(redis_client).census()
+    assert (census["MY"].pending, census["SG"].pending) == (2, 1)
+    assert not redis_client.keys("pageslots.*")  # no per-country "queue" exists anywhere
+
+
+def test_a_distributor_without_the_page_slots_hand_off_leaves_browser_tasks_in_intake(
+        redis_client: redis.Redis, settings: HarvesterSettings, caplog: pytest.LogCaptureFixture):
+    limits = {"max_active": 10, "per_minute": 100}
+    intake = Intake(redis_client, settings)
+    intake.push(make_source("sg_shop", render="browser", country="SG", rate_limit=limits), tasks("sg_shop", 2))
+    intake.push(make_source("shop", rate_limit=limits), tasks("shop", 2))
+    outcome = Distributor(redis_client, settings).run_round()
+    assert outcome.admitted == 2 and len(published_tasks(redis_client, "default")) == 2
+    assert redis_client.llen(SourceKeys("sg_shop").intake) == 2  # nothing admitted it could not deliver
+    assert "no page-slot hand-off" in caplog.text
 
 
 def test_backpressure_caps_the_celery_queue(redis_client: redis.Redis, settings: HarvesterSettings):
@@ -281,7 +314,7 @@ def test_redis_restart_mid_run_loses_nothing(
     try:
         wait_for(lambda: len(published_tasks(client, "default")) == 50, 20, "first admissions")
         before = RateLimitStore(client, settings).stats(["shop"])["shop"]
-        assert (before.active, before.pending, before.dead) == (50, 70, 1)
+        assert (before.active, before.pending, before.dead_letters_waiting) == (50, 70, 1)
 
         restartable_redis.server.stop(signal.SIGKILL)  # a crash, not a clean shutdown
         time.sleep(1.5)  # the distributor meets the outage
@@ -289,7 +322,7 @@ def test_redis_restart_mid_run_loses_nothing(
         client = restartable_redis.client()
         store = RateLimitStore(client, settings)
         after = store.stats(["shop"])["shop"]
-        assert (after.pending, after.dead) == (70, 1)  # intake and dead letters came back (AOF)
+        assert (after.pending, after.dead_letters_waiting) == (70, 1)  # intake and dead letters came back (AOF)
         assert after.active == 50  # so did the reservations of the published tasks (no worker started them)
 
         # no worker ever ran: nothing was charged. Once the queued reservations run out (their messages

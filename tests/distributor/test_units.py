@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from harvester.distributor import RetryPolicy
 from harvester.distributor.hosts import host_of
-from harvester.distributor.intake import RegisteredSource
+from harvester.distributor.registry import RegisteredSource
 from harvester.distributor.scripts import CONTRACTS
 from harvester.distributor.service import Distributor
 from harvester.redis_keys import SourceKeys
@@ -47,7 +47,7 @@ def test_fair_order_puts_high_priority_first_and_rotates_inside_each_tier():
 def test_a_contract_builds_keys_and_argv_by_name_and_decodes_replies_by_name():
     admit = CONTRACTS["admit"]
     keys = SourceKeys("shop")
-    assert admit.key_names("shop")[:3] == [keys.intake, keys.delayed, keys.active]
+    assert admit.key_names("shop")[:3] == [keys.intake, keys.active, keys.active_messages]  # due retries: promote_due
     assert admit.key_names("shop")[-3:] == [keys.dead_letters, keys.leases, keys.run_dead]
     assert admit.argument_values({"wanted": 5, "publish_grace_seconds": 30, "window_seconds": 60, "now": "",
                                   "expected_source": "shop", "dead_letters_max": 9}) == [5, 30, 60, "", "shop", 9]

@@ -6,7 +6,8 @@ import json
 
 import pytest
 from harvester.metrics.collector import metrics_registry
-from harvester.metrics.slots import read_last_decision, read_proxy_bytes, read_slot_records
+from harvester.pageslots.manager import last_decision
+from harvester.pageslots.proxies import proxy_bytes_by_country
 from harvester.pageslots.registry import SlotRegistry, SlotState
 from harvester.redis_keys import PageSlotKeys
 
@@ -35,7 +36,7 @@ def test_slots_by_country_and_state_and_proxy_bytes(harvester_settings, redis_cl
     assert value(samples, "harvester_page_slots", country="SG", state="PAGE_READY") == 1
     assert value(samples, "harvester_page_slots", country="SG", state="PREPARING_PAGE") == 0
     assert value(samples, "harvester_proxy_bytes_total", country="SG") == 4096
-    assert read_proxy_bytes(redis_client) == {"SG": 4096}
-    assert read_last_decision(redis_client)["slots"] == {"SG": 3, "MY": 1}
-    assert sorted((record.country, record.state) for record in read_slot_records(redis_client)) == [
+    assert proxy_bytes_by_country(redis_client) == {"SG": 4096}
+    assert last_decision(redis_client)["slots"] == {"SG": 3, "MY": 1}
+    assert sorted((record.country, record.state) for record in slots.slots()) == [
         ("MY", "NO_PAGE"), ("SG", "NO_PAGE"), ("SG", "NO_PAGE"), ("SG", "PAGE_READY")]

@@ -242,7 +242,7 @@ def test_a_page_s_own_requests_take_rate_tokens_and_the_run_report_counts_them(
         slots_factory, configure_settings, demo_site) -> None:
     from harvester.producer.planner import Planner, PlanOptions
     from harvester.producer.producer import Producer
-    from harvester.producer.progress import RunMonitor
+    from harvester.producer.progress import RunSettlement
 
     window = 4.0
     settings = configure_settings(rate_window_seconds=window, rate_window_margin_seconds=0.5)
@@ -262,7 +262,7 @@ def test_a_page_s_own_requests_take_rate_tokens_and_the_run_report_counts_them(
     busiest = max(sum(1 for other in starts if start <= other < start + window) for start in starts)
     assert busiest <= 3  # per_host_per_minute, as the site saw it (per_minute 4 would allow 4)
 
-    report = RunMonitor(slots.database, slots.database, slots.redis).report(source.name, source.output_collection,
-                                                                             "run1")
+    report = RunSettlement(slots.database, slots.database, slots.redis).report(source.name,
+                                                                                source.output_collection, "run1")
     assert report["browser_requests"] == {"pages": 4, "sub_requests": 4}
     assert settings.rate_window_seconds == window

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 import redis
 from harvester.distributor import RateLimitStore, TaskMessage
-from harvester.distributor.browser_tasks import push_browser_tasks
 from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
+from harvester.pageslots.handoff import PageSlotHandoff
 from harvester.pageslots.manager import PageSlotManager
 from harvester.pageslots.registry import SlotHosts, SlotRegistry, SlotState, slot_counts
 from harvester.redis_keys import PageSlotKeys, SourceKeys
@@ -164,12 +164,13 @@ def test_country_without_proxy_gets_no_page_and_its_tasks_are_dead_lettered(
     monkeypatch.delenv("AIRFLOW_CONN_PROXY_TH", raising=False)
     store = RateLimitStore(redis_client, harvester_settings)
     redis_client.hset(SourceKeys("th_shop").config, mapping={"max_active": 10, "per_minute": 100, "retries": 3,
-                                                             "queue": "pageslots.TH", "priority": "normal"})
+                                                             "queue": "pageslots", "render": "browser",
+                                                             "country": "TH", "priority": "normal"})
     messages = [TaskMessage(source="th_shop", url=f"http://127.0.0.1:1/{i}", country="TH") for i in range(3)]
     for message in messages:
         redis_client.rpush(SourceKeys("th_shop").intake, message.to_json())
     admitted = store.admit("th_shop", 10)
-    push_browser_tasks(redis_client, "TH", admitted.deliveries(), 3000)
+    PageSlotHandoff(redis_client).push("TH", admitted.deliveries())
     manager = manager_for(redis_client)
     report = manager.allocate()
     assert report.errors and "no proxy configured for country TH" in report.errors[0]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import redis
-from harvester.producer import progress
-from harvester.producer.progress import dead_tasks_of_run
+from harvester.distributor import dead_tasks
+from harvester.distributor.dead_tasks import dead_tasks_of_run
 from harvester.redis_keys import SourceKeys
 
 pytestmark = pytest.mark.integration
@@ -51,7 +51,7 @@ class MovingDeadLetters(redis.Redis):
 @pytest.fixture
 def dead_letters(redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> str:
     """20 old entries of another run at the head, then 30 of run r1, then 10 more of another run."""
-    monkeypatch.setattr(progress, "DEAD_PAGE", 10)
+    monkeypatch.setattr(dead_tasks, "DEAD_PAGE", 10)
     keys = SourceKeys(SOURCE)
     redis_client.delete(keys.dead_letters, keys.run_dead)
     entries = ([entry("old-run", n) for n in range(20)] + [entry("r1", n) for n in range(30)]
@@ -61,7 +61,7 @@ def dead_letters(redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> 
     return keys.dead_letters
 
 
-def found(dead: progress.DeadTasks) -> set[str]:
+def found(dead: dead_tasks.DeadTasks) -> set[str]:
     return {task for tasks in dead.by_package.values() for task in tasks}
 
 

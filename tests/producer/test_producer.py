@@ -10,7 +10,7 @@ from harvester.distributor.messages import TaskMessage
 from harvester.distributor.store import RateLimitStore
 from harvester.producer.planner import Planner, PlanOptions
 from harvester.producer.producer import Producer
-from harvester.producer.progress import RunMonitor
+from harvester.producer.progress import RunMonitor, RunSettlement
 from harvester.redis_keys import SourceKeys
 from harvester.storage.packages import PackageStatus, PackageStore
 
@@ -95,14 +95,22 @@ def test_dead_letters_settle_packages_and_show_in_progress(database, redis_clien
         {"message": json.loads(dead.to_json()), "reason": "http 404: not found", "failed_at": 1.0}))
     redis_client.hincrby(keys.run_dead, "run1", 1)
     monitor = RunMonitor(database, database, redis_client)
-    progress = monitor.measure("shop", "shop", "run1")
+    packages_before = list(database.packages.find({}, {"_id": 0}))
+    unsettled = monitor.measure("shop", "shop", "run1")  # measuring reads only: the dead task is still pending
+    assert not unsettled.complete and (unsettled.tasks_done, unsettled.tasks_failed) == (9, 0)
+    assert unsettled.failures_by_reason == {"http 404": 1}  # what the dead letters say, settled or not
+    assert list(database.packages.find({}, {"_id": 0})) == packages_before
+    settlement = RunSettlement(database, database, redis_client)
+    progress = settlement.settle_and_measure("shop", "shop", "run1")
     assert progress.complete
     assert (progress.tasks_done, progress.tasks_failed, progress.records_stored) == (9, 1, 9)
     assert progress.failures_by_reason == {"http 404": 1}
     assert "packages 4/4 done" in progress.line()
-    report = monitor.report("shop", "shop", "run1")
+    assert database.runs.find_one({"run_id": "run1"})["status"] != "reported"  # settling is no report
+    report = settlement.report("shop", "shop", "run1")
     assert report["records_stored"] == 9 and report["failures_by_reason"] == {"http 404": 1}
     assert database.runs.find_one({"run_id": "run1"})["status"] == "reported"
+    assert not redis_client.hexists(keys.run_dead, "run1")  # the report ends the run's dead-letter records
 
 
 def test_runs_command_lists_and_shows_a_run(database, redis_client, harvester_settings, planned, tmp_path,

@@ -10,6 +10,8 @@ from harvester.distributor import DeadLetters, TaskMessage
 from harvester.redis_keys import SourceKeys
 from harvester.storage.url_store import URLStore
 
+from tests.fixtures.demo_site import demo_source_document
+
 pytestmark = pytest.mark.integration
 
 
@@ -235,3 +237,35 @@ def test_a_stuck_batch_stops_being_vouched_for(redis_client, worker_settings) ->
     with LeaseHeartbeat(store, "stuck", {"t1": "1"}, interval=0.05, max_seconds=0.3):
         time.sleep(0.8)
     assert 3 <= len(beats) <= 7 and beats[-1] - beats[0] < 0.4
+
+
+def test_a_yaml_edit_reaches_a_running_worker_only_through_the_next_registration(
+        write_source, crawl, demo_site, mongo_server, worker_settings) -> None:
+    """The worker reads the source the producer registered (one copy, by version), never the YAML file."""
+    source = write_source()
+    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/product/1"))  # registers it
+    crawl.step(source)
+    registered = crawl.runner.sources.version(source.name)
+    attributes = {name: attribute for name, attribute in
+                  demo_source_document(demo_site.url)["attributes"].items() if name != "title"}
+    edited = write_source(attributes=attributes)  # the YAML file changes under the running worker
+    crawl.intake.push(source.name, [TaskMessage(source=source.name, url=f"{demo_site.url}/product/2")])
+    crawl.step(source)
+    collection = records(mongo_server, worker_settings, source)
+    assert collection.find_one({"url": f"{demo_site.url}/product/2"})["title"]  # still the registered copy
+    assert crawl.runner.sources.version(source.name) == registered
+    crawl.intake.register_source(edited)  # what the next produce step does
+    crawl.intake.push(source.name, [TaskMessage(source=source.name, url=f"{demo_site.url}/product/3")])
+    crawl.step(source)
+    assert "title" not in collection.find_one({"url": f"{demo_site.url}/product/3"})
+    assert crawl.runner.sources.version(source.name) != registered
+
+
+def test_a_task_of_an_unregistered_source_is_retried_never_read_from_yaml(
+        write_source, crawl, demo_site, redis_client) -> None:
+    source = write_source(retries=0)  # its YAML file is there, but no producer registered it
+    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/product/1"))
+    redis_client.hdel(SourceKeys(source.name).config, "version", "document")  # a registration of old
+    report = crawl.step(source)
+    assert report["outcomes"] == {"config_error": 1} and report["dead"] == 1  # retries 0: the next is dead
+    assert "is not registered" in dead_reasons(redis_client, source)[0]

@@ -64,7 +64,7 @@ def test_listing_to_details_crawl_of_500_pages(write_source, worker_settings, de
     assert observed["total"] == 510
     assert 2 <= observed["max_concurrent"] <= MAX_ACTIVE, observed
     stats = store.stats([source.name])[source.name]
-    assert stats.active == 0 and stats.pending == 0 and stats.dead == 0
+    assert stats.active == 0 and stats.pending == 0 and stats.dead_letters_waiting == 0
 
 
 def test_every_fault_ends_stored_retried_or_dead_lettered_and_no_worker_crashes(
@@ -137,5 +137,5 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
     wait_idle(store, source.name, timeout=120, condition=lambda: collection.count_documents({}) >= 100)
     assert collection.count_documents({}) == 100
     assert len(collection.distinct("url")) == 100
-    assert store.stats([source.name])[source.name].dead == 0
+    assert store.stats([source.name])[source.name].dead_letters_waiting == 0
     assert store.counters(source.name).get("reaped", 0) >= 1  # the killed batch came back through its leases

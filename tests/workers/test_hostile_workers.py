@@ -127,7 +127,7 @@ def test_crawl_delay_spaces_request_starts_and_max_active_is_released(redis_clie
 
     one, other = asyncio.run(two())
     assert other - one >= 0.35
-    single = HostLimits(max_active=1)
+    single = HostLimits(max_in_flight=1)
 
     async def exclusive() -> None:
         token = await gate.acquire("exclusive", "http://shop.example/a", single)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from harvester.config.loader import load_source_file
 from harvester.distributor import TaskMessage
 from harvester.pageslots.host import BrowserPageFetcher
 from harvester.scraping.fetcher import Fetcher
@@ -35,8 +36,9 @@ def test_a_browser_batch_runs_the_same_flow_in_process(worker_settings: Harveste
                                                        demo_site, mongo_server) -> None:
     """The runner renders through the page slot's host, then settles exactly as for HTTP pages."""
     document = browser_source_document(demo_site.url, "pipeline_browser")
-    (worker_settings.sources_dir / "pipeline_browser.yaml").write_text(yaml.safe_dump(document))
-    source = runner.sources.get("pipeline_browser")
+    path = worker_settings.sources_dir / "pipeline_browser.yaml"
+    path.write_text(yaml.safe_dump(document))
+    source = load_source_file(path)  # registered by the push below, as the producer does
     from tests.workers.conftest import Crawl
 
     crawl = Crawl(runner, redis_client)

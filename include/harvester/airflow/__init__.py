@@ -6,23 +6,29 @@ Importing this package registers :class:`~harvester.airflow.connections.AirflowC
 so connection ids resolve through Airflow in every process that loads a Harvester DAG or trigger.
 """
 
-from harvester import lazy_exports
+from typing import TYPE_CHECKING
+
 from harvester.airflow.connections import AirflowConnectionResolver
 from harvester.connections import register_resolver
+from harvester.lazy import lazy_face
+
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.airflow.dags import build_source_dag, build_source_dags, raise_for_invalid_sources
+    from harvester.airflow.operators import (
+        HarvestSensor,
+        PlanOperator,
+        ProduceOperator,
+        ReportOperator,
+        add_producer_tasks,
+        output_asset,
+    )
+    from harvester.airflow.triggers import HarvestProgressTrigger
+
+__all__ = [
+    "AirflowConnectionResolver", "HarvestProgressTrigger", "HarvestSensor", "PlanOperator", "ProduceOperator",
+    "ReportOperator", "add_producer_tasks", "build_source_dag", "build_source_dags", "output_asset",
+    "raise_for_invalid_sources",
+]
+__getattr__, __dir__ = lazy_face(__name__)
 
 register_resolver(AirflowConnectionResolver())
-
-_EXPORTS = {  # loaded on first use: a DAG file needs only the factory
-    "HarvestProgressTrigger": "triggers",
-    "HarvestSensor": "operators",
-    "PlanOperator": "operators",
-    "ProduceOperator": "operators",
-    "ReportOperator": "operators",
-    "add_producer_tasks": "operators",
-    "build_source_dag": "dags",
-    "build_source_dags": "dags",
-    "output_asset": "operators",
-    "raise_for_invalid_sources": "dags",
-}
-__all__ = ["AirflowConnectionResolver", *sorted(_EXPORTS)]
-__getattr__ = lazy_exports(__name__, _EXPORTS)

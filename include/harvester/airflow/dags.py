@@ -16,16 +16,20 @@ from pathlib import Path
 import attrs
 from airflow.sdk import DAG, Param
 
-from harvester.config.loader import (
+from harvester.config import (
+    BATCH_SIZE_PARAM,
+    MAX_BATCH_SIZE,
+    MAX_PACKAGES_PARAM,
     SOURCE_SUFFIXES,
+    URLS_PARAM,
+    SourceConfig,
     SourceConfigError,
     SourceSet,
     default_directory,
+    format_duration,
     load_source_file,
     load_sources,
 )
-from harvester.config.model import MAX_BATCH_SIZE, SourceConfig, format_duration
-from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM
 from harvester.errors import InvalidSourceFiles
 
 DAG_ID_PREFIX = "harvest_"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator, BaseSensorOperator
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.connections import (
     MONGO_DEFAULT,
     REDIS_DEFAULT,
@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # pymongo and redis load at run time only: DAG files import t
     import pymongo.database
     import redis
 
-    from harvester.scraping.robots import RobotsCache
+    from harvester.producer import RunSettlement
+    from harvester.scraping import RobotsCache
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def _connections(source: SourceConfig) -> Iterator[_Connections]:
 
 
 def plan_run(source: SourceConfig, airflow_run_id: str, params: dict[str, Any] | None) -> dict[str, Any]:
-    from harvester.producer.planner import Planner, PlanOptions
+    from harvester.producer import Planner, PlanOptions
 
     options = PlanOptions.for_source(source, params)
     with _connections(source) as connections:
@@ -109,14 +110,14 @@ def plan_run(source: SourceConfig, airflow_run_id: str, params: dict[str, Any] |
 def _robots_cache(settings: HarvesterSettings) -> RobotsCache:
     """The workers' robots.txt cache in Redis: planning drops URLs a cached robots.txt disallows."""
     from harvester.connections import REDIS_DEFAULT, redis_client
-    from harvester.scraping.robots import RobotsCache
+    from harvester.scraping import RobotsCache
 
     return RobotsCache.from_settings(settings, redis_client(REDIS_DEFAULT, settings=settings))
 
 
 def produce_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
-    from harvester.producer.producer import Producer
-    from harvester.storage.runs import RunStore
+    from harvester.producer import Producer
+    from harvester.storage import RunStore
 
     with _connections(source) as connections:
         settings = connections.settings
@@ -129,18 +130,20 @@ def produce_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
     return result.to_dict()
 
 
-def report_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
-    from harvester.producer.progress import RunMonitor
+def _settlement(source: SourceConfig, connections: _Connections) -> RunSettlement:
+    from harvester.producer import RunSettlement
 
+    settings = connections.settings
+    return RunSettlement(connections.database(connections.main, settings.mongo_database),
+                         connections.database(connections.output, output_database_name(source, settings)),
+                         connections.redis)
+
+
+def report_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
     with _connections(source) as connections:
-        settings = connections.settings
-        monitor = RunMonitor(
-            connections.database(connections.main, settings.mongo_database),
-            connections.database(connections.output, output_database_name(source, settings)),
-            connections.redis,
-        )
-        report = monitor.report(source.name, source.output_collection, run_id,
-                                attributes=source.record_attributes, drift_threshold=source.drift_threshold)
+        report = _settlement(source, connections).report(
+            source.name, source.output_collection, run_id, attributes=source.record_attributes,
+            drift_threshold=source.drift_threshold)
     if report.get("selector_drift"):
         log.warning("selector drift in run %s of %s: %s (share of records down by at least %s points from the "
                     "median of previous runs)", run_id, source.name, ", ".join(report["selector_drift"]),
@@ -168,16 +171,10 @@ class HarvestSensor(BaseSensorOperator):
         return str(plan["run_id"])
 
     def poke(self, context: Any) -> bool:
-        from harvester.producer.progress import RunMonitor
-
         run_id = self._run_id(context)
         with _connections(self.source) as connections:
-            settings = connections.settings
-            progress = RunMonitor(
-                connections.database(connections.main, settings.mongo_database),
-                connections.database(connections.output, output_database_name(self.source, settings)),
-                connections.redis,
-            ).measure(self.source.name, self.source.output_collection, run_id)
+            progress = _settlement(self.source, connections).settle_and_measure(
+                self.source.name, self.source.output_collection, run_id)
         self.log.info("%s", progress.line())
         return progress.complete
 

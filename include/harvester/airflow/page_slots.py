@@ -31,7 +31,7 @@ STEPS = ("allocate_page_slots", "prepare_page_slots", "close_idle_page_slots")
 
 def _manager() -> Any:
     from harvester.connections import redis_client
-    from harvester.pageslots.manager import PageSlotManager
+    from harvester.pageslots import PageSlotManager
 
     settings = get_settings()
     return PageSlotManager(redis_client(settings=settings), settings)
@@ -41,7 +41,7 @@ def has_browser_work(target: Any) -> bool:
     """True when there is browser work or a slot to reconcile (``target``: a resolved RedisTarget). The
     client is the factory's cached one for the target, so a poll every few seconds opens no connection."""
     from harvester.connections import redis_client_for
-    from harvester.pageslots.manager import PageSlotManager
+    from harvester.pageslots import PageSlotManager
 
     return PageSlotManager(redis_client_for(target), get_settings()).has_work()
 

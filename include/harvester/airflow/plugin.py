@@ -24,8 +24,8 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from harvester.airflow.dags import DAG_ID_PREFIX, dag_id_for
-from harvester.config.model import SourceConfig
-from harvester.observability.views import (
+from harvester.config import SourceConfig
+from harvester.observability import (
     DeadLettersView,
     HarvestViews,
     RequeueResult,
@@ -37,7 +37,7 @@ from harvester.observability.views import (
     UnknownSource,
 )
 from harvester.settings import get_settings
-from harvester.storage.snapshots import PageSnapshot
+from harvester.storage import PageSnapshot
 
 STATIC_DIRECTORY = Path(__file__).with_name("static")
 URL_PREFIX = "/harvester"
@@ -60,7 +60,7 @@ class _State:
         settings = get_settings()
         with self.lock:
             if time.monotonic() - self.sources_read_at > SOURCES_TTL_SECONDS:
-                from harvester.config.loader import load_sources
+                from harvester.config import load_sources
 
                 self.sources = dict(load_sources(settings.sources_dir).sources)
                 self.sources_read_at = time.monotonic()

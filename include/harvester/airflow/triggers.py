@@ -1,6 +1,6 @@
 """Airflow adapter: the trigger behind ``wait_for_harvest``. It runs in the triggerer, not a worker slot.
 
-Every poll it settles dead-lettered tasks, measures the run and logs one progress line, which
+Every poll it settles the run (its dead-lettered tasks counted down), measures it and logs one progress line, which
 Airflow shows in the sensor's task log while the run is deferred. It carries connection ids, never
 URIs (the trigger table would hold the passwords): the triggerer resolves them itself, through
 Airflow's ``aget_connection`` first, then ``AIRFLOW_CONN_<ID>`` and the HARVESTER_* defaults.
@@ -24,7 +24,7 @@ from harvester.connections import (
     redis_client_for,
 )
 from harvester.errors import StorageError, mongo_storage_errors, redis_storage_errors
-from harvester.producer.progress import RunMonitor
+from harvester.producer import RunSettlement
 from harvester.settings import get_settings
 
 P = ParamSpec("P")
@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 
 def _storage_call(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``function``'s result; RunMonitor reads MongoDB and Redis itself, so their errors are wrapped here."""
+    """``function``'s result; the settlement reads MongoDB and Redis itself, so their errors are wrapped here."""
     with mongo_storage_errors(), redis_storage_errors():
         return function(*args, **kwargs)
 
@@ -69,11 +69,11 @@ class HarvestProgressTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        monitor = await self._monitor()
+        settlement = await self._settlement()
         while True:
             try:
                 progress = await asyncio.to_thread(
-                    _storage_call, monitor.measure, self.source, self.output_collection, self.run_id)
+                    _storage_call, settlement.settle_and_measure, self.source, self.output_collection, self.run_id)
             except StorageError as error:
                 # A blip must not fail a long run: log it and look again at the next poll.
                 self.log.warning("progress of %s unavailable for now: %s", self.run_id, str(error).splitlines()[0])
@@ -87,13 +87,13 @@ class HarvestProgressTrigger(BaseTrigger):
                     return
             await asyncio.sleep(self.poll_seconds)
 
-    async def _monitor(self) -> RunMonitor:
+    async def _settlement(self) -> RunSettlement:
         """Resolve the ids in the triggerer; the clients are the triggerer process's cached ones, shared
         by every trigger it runs (one pool per server, not one per deferred sensor)."""
         settings = get_settings()  # the triggerer's own environment: the trigger carries ids only
         main = await aresolve_mongo(self.mongo_connection_id, settings)
         output = await aresolve_mongo(self.output_connection_id, settings)
         redis_target = await aresolve_redis(self.redis_connection_id, settings)
-        return RunMonitor(mongo_client_for(main, settings)[self.database],
-                          mongo_client_for(output, settings)[self.output_database],
-                          redis_client_for(redis_target))
+        return RunSettlement(mongo_client_for(main, settings)[self.database],
+                             mongo_client_for(output, settings)[self.output_database],
+                             redis_client_for(redis_target))

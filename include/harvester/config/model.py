@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from croniter import croniter
-from pydantic import Field, WithJsonSchema, field_validator, model_validator
+from pydantic import Field, WithJsonSchema, field_serializer, field_validator, model_validator
 
 from harvester.config.attributes import (
     RESERVED_FIELDS,
@@ -27,7 +27,7 @@ from harvester.config.attributes import (
     check_selector,
 )
 from harvester.config.browser import BrowserOptions
-from harvester.queues import DEFAULT_QUEUE, PRIORITY_QUEUE, page_slot_queue_name
+from harvester.queues import DEFAULT_QUEUE, PAGESLOTS_QUEUE, PRIORITY_QUEUE
 
 __all__ = ["RESERVED_FIELDS", "XPATH_PREFIX", "Attribute", "AttributeType", "ListingRecords", "SourceConfig",
            "check_selector"]
@@ -243,6 +243,11 @@ class SourceConfig(StrictModel):
     def _duration(cls, value: Any) -> timedelta:
         return parse_duration(value)
 
+    @field_serializer("harvesting_lag", when_used="json")
+    def _duration_text(self, value: timedelta) -> str:
+        """As YAML writes it ("6h"), so the registered copy (JSON) validates back to the same config."""
+        return format_duration(value)
+
     @field_validator("schedule")
     @classmethod
     def _schedule(cls, value: str | None) -> str | None:
@@ -291,9 +296,10 @@ class SourceConfig(StrictModel):
 
     @property
     def queue(self) -> str:
-        """The Celery queue admitted tasks go to."""
+        """The Celery queue whose workers run the admitted tasks: priority or default, and for a browser
+        source ``pageslots`` (its tasks wait in the list of their country's slots, not as Celery messages)."""
         if self.render == "browser":
-            return page_slot_queue_name(str(self.country))
+            return PAGESLOTS_QUEUE
         return PRIORITY_QUEUE if self.priority == "high" else DEFAULT_QUEUE
 
     @property

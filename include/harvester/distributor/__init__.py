@@ -1,31 +1,34 @@
 """Intake queues, admission against the global rate-limit store, leases, retries and dead letters."""
 
-from harvester import lazy_exports
-from harvester.distributor.dead_letters import DeadLetter, DeadLetters
-from harvester.distributor.hosts import host_of
-from harvester.distributor.intake import Intake, RegisteredSource, read_registered_sources
-from harvester.distributor.messages import TaskMessage
-from harvester.distributor.scripts import ScriptContract, ScriptPipeline, Scripts, declare_script, optional_text, text
-from harvester.distributor.store import (
-    Admission,
-    FetchTokens,
-    RateLimitStore,
-    ReapResult,
-    RetryPolicy,
-    SourceStats,
-    StartResult,
-    WorkerLostResult,
-)
+from typing import TYPE_CHECKING
 
-_LAZY = {  # the service loop needs Celery: loaded on first use
-    "BrowserTaskBook": "browser_tasks", "CountryCensus": "browser_tasks", "Distributor": "service",
-    "celery_app_for": "service", "census_of": "browser_tasks", "script_source": "scripts",
-    "task_member": "browser_tasks",
-}
+from harvester.lazy import lazy_face
+
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.distributor.dead_letters import DeadLetter, DeadLetters
+    from harvester.distributor.dead_tasks import DeadLettering, DeadTasks, count_down_dead, dead_tasks_of_run
+    from harvester.distributor.hosts import host_of
+    from harvester.distributor.intake import Intake
+    from harvester.distributor.messages import TaskMessage
+    from harvester.distributor.publisher import celery_app_for
+    from harvester.distributor.registry import RegisteredSource, RegisteredSources, SourceRegistry
+    from harvester.distributor.scripts import script_source
+    from harvester.distributor.service import MAX_WAIT_SECONDS, BrowserHandoff, Distributor
+    from harvester.distributor.store import (
+        Admission,
+        FetchTokens,
+        RateLimitStore,
+        ReapResult,
+        RetryPolicy,
+        StartResult,
+        WorkerLostResult,
+    )
+    from harvester.source_stats import SourceStats
+
 __all__ = [
-    "Admission", "BrowserTaskBook", "CountryCensus", "DeadLetter", "DeadLetters", "Distributor", "FetchTokens",
-    "Intake", "RateLimitStore", "ReapResult", "RegisteredSource", "RetryPolicy", "ScriptContract", "ScriptPipeline",
-    "Scripts", "SourceStats", "StartResult", "TaskMessage", "WorkerLostResult", "celery_app_for", "census_of",
-    "declare_script", "host_of", "optional_text", "read_registered_sources", "script_source", "task_member", "text",
+    "MAX_WAIT_SECONDS", "Admission", "BrowserHandoff", "DeadLetter", "DeadLettering", "DeadLetters", "DeadTasks",
+    "Distributor", "FetchTokens", "Intake", "RateLimitStore", "ReapResult", "RegisteredSource", "RegisteredSources",
+    "RetryPolicy", "SourceRegistry", "SourceStats", "StartResult", "TaskMessage", "WorkerLostResult",
+    "celery_app_for", "count_down_dead", "dead_tasks_of_run", "host_of", "script_source",
 ]
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__, __dir__ = lazy_face(__name__)

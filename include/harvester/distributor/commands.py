@@ -1,11 +1,13 @@
-"""`harvester distributor` (the long-running service) and `harvester dead-letters list|show|requeue|purge`."""
+"""`harvester health distributor` and `harvester dead-letters list|show|requeue|purge`.
+
+The long-running `harvester distributor` itself is composed with the page slots' hand-off and the
+metrics endpoint, so it is registered by :mod:`harvester.processes` (the distributor imports neither).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -17,14 +19,6 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    service = subparsers.add_parser(
-        "distributor", help="admit intake into the Celery queues within every source's global limits"
-    )
-    service.add_argument("--log-level", default="INFO")
-    service.add_argument("--max-seconds", type=float, default=None, help="stop after this long (tests, benches)")
-    service.add_argument("--name", default=None, help="the name its heartbeat is written under (default: hostname)")
-    service.set_defaults(handler=_distributor)
-
     health = subparsers.add_parser(
         "health", help="liveness check: exit 0 when the component's heartbeat is fresh, 1 when stale or missing"
     )
@@ -51,26 +45,10 @@ def _settings() -> HarvesterSettings:
     return get_settings()
 
 
-def _redis_client(settings: HarvesterSettings, blocking_seconds: float | None = None) -> redis.Redis:
+def _redis_client(settings: HarvesterSettings) -> redis.Redis:
     from harvester.connections import REDIS_DEFAULT, redis_client
 
-    return redis_client(REDIS_DEFAULT, settings=settings, blocking_seconds=blocking_seconds)
-
-
-def _distributor(args: argparse.Namespace) -> int:
-    from harvester.distributor.service import MAX_WAIT_SECONDS, Distributor
-    from harvester.metrics.collector import serve_metrics
-
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = _settings()
-    distributor = Distributor(_redis_client(settings), settings, name=args.name,
-                              blocking_client=_redis_client(settings, blocking_seconds=MAX_WAIT_SECONDS))
-    serve_metrics(_redis_client(settings), settings)  # on HARVESTER_METRICS_PORT; read from Redis at each scrape
-    signal.signal(signal.SIGTERM, distributor.handle_signal)
-    signal.signal(signal.SIGINT, distributor.handle_signal)
-    distributor.run(max_seconds=args.max_seconds)
-    return 0
+    return redis_client(REDIS_DEFAULT, settings=settings)
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -138,7 +116,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
 def _with_snapshot(source: str, entries: list[DeadLetter]) -> set[str]:
     """Task ids of ``entries`` whose page snapshot is kept (none when MongoDB cannot say)."""
     from harvester.errors import StorageError
-    from harvester.storage.snapshots import SnapshotStore
+    from harvester.storage import SnapshotStore
 
     task_ids = [entry.message.get("task_id") for entry in entries if isinstance(entry.message, dict)]
     try:
@@ -152,7 +130,7 @@ def _show_dead_letter(dead_letters: DeadLetters, args: argparse.Namespace) -> in
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from harvester.storage.snapshots import SnapshotStore
+    from harvester.storage import SnapshotStore
 
     if not args.task:
         print("harvester dead-letters show: give --task (the task id; `list` shows them)", file=sys.stderr)

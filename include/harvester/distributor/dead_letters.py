@@ -14,10 +14,11 @@ import pydantic
 import redis
 
 from harvester.distributor.messages import TaskMessage
-from harvester.distributor.scripts import ScriptPipeline, Scripts
+from harvester.distributor.scripts import distributor_scripts
 from harvester.distributor.store import wake_distributors
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import SourceKeys
+from harvester.redis_scripts import ScriptPipeline
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class DeadLetters:
 
     def __init__(self, redis_client: redis.Redis) -> None:
         self.redis = redis_client
-        self.scripts = Scripts(redis_client)
+        self.scripts = distributor_scripts(redis_client)
 
     @redis_storage_errors()
     def count(self, source: str) -> int:

@@ -20,32 +20,33 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 import redis
 from celery import Celery
-from kombu import Queue
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harvester.connections import blocking_twin
-from harvester.distributor.intake import RegisteredSource, read_registered_sources
 from harvester.distributor.messages import TaskMessage
+from harvester.distributor.publisher import SCRAPE_TASK, SOFT_LIMIT_MARGIN_SECONDS, CeleryPublisher, celery_app_for
+from harvester.distributor.registry import RegisteredSource, SourceRegistry
 from harvester.distributor.store import Admission, RateLimitStore
-from harvester.errors import ShutdownRequested, StorageUnavailableError
-from harvester.queues import kombu_queue
+from harvester.errors import DistributorError, ShutdownRequested, StorageUnavailableError
 from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys, distributor_heartbeat
+from harvester.redis_scripts import ScriptPipeline
 from harvester.settings import HarvesterSettings
 
 log = logging.getLogger("harvester.distributor")
 
-SCRAPE_TASK = "harvester.scrape_batch"
+__all__ = ["SCRAPE_TASK", "SOFT_LIMIT_MARGIN_SECONDS", "BrowserHandoff", "CeleryPublisher", "Distributor",
+           "celery_app_for"]
+
 SOURCES_REFRESH_SECONDS = 1.0
 SUMMARY_SECONDS = 60.0
 MAX_WAIT_SECONDS = 30.0  # a blocking wait never outlasts the blocking connection's socket timeout
-SOFT_LIMIT_MARGIN_SECONDS = 15.0  # a batch past its soft limit gets this long to hand its tasks back
 BACKPRESSURE_POLL_SECONDS = 0.2  # Celery gives no event when a queue drains: look again this often
 HEARTBEAT_SECONDS = 5.0  # how often a working distributor refreshes its liveness key
 HEARTBEAT_TTL_SECONDS = 600  # a stopped distributor's key goes away on its own
@@ -55,62 +56,18 @@ REDIS_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def celery_app_for(settings: HarvesterSettings) -> Celery:
-    """A Celery app that only publishes, to ``settings.redis_url``, in the message format the workers'
-    app (``harvester.workers.celery_app``) consumes: the distributor never imports worker code."""
-    app = Celery("harvester", broker=settings.redis_url, set_as_current=False)
-    app.conf.update(task_serializer="json", accept_content=["json"], result_backend=None, task_ignore_result=True,
-                    broker_connection_retry_on_startup=True,
-                    # send_task then publishes a task-sent event per message through the same producer
-                    # batch (Celery's event dispatcher), so Flower shows each batch from the moment it is queued
-                    task_send_sent_event=True)
-    return app
+class BrowserHandoff(Protocol):
+    """Where admitted browser tasks go: the page slots of their task's country. The page slots implement it
+    (``harvester.pageslots.handoff.PageSlotHandoff``) and whoever starts a distributor gives it one, so the
+    distributor never imports the page slots (they import the distributor)."""
 
+    def backlog_key(self, country: str) -> str:
+        """The Redis list of the country's tasks waiting for a slot (its length is the backlog, in tasks)."""
+        ...
 
-class CeleryPublisher:
-    """Sends admitted tasks as ``harvester.scrape_batch`` messages without importing worker code."""
-
-    def __init__(self, app: Celery, batch_size: int,
-                 time_limit_for: Callable[[str, int], float] | None = None) -> None:
-        self.app = app
-        self.batch_size = batch_size
-        self.time_limit_for = time_limit_for  # (source, tasks in the message) -> hard time limit (s)
-        self._queues: dict[str, Queue] = {}
-
-    def queue(self, name: str) -> Queue:
-        """The queue as celery_app declares its queues: bound to the harvester exchange under its own name.
-
-        Messages are routed with no exchange named, so Celery sends them through the anonymous direct
-        exchange straight to the list named ``name`` (Celery's own default for direct queues). Routing
-        through the "harvester" exchange would depend on kombu's binding set in Redis and on kombu's
-        in-process memory of having declared it: once that set is lost (a flush, a restart without AOF)
-        every message would go to kombu's undeliverable list while the distributor believed it published.
-        """
-        if name not in self._queues:
-            self._queues[name] = kombu_queue(name)
-        return self._queues[name]
-
-    def publish(self, work: Iterable[tuple[str, list[dict[str, Any]]]]) -> int:
-        """Publish (queue, task dicts of ONE source) pairs in one pipelined batch; returns Celery messages sent."""
-        work = list(work)
-        with self.app.producer_or_acquire() as producer, producer.batch(max_size=1000):
-            self._send(producer, work)
-        return sum(-(-len(tasks) // self.batch_size) for _, tasks in work)
-
-    def _send(self, producer: Any, work: list[tuple[str, list[dict[str, Any]]]]) -> None:
-        for queue, tasks in work:
-            for start in range(0, len(tasks), self.batch_size):
-                batch = tasks[start:start + self.batch_size]
-                limits: dict[str, float] = {}
-                if self.time_limit_for is not None:
-                    hard = self.time_limit_for(batch[0]["source"], len(batch))
-                    limits = {"time_limit": hard, "soft_time_limit": max(1.0, hard - SOFT_LIMIT_MARGIN_SECONDS)}
-                self.app.send_task(
-                    SCRAPE_TASK, args=[batch], queue=self.queue(queue), producer=producer, **limits,
-                    # a short argsrepr: Celery's default saferepr of the batch costs more than the rest
-                    # of the publish put together, and logs/Flower only need to know what it holds
-                    argsrepr=f"[<{len(batch)} tasks of {batch[0]['source']}>]", kwargsrepr="{}",
-                )
+    def hand_over(self, pipeline: ScriptPipeline, country: str, tasks: list[dict[str, Any]]) -> None:
+        """Queue the hand-over of admitted tasks to ``country``'s slots on a pipeline the distributor sends."""
+        ...
 
 
 @dataclass
@@ -146,6 +103,7 @@ class Distributor:
         blocking_client: redis.Redis | None = None,
         on_dead_letters: Callable[[str, list[str]], None] | None = None,
         name: str | None = None,
+        browser_handoff: BrowserHandoff | None = None,
     ) -> None:
         self.name = name or socket.gethostname()
         self._heartbeat_at = float("-inf")
@@ -156,6 +114,8 @@ class Distributor:
         self.publisher = CeleryPublisher(app or celery_app_for(self.settings), self.settings.publish_batch_size,
                                          self.batch_time_limit)
         self.on_dead_letters = on_dead_letters
+        self.browser_handoff = browser_handoff  # None: browser sources wait for a distributor that has one
+        self.registry = SourceRegistry(redis_client)
         self.totals = DistributorTotals()
         self._stop = threading.Event()
         self._waiting = False
@@ -163,7 +123,8 @@ class Distributor:
         self._sources: dict[str, RegisteredSource] = {}
         self._sources_read_at = float("-inf")
         self._next_reap = 0.0
-        self._unpublished: list[tuple[str, list[dict[str, Any]]]] = []
+        self._unpublished: list[tuple[str | None, list[dict[str, Any]]]] = []  # (Celery queue or None: slots, tasks)
+        self._undeliverable: set[str] = set()  # browser sources already warned about (no hand-off)
         self._outage_since: float | None = None
         self._clock_offset: float | None = None  # Redis TIME minus this machine's clock (s)
 
@@ -252,32 +213,40 @@ class Distributor:
         self._publish_pending()
         if time.monotonic() >= self._next_reap:
             self.reap()
-        sources = self._registered_sources()
+        sources = self._deliverable(self._registered_sources())
         if not sources:
             return outcome
-        ordered = self.fair_order(list(sources.values()), self._round_number)
+        requests, waits = self._requests(self.fair_order(list(sources.values()), self._round_number), outcome)
+        if requests:
+            self._admit_and_publish(requests, sources, outcome, waits)
+        outcome.wait_seconds = min(waits) if waits else None
+        return outcome
+
+    def _requests(self, ordered: list[RegisteredSource], outcome: RoundOutcome
+                  ) -> tuple[list[tuple[str, int]], list[float]]:
+        """(source, tasks wanted) of this round, within each destination's room; and the known wake-up waits."""
         depths, ready, retry_due_in = self._queue_depths_and_ready_work(ordered)
         waits: list[float] = [due for due in retry_due_in.values() if due is not None]
         requests: list[tuple[str, int]] = []
-        queue_of: dict[str, str] = {}
-        budget = {queue: (self.settings.queue_max_depth - depth) * self.settings.publish_batch_size
-                  for queue, depth in depths.items()}
+        budget = {destination: (self.settings.queue_max_depth - depth) * self.settings.publish_batch_size
+                  for destination, depth in depths.items()}
         for source in ordered:
             if ready[source.name] == 0:
                 continue  # nothing to admit: leave the queue's room to the sources that have work
-            room = budget[source.queue]
+            destination = self.destination(source)
+            room = budget[destination]
             if room <= 0:
                 outcome.backpressured = True
                 continue
             wanted = min(self.settings.admit_batch_size, room, ready[source.name])
-            budget[source.queue] -= wanted
+            budget[destination] -= wanted
             requests.append((source.name, wanted))
-            queue_of[source.name] = source.queue
-        if not requests:
-            outcome.wait_seconds = min(waits) if waits else None
-            return outcome
+        return requests, waits
+
+    def _admit_and_publish(self, requests: list[tuple[str, int]], sources: dict[str, RegisteredSource],
+                           outcome: RoundOutcome, waits: list[float]) -> None:
         admissions = self.store.admit_many(requests)
-        work: list[tuple[str, list[dict[str, Any]]]] = []
+        work: list[tuple[str | None, list[dict[str, Any]]]] = []
         if admissions:
             self._clock_offset = admissions[-1].now - time.time()
         outcome.saturated = not outcome.backpressured
@@ -285,10 +254,11 @@ class Distributor:
             outcome.saturated &= len(admission.messages) + admission.malformed < wanted
             outcome.malformed += admission.malformed
             if admission.messages:
-                tasks = self._valid_tasks(admission)
+                source = sources[admission.source]
+                tasks = self._valid_tasks(admission, source)
                 outcome.admitted += len(tasks)
                 if tasks:
-                    work.append((queue_of[admission.source], tasks))
+                    work.append((None if source.browser else source.queue, tasks))
             elif admission.status == "active_limit" and admission.wait_seconds is not None:
                 # room comes from a release (which wakes us) or from reaping the earliest lease when it expires
                 self._next_reap = min(self._next_reap, time.monotonic() + admission.wait_seconds)
@@ -297,13 +267,29 @@ class Distributor:
         if work:
             self._unpublished.extend(work)
             outcome.published_messages = self._publish_pending()
-        outcome.wait_seconds = min(waits) if waits else None
         self.totals.admitted += outcome.admitted
         self.totals.malformed += outcome.malformed
-        return outcome
 
-    def _valid_tasks(self, admission: Admission) -> list[dict[str, Any]]:
-        """Admitted messages as dicts; one that is not a valid TaskMessage goes to dead letters with the reason."""
+    def destination(self, source: RegisteredSource) -> str:
+        """The Redis list the source's admitted tasks wait in: its Celery queue, or its country's slot list."""
+        if source.browser and self.browser_handoff is not None:
+            return self.browser_handoff.backlog_key(source.country)
+        return source.queue
+
+    def _deliverable(self, sources: dict[str, RegisteredSource]) -> dict[str, RegisteredSource]:
+        """The sources this distributor can deliver: a browser source needs the page slots' hand-off."""
+        if self.browser_handoff is not None:
+            return sources
+        for name in sorted(name for name, source in sources.items() if source.browser):
+            if name not in self._undeliverable:
+                self._undeliverable.add(name)
+                log.warning("%s is a browser source and this distributor has no page-slot hand-off: its tasks "
+                            "wait for one that has (`harvester distributor` starts with it)", name)
+        return {name: source for name, source in sources.items() if not source.browser}
+
+    def _valid_tasks(self, admission: Admission, source: RegisteredSource) -> list[dict[str, Any]]:
+        """Admitted messages as dicts; one that is not a valid TaskMessage goes to dead letters with the reason.
+        A browser task without a country (pushed by a tool) takes its source's."""
         tasks = []
         for raw, token in zip(admission.messages, admission.tokens, strict=True):
             try:
@@ -316,6 +302,8 @@ class Distributor:
                 self.totals.malformed += 1
                 continue
             task["lease_token"] = token  # the fencing token travels with the Celery message
+            if source.browser and not task.get("country"):
+                task["country"] = source.country
             tasks.append(task)
         return tasks
 
@@ -328,19 +316,11 @@ class Distributor:
         """
         if not self._unpublished:
             return 0
-        from harvester.distributor.browser_tasks import browser_country, push_browser_tasks
-        from harvester.distributor.scripts import ScriptPipeline
-
         published = self._unpublished
-        celery_work = [(queue, tasks) for queue, tasks in self._unpublished if browser_country(queue) is None]
-        browser_work = [(queue, tasks) for queue, tasks in self._unpublished if browser_country(queue) is not None]
-        if browser_work:
-            def build(pipeline: ScriptPipeline) -> None:
-                for queue, tasks in browser_work:
-                    push_browser_tasks(self.redis, browser_country(queue) or "", tasks,
-                                       self.settings.allocation_sample_size, pipeline)
-
-            self.store.scripts.run_pipeline(build)
+        celery_work = [(queue, tasks) for queue, tasks in published if queue is not None]
+        browser_tasks = [task for queue, tasks in published if queue is None for task in tasks]
+        if browser_tasks:
+            self._hand_over(browser_tasks)
             self._unpublished = celery_work
         sent = self.publisher.publish(celery_work) if celery_work else 0
         self._unpublished = []
@@ -351,6 +331,21 @@ class Distributor:
                 by_source.setdefault(task["source"], {})[task["task_id"]] = task["lease_token"]
         self.store.mark_published_many(list(by_source.items()))
         return sent
+
+    def _hand_over(self, tasks: list[dict[str, Any]]) -> None:
+        """Browser tasks to the slots of each task's country, in one round trip."""
+        if self.browser_handoff is None:
+            raise DistributorError("browser tasks admitted without a page-slot hand-off")
+        handoff = self.browser_handoff
+        by_country: dict[str, list[dict[str, Any]]] = {}
+        for task in tasks:
+            by_country.setdefault(str(task["country"]), []).append(task)
+
+        def build(pipeline: ScriptPipeline) -> None:
+            for country, group in by_country.items():
+                handoff.hand_over(pipeline, country, group)
+
+        self.store.scripts.run_pipeline(build)
 
     def batch_time_limit(self, source: str, tasks: int) -> float:
         """Celery's hard time limit of one message: every fetch ends by the source's timeout, storing gets
@@ -390,23 +385,23 @@ class Distributor:
 
     def _registered_sources(self) -> dict[str, RegisteredSource]:
         if time.monotonic() - self._sources_read_at >= SOURCES_REFRESH_SECONDS:
-            self._sources = read_registered_sources(self.redis)
+            self._sources = self.registry.read_all()
             self._sources_read_at = time.monotonic()
         return self._sources
 
     def _queue_depths_and_ready_work(
         self, sources: list[RegisteredSource]
     ) -> tuple[dict[str, int], dict[str, int], dict[str, float | None]]:
-        """In one round trip: Celery messages waiting per queue (kombu keeps a queue as a Redis list); per
+        """In one round trip: messages waiting per destination (kombu keeps a queue as a Redis list; a country's
+        slot list holds tasks, counted in messages of ``publish_batch_size``); per
         source the tasks it could have admitted now (intake plus retries due by this machine's clock); and
         per source with nothing ready, the seconds until its earliest retry is due (so we wake for it)."""
-        from harvester.distributor.browser_tasks import browser_country, depth_key
-
-        queues = sorted({source.queue for source in sources})
+        destinations = {self.destination(source): source.browser for source in sources}  # -> holds tasks
+        queues = sorted(destinations)
         now = self.server_now()
         pipeline = self.redis.pipeline(transaction=False)
         for name in queues:
-            pipeline.llen(depth_key(name))
+            pipeline.llen(name)
         for source in sources:
             keys = SourceKeys(source.name)
             pipeline.llen(keys.intake)
@@ -414,8 +409,8 @@ class Distributor:
             pipeline.zrange(keys.delayed, 0, 0, withscores=True)
         replies = pipeline.execute()
         batch = self.settings.publish_batch_size
-        depths = {queue: int(depth) if browser_country(queue) is None else -(-int(depth) // batch)
-                  for queue, depth in zip(queues, replies[: len(queues)], strict=True)}  # browser lists hold tasks
+        depths = {queue: -(-int(depth) // batch) if destinations[queue] else int(depth)  # slot lists hold tasks
+                  for queue, depth in zip(queues, replies[: len(queues)], strict=True)}
         per_source = replies[len(queues):]
         ready: dict[str, int] = {}
         retry_due_in: dict[str, float | None] = {}

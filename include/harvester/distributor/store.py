@@ -22,14 +22,16 @@ import redis
 
 from harvester.distributor.hosts import host_of
 from harvester.distributor.messages import TaskMessage
-from harvester.distributor.scripts import ScriptPipeline, Scripts, text
+from harvester.distributor.scripts import distributor_scripts
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SourceKeys
+from harvester.redis_scripts import ScriptPipeline, text
 from harvester.settings import HarvesterSettings
 from harvester.source_stats import SourceStats
 
 SIGNAL_BACKLOG = 64  # wake-up tokens kept at most; one is enough to wake a distributor
 ADMIT_CHUNK = 1000  # tasks per atomic admit call: a large batch is several bounded calls in one round trip
+PROMOTE_LIMIT = 1000  # due retries moved to the front of intake per source before each admission
 LIVE_SCAN_PAGE = 1000  # entries read per command inside live_tasks.lua
 KILLS_ALLOWED = 2  # a batch that kills its worker this many times is dead-lettered with that reason
 
@@ -139,7 +141,7 @@ class RateLimitStore:
         self.redis = redis_client
         self.settings = settings
         self.retry_policy = retry_policy or RetryPolicy.from_settings(self.settings)
-        self.scripts = Scripts(redis_client)
+        self.scripts = distributor_scripts(redis_client)
 
     # -- admission ---------------------------------------------------------------------------------
     def admit(self, source: str, wanted: int, now: float | None = None) -> Admission:
@@ -148,15 +150,18 @@ class RateLimitStore:
 
     @redis_storage_errors()
     def admit_many(self, requests: list[tuple[str, int]], now: float | None = None) -> list[Admission]:
-        """One admission per (source, wanted), all in one pipelined round trip. Each is a few atomic calls of
-        at most ``ADMIT_CHUNK`` tasks (a Lua call never handles an unbounded batch)."""
+        """One admission per (source, wanted), all in one pipelined round trip: the source's due retries
+        promoted to the front of its intake, then a few atomic admit calls of at most ``ADMIT_CHUNK`` tasks
+        (a Lua call never handles an unbounded batch)."""
         if not requests:
             return []
-        chunks: list[tuple[int, str]] = []  # (request index, source) of each call, in order
+        calls: list[tuple[int, str]] = []  # (request index, "promote" or "admit") of each call, in order
 
         def build(pipeline: ScriptPipeline) -> None:
-            chunks.clear()  # build runs again when Redis forgot the scripts
+            calls.clear()  # build runs again when Redis forgot the scripts
             for index, (source, wanted) in enumerate(requests):
+                pipeline.call("promote_due", source, now=_now_argument(now), limit=PROMOTE_LIMIT)
+                calls.append((index, "promote"))
                 remaining = max(0, int(wanted))
                 while True:
                     size = min(remaining, ADMIT_CHUNK)
@@ -165,22 +170,27 @@ class RateLimitStore:
                                   window_seconds=self.settings.rate_window_seconds
                                   + self.settings.rate_window_margin_seconds, now=_now_argument(now),
                                   expected_source=source, dead_letters_max=self.settings.dead_letters_max_per_source)
-                    chunks.append((index, source))
+                    calls.append((index, "admit"))
                     remaining -= size
                     if remaining <= 0:
                         break
 
         replies = self.scripts.run_pipeline(build)
         merged: list[Admission | None] = [None] * len(requests)
-        for (index, source), reply in zip(chunks, replies, strict=True):
-            merged[index] = self._admission(source, reply, merged[index])
+        next_due: list[float] = [-1.0] * len(requests)
+        for (index, kind), reply in zip(calls, replies, strict=True):
+            if kind == "promote":
+                next_due[index] = reply.next_due_seconds
+            else:
+                merged[index] = self._admission(requests[index][0], reply, next_due[index], merged[index])
         return [admission for admission in merged if admission is not None]
 
     @staticmethod
-    def _admission(source: str, reply: Any, before: Admission | None = None) -> Admission:
+    def _admission(source: str, reply: Any, next_due_seconds: float, before: Admission | None = None) -> Admission:
         tokens = [str(reply.first_token + offset) for offset in range(len(reply.messages))]
+        wait = next_due_seconds if reply.status == "empty" else reply.wait_seconds  # empty: the next retry due
         admission = Admission(
-            source=source, status=reply.status, wait_seconds=None if reply.wait_seconds < 0 else reply.wait_seconds,
+            source=source, status=reply.status, wait_seconds=None if wait < 0 else wait,
             pending=reply.pending, malformed=reply.malformed, now=reply.now, active=reply.active,
             messages=reply.messages, tokens=tokens,
         )
@@ -372,23 +382,22 @@ class RateLimitStore:
 
     @redis_storage_errors()
     def stats(self, sources: list[str]) -> dict[str, SourceStats]:
-        """Pending, delayed, active, admitted in the window, done, failed, dead of each source: one round trip."""
+        """Pending, delayed, active, fetch starts in the window, done, failed, dead letters of each source:
+        one round trip."""
         if not sources:
             return {}
+        replies = self.scripts.run_pipeline(lambda pipeline: self.queue_stats(pipeline, sources))
+        return {name: self.source_stats(reply) for name, reply in zip(sources, replies, strict=True)}
 
-        def build(pipeline: ScriptPipeline) -> None:
-            for name in sources:
-                pipeline.call("stats", name, window_seconds=self.settings.rate_window_seconds)
+    def queue_stats(self, pipeline: ScriptPipeline, sources: list[str]) -> None:
+        """Queue ``stats.lua`` of each source on a pipeline another reader runs (the metrics snapshot)."""
+        for name in sources:
+            self.scripts.queue(pipeline, "stats", name, window_seconds=self.settings.rate_window_seconds)
 
-        replies = self.scripts.run_pipeline(build)
-        return {
-            name: SourceStats(
-                pending=reply.pending, delayed=reply.delayed, active=reply.active,
-                admitted_last_minute=reply.admitted_in_window, done=reply.done, failed=reply.failed,
-                dead=reply.dead_letters, admitted=reply.admitted, dead_total=reply.dead,
-            )
-            for name, reply in zip(sources, replies, strict=True)
-        }
+    @staticmethod
+    def source_stats(reply: Any) -> SourceStats:
+        """A decoded ``stats.lua`` reply as :class:`SourceStats` (the reply's fields are its fields)."""
+        return SourceStats(*reply)
 
     def stats_all(self) -> dict[str, SourceStats]:
         """:meth:`stats` of every registered source (two round trips)."""

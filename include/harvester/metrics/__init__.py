@@ -1,21 +1,11 @@
-"""Prometheus metrics: what workers record in Redis, and the collector the distributor serves.
+"""Prometheus metrics: what workers record in Redis, and the collector the distributor serves."""
 
-Names load on first use (see :func:`harvester.lazy_exports`): the collector needs prometheus-client.
-"""
+from harvester.metrics.collector import HarvesterCollector, metrics_registry, serve_metrics
+from harvester.metrics.recording import record_fetches
+from harvester.metrics.slots import slots_by_country_and_state
+from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
 
-from harvester import lazy_exports
-
-_EXPORTS = {
-    "HarvestSnapshot": "snapshot",
-    "HarvesterCollector": "collector",
-    "SourceSnapshot": "snapshot",
-    "metrics_registry": "collector",
-    "read_last_decision": "slots",
-    "read_proxy_bytes": "slots",
-    "read_snapshot": "snapshot",
-    "record_fetches": "recording",
-    "serve_metrics": "collector",
-    "slots_by_country_and_state": "slots",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = [
+    "HarvestSnapshot", "HarvesterCollector", "SourceSnapshot", "metrics_registry", "read_snapshot",
+    "record_fetches", "serve_metrics", "slots_by_country_and_state",
+]

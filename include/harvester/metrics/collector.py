@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from wsgiref.simple_server import WSGIServer
 
 import redis
@@ -19,12 +19,14 @@ from prometheus_client.registry import Collector
 
 from harvester.errors import StorageError
 from harvester.metrics.recording import FETCH_SECONDS, QUEUE_LATENCY_SECONDS
-from harvester.metrics.slots import read_proxy_bytes, slots_by_country_and_state
-from harvester.metrics.snapshot import HarvestSnapshot, read_snapshot
+from harvester.metrics.slots import slots_by_country_and_state
+from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
+from harvester.pageslots import proxy_bytes_by_country
 from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
 
+SOURCE_LABEL = ["source"]
 # Distributor totals in the counters hash -> metric name and help.
 TASK_COUNTERS = {
     "admitted": ("harvester_tasks_admitted", "Tasks admitted by the rate-limit store."),
@@ -52,8 +54,8 @@ class HarvesterCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         try:
             snapshot = read_snapshot(self.client, self.settings)
-            proxy_bytes = read_proxy_bytes(self.client)
-        except StorageError as error:
+            proxy_bytes = proxy_bytes_by_country(self.client)
+        except StorageError as error:  # every reader wraps its Redis errors
             log.warning("metrics scrape: Redis unavailable: %s", error)
             up = GaugeMetricFamily("harvester_redis_up", "1 when the collector could read Redis.")
             up.add_metric([], 0)
@@ -70,90 +72,10 @@ class HarvesterCollector(Collector):
 
     @staticmethod
     def source_metrics(snapshot: HarvestSnapshot) -> Iterator[Metric]:
-        source_label = ["source"]
-        requests = CounterMetricFamily("harvester_requests", "Requests made by workers.",
-                                       labels=["source", "outcome", "status"])
-        records = {kind: CounterMetricFamily(f"harvester_records_{kind}", help_text, labels=source_label)
-                   for kind, help_text in (("stored", "Records written to the output."),
-                                           ("new", "Records written for the first time (upserted)."),
-                                           ("updated", "Records that already existed and were rewritten."))}
-        problems = CounterMetricFamily("harvester_extraction_problems", "Attributes missing or of the wrong type.",
-                                       labels=["source", "attribute", "kind"])
-        tasks = {field: CounterMetricFamily(name, help_text, labels=source_label)
-                 for field, (name, help_text) in TASK_COUNTERS.items()}
-        gauges = {name: GaugeMetricFamily(f"harvester_{name}", help_text, labels=source_label) for name, help_text in (
-            ("tasks_pending", "Tasks in intake waiting for admission."),
-            ("tasks_delayed", "Tasks waiting for their retry backoff."),
-            ("tasks_active", "Tasks in flight (leased)."),
-            ("dead_letters_waiting", "Entries now in the dead-letter list."),
-            ("max_active", "The source's max_active limit."),
-            ("per_minute", "The source's per_minute limit."),
-            ("admitted_last_minute", "Fetch starts (per_minute tokens taken) in the rolling rate window."),
-            ("active_saturation", "tasks_active / max_active (1 = the in-flight limit holds admission back)."),
-            ("rate_saturation", "admitted_last_minute / per_minute (1 = the rate limit holds fetches back)."),
-            ("source_paused", "1 while the whole source waits for a Retry-After."),
-            ("paused_hosts", "Hosts of the source waiting for a Retry-After."),
-        )}
-        blocked = CounterMetricFamily("harvester_browser_blocked_requests", "Browser requests aborted by type.",
-                                      labels=["source", "resource_type"])
-        blocked_bytes = CounterMetricFamily("harvester_browser_blocked_bytes",
-                                            "Bytes browser pages did not download thanks to resource blocking.",
-                                            labels=source_label)
-        transferred = CounterMetricFamily("harvester_browser_transferred_bytes",
-                                          "Bytes browser pages downloaded.", labels=source_label)
-        restarts = CounterMetricFamily("harvester_browser_restarts", "Browsers re-launched after failed loads.",
-                                       labels=source_label)
-        share = GaugeMetricFamily("harvester_attribute_share",
-                                  "Share (0-1) of the last run's records that had the attribute.",
-                                  labels=["source", "attribute"])
-        drift = GaugeMetricFamily("harvester_selector_drift",
-                                  "1 when the attribute's share dropped past the source's drift threshold.",
-                                  labels=["source", "attribute"])
-        histograms = {
-            FETCH_SECONDS: HistogramMetricFamily("harvester_fetch_seconds", "Time to fetch a page.",
-                                                 labels=source_label),
-            QUEUE_LATENCY_SECONDS: HistogramMetricFamily(
-                "harvester_queue_latency_seconds", "From a task's enqueue to its fetch start.", labels=source_label),
-        }
-        for name, source in snapshot.sources.items():
-            for (outcome, status), amount in sorted(source.requests.items()):
-                requests.add_metric([name, outcome, status], amount)
-            for kind, family in records.items():
-                family.add_metric([name], source.outcome(f"records_{kind}"))
-            for kind in EXTRACTION_PROBLEM_KINDS:
-                for attribute, amount in sorted(source.outcomes_with_prefix(f"{kind}:").items()):
-                    problems.add_metric([name, attribute, kind], amount)
-            for field, family in tasks.items():
-                family.add_metric([name], source.counters.get(field, 0))
-            stats = source.stats
-            values = {
-                "tasks_pending": stats.pending, "tasks_delayed": stats.delayed, "tasks_active": stats.active,
-                "dead_letters_waiting": stats.dead, "max_active": source.max_active,
-                "per_minute": source.per_minute, "admitted_last_minute": stats.admitted_last_minute,
-                "active_saturation": stats.active / source.max_active if source.max_active else 0.0,
-                "rate_saturation": stats.admitted_last_minute / source.per_minute if source.per_minute else 0.0,
-                "source_paused": 1 if source.paused else 0, "paused_hosts": len(source.paused_hosts),
-            }
-            for metric, value in values.items():
-                gauges[metric].add_metric([name], value)
-            for resource_type, amount in sorted(source.outcomes_with_prefix("browser_blocked:").items()):
-                blocked.add_metric([name, resource_type], amount)
-            blocked_bytes.add_metric([name], source.outcome("browser_blocked_bytes"))
-            transferred.add_metric([name], source.outcome("browser_transferred_bytes"))
-            restarts.add_metric([name], source.outcome("browser_relaunches"))
-            for attribute, health in sorted(source.extraction_health.items()):
-                share.add_metric([name, attribute], float(health.get("share", 0.0)))
-                drift.add_metric([name, attribute], 1 if health.get("drift") else 0)
-            for key, family in histograms.items():
-                histogram = source.histograms[key]
-                family.add_metric([name], histogram.buckets, histogram.sum)
-        yield requests
-        yield from records.values()
-        yield problems
-        yield from tasks.values()
-        yield from gauges.values()
-        yield from (blocked, blocked_bytes, transferred, restarts, share, drift)
-        yield from histograms.values()
+        families = SourceFamilies()
+        for source in snapshot.sources.values():
+            families.add(source)
+        yield from families.all()
 
     @staticmethod
     def shared_metrics(snapshot: HarvestSnapshot, proxy_bytes: dict[str, int]) -> Iterator[Metric]:
@@ -171,6 +93,116 @@ class HarvesterCollector(Collector):
         for country, amount in sorted(proxy_bytes.items()):
             proxy.add_metric([country], amount)
         yield from (depth, slots, proxy)
+
+# Per-source gauges: name (after harvester_) -> help, and the value of a source.
+SOURCE_GAUGES: dict[str, tuple[str, Callable[[SourceSnapshot], float]]] = {
+    "tasks_pending": ("Tasks in intake waiting for admission.", lambda s: s.stats.pending),
+    "tasks_delayed": ("Tasks waiting for their retry backoff.", lambda s: s.stats.delayed),
+    "tasks_active": ("Tasks in flight (leased).", lambda s: s.stats.active),
+    "dead_letters_waiting": ("Entries now in the dead-letter list.", lambda s: s.stats.dead_letters_waiting),
+    "max_active": ("The source's max_active limit.", lambda s: s.max_active),
+    "per_minute": ("The source's per_minute limit.", lambda s: s.per_minute),
+    "admitted_last_minute": ("Fetch starts (per_minute tokens taken) in the rolling rate window.",
+                             lambda s: s.stats.admitted_last_minute),
+    "active_saturation": ("tasks_active / max_active (1 = the in-flight limit holds admission back).",
+                          lambda s: s.stats.active / s.max_active if s.max_active else 0.0),
+    "rate_saturation": ("admitted_last_minute / per_minute (1 = the rate limit holds fetches back).",
+                        lambda s: s.stats.admitted_last_minute / s.per_minute if s.per_minute else 0.0),
+    "source_paused": ("1 while the whole source waits for a Retry-After.", lambda s: 1 if s.paused else 0),
+    "paused_hosts": ("Hosts of the source waiting for a Retry-After.", lambda s: len(s.paused_hosts)),
+}
+# Per-source counters of browser pages: metric -> help and the outcome counter it reads.
+BROWSER_COUNTERS = {
+    "harvester_browser_blocked_bytes": ("Bytes browser pages did not download thanks to resource blocking.",
+                                        "browser_blocked_bytes"),
+    "harvester_browser_transferred_bytes": ("Bytes browser pages downloaded.", "browser_transferred_bytes"),
+    "harvester_browser_restarts": ("Browsers re-launched after failed loads.", "browser_relaunches"),
+}
+
+
+class SourceFamilies:
+    """The metric families of every source, filled one source at a time, by concern."""
+
+    def __init__(self) -> None:
+        self.requests = CounterMetricFamily("harvester_requests", "Requests made by workers.",
+                                            labels=["source", "outcome", "status"])
+        self.records = {kind: CounterMetricFamily(f"harvester_records_{kind}", help_text, labels=SOURCE_LABEL)
+                        for kind, help_text in (("stored", "Records written to the output."),
+                                                ("new", "Records written for the first time (upserted)."),
+                                                ("updated", "Records that already existed and were rewritten."))}
+        self.problems = CounterMetricFamily("harvester_extraction_problems",
+                                            "Attributes missing or of the wrong type.",
+                                            labels=["source", "attribute", "kind"])
+        self.tasks = {field: CounterMetricFamily(name, help_text, labels=SOURCE_LABEL)
+                      for field, (name, help_text) in TASK_COUNTERS.items()}
+        self.gauges = {name: GaugeMetricFamily(f"harvester_{name}", help_text, labels=SOURCE_LABEL)
+                       for name, (help_text, _) in SOURCE_GAUGES.items()}
+        self.blocked = CounterMetricFamily("harvester_browser_blocked_requests", "Browser requests aborted by type.",
+                                           labels=["source", "resource_type"])
+        self.browser = {name: CounterMetricFamily(name, help_text, labels=SOURCE_LABEL)
+                        for name, (help_text, _) in BROWSER_COUNTERS.items()}
+        self.share = GaugeMetricFamily("harvester_attribute_share",
+                                       "Share (0-1) of the last run's records that had the attribute.",
+                                       labels=["source", "attribute"])
+        self.drift = GaugeMetricFamily("harvester_selector_drift",
+                                       "1 when the attribute's share dropped past the source's drift threshold.",
+                                       labels=["source", "attribute"])
+        self.histograms = {
+            FETCH_SECONDS: HistogramMetricFamily("harvester_fetch_seconds", "Time to fetch a page.",
+                                                 labels=SOURCE_LABEL),
+            QUEUE_LATENCY_SECONDS: HistogramMetricFamily(
+                "harvester_queue_latency_seconds", "From a task's enqueue to its fetch start.", labels=SOURCE_LABEL),
+        }
+
+    def add(self, source: SourceSnapshot) -> None:
+        self._add_work(source)
+        self._add_queue(source)
+        self._add_browser(source)
+        self._add_extraction(source)
+
+    def _add_work(self, source: SourceSnapshot) -> None:
+        """Requests, records and the distributor's task totals."""
+        name = source.name
+        for (outcome, status), amount in sorted(source.requests.items()):
+            self.requests.add_metric([name, outcome, status], amount)
+        for kind, family in self.records.items():
+            family.add_metric([name], source.outcome(f"records_{kind}"))
+        for field, family in self.tasks.items():
+            family.add_metric([name], source.counters.get(field, 0))
+        for key, family in self.histograms.items():
+            histogram = source.histograms[key]
+            family.add_metric([name], histogram.buckets, histogram.sum)
+
+    def _add_queue(self, source: SourceSnapshot) -> None:
+        """The live queue figures and limits (stats.lua's numbers and the registration's)."""
+        for metric, (_, value) in SOURCE_GAUGES.items():
+            self.gauges[metric].add_metric([source.name], value(source))
+
+    def _add_browser(self, source: SourceSnapshot) -> None:
+        for resource_type, amount in sorted(source.outcomes_with_prefix("browser_blocked:").items()):
+            self.blocked.add_metric([source.name, resource_type], amount)
+        for metric, (_, outcome) in BROWSER_COUNTERS.items():
+            self.browser[metric].add_metric([source.name], source.outcome(outcome))
+
+    def _add_extraction(self, source: SourceSnapshot) -> None:
+        for kind in EXTRACTION_PROBLEM_KINDS:
+            for attribute, amount in sorted(source.outcomes_with_prefix(f"{kind}:").items()):
+                self.problems.add_metric([source.name, attribute, kind], amount)
+        for attribute, health in sorted(source.extraction_health.items()):
+            self.share.add_metric([source.name, attribute], float(health.get("share", 0.0)))
+            self.drift.add_metric([source.name, attribute], 1 if health.get("drift") else 0)
+
+    def all(self) -> Iterator[Metric]:
+        """Every family, in the order the collector always yielded them."""
+        yield self.requests
+        yield from self.records.values()
+        yield self.problems
+        yield from self.tasks.values()
+        yield from self.gauges.values()
+        yield self.blocked
+        yield from self.browser.values()
+        yield from (self.share, self.drift)
+        yield from self.histograms.values()
 
 
 def metrics_registry(client: redis.Redis, settings: HarvesterSettings) -> CollectorRegistry:

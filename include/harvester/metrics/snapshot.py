@@ -2,7 +2,10 @@
 
 One reader for two audiences: the Prometheus collector (harvester.metrics.collector) turns a
 snapshot into metrics at scrape time, and the operators' page (harvester.observability.views) into
-JSON. Neither keeps state of its own, so any number of distributors or API servers agree.
+JSON. Neither keeps state of its own, so any number of distributors or API servers agree. It reads
+through the components' own readers: a source's registration (``SourceRegistry``), its queue figures
+(``stats.lua``, through ``RateLimitStore``) and the slot records (``SlotRegistry``), queued on one
+pipeline with the counters only the metrics read.
 """
 
 from __future__ import annotations
@@ -14,18 +17,16 @@ from typing import Any
 
 import redis
 
+from harvester.distributor import RateLimitStore, RegisteredSource, SourceRegistry, SourceStats
 from harvester.errors import redis_storage_errors
 from harvester.metrics.recording import BUCKETS, INFINITY
-from harvester.metrics.slots import SlotRecord, read_slot_records
+from harvester.pageslots import SlotRecord, SlotRegistry
+from harvester.queues import DECLARED_QUEUES
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
+from harvester.redis_scripts import ScriptPipeline, text
 from harvester.settings import HarvesterSettings
-from harvester.source_stats import SourceStats
 
-BASE_QUEUES = ("priority", "default", "pageslots")
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+PER_SOURCE_READS = 8  # replies queued per source by read_snapshot, in order
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class SourceSnapshot:
     """One source: its registration, its live stats and its running totals."""
 
     name: str
-    config: dict[str, str]
+    registration: RegisteredSource | None  # None: in the index, its config gone
     stats: SourceStats
     counters: dict[str, int]
     requests: dict[tuple[str, str], int]  # (outcome, HTTP status or "") -> requests
@@ -54,19 +55,23 @@ class SourceSnapshot:
 
     @property
     def max_active(self) -> int:
-        return int(self.config.get("max_active", 0) or 0)
+        return self.registration.max_active if self.registration else 0
 
     @property
     def per_minute(self) -> int:
-        return int(self.config.get("per_minute", 0) or 0)
+        return self.registration.per_minute if self.registration else 0
 
     @property
     def queue(self) -> str:
-        return self.config.get("queue", "default")
+        return self.registration.queue if self.registration else "default"
 
     @property
     def country(self) -> str:
-        return self.config.get("country", "")
+        return self.registration.country if self.registration else ""
+
+    @property
+    def render(self) -> str:
+        return self.registration.render if self.registration else ""
 
     @property
     def paused(self) -> bool:
@@ -120,51 +125,47 @@ def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[s
     pipeline.smembers(SOURCES_INDEX)
     (seconds, microseconds), members = pipeline.execute()
     now = seconds + microseconds / 1_000_000  # the Redis clock, as the Lua scripts use
-    names = sorted(_text(name) for name in members)
+    names = sorted(text(name) for name in members)
     if only is not None:
         names = [name for name in names if name in only]
-    pipeline = client.pipeline(transaction=False)
-    for name in names:
-        keys = SourceKeys(name)
-        for key in (keys.config, keys.counters, keys.requests, keys.histograms, keys.host_paused,
-                    keys.extraction_health):
-            pipeline.hgetall(key)
-        pipeline.get(keys.paused_until)
-        pipeline.llen(keys.intake)
-        pipeline.zcard(keys.delayed)
-        pipeline.zcard(keys.active)
-        pipeline.zcount(keys.window, now - settings.rate_window_seconds, "+inf")
-        pipeline.llen(keys.dead_letters)
-    replies = pipeline.execute()
-    sources: dict[str, SourceSnapshot] = {}
-    per_source = 12
-    for index, name in enumerate(names):
-        (config, counters, requests, histograms, host_paused, health, paused, pending, delayed, active,
-         in_window, dead_letters) = replies[index * per_source: (index + 1) * per_source]
-        totals = {_text(k): int(v) for k, v in counters.items()}
-        decoded = {_text(k): _text(v) for k, v in histograms.items()}
-        request_counts: dict[tuple[str, str], int] = {}
-        for raw_field, amount in requests.items():
-            outcome, _, status = _text(raw_field).partition("|")
-            request_counts[(outcome, status)] = int(amount)
-        sources[name] = SourceSnapshot(
-            name=name,
-            config={_text(k): _text(v) for k, v in config.items()},
-            stats=SourceStats(
-                pending=int(pending), delayed=int(delayed), active=int(active), admitted_last_minute=int(in_window),
-                done=totals.get("done", 0), failed=totals.get("failed", 0), dead=int(dead_letters),
-                admitted=totals.get("admitted", 0), dead_total=totals.get("dead", 0)),
-            counters=totals,
-            requests=request_counts,
-            histograms={histogram: parse_histogram(histogram, decoded) for histogram in BUCKETS},
-            paused_hosts={_text(host): float(until) for host, until in host_paused.items() if float(until) > now},
-            paused_until=float(paused or 0),
-            extraction_health={_text(k): json.loads(v) for k, v in health.items()},
-            now=now,
-        )
-    queues = sorted({*BASE_QUEUES, *(source.queue for source in sources.values())})
+    store = RateLimitStore(client, settings)
+
+    def build(pipeline: ScriptPipeline) -> None:
+        for name in names:
+            keys = SourceKeys(name)
+            SourceRegistry.queue_read(pipeline.pipeline, name)
+            store.queue_stats(pipeline, [name])
+            for key in (keys.counters, keys.requests, keys.histograms, keys.host_paused, keys.extraction_health):
+                pipeline.pipeline.hgetall(key)
+            pipeline.pipeline.get(keys.paused_until)
+
+    replies = store.scripts.run_pipeline(build) if names else []
+    sources = {name: _source_snapshot(name, replies[index * PER_SOURCE_READS:(index + 1) * PER_SOURCE_READS], now)
+               for index, name in enumerate(names)}
+    queues = sorted({*DECLARED_QUEUES, *(source.queue for source in sources.values())})
     pipeline = client.pipeline(transaction=False)
     for queue in queues:
         pipeline.llen(queue)
     depths = {queue: int(depth) for queue, depth in zip(queues, pipeline.execute(), strict=True)}
-    return HarvestSnapshot(sources=sources, queue_depths=depths, slots=read_slot_records(client), now=now)
+    return HarvestSnapshot(sources=sources, queue_depths=depths, slots=SlotRegistry(client).slots(), now=now)
+
+
+def _source_snapshot(name: str, replies: list[Any], now: float) -> SourceSnapshot:
+    registration, stats, counters, requests, histograms, host_paused, health, paused = replies
+    decoded = {text(k): text(v) for k, v in histograms.items()}
+    request_counts: dict[tuple[str, str], int] = {}
+    for raw_field, amount in requests.items():
+        outcome, _, status = text(raw_field).partition("|")
+        request_counts[(outcome, status)] = int(amount)
+    return SourceSnapshot(
+        name=name,
+        registration=SourceRegistry.registered(name, registration),
+        stats=RateLimitStore.source_stats(stats),
+        counters={text(k): int(v) for k, v in counters.items()},
+        requests=request_counts,
+        histograms={histogram: parse_histogram(histogram, decoded) for histogram in BUCKETS},
+        paused_hosts={text(host): float(until) for host, until in host_paused.items() if float(until) > now},
+        paused_until=float(paused or 0),
+        extraction_health={text(k): json.loads(v) for k, v in health.items()},
+        now=now,
+    )

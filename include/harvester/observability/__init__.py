@@ -1,17 +1,24 @@
 """What operators see: the figures of the Harvester page and its JSON API (the Airflow plugin serves them)."""
 
-from harvester import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "DeadLettersView": "views",
-    "HarvestViews": "views",
-    "RequeueResult": "views",
-    "ResultsPage": "views",
-    "RunProgressView": "views",
-    "RunSummary": "views",
-    "SlotsView": "views",
-    "SourceSummary": "views",
-    "UnknownSource": "views",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+from harvester.lazy import lazy_face
+
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.errors import UnknownSource
+    from harvester.observability.views import (
+        DeadLettersView,
+        HarvestViews,
+        RequeueResult,
+        ResultsPage,
+        RunProgressView,
+        RunSummary,
+        SlotsView,
+        SourceSummary,
+    )
+
+__all__ = [
+    "DeadLettersView", "HarvestViews", "RequeueResult", "ResultsPage", "RunProgressView", "RunSummary", "SlotsView",
+    "SourceSummary", "UnknownSource",
+]
+__getattr__, __dir__ = lazy_face(__name__)

@@ -17,15 +17,14 @@ from bson.errors import InvalidId
 from pydantic import BaseModel, Field
 from pymongo.database import Database
 
-from harvester.config.model import SourceConfig
-from harvester.distributor.dead_letters import DeadLetters
+from harvester.config import SourceConfig
+from harvester.distributor import DeadLetters
 from harvester.errors import UnknownSource
-from harvester.metrics.slots import read_last_decision, read_proxy_bytes, slots_by_country_and_state
-from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
-from harvester.producer.progress import RunMonitor, format_eta
+from harvester.metrics import HarvestSnapshot, SourceSnapshot, read_snapshot, slots_by_country_and_state
+from harvester.pageslots import SlotRegistry, last_decision, proxy_bytes_by_country
+from harvester.producer import RunMonitor, format_eta
 from harvester.settings import HarvesterSettings
-from harvester.storage.runs import RUNS_COLLECTION
-from harvester.storage.snapshots import PageSnapshot, SnapshotStore
+from harvester.storage import RUNS_COLLECTION, PageSnapshot, SnapshotStore
 
 MAX_PAGE = 500
 
@@ -199,7 +198,7 @@ class HarvestViews:
         return SourceSummary(
             name=name, dag_id=f"harvest_{name}",
             queue=config.queue if config else (live.queue if live else ""),
-            render=config.render if config else (live.config.get("render", "") if live else ""),
+            render=config.render if config else (live.render if live else ""),
             country=config.country if config else (live.country or None if live else None),
             pending=stats.pending if stats else 0, delayed=stats.delayed if stats else 0,
             active=stats.active if stats else 0,
@@ -208,7 +207,7 @@ class HarvestViews:
             per_minute=live.per_minute if live else (config.rate_limit.per_minute if config else 0),
             done=stats.done if stats else 0, failed=stats.failed if stats else 0,
             failed_by_reason=live.failures_by_reason() if live else {},
-            dead_letters=stats.dead if stats else 0,
+            dead_letters=stats.dead_letters_waiting if stats else 0,
             paused=live.paused if live else False,
             paused_hosts={host: round(until - snapshot.now, 1) for host, until in live.paused_hosts.items()}
             if live else {},
@@ -260,11 +259,11 @@ class HarvestViews:
 
     # -- slots and dead letters ----------------------------------------------------------------------
     def slots(self) -> SlotsView:
-        snapshot_slots = read_snapshot(self.redis, self.settings, only=[]).slots
-        return SlotsView(by_country=slots_by_country_and_state(snapshot_slots),
-                         proxy_bytes=read_proxy_bytes(self.redis), last_decision=read_last_decision(self.redis),
-                         slots=[{"slot_id": slot.slot_id, "country": slot.country, "state": slot.state}
-                                for slot in snapshot_slots])
+        records = SlotRegistry(self.redis).slots()
+        return SlotsView(by_country=slots_by_country_and_state(records),
+                         proxy_bytes=proxy_bytes_by_country(self.redis), last_decision=last_decision(self.redis),
+                         slots=[{"slot_id": slot.id, "country": slot.country, "state": str(slot.state)}
+                                for slot in records])
 
     def dead_letters(self, name: str, start: int = 0, limit: int = 100) -> DeadLettersView:
         letters = DeadLetters(self.redis)

@@ -1,24 +1,30 @@
-"""Browser page slots (DESIGN.md section 5): allocation, preparation, idle closing, the slot state machine.
-"""
+"""Browser page slots (DESIGN.md section 5): allocation, preparation, idle closing, the slot state machine."""
 
-from harvester import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "AllocationPolicy": "allocation",
-    "BrowserHost": "browser_host",
-    "PageSlotManager": "manager",
-    "host_slot": "host",
-    "proxy_environment_variable": "proxies",
-    "BrowserPageFetcher": "browser_host",
-    "PageSlotHost": "host",
-    "SettledTask": "pipeline",
-    "SlotPipeline": "pipeline",
-    "CountryTasks": "allocation",
-    "allocate_page_slots": "allocation",
-    "browser_host": "browser_host",
-    "page_slot_queues": "browser_host",
-    "page_slots_to_start": "allocation",
-    "tasks_by_country_from": "allocation",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+from harvester.lazy import lazy_face
+
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.pageslots.allocation import (
+        AllocationPolicy,
+        CountryTasks,
+        allocate_page_slots,
+        page_slots_to_start,
+        tasks_by_country_from,
+    )
+    from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher, browser_host
+    from harvester.pageslots.handoff import PageSlotHandoff
+    from harvester.pageslots.host import PageSlotHost, host_slot
+    from harvester.pageslots.hosting import connect_slot_hosting
+    from harvester.pageslots.manager import PageSlotManager, last_decision
+    from harvester.pageslots.pipeline import SettledTask, SlotPipeline
+    from harvester.pageslots.proxies import proxy_bytes_by_country, proxy_environment_variable
+    from harvester.pageslots.registry import SlotRecord, SlotRegistry
+
+__all__ = [
+    "AllocationPolicy", "BrowserHost", "BrowserPageFetcher", "CountryTasks", "PageSlotHandoff", "PageSlotHost",
+    "PageSlotManager", "SettledTask", "SlotPipeline", "SlotRecord", "SlotRegistry", "allocate_page_slots",
+    "browser_host", "connect_slot_hosting", "host_slot", "last_decision", "page_slots_to_start",
+    "proxy_bytes_by_country", "proxy_environment_variable", "tasks_by_country_from",
+]
+__getattr__, __dir__ = lazy_face(__name__)

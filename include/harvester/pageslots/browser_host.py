@@ -30,15 +30,10 @@ from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.pageslots.proxies import proxy_for
 from harvester.pageslots.registry import SlotState
-from harvester.queues import PAGESLOTS_QUEUE, page_slot_queue_name
-from harvester.scraping import SKIPPED_REASON, FetchPermit
-from harvester.scraping.browser import first_line
-from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.page_fetcher import FetchedBatch
-from harvester.scraping.slot_browser import Render, SlotBrowser
+from harvester.scraping import SKIPPED_REASON, FetchedBatch, FetchPermit, FetchResult, Render, SlotBrowser, first_line
 from harvester.settings import HarvesterSettings, get_settings
 
 log = logging.getLogger(__name__)
@@ -276,9 +271,3 @@ def browser_host(settings: HarvesterSettings | None = None) -> BrowserHostThread
             _host_pid = os.getpid()
             atexit.register(_host.close, 10.0)
         return _host
-
-
-def page_slot_queues(sources: Iterable[SourceConfig]) -> list[str]:
-    """``pageslots`` plus the queue of every country that has a browser source (what a slot worker consumes)."""
-    countries = sorted({source.country for source in sources if source.render == "browser" and source.country})
-    return [PAGESLOTS_QUEUE, *(page_slot_queue_name(country) for country in countries)]

@@ -11,7 +11,7 @@ import psutil
 import redis
 
 from harvester.pageslots.registry import Orders, SlotRegistry
-from harvester.scraping.slot_browser import OWNER_FLAG, SLOT_FLAG, flag_value, kill_process_tree
+from harvester.scraping import OWNER_FLAG, SLOT_FLAG, flag_value, kill_process_tree
 from harvester.settings import HarvesterSettings
 
 log = logging.getLogger("harvester.pageslots.host")

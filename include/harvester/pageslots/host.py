@@ -36,21 +36,21 @@ from typing import Any
 
 import redis
 
-from harvester.config.model import SourceConfig
-from harvester.distributor.messages import TaskMessage
+from harvester.config import SourceConfig
+from harvester.distributor import TaskMessage
 from harvester.errors import SlotEnded
 from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
-from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher, page_slot_queues
+from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher
 from harvester.pageslots.heartbeat import SlotHeartbeat, reap_orphan_browsers
 from harvester.pageslots.pipeline import SettledTask, SlotPipeline
 from harvester.pageslots.proxies import ProxyNotConfigured, require_proxy
 from harvester.pageslots.registry import KEYS, SlotRegistry, SlotState, SlotTransitionRefused
 from harvester.redis_keys import SourceKeys
-from harvester.scraping.slot_browser import OWNER_FLAG, SLOT_FLAG, Render, SlotBrowser
+from harvester.scraping import OWNER_FLAG, SLOT_FLAG, Render, SlotBrowser
 from harvester.settings import HarvesterSettings, get_settings
 
 __all__ = ["OWNER_FLAG", "SLOT_FLAG", "BrowserHost", "BrowserPageFetcher", "PageSlotHost", "SlotBrowser",
-           "SlotState", "host_slot", "page_slot_queues", "reap_orphan_browsers"]
+           "SlotState", "host_slot", "reap_orphan_browsers"]
 
 log = logging.getLogger("harvester.pageslots.host")
 
@@ -341,7 +341,7 @@ class PageSlotHost:
         reason = render.fetch.reason or render.fetch.counter
         try:
             if self._snapshots is None:
-                from harvester.storage.snapshots import SnapshotStore
+                from harvester.storage import SnapshotStore
 
                 self._snapshots = SnapshotStore.from_settings(self.settings)
             await asyncio.to_thread(self._snapshots.save, source.name, message.task_id, capture.url or message.url,

@@ -47,7 +47,7 @@ class SlotHostSupervisor:
 
     def beat(self) -> None:
         from harvester.pageslots.heartbeat import reap_orphan_browsers
-        from harvester.scraping.slot_browser import kill_process_tree
+        from harvester.scraping import kill_process_tree
 
         self.hosts.advertise(self.host, self.capacity, 3 * self.interval)
         for slot in self.registry.reset_stale(2 * self.interval):
@@ -75,7 +75,7 @@ class SlotHostSupervisor:
 
 
 def _is_slot_browser(pid: int, slot_id: str) -> bool:
-    from harvester.scraping.slot_browser import SLOT_FLAG
+    from harvester.scraping import SLOT_FLAG
 
     try:
         return f"{SLOT_FLAG}{slot_id}" in psutil.Process(pid).cmdline()
@@ -92,7 +92,13 @@ def _consumes_pageslots(consumer: Any) -> bool:
         return False
 
 
-@worker_ready.connect
+def connect_slot_hosting() -> None:
+    """Wire a worker's ready and shutdown signals to the slot-host supervisor (it starts only in a worker that
+    consumes ``pageslots``). Idempotent: Celery's signals connect a receiver once."""
+    worker_ready.connect(_start_supervisor)
+    worker_shutting_down.connect(_stop_slots)
+
+
 def _start_supervisor(sender: Any = None, **_: Any) -> None:
     global _supervisor
     if sender is None or not _consumes_pageslots(sender):
@@ -103,7 +109,6 @@ def _start_supervisor(sender: Any = None, **_: Any) -> None:
     log.info("slot host %s: hosting up to %d page slots", sender.hostname, capacity)
 
 
-@worker_shutting_down.connect
 def _stop_slots(**_: Any) -> None:
     if _supervisor is None:
         return

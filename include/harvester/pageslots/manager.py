@@ -13,7 +13,7 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -31,6 +31,9 @@ from harvester.pageslots.registry import (
     slot_counts,
 )
 from harvester.settings import HarvesterSettings
+
+if TYPE_CHECKING:
+    from harvester.storage import PackageStore
 
 log = logging.getLogger("harvester.pageslots")
 
@@ -297,8 +300,7 @@ class PageSlotManager:
         self.redis.set(KEYS.last_decision, json.dumps(document, default=str))
 
     def last_decision(self) -> dict[str, Any] | None:
-        raw = self.redis.get(KEYS.last_decision)
-        return json.loads(raw) if raw else None
+        return last_decision(self.redis)
 
     # -- preparation -----------------------------------------------------------------------------------
     def prepare(self) -> StepReport:
@@ -374,9 +376,15 @@ class PageSlotManager:
         log.info("%s: %s", report.step, report.story)
 
 
+def last_decision(client: redis.Redis) -> dict[str, Any] | None:
+    """The allocator's last decision (slots per country and why), or None before its first run."""
+    raw = client.get(KEYS.last_decision)
+    return json.loads(raw) if raw else None
+
+
 def celery_slot_starter(settings: HarvesterSettings) -> SlotStarter:
     """Ask a slot host for a slot: the long-running ``harvester.host_page_slot`` task on the pageslots queue."""
-    from harvester.distributor.service import celery_app_for
+    from harvester.distributor import celery_app_for
     from harvester.queues import PAGESLOTS_QUEUE
 
     app = celery_app_for(settings)
@@ -392,25 +400,17 @@ HOST_TASK = "harvester.host_page_slot"
 
 def dead_letter_tasks(client: redis.Redis, settings: HarvesterSettings, raw_messages: list[str], reason: str) -> int:
     """Dead-letter admitted tasks with ``reason`` and count them down in their packages as failed."""
-    from harvester.distributor import RateLimitStore
+    from harvester.distributor import DeadLettering, RateLimitStore
 
-    store = RateLimitStore(client, settings)
-    dead = 0
-    packages: Any = None
-    for raw in raw_messages:
-        message = json.loads(raw)
-        if store.reject(message["source"], raw, reason):
-            dead += 1
-            if message.get("run_id") is not None and message.get("package_id") is not None:
-                try:
-                    if packages is None:
-                        from harvester.connections import mongo_client
-                        from harvester.storage.packages import PackageStore
+    packages: list[PackageStore] = []
 
-                        packages = PackageStore(mongo_client(settings=settings)[settings.mongo_database])
-                    packages.complete_tasks(message["source"], message["run_id"], message["package_id"],
-                                            [message["task_id"]], failed=True)
-                except Exception:  # the run's sensor settles dead letters too (run-dead): nothing is stranded
-                    log.exception("could not count dead task %s down in its package", message["task_id"])
-    return dead
+    def package_store() -> PackageStore:  # MongoDB only once a task of a run is dead
+        if not packages:
+            from harvester.connections import mongo_client
+            from harvester.storage import PackageStore
 
+            packages.append(PackageStore(mongo_client(settings=settings)[settings.mongo_database]))
+        return packages[0]
+
+    dead_lettering = DeadLettering(RateLimitStore(client, settings), package_store)
+    return sum(dead_lettering.reject(json.loads(raw)["source"], raw, reason) for raw in raw_messages)

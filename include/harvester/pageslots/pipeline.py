@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from harvester.config.model import SourceConfig
-from harvester.distributor.messages import TaskMessage
-from harvester.scraping.page_fetcher import FetchResult
-from harvester.scraping.page_guard import RequestCharger
+from harvester.config import SourceConfig
+from harvester.distributor import TaskMessage
+from harvester.scraping import FetchResult, RequestCharger
 
 
 class SettledTask(Protocol):

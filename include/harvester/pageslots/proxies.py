@@ -3,7 +3,8 @@
 A proxy is an Airflow connection, never YAML: connection id ``proxy_<country>`` (``proxy_sg``), which
 Airflow and every Harvester process read from the environment as ``AIRFLOW_CONN_PROXY_SG`` (a URI such
 as ``http://user:secret@proxy.example:3128``, or Airflow's JSON form). Slot hosts are Celery workers,
-not Airflow, so the environment is what they read.
+not Airflow, so the environment is what they read. The bytes each proxy carried are counted by the slot
+hosts and read here (:func:`proxy_bytes_by_country`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import redis
+
 from harvester.errors import PageSlotError
+from harvester.redis_keys import PageSlotKeys
+from harvester.redis_scripts import text
 
 
 class ProxyNotConfigured(PageSlotError):
@@ -78,3 +83,10 @@ def require_proxy(country: str, allow_direct: bool, environ: Mapping[str, str] |
     if proxy is None and not allow_direct:
         raise ProxyNotConfigured(country)
     return proxy
+
+
+def proxy_bytes_by_country(client: redis.Redis) -> dict[str, int]:
+    """Bytes browsed through each country's proxy, as the slot hosts count them (``country:<C>`` fields)."""
+    prefix = "country:"
+    counts = ((text(name), amount) for name, amount in client.hgetall(PageSlotKeys().proxy_bytes).items())
+    return {name[len(prefix):]: int(amount) for name, amount in counts if name.startswith(prefix)}

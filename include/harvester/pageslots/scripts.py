@@ -1,4 +1,4 @@
-"""The contracts of the page-slot Lua scripts (``lua/*.lua``), called through :class:`Scripts`.
+"""The contracts of the page-slot Lua scripts (``lua/*.lua``), called through :mod:`harvester.redis_scripts`.
 
 Every script is prefixed with ``lua/common.lua`` (server time, the legal transitions, landing in NO_PAGE).
 KEYS are :class:`~harvester.redis_keys.PageSlotKeys` properties, or passed explicitly when built from a slot
@@ -13,8 +13,8 @@ from typing import Any
 
 import redis
 
-from harvester.distributor import ScriptContract, Scripts, declare_script, optional_text, text
 from harvester.redis_keys import PageSlotKeys
+from harvester.redis_scripts import ScriptContract, Scripts, declare_script, optional_text, text
 
 __all__ = ["CONTRACTS", "LUA_DIRECTORY", "page_slot_scripts"]
 
@@ -23,8 +23,8 @@ LUA_DIRECTORY = Path(__file__).with_name("lua")
 
 def _contract(name: str, keys: str, arguments: str, reply: Mapping[str, Callable[[Any], Any]],
               table: bool = True, explicit_keys: Iterable[str] = ()) -> ScriptContract:
-    return declare_script(name, keys, arguments, reply, table, explicit_keys, key_space=PageSlotKeys,
-                          directory=LUA_DIRECTORY)
+    return declare_script(name, keys, arguments, reply, directory=LUA_DIRECTORY, key_space=PageSlotKeys, table=table,
+                          explicit_keys=explicit_keys)
 
 
 CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in (
@@ -46,6 +46,8 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
               {"reset_slots...": optional_text}),
     _contract("hosts_advertise", "hosts host_capacity", "host capacity ttl_seconds",
               {"live_capacity": int, "live_hosts": int}),
+    _contract("track_browser_tasks", "recent_tasks recent_task_states", "sample_size state entries...",
+              {"recorded": int}, table=False),
 )}
 
 

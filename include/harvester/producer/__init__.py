@@ -1,16 +1,13 @@
-"""The producer: a source's input metadata -> resumable packages -> tasks in the distributor intake.
+"""The producer: a source's input metadata -> resumable packages -> tasks in the distributor intake."""
 
-Names load on first use (see :func:`harvester.lazy_exports`): the DAG file's parse imports this package.
-"""
+from typing import TYPE_CHECKING
 
-from harvester import lazy_exports
+from harvester.lazy import lazy_face
 
-_EXPORTS = {
-    "PlanOptions": "planner",
-    "Planner": "planner",
-    "Producer": "producer",
-    "RunMonitor": "progress",
-    "format_eta": "progress",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.producer.planner import Planner, PlanOptions
+    from harvester.producer.producer import Producer
+    from harvester.producer.progress import RunMonitor, RunSettlement, format_eta
+
+__all__ = ["PlanOptions", "Planner", "Producer", "RunMonitor", "RunSettlement", "format_eta"]
+__getattr__, __dir__ = lazy_face(__name__)

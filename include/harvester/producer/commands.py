@@ -23,11 +23,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from harvester.config.loader import get_source
+    from harvester.config import get_source
     from harvester.connections import MONGO_DEFAULT, ConnectionNotFound, mongo_client, redis_client
     from harvester.producer.progress import RunMonitor
     from harvester.settings import get_settings
-    from harvester.storage.runs import RunStore
+    from harvester.storage import RunStore
 
     settings = get_settings()
     try:

@@ -23,12 +23,10 @@ from typing import Any, Literal
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from harvester.config.model import SourceConfig
-from harvester.config.run_options import RunOptions
+from harvester.config import RunOptions, SourceConfig
 from harvester.producer.streams import prefetch
-from harvester.scraping.robots import RobotsCache
-from harvester.storage.packages import PackageStore
-from harvester.storage.runs import RunStore
+from harvester.scraping import RobotsCache
+from harvester.storage import PackageStore, RunStore
 from harvester.urls import canonicalise_url
 
 log = logging.getLogger(__name__)
@@ -141,6 +139,54 @@ class PlanProgressLog:
                      time.monotonic() - self.started)
 
 
+class PackageBuilder:
+    """Due URLs into packages of ``batch_size``, written ``INSERT_CHUNK_TASKS`` tasks at a time, until ``room``
+    packages are made (the batch limit)."""
+
+    def __init__(self, packages: PackageStore, source: str, run_id: str, kind: str, batch_size: int,
+                 next_package_id: int, room: int) -> None:
+        self.packages, self.source, self.run_id, self.kind = packages, source, run_id, kind
+        self.batch_size, self.next_package_id, self.room = batch_size, next_package_id, room
+        self.packages_made = 0
+        self.current: list[str] = []
+        self.ready: list[tuple[int, list[str]]] = []
+        self.ready_tasks = 0
+
+    def add(self, chunk: Iterable[str], already_planned: set[str], result: PlanResult) -> bool:
+        """Plan a chunk of due URLs; False once the batch limit is reached."""
+        for url in chunk:
+            if url in already_planned:
+                result.skipped_duplicate += 1
+                continue
+            if self.packages_made >= self.room:
+                result.batch_limit_reached = True
+                return False
+            self.current.append(url)
+            if len(self.current) >= self.batch_size:
+                self._close_package(result)
+                self.packages_made += 1
+                if self.ready_tasks >= INSERT_CHUNK_TASKS:
+                    self._write(result)
+        return True
+
+    def finish(self, result: PlanResult) -> None:
+        """The last, partial package (within the limit), then everything not written yet."""
+        if self.current and self.packages_made < self.room:
+            self._close_package(result)
+        self._write(result)
+
+    def _close_package(self, result: PlanResult) -> None:
+        self.ready.append((self.next_package_id, self.current))
+        self.ready_tasks += len(self.current)
+        result.urls_planned += len(self.current)
+        self.next_package_id += 1
+        self.current = []
+
+    def _write(self, result: PlanResult) -> None:
+        result.packages_created += self.packages.create_packages(self.source, self.run_id, self.ready, self.kind)
+        self.ready, self.ready_tasks = [], 0
+
+
 class Planner:
     """Builds the packages of one run from seeds, a MongoDB input collection, or explicit URLs."""
 
@@ -163,6 +209,45 @@ class Planner:
         manual run with explicit URLs always starts its own harvest run.
         """
         now = now or datetime.now(UTC)
+        run_id = self._open_run(source, airflow_run_id, options, now)
+        previous = self.runs.get(source.name, run_id)
+        if previous and previous.get("plan"):
+            log.info("run %s of %s was planned already; keeping its %s packages",
+                     run_id, source.name, previous["plan"]["packages_total"])
+            return PlanResult(**{**previous["plan"], "resumed": True})
+
+        result = PlanResult(source=source.name, run_id=run_id)
+        already_planned, next_package_id = self._resume_point(source, run_id, result)
+        kind = options.kind or source.input.kind
+        check_lag = options.urls is None and kind == "details" and source.harvesting_lag > timedelta(0)
+        cutoff = now - source.harvesting_lag
+        if check_lag and self._nothing_harvested_since(source, cutoff):
+            check_lag = False  # no record is younger than the lag: no URL can be fresh, skip the lookups
+        builder = PackageBuilder(self.packages, source.name, run_id, kind, options.batch_size, next_package_id,
+                                 room=options.max_packages - next_package_id)
+        # Reading, validating and lag-checking run one chunk ahead in a thread while this one writes
+        # packages: both wait on MongoDB, so overlapping them is most of the planner's speed.
+        due = prefetch(self._due_chunks(source, options, result, check_lag, cutoff), ahead=1)
+        progress = PlanProgressLog(source.name, run_id)
+        try:
+            for chunk in due:
+                progress.maybe_log(result, builder.packages_made)
+                if not builder.add(chunk, already_planned, result):
+                    break  # the batch limit is reached
+        finally:
+            due.close()
+        builder.finish(result)
+        result.packages_total = builder.next_package_id
+        result.urls_planned += len(already_planned)
+        if result.skipped_invalid:
+            log.warning("skipped %s input documents without a valid URL, e.g. %s",
+                        result.skipped_invalid, "; ".join(result.invalid_examples))
+        progress.finished(result)
+        self.runs.finish_plan(source.name, run_id, result.to_dict())
+        return result
+
+    def _open_run(self, source: SourceConfig, airflow_run_id: str, options: PlanOptions, now: datetime) -> str:
+        """The harvest run this Airflow run works on (its own, or an unfinished one it adopts), started."""
         self.packages.ensure_indexes()
         self.runs.ensure_indexes()
         run_id = airflow_run_id
@@ -174,73 +259,18 @@ class Planner:
                      unfinished.get("started_at"))
         self.runs.start(source.name, run_id, now)
         self.runs.adopt(source.name, run_id, airflow_run_id)
-        previous = self.runs.get(source.name, run_id)
-        if previous and previous.get("plan"):
-            log.info("run %s of %s was planned already; keeping its %s packages",
-                     run_id, source.name, previous["plan"]["packages_total"])
-            return PlanResult(**{**previous["plan"], "resumed": True})
+        return run_id
 
-        result = PlanResult(source=source.name, run_id=run_id)
+    def _resume_point(self, source: SourceConfig, run_id: str, result: PlanResult) -> tuple[set[str], int]:
+        """(URLs already planned, the next package id): a plan that died half-way continues after what it made."""
         last = self.packages.last_package_id(source.name, run_id)
-        already_planned: set[str] = set()
-        next_package_id = 0
-        if last is not None:  # a plan that died half-way: continue after what it made
-            result.resumed = True
-            already_planned = self.packages.planned_urls(source.name, run_id)
-            next_package_id = last + 1
-            log.info("continuing a half-done plan of run %s: %s packages, %s URLs already planned",
-                     run_id, next_package_id, len(already_planned))
-        room = options.max_packages - next_package_id
-        kind = options.kind or source.input.kind
-        check_lag = options.urls is None and kind == "details" and source.harvesting_lag > timedelta(0)
-        cutoff = now - source.harvesting_lag
-        if check_lag and self._nothing_harvested_since(source, cutoff):
-            check_lag = False  # no record is younger than the lag: no URL can be fresh, skip the lookups
-
-        current: list[str] = []
-        ready: list[tuple[int, list[str]]] = []
-        ready_tasks = 0
-        packages_made = 0
-        # Reading, validating and lag-checking run one chunk ahead in a thread while this one writes
-        # packages: both wait on MongoDB, so overlapping them is most of the planner's speed.
-        due = prefetch(self._due_chunks(source, options, result, check_lag, cutoff), ahead=1)
-        progress = PlanProgressLog(source.name, run_id)
-        for chunk in due:
-            progress.maybe_log(result, packages_made)
-            for url in chunk:
-                if url in already_planned:
-                    result.skipped_duplicate += 1
-                    continue
-                if packages_made >= room:
-                    result.batch_limit_reached = True
-                    break
-                current.append(url)
-                if len(current) >= options.batch_size:
-                    ready.append((next_package_id, current))
-                    ready_tasks += len(current)
-                    result.urls_planned += len(current)
-                    next_package_id += 1
-                    packages_made += 1
-                    current = []
-                    if ready_tasks >= INSERT_CHUNK_TASKS:
-                        result.packages_created += self.packages.create_packages(source.name, run_id, ready, kind)
-                        ready, ready_tasks = [], 0
-            if result.batch_limit_reached:
-                break
-        due.close()
-        if current and packages_made < room:
-            ready.append((next_package_id, current))
-            result.urls_planned += len(current)
-            next_package_id += 1
-        result.packages_created += self.packages.create_packages(source.name, run_id, ready, kind)
-        result.packages_total = next_package_id
-        result.urls_planned += len(already_planned)
-        if result.skipped_invalid:
-            log.warning("skipped %s input documents without a valid URL, e.g. %s",
-                        result.skipped_invalid, "; ".join(result.invalid_examples))
-        progress.finished(result)
-        self.runs.finish_plan(source.name, run_id, result.to_dict())
-        return result
+        if last is None:
+            return set(), 0
+        result.resumed = True
+        already_planned = self.packages.planned_urls(source.name, run_id)
+        log.info("continuing a half-done plan of run %s: %s packages, %s URLs already planned",
+                 run_id, last + 1, len(already_planned))
+        return already_planned, last + 1
 
     # Input ----------------------------------------------------------------------------------
 

@@ -1,4 +1,8 @@
-"""Produce a run: claim waiting packages and push their tasks into the distributor intake.
+"""Produce a run: register the source, claim waiting packages and push their tasks into the distributor intake.
+
+The produce step is where a source's config enters the harvest: it registers the validated config in
+Redis (:mod:`harvester.distributor.registry`) before pushing, so the distributor, the workers and the
+page slots of this run all read that one copy; an edited YAML file takes effect at the next run.
 
 Resume lives here too: a package left running by a crash (its tasks are nowhere in Redis: not in
 intake, not delayed for a retry, not leased) goes back to waiting and is pushed again; finished
@@ -18,12 +22,11 @@ from typing import Any, Protocol
 import redis
 from pymongo.database import Database
 
-from harvester.config.model import SourceConfig
-from harvester.distributor.messages import TaskMessage
-from harvester.producer.progress import dead_tasks_of_run
+from harvester.config import SourceConfig
+from harvester.distributor import TaskMessage, dead_tasks_of_run
 from harvester.producer.streams import prefetch
 from harvester.settings import HarvesterSettings
-from harvester.storage.packages import PackageStore, planned_task_id
+from harvester.storage import PackageStore, planned_task_id
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +36,11 @@ CLAIM_TASKS = 10_000  # tasks claimed per claim round trip (a few packages; memo
 class IntakeLike(Protocol):
     """What the producer needs of :class:`harvester.distributor.intake.Intake`."""
 
-    def push(self, source: SourceConfig, messages: Iterable[TaskMessage]) -> int: ...
+    def register_source(self, source: SourceConfig) -> None: ...
 
-    def push_raw(self, source: SourceConfig, raw_messages: Iterable[str]) -> int: ...
+    def push(self, source: SourceConfig | str, messages: Iterable[TaskMessage]) -> int: ...
+
+    def push_raw(self, source: SourceConfig | str, raw_messages: Iterable[str]) -> int: ...
 
 
 class LiveTasks(Protocol):
@@ -114,7 +119,7 @@ class Producer:
                 reset += 1
                 lost += len(lost_ids)
         for start in range(0, len(unpushed), self.push_batch_size):
-            self.intake.push_raw(source, unpushed[start:start + self.push_batch_size])
+            self.intake.push_raw(source.name, unpushed[start:start + self.push_batch_size])
         if result is not None:
             result.tasks_repushed += len(unpushed)
         if unpushed:
@@ -128,7 +133,9 @@ class Producer:
         return reset, lost
 
     def produce(self, source: SourceConfig, run_id: str) -> ProduceResult:
+        """Register the source, resume what a crash left, then push the tasks of every waiting package."""
         result = ProduceResult()
+        self.intake.register_source(source)  # before any push: the run's tasks are admitted and run by it
         result.packages_reset, result.tasks_lost = self.resume(source, run_id, result)
         batch: list[str] = []
         # Claims (MongoDB) run one step ahead in a thread while this one pushes (Redis).
@@ -136,10 +143,10 @@ class Producer:
             for message in self._messages(source, run_id, package):
                 batch.append(message)
                 if len(batch) >= self.push_batch_size:
-                    result.tasks_pushed += self.intake.push_raw(source, batch)
+                    result.tasks_pushed += self.intake.push_raw(source.name, batch)
                     batch = []
         if batch:
-            result.tasks_pushed += self.intake.push_raw(source, batch)
+            result.tasks_pushed += self.intake.push_raw(source.name, batch)
         return result
 
     def _claimed_packages(self, source: SourceConfig, run_id: str, result: ProduceResult

@@ -1,14 +1,15 @@
 """How far a run has come, and its final report. Read from the packages, the output and dead letters.
 
-A run is complete when every package is finished. Tasks the distributor dead-lettered (past their
-retries, or reaped once too often) are settled here as failed, from the dead-letter entries that
-carry their run and package, so a package whose remaining tasks are all dead also finishes.
+A run is complete when every package is finished. :class:`RunMonitor` only reads (the operators' page and
+``harvester runs show`` call it); :class:`RunSettlement` is the step that writes: ``settle`` counts down the
+tasks the distributor dead-lettered without a count-down (reaped past their retries, or MongoDB was down
+when they died) from the dead-letter entries that carry their run and package, so a package whose
+remaining tasks are all dead also finishes; ``report`` writes the run's final report. The sensor and its
+trigger settle, then measure, at every poll; the report task settles once more, then reports.
 """
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -16,57 +17,9 @@ from typing import Any
 import redis
 from pymongo.database import Database
 
+from harvester.distributor import DeadLetters, DeadTasks, count_down_dead, dead_tasks_of_run
 from harvester.redis_keys import SourceKeys
-from harvester.storage.packages import PackageStatus, PackageStore
-from harvester.storage.runs import RunStore
-
-DEAD_PAGE = 5000
-
-
-@dataclass
-class DeadTasks:
-    """This run's dead-lettered tasks: ids by package, and how many per reason."""
-
-    by_package: dict[int, set[str]] = field(default_factory=dict)
-    reasons: Counter[str] = field(default_factory=Counter)
-
-
-def dead_tasks_of_run(client: redis.Redis, source: str, run_id: str) -> DeadTasks:
-    """Scan the source's dead letters (entries ``{message, reason, failed_at}``) for this run's tasks.
-
-    The list moves while it is read in pages: the distributor appends at the tail and drops the oldest
-    at the head (past the cap, or a re-queue). So the pages are read from the tail with negative indexes,
-    which a head pop never changes: an entry present for the whole scan can only move deeper, towards
-    the pages still to come, so none is missed; one seen twice (the tail grew between pages) is
-    counted once."""
-    keys = SourceKeys(source)
-    dead = DeadTasks()
-    if not int(client.hget(keys.run_dead, run_id) or 0):
-        return dead  # the distributor counts dead tasks per run: nothing to scan
-    seen: set[bytes | str] = set()
-    end = -1
-    while page := client.lrange(keys.dead_letters, end - DEAD_PAGE + 1, end):
-        for raw in page:
-            if raw in seen:
-                continue
-            try:
-                entry = json.loads(raw)
-                message = entry["message"]
-                if isinstance(message, str):
-                    message = json.loads(message)
-            except (ValueError, KeyError, TypeError):
-                continue
-            if message.get("run_id") != run_id:
-                continue
-            seen.add(raw)
-            reason = str(entry.get("reason") or "unknown")
-            dead.reasons[reason.split(":", 1)[0].strip() or "unknown"] += 1
-            if message.get("package_id") is not None and message.get("task_id"):
-                dead.by_package.setdefault(int(message["package_id"]), set()).add(str(message["task_id"]))
-        if len(page) < DEAD_PAGE:
-            break  # this page reached the head
-        end -= DEAD_PAGE
-    return dead
+from harvester.storage import PackageStatus, PackageStore, RunStore
 
 
 @dataclass
@@ -133,7 +86,7 @@ def format_eta(seconds: float) -> str:
 
 
 class RunMonitor:
-    """Measures a run (settling dead-lettered tasks first) and writes its report."""
+    """Measures a run and computes its report; reads only (settling is :class:`RunSettlement`'s)."""
 
     def __init__(self, database: Database, output_database: Database, redis_client: redis.Redis) -> None:
         self.packages = PackageStore(database)
@@ -141,15 +94,10 @@ class RunMonitor:
         self.output_database = output_database
         self.redis = redis_client
 
-    def settle_dead_letters(self, source: str, run_id: str) -> DeadTasks:
-        dead = dead_tasks_of_run(self.redis, source, run_id)
-        if dead.by_package:
-            self.packages.settle_dead(source, run_id, dead.by_package)
-        return dead
-
-    def measure(self, source: str, output_collection: str, run_id: str) -> RunProgress:
-        dead = self.settle_dead_letters(source, run_id)
-        self.packages.finish_empty(source, run_id)
+    def measure(self, source: str, output_collection: str, run_id: str, dead: DeadTasks | None = None
+                ) -> RunProgress:
+        """The run's figures now. ``dead``: its dead tasks when the caller has just read them (settling)."""
+        dead = dead if dead is not None else dead_tasks_of_run(self.redis, source, run_id)
         statuses, tasks = self.packages.summary(source, run_id)
         return RunProgress(
             source=source, run_id=run_id,
@@ -181,12 +129,13 @@ class RunMonitor:
             started_at = started_at.replace(tzinfo=UTC)
         return (datetime.now(UTC) - started_at).total_seconds()
 
-    def report(self, source: str, output_collection: str, run_id: str, now: datetime | None = None,
-               attributes: list[str] | None = None, drift_threshold: float = 20.0) -> dict[str, Any]:
+    def report_figures(self, source: str, output_collection: str, run_id: str, now: datetime | None = None,
+                       attributes: list[str] | None = None, drift_threshold: float = 20.0,
+                       dead: DeadTasks | None = None) -> dict[str, Any]:
         """The run's figures: URLs planned, records stored (new vs updated), failures by reason, duration,
         and (given the source's ``attributes``) extraction health with any selector drift."""
         now = now or datetime.now(UTC)
-        progress = self.measure(source, output_collection, run_id)
+        progress = self.measure(source, output_collection, run_id, dead)
         run = self.runs.get(source, run_id) or {}
         started_at = run.get("started_at") or now
         if started_at.tzinfo is None:
@@ -195,7 +144,6 @@ class RunMonitor:
             {"run_id": run_id, "first_seen_at": {"$gte": started_at}}
         )
         plan = run.get("plan", {})
-        failures = dict(progress.failures_by_reason)
         report = {
             "source": source,
             "run_id": run_id,
@@ -213,7 +161,7 @@ class RunMonitor:
             "records_stored": progress.records_stored,
             "records_new": new_records,
             "records_updated": progress.records_stored - new_records,
-            "failures_by_reason": failures,
+            "failures_by_reason": dict(progress.failures_by_reason),
             "started_at": started_at.isoformat(),
             "finished_at": now.isoformat(),
             "duration_seconds": round((now - started_at).total_seconds(), 3),
@@ -222,16 +170,47 @@ class RunMonitor:
         if browser_requests is not None:
             report["browser_requests"] = browser_requests
         if attributes:
-            from harvester.producer.health import extraction_report, publish_health
+            from harvester.producer.health import extraction_report
 
             report["extraction"] = extraction_report(self.output_database[output_collection], self.runs.collection,
                                                      source, run_id, attributes, drift_threshold)
             report["selector_drift"] = report["extraction"]["selector_drift"]
-            publish_health(self.redis, source, report["extraction"])
-        self.runs.record_report(source, run_id, report)
-        # The run is over: its per-run dead-letter records go (the dead letters themselves stay, capped).
-        from harvester.distributor import DeadLetters
+        return report
 
+
+class RunSettlement:
+    """The writes of a run's progress: settling its dead tasks, and its final report."""
+
+    def __init__(self, database: Database, output_database: Database, redis_client: redis.Redis) -> None:
+        self.monitor = RunMonitor(database, output_database, redis_client)
+        self.packages = self.monitor.packages
+        self.redis = redis_client
+
+    def settle(self, source: str, run_id: str) -> DeadTasks:
+        """Count the run's dead-lettered tasks down as failed (those no count-down reached) and finish the
+        packages left with nothing pending (a count-down that died between its two updates)."""
+        dead = dead_tasks_of_run(self.redis, source, run_id)
+        count_down_dead(self.packages, source, {run_id: dead})
+        self.packages.finish_empty(source, run_id)
+        return dead
+
+    def settle_and_measure(self, source: str, output_collection: str, run_id: str) -> RunProgress:
+        """One poll of the sensor (and its trigger): settle, then measure."""
+        return self.monitor.measure(source, output_collection, run_id, self.settle(source, run_id))
+
+    def report(self, source: str, output_collection: str, run_id: str, now: datetime | None = None,
+               attributes: list[str] | None = None, drift_threshold: float = 20.0) -> dict[str, Any]:
+        """Settle a last time, then write the run's report (and its extraction health, for the metrics and
+        the page); the run's per-run dead-letter records go."""
+        dead = self.settle(source, run_id)
+        report = self.monitor.report_figures(source, output_collection, run_id, now, attributes, drift_threshold,
+                                             dead)
+        if "extraction" in report:
+            from harvester.producer.health import publish_health
+
+            publish_health(self.redis, source, report["extraction"])
+        self.monitor.runs.record_report(source, run_id, report)
+        # The run is over: its per-run dead-letter records go (the dead letters themselves stay, capped).
         DeadLetters(self.redis).end_run(source, run_id)
         self.redis.hdel(SourceKeys(source).run_site_requests, f"{run_id}|pages", f"{run_id}|sub_requests")
         return report

@@ -1,48 +1,50 @@
-"""Fetching (HTTP and browser), extraction into typed records, link discovery and URL canonicalisation.
-"""
+"""Fetching (HTTP and browser), extraction into typed records, link discovery and URL canonicalisation."""
 
-from harvester import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "AddressGuard": "addresses",
-    "CHROMIUM_ARGS": "browser",
-    "ContextGuard": "page_guard",
-    "GuardProxy": "guard_proxy",
-    "LoadListener": "slot_browser",
-    "OWNER_FLAG": "slot_browser",
-    "PageCapture": "slot_browser",
-    "Readiness": "readiness",
-    "Render": "slot_browser",
-    "RequestCharger": "page_guard",
-    "SLOT_FLAG": "slot_browser",
-    "SlotBrowser": "slot_browser",
-    "flag_value": "slot_browser",
-    "kill_process_tree": "slot_browser",
-    "HostLimits": "page_fetcher",
-    "HostRateTimeout": "page_fetcher",
-    "RobotsCache": "robots",
-    "strip_userinfo": "addresses",
-    "DEFAULT_CLASSIFIER": "responses",
-    "FetchedBatch": "page_fetcher",
-    "FetchPermit": "page_fetcher",
-    "SKIPPED_REASON": "page_fetcher",
-    "FetchResult": "fetcher",
-    "Fetcher": "fetcher",
-    "PageLoad": "browser",
-    "PageFetcher": "page_fetcher",
-    "PageResult": "page",
-    "RETRY_VERDICTS": "responses",
-    "ResponseClassifier": "responses",
-    "Verdict": "responses",
-    "canonicalise_url": "links",
-    "discover_links": "links",
-    "extract_record": "extraction",
-    "first_line": "browser",
-    "load_page": "browser",
-    "process_page": "page",
-    "record_url": "page",
-    "render_page": "slot_browser",
-    "user_agent_and_headers": "browser",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+from harvester.lazy import lazy_face
+
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.errors import HostRateTimeout
+    from harvester.scraping.addresses import AddressGuard, strip_userinfo
+    from harvester.scraping.browser import CHROMIUM_ARGS, PageLoad, first_line, load_page, user_agent_and_headers
+    from harvester.scraping.extraction import extract_record
+    from harvester.scraping.fetcher import Fetcher
+    from harvester.scraping.guard_proxy import GuardProxy
+    from harvester.scraping.links import discover_links
+    from harvester.scraping.page import PageResult, process_page, record_url
+    from harvester.scraping.page_fetcher import (
+        SKIPPED_REASON,
+        FetchedBatch,
+        FetchPermit,
+        FetchResult,
+        HostLimits,
+        PageFetcher,
+    )
+    from harvester.scraping.page_guard import ContextGuard, RequestCharger
+    from harvester.scraping.readiness import Readiness
+    from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
+    from harvester.scraping.robots import RobotsCache
+    from harvester.scraping.slot_browser import (
+        OWNER_FLAG,
+        SLOT_ARGS,
+        SLOT_FLAG,
+        LoadListener,
+        PageCapture,
+        Render,
+        SlotBrowser,
+        flag_value,
+        kill_process_tree,
+        render_page,
+    )
+    from harvester.urls import canonicalise_url
+
+__all__ = [
+    "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "OWNER_FLAG", "RETRY_VERDICTS", "SKIPPED_REASON", "SLOT_ARGS", "SLOT_FLAG",
+    "AddressGuard", "ContextGuard", "FetchPermit", "FetchResult", "FetchedBatch", "Fetcher", "GuardProxy",
+    "HostLimits", "HostRateTimeout", "LoadListener", "PageCapture", "PageFetcher", "PageLoad", "PageResult",
+    "Readiness", "Render", "RequestCharger", "ResponseClassifier", "RobotsCache", "SlotBrowser", "Verdict",
+    "canonicalise_url", "discover_links", "extract_record", "first_line", "flag_value", "kill_process_tree",
+    "load_page", "process_page", "record_url", "render_page", "strip_userinfo", "user_agent_and_headers",
+]
+__getattr__, __dir__ = lazy_face(__name__)

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.scraping.fetcher import FetchResult
 from harvester.scraping.guard_proxy import REFUSED_HEADER, GuardProxy
 from harvester.scraping.page_guard import BodyCap, ContextGuard, RequestCharger

@@ -19,7 +19,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
-from harvester.config.attributes import Attribute
+from harvester.config import Attribute
 from harvester.errors import CoercionError
 from harvester.urls import canonicalise_url
 

@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _load(reference: str) -> Any:
-    from harvester.config.loader import get_source, load_source_file
+    from harvester.config import get_source, load_source_file
 
     path = Path(reference)
     if path.suffix in (".yaml", ".yml") or path.exists():

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from parsel import Selector
 
-from harvester.config.attributes import ELEMENT_SELECTOR_KINDS, Attribute, RecordItem, scalar_type
-from harvester.config.model import SourceConfig
+from harvester.config import ELEMENT_SELECTOR_KINDS, Attribute, RecordItem, SourceConfig, scalar_type
 from harvester.errors import CoercionError
 from harvester.patterns import compile_pattern
 from harvester.scraping.coercion import INT64_MAX, INT64_MIN, coerce, coerce_value, parse_decimal

@@ -28,7 +28,7 @@ from urllib.parse import urljoin, urlsplit
 
 from w3lib.encoding import html_to_unicode
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.connections import HttpCredentials, resolve_http
 from harvester.errors import RobotsDisallowed, TaskNoLongerHeld, TooManyRedirects, TransportFailure
 from harvester.scraping.addresses import AddressGuard, AddressRefused, strip_userinfo

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 import re2
 from parsel import Selector
 
-from harvester.config.attributes import JSON_PREFIX
-from harvester.config.model import SourceConfig
+from harvester.config import JSON_PREFIX, SourceConfig
 from harvester.patterns import compile_pattern
 from harvester.scraping.structured import PageData, StructuredDataError, gather, search
 from harvester.urls import TRACKING_PARAMETERS, TRACKING_PREFIXES, canonicalise_url

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.scraping.addresses import strip_userinfo
 from harvester.scraping.extraction import Extraction, ListingRecords, extract_listing_records, extract_record
 from harvester.scraping.fetcher import FetchResult

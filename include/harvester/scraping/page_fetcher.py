@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.errors import HostRateTimeout as HostRateTimeout  # its old home; tests import it here
 from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, Outcome, Verdict
 
@@ -29,15 +29,16 @@ SKIPPED_REASON = "not fetched: the task's lease was lost before its request coul
 class HostLimits:
     """What one host allows a source at fetch time: request starts per rolling window
     (``per_host_per_minute``), a minimum gap between starts (robots.txt Crawl-delay / Request-rate),
-    and requests in flight (``per_host_max_active``). Zero: no such limit."""
+    and requests in flight there (``per_host_max_active``; tasks in flight, ``max_active``, are the
+    distributor's). Zero: no such limit."""
 
     per_minute: int = 0
     min_interval_seconds: float = 0.0
-    max_active: int = 0
+    max_in_flight: int = 0
 
     @property
     def limited(self) -> bool:
-        return bool(self.per_minute or self.min_interval_seconds or self.max_active)
+        return bool(self.per_minute or self.min_interval_seconds or self.max_in_flight)
 
 
 @dataclass(slots=True)

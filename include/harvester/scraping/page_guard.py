@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.scraping.addresses import AddressGuard, name_refusal
 
 if TYPE_CHECKING:

@@ -21,17 +21,21 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harvester.config.attributes import ELEMENT_SELECTOR_KINDS, JSON_PREFIX, XPATH_PREFIX, Attribute, RecordItem
-from harvester.config.browser import (
+from harvester.config import (
+    ELEMENT_SELECTOR_KINDS,
+    JSON_PREFIX,
+    XPATH_PREFIX,
     Action,
+    Attribute,
     ClickSpec,
     DelayWait,
     DismissSpec,
     NetworkIdleWait,
+    RecordItem,
     ScrollSpec,
     SelectorWait,
+    SourceConfig,
 )
-from harvester.config.model import SourceConfig
 
 if TYPE_CHECKING:
     from playwright.async_api import Page

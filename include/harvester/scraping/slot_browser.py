@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psutil
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.connections import resolve_http
 from harvester.scraping import browser as browser_flags
 from harvester.scraping.addresses import AddressGuard

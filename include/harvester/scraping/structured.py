@@ -31,7 +31,7 @@ from typing import Any
 import re2
 from parsel import Selector
 
-from harvester.config.attributes import XPATH_PREFIX, StructuredPath, compile_jmespath, meta_expression
+from harvester.config import XPATH_PREFIX, StructuredPath, compile_jmespath, meta_expression
 
 JSONLD_XPATH = '//script[@type="application/ld+json"]'
 _HTML_OR_JS_COMMENT_LINE = re.compile(r"^\s*(//.*|<!--.*-->|<!--|-->)\s*$", re.MULTILINE)

@@ -589,7 +589,7 @@ def render_yaml(suggestion: Suggestion, command: str) -> str:
 # -- checking against the page ------------------------------------------------------------------------------------
 def prune(suggestion: Suggestion, pages: dict[str, PageData]) -> None:
     """Drop the attributes that give no value on the page they were suggested from."""
-    from harvester.config.loader import parse_source
+    from harvester.config import parse_source
     from harvester.scraping.extraction import extract_listing_records, extract_record
 
     source = parse_source(render_yaml(suggestion, "harvester suggest"), "<suggested>")
@@ -611,7 +611,7 @@ def prune(suggestion: Suggestion, pages: dict[str, PageData]) -> None:
 
 async def _fetch(url: str, name: str, render: str, country: str | None, content: str = "html") -> Any:
     """The page as `harvester try` fetches it (:func:`harvester.scraping.commands.fetch_for_try`)."""
-    from harvester.config.model import SourceConfig
+    from harvester.config import SourceConfig
     from harvester.scraping.commands import fetch_for_try
     from harvester.settings import get_settings
 
@@ -715,7 +715,7 @@ def default_name(url: str) -> str:
 
 
 def _suggest(args: argparse.Namespace) -> int:
-    from harvester.config.loader import parse_source
+    from harvester.config import parse_source
     from harvester.errors import SourceConfigError
 
     name = args.name or default_name(args.url)

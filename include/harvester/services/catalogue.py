@@ -73,7 +73,7 @@ def airflow_environment(root: Path, home: Path, port: int, refresh_seconds: int,
 
 def browser_countries(sources_dir: Path) -> list[str]:
     """Countries of the browser sources: each needs a proxy before a page slot may open a page for it."""
-    from harvester.config.loader import load_sources
+    from harvester.config import load_sources
 
     return sorted({source.country for source in load_sources(sources_dir).sources.values()
                    if source.render == "browser" and source.country})
@@ -91,7 +91,7 @@ class CountryProxies:
 
     def started(self) -> dict[str, int]:
         """Country -> port of each proxy to start."""
-        from harvester.pageslots.proxies import proxy_environment_variable
+        from harvester.pageslots import proxy_environment_variable
 
         if self.first_port is None:
             return {}
@@ -101,7 +101,7 @@ class CountryProxies:
 
     def environment(self) -> dict[str, str]:
         """``AIRFLOW_CONN_PROXY_<C>`` for every country that has a proxy (configured, given or started)."""
-        from harvester.pageslots.proxies import proxy_environment_variable
+        from harvester.pageslots import proxy_environment_variable
 
         configured = {country: self.environ[proxy_environment_variable(country)] for country in self.countries
                       if proxy_environment_variable(country) in self.environ}

@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _rekey(args: argparse.Namespace) -> int:
-    from harvester.config.loader import SourceConfigError, get_source
+    from harvester.config import SourceConfigError, get_source
     from harvester.connections import mongo_client, redis_client
     from harvester.settings import get_settings
     from harvester.storage.rekey import rekey_source
@@ -57,7 +57,7 @@ def _rekey(args: argparse.Namespace) -> int:
 def _records(args: argparse.Namespace) -> int:
     import json
 
-    from harvester.config.loader import SourceConfigError, get_source
+    from harvester.config import SourceConfigError, get_source
     from harvester.settings import get_settings
     from harvester.storage.data_handler import DataHandler
     from harvester.storage.records import latest_records, plain

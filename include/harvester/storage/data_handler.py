@@ -29,7 +29,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError, DocumentTooLarge
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.connections import mongo_client
 from harvester.errors import mongo_storage_errors
 from harvester.settings import HarvesterSettings

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 from pymongo.collection import Collection
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.storage.url_store import URLStore
 from harvester.urls import canonicalise_url
 

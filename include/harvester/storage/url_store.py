@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import redis
 from pymongo.collection import Collection
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.errors import mongo_storage_errors, redis_storage_errors
 from harvester.redis_keys import SourceKeys
 from harvester.urls import canonicalise_url

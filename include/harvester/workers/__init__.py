@@ -1,14 +1,12 @@
-"""The Celery app, its queues and the thin tasks that run scraping work.
-"""
+"""The Celery app, its queues and the thin tasks that run scraping work."""
 
-from harvester import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "PAGESLOTS_QUEUE": "celery_app",
-    "app": "celery_app",
-    "create_app": "celery_app",
-    "harvester_exchange": "celery_app",
-    "page_slot_queue_name": "celery_app",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+from harvester.lazy import lazy_face
+
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.queues import PAGESLOTS_QUEUE
+    from harvester.workers.celery_app import app, create_app, harvester_exchange
+
+__all__ = ["PAGESLOTS_QUEUE", "app", "create_app", "harvester_exchange"]
+__getattr__, __dir__ = lazy_face(__name__)

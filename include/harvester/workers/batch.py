@@ -35,17 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from harvester.config.model import SourceConfig
-from harvester.distributor import RateLimitStore, TaskMessage
-from harvester.errors import StorageError, redis_storage_errors
-from harvester.metrics.recording import record_fetches
-from harvester.scraping.addresses import AddressGuard
-from harvester.scraping.fetcher import Fetcher
-from harvester.scraping.page import PageResult, process_page
-from harvester.scraping.page_fetcher import FetchResult, PageFetcher
-from harvester.scraping.robots import RobotsCache
+from harvester.config import SourceConfig
+from harvester.distributor import RateLimitStore, RegisteredSources, TaskMessage
+from harvester.errors import SourceNotRegistered, StorageError, redis_storage_errors
+from harvester.metrics import record_fetches
+from harvester.scraping import AddressGuard, Fetcher, FetchResult, PageFetcher, PageResult, RobotsCache, process_page
 from harvester.settings import HarvesterSettings, get_settings
-from harvester.storage.data_handler import DataHandler
+from harvester.storage import DataHandler
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
@@ -53,13 +49,12 @@ from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
 from harvester.workers.host_rate import HostRateGate
 from harvester.workers.report import BatchReport
 from harvester.workers.settler import Settler, StoredPage
-from harvester.workers.sources import SOURCE_CACHE_SECONDS, SourceCache
 
 if TYPE_CHECKING:
-    from harvester.storage.packages import PackageStore
+    from harvester.storage import PackageStore
 
-__all__ = ["DEFAULT_RETRY_AFTER_SECONDS", "SOURCE_CACHE_SECONDS", "BatchReport", "BatchRunner", "LeaseHeartbeat",
-           "SourceCache", "batch_runner", "discovered_task_id", "new_event_loop"]
+__all__ = ["DEFAULT_RETRY_AFTER_SECONDS", "BatchReport", "BatchRunner", "LeaseHeartbeat", "batch_runner",
+           "discovered_task_id", "new_event_loop"]
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +74,7 @@ class BatchRunner:
     def __init__(self, settings: HarvesterSettings, clients: WorkerClients | None = None) -> None:
         self.settings = settings
         self.clients = clients or WorkerClients.from_settings(self.settings)
-        self.sources = SourceCache.from_settings(self.settings)
+        self.sources = RegisteredSources(self.clients.redis)  # the producer's registered copy, by version
         self.failures = FailurePolicy.from_settings(self.settings, self.clients)
         self.loop = new_event_loop()
         self.guard = AddressGuard.from_settings(self.settings)
@@ -112,7 +107,7 @@ class BatchRunner:
     def browser(self) -> PageFetcher:
         """The process's page-slot browser host as a page fetcher (launched on the first browser task)."""
         if self._browser is None:
-            from harvester.pageslots.browser_host import BrowserPageFetcher
+            from harvester.pageslots import BrowserPageFetcher
 
             self._browser = BrowserPageFetcher.from_settings(self.settings)
         return self._browser
@@ -174,7 +169,7 @@ class BatchRunner:
             return report
         try:
             source = self.sources.get(name)
-        except Exception as error:  # a broken or deleted YAML file: retry later, never crash
+        except (SourceNotRegistered, StorageError) as error:  # retry later (a registration comes), never crash
             reason = f"source config {name!r} could not be loaded: {error}"
             for message in messages:
                 self.failures.retry(message, reason, None, report, counter="config_error")

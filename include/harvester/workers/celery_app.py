@@ -15,12 +15,11 @@ from harvester.queues import (
     PAGESLOTS_QUEUE,
     PRIORITY_QUEUE,
     kombu_queue,
-    page_slot_queue_name,
 )
 from harvester.settings import get_settings
 
 __all__ = ["DEFAULT_QUEUE", "PAGESLOTS_QUEUE", "PRIORITY_QUEUE", "app", "create_app", "declared_queues",
-           "harvester_exchange", "page_slot_queue_name"]
+           "harvester_exchange"]
 
 harvester_exchange = Exchange(EXCHANGE_NAME, type="direct", durable=True)
 

@@ -11,11 +11,10 @@ from harvester.connections import MONGO_DEFAULT, REDIS_DEFAULT, mongo_client
 from harvester.connections import redis_client as connect_redis
 from harvester.distributor import Intake, RateLimitStore
 from harvester.settings import HarvesterSettings
-from harvester.storage.data_handler import DataHandler
-from harvester.storage.url_store import RunFrontier, URLStore
+from harvester.storage import DataHandler, RunFrontier, URLStore
 
 if TYPE_CHECKING:
-    from harvester.storage.packages import PackageStore
+    from harvester.storage import PackageStore
 
 
 class WorkerClients:
@@ -40,7 +39,7 @@ class WorkerClients:
     def packages(self) -> PackageStore:
         """Opened on first use: a batch without runs or packages never needs MongoDB for them."""
         if self._packages is None:
-            from harvester.storage.packages import PackageStore
+            from harvester.storage import PackageStore
 
             client = mongo_client(MONGO_DEFAULT, settings=self.settings)
             self._packages = PackageStore(client[self.settings.mongo_database])

@@ -2,10 +2,10 @@
 
 :meth:`FailurePolicy.decide` is pure (a fetch result in, a :class:`FailureDecision` out) so each rule
 has a unit test; :meth:`FailurePolicy.fetch_failed`, :meth:`retry` and :meth:`dead_letter` apply it
-through the rate-limit store. Retries are counted against the source's ``retries`` and delayed with
-backoff (or the server's Retry-After) atomically by ``RateLimitStore.fail``; a dead task is counted
-down in its package as failed. Nothing here raises for a Redis or MongoDB fault: a task whose ending
-could not be recorded keeps its lease until the reaper retries it.
+through :class:`~harvester.distributor.dead_tasks.DeadLettering`. Retries are counted against the
+source's ``retries`` and delayed with backoff (or the server's Retry-After) atomically by
+``RateLimitStore.fail``; a dead task is counted down in its package as failed. Nothing here raises for a
+Redis or MongoDB fault: a task whose ending could not be recorded keeps its lease until the reaper retries it.
 """
 
 from __future__ import annotations
@@ -16,17 +16,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from harvester.config.model import SourceConfig
-from harvester.distributor import RateLimitStore, TaskMessage
-from harvester.distributor.hosts import host_of
+from harvester.config import SourceConfig
+from harvester.distributor import DeadLettering, RateLimitStore, TaskMessage, host_of
 from harvester.errors import StorageError
-from harvester.scraping.page_fetcher import FetchResult
-from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
+from harvester.scraping import DEFAULT_CLASSIFIER, RETRY_VERDICTS, FetchResult, ResponseClassifier, Verdict
 from harvester.settings import HarvesterSettings
 from harvester.workers.report import BatchReport
 
 if TYPE_CHECKING:
-    from harvester.storage.packages import PackageStore
+    from harvester.storage import PackageStore
     from harvester.workers.clients import WorkerClients
 
 log = logging.getLogger(__name__)
@@ -64,7 +62,7 @@ class FailurePolicy:
                  default_retry_after: float = DEFAULT_RETRY_AFTER_SECONDS,
                  max_retry_after: float = DEFAULT_MAX_RETRY_AFTER_SECONDS) -> None:
         self.store = store
-        self.packages = packages
+        self.dead_lettering = DeadLettering(store, packages)
         self.classifier = classifier
         self.default_retry_after = default_retry_after
         self.max_retry_after = max_retry_after
@@ -126,32 +124,21 @@ class FailurePolicy:
         if counter:
             report.outcomes[counter] += 1
         try:
-            dead = self.store.fail(message, reason, retry_after)
+            dead = self.dead_lettering.fail(message, reason, retry_after)
         except StorageError:
             log.exception("could not hand task %s back; its lease will expire and the reaper retries it",
                           message.task_id)
             return
         if dead:
             report.dead += 1
-            self._count_down_failed(message)
         else:
             report.retried += 1
 
     def dead_letter(self, message: TaskMessage, reason: str, report: BatchReport) -> None:
         """A failure retrying cannot fix (404, not HTML, redirect loop, rejected record)."""
         try:
-            self.store.reject(message.source, message.to_json(), reason, token=message.lease_token)
+            self.dead_lettering.reject(message.source, message, reason)
         except StorageError:
             log.exception("could not dead-letter task %s", message.task_id)
             return
         report.dead += 1
-        self._count_down_failed(message)
-
-    def _count_down_failed(self, message: TaskMessage) -> None:
-        if message.run_id is None or message.package_id is None:
-            return
-        try:
-            self.packages().complete_tasks(message.source, message.run_id, message.package_id, [message.task_id],
-                                           failed=True)
-        except Exception:  # the run's sensor settles dead letters too (run-dead): nothing is stranded
-            log.exception("could not count dead task %s down in its package", message.task_id)

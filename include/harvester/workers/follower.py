@@ -11,19 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.distributor import Intake, TaskMessage
-from harvester.scraping.addresses import strip_userinfo
-from harvester.scraping.page import PageResult
-from harvester.scraping.robots import RobotsCache
+from harvester.scraping import PageResult, RobotsCache, strip_userinfo
 from harvester.settings import HarvesterSettings
-from harvester.storage.data_handler import DataHandler
-from harvester.storage.packages import planned_task_id
-from harvester.storage.url_store import RunFrontier, URLStore, url_digest
+from harvester.storage import DataHandler, RunFrontier, URLStore, planned_task_id, url_digest
 from harvester.workers.report import BatchReport
 
 if TYPE_CHECKING:
-    from harvester.storage.packages import PackageStore
+    from harvester.storage import PackageStore
     from harvester.workers.clients import WorkerClients
 
 
@@ -115,6 +111,6 @@ class LinkFollower:
         if parent.run_id is not None and parent.package_id is not None:
             self.packages().add_tasks(source.name, parent.run_id, parent.package_id,
                                       [child.task_id for child in children])
-        self.intake.push(source, children)
+        self.intake.push(source.name, children)  # by name: the producer's registration stays the one copy
         report.discovered += len(children)
         report.outcomes["links_new"] += len(children)

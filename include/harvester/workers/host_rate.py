@@ -1,5 +1,5 @@
-"""Per-host politeness held at FETCH time: ``per_host_per_minute``, ``per_host_max_active`` and the
-robots.txt crawl delay, one atomic ``lua/host_fetch.lua`` call per request start.
+"""Per-host politeness held at FETCH time: ``per_host_per_minute``, ``per_host_max_active`` (requests in
+flight at a host) and the robots.txt crawl delay, one atomic ``lua/host_fetch.lua`` call per request start.
 
 Admission (``admit.lua``) decides which tasks go to workers; the site only sees requests, and a
 retry, a slow batch or two workers on the same host start requests at times admission cannot know.
@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import redis
 
-from harvester.distributor import Scripts
-from harvester.distributor.hosts import host_of
+from harvester.distributor import host_of
 from harvester.errors import StorageError, redis_storage_errors
 from harvester.redis_keys import SourceKeys
-from harvester.scraping.page_fetcher import HostLimits, HostRateTimeout
+from harvester.redis_scripts import Scripts
+from harvester.scraping import HostLimits, HostRateTimeout
 from harvester.settings import HarvesterSettings
+from harvester.workers.scripts import HOST_FETCH
 
 __all__ = ["HostLimits", "HostRateGate", "HostRateTimeout", "HostToken"]
 
@@ -32,7 +33,7 @@ class HostToken:
     source: str
     host: str
     token: str
-    holds_active: bool
+    holds_in_flight: bool  # the token also holds one of the host's in-flight places (released after the request)
 
 
 class HostRateGate:
@@ -44,7 +45,7 @@ class HostRateGate:
         self.window_seconds = window_seconds
         self.max_wait_seconds = max_wait_seconds
         self.hold_seconds = hold_seconds
-        self.scripts = Scripts(client)  # host_fetch's contract is in harvester.distributor.scripts
+        self.scripts = Scripts(client, [HOST_FETCH])  # the one script the gate calls
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, client: redis.Redis) -> HostRateGate:
@@ -58,7 +59,7 @@ class HostRateGate:
             "host_fetch", source,
             {"host_fetch_window": keys.host_fetch_window(host), "host_fetch_active": keys.host_fetch_active(host)},
             token=token, per_minute=limits.per_minute, window_seconds=self.window_seconds,
-            min_interval_seconds=limits.min_interval_seconds, max_active=limits.max_active,
+            min_interval_seconds=limits.min_interval_seconds, max_in_flight=limits.max_in_flight,
             hold_seconds=self.hold_seconds)
         return reply.wait_seconds
 
@@ -74,14 +75,14 @@ class HostRateGate:
         while True:
             wait = await asyncio.to_thread(self.try_acquire, source, host, limits, token)
             if wait <= 0:
-                return HostToken(source, host, token, limits.max_active > 0)
+                return HostToken(source, host, token, limits.max_in_flight > 0)
             if loop.time() + wait > deadline:
                 raise HostRateTimeout(f"host {host} rate: no request slot within {self.max_wait_seconds:g}s")
             await asyncio.sleep(wait)
 
     async def release(self, token: HostToken | None) -> None:
         """The request ended: free its in-flight place (its start stays in the rolling window)."""
-        if token is None or not token.holds_active:
+        if token is None or not token.holds_in_flight:
             return
         with contextlib.suppress(StorageError):  # else the token expires after hold_seconds
             await asyncio.to_thread(self._free, token)

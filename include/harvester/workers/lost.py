@@ -3,21 +3,20 @@
 Celery acknowledges such a message (``task_reject_on_worker_lost`` is off: redelivering it would fetch
 outside admission and loop a poison message forever) and tells the worker's main process through the
 ``task_failure`` signal with a ``WorkerLostError``. This module hands the batch's tasks back through
-admission (``RateLimitStore.worker_lost``): a started task is retried after a lease, so the dead
+admission (``DeadLettering.worker_lost``): a started task is retried after a lease, so the dead
 process's requests drain at the site first; a task whose batch killed its worker twice is dead-lettered
 with that reason, and counted down as failed in its package so its run still finishes.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from harvester.distributor import RateLimitStore
+from harvester.distributor import DeadLettering
 from harvester.settings import HarvesterSettings, get_settings
 
 log = logging.getLogger(__name__)
@@ -46,26 +45,16 @@ class LostBatchHandler:
         for raw in raw_messages:
             if isinstance(raw, dict) and raw.get("lease_token") and raw.get("source") and raw.get("task_id"):
                 by_source[str(raw["source"])][str(raw["task_id"])] = str(raw["lease_token"])
-        store: RateLimitStore = self.clients.store
+        clients = self.clients
+        dead_lettering = DeadLettering(clients.store, lambda: clients.packages)
         dead = 0
         for source, leases in by_source.items():
-            result = store.worker_lost(source, leases)
+            result = dead_lettering.worker_lost(source, leases)
             log.warning("%s: the pool process running a batch of %d tasks died; %d retried after a lease, %d not "
                         "started returned, %d dead-lettered", source, len(leases), result.retried, result.returned,
                         len(result.dead_entries))
-            for entry in result.dead_entries:
-                self._count_down_failed(source, json.loads(entry).get("message", {}))
             dead += len(result.dead_entries)
         return dead
-
-    def _count_down_failed(self, source: str, message: dict[str, Any]) -> None:
-        run_id, package_id, task_id = message.get("run_id"), message.get("package_id"), message.get("task_id")
-        if run_id is None or package_id is None or task_id is None:
-            return
-        try:
-            self.clients.packages.complete_tasks(source, run_id, int(package_id), [str(task_id)], failed=True)
-        except Exception:  # the run's sensor settles dead letters too (run-dead), so nothing is stranded
-            log.exception("could not count dead task %s down in its package", task_id)
 
 
 _handler: LostBatchHandler | None = None

@@ -13,17 +13,16 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.distributor import RateLimitStore, TaskMessage
-from harvester.scraping.page import PageResult
+from harvester.scraping import PageResult
 from harvester.settings import HarvesterSettings
-from harvester.storage.data_handler import DataHandler
-from harvester.storage.url_store import URLStore
+from harvester.storage import DataHandler, URLStore
 from harvester.workers.failures import FailurePolicy
 from harvester.workers.report import BatchReport
 
 if TYPE_CHECKING:
-    from harvester.storage.packages import PackageStore
+    from harvester.storage import PackageStore
     from harvester.workers.clients import WorkerClients
 
 log = logging.getLogger(__name__)

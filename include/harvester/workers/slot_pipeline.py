@@ -17,9 +17,9 @@ from collections.abc import Mapping
 
 import redis
 
-from harvester.config.model import SourceConfig
+from harvester.config import SourceConfig
 from harvester.distributor import RateLimitStore, TaskMessage
-from harvester.scraping.page_fetcher import FetchResult, HostLimits, HostRateTimeout
+from harvester.scraping import FetchResult, HostLimits, HostRateTimeout
 from harvester.workers.batch import BatchRunner
 from harvester.workers.host_rate import HostRateGate
 from harvester.workers.report import BatchReport

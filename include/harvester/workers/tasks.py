@@ -8,8 +8,10 @@ from typing import Any
 from celery.exceptions import WorkerLostError
 from celery.signals import task_failure, worker_process_init
 
-import harvester.pageslots.hosting  # noqa: F401  (a pageslots worker's supervisor: capacity, resets, reaping)
+from harvester.pageslots import connect_slot_hosting
 from harvester.workers.celery_app import app
+
+connect_slot_hosting()  # a pageslots worker's supervisor: capacity, resets, reaping
 
 
 @worker_process_init.connect
@@ -31,7 +33,7 @@ def host_page_slot(slot_id: str) -> dict[str, Any]:
     """Host one page slot until it closes (harvester.pageslots.host). Acknowledged early: on the Redis
     broker a long unacknowledged task is redelivered after the visibility timeout, and a slot must never
     run twice (a redelivery would also be refused by the slot record's claim)."""
-    from harvester.pageslots.host import host_slot
+    from harvester.pageslots import host_slot
     from harvester.workers.batch import batch_runner
     from harvester.workers.slot_pipeline import WorkerSlotPipeline
 

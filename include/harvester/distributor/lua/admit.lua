@@ -8,46 +8,37 @@
 -- Every popped message is classified (malformed, duplicate, host-blocked, admitted) before anything is
 -- written, and nothing is unpacked in bulk, so a large batch cannot fail half way.
 --
--- KEYS[1]  intake            list of JSON task messages
--- KEYS[2]  delayed           zset message -> due time (s)
--- KEYS[3]  active            zset task id -> reservation or lease deadline (s)
--- KEYS[4]  active_messages   hash task id -> message
--- KEYS[5]  active_hosts      hash task id -> host
--- KEYS[6]  host_active_counts  hash host -> tasks in flight
--- KEYS[7]  host_paused       hash host -> paused until (s)
--- KEYS[8]  window            zset fetch sequence number -> fetch start time (s)
--- KEYS[9]  paused_until      string: the whole source waits until this time (s)
--- KEYS[10] counters          hash of running totals
--- KEYS[11] config            hash max_active, per_minute, per_host_max_active, retries
--- KEYS[12] dead_letters      list of JSON {message, reason, failed_at}
--- KEYS[13] leases            hash task id -> "<state>|<token>"
--- KEYS[14] run_dead          hash run id (and "run|package") -> tasks of that run in dead letters
--- ARGV[1] wanted (count of tasks)   ARGV[2] publish_grace_seconds (s)   ARGV[3] window_seconds (s, the rate window)
--- ARGV[4] now (s) or "" for server TIME   ARGV[5] expected_source (a message naming another source is malformed)
+-- KEYS[1]  intake            list of JSON task messages (due retries are already at its front: promote_due.lua)
+-- KEYS[2]  active            zset task id -> reservation or lease deadline (s)
+-- KEYS[3]  active_messages   hash task id -> message
+-- KEYS[4]  active_hosts      hash task id -> host
+-- KEYS[5]  host_active_counts  hash host -> tasks in flight
+-- KEYS[6]  host_paused       hash host -> paused until (s)
+-- KEYS[7]  window            zset fetch sequence number -> fetch start time (s)
+-- KEYS[8]  paused_until      string: the whole source waits until this time (s)
+-- KEYS[9]  counters          hash of running totals
+-- KEYS[10] config            hash max_active, per_minute, per_host_max_active, retries
+-- KEYS[11] dead_letters      list of JSON {message, reason, failed_at}
+-- KEYS[12] leases            hash task id -> "<state>|<token>"
+-- KEYS[13] run_dead          hash run id (and "run|package") -> tasks of that run in dead letters
+-- ARGV[1] wanted (count of tasks)   ARGV[2] publish_grace_seconds (s)
+-- ARGV[3] window_seconds (s, the rate window plus the margin)   ARGV[4] now (s) or "" for server TIME
+-- ARGV[5] expected_source (a message naming another source is malformed)
 -- ARGV[6] dead_letters_max (count kept per source)
--- Returns {status, wait_seconds (s, "-1" = none known), pending (intake length), malformed (count), now (s),
---          active (after the call), first_token (count: message i has token first_token + i - 1),
---          messages... (the admitted messages)}
+-- Returns {status, wait_seconds (s, "-1" = none known: for "empty", the caller knows the next retry due),
+--          pending (intake length), malformed (count), now (s), active (after the call),
+--          first_token (count: message i has token first_token + i - 1), messages... (the admitted messages)}
 -- status: ok | empty | active_limit | rate_limit | paused | unregistered | host_limit
 
-local intake, delayed, active, active_messages = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local active_hosts, host_counts, host_paused, window = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local paused_until, counters, config, dead = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local leases, run_dead = KEYS[13], KEYS[14]
+local intake, active, active_messages, active_hosts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local host_counts, host_paused, window, paused_until = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local counters, config, dead, leases, run_dead = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local wanted = tonumber(ARGV[1])
-local lease = tonumber(ARGV[2])
+local publish_grace = tonumber(ARGV[2])
 local dead_cap = tonumber(ARGV[6])
 local window_seconds = tonumber(ARGV[3])
 local now = now_or_server(ARGV[4])
 local source = ARGV[5]
-
-promote_due(delayed, intake, now, 1000)
-
-local function next_due_wait()
-  local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-  if #first == 0 then return '-1' end
-  return string.format('%.6f', math.max(0, tonumber(first[2]) - now))
-end
 
 local function answer(status, wait, malformed, admitted, first_token)
   local reply = {status, wait, redis.call('LLEN', intake), malformed, string.format('%.6f', now),
@@ -79,7 +70,7 @@ if active_room <= 0 then
 end
 
 local room = math.min(wanted, rate_room, active_room)
-if redis.call('LLEN', intake) == 0 then return answer('empty', next_due_wait(), 0) end
+if redis.call('LLEN', intake) == 0 then return answer('empty', '-1', 0) end
 
 -- Per-host checks cost a URL parse per task; do them only when a host limit or a host pause exists.
 local check_hosts = per_host > 0 or redis.call('HLEN', host_paused) > 0
@@ -100,7 +91,7 @@ local rotated = {}
 local malformed = 0
 local scanned = 0
 local scan_limit = room * 4 + 16  -- tasks of a blocked host are rotated behind the others, but not forever
-local deadline = now + lease  -- the publish grace: the distributor confirms within it
+local deadline = now + publish_grace  -- the distributor confirms it published within it
 local host_wait = nil
 
 local admitted_hosts, admitted_task_ids = {}, {}
@@ -188,7 +179,7 @@ if #admitted == 0 then
     if host_wait then return answer('host_limit', string.format('%.6f', host_wait), malformed) end
     return answer('host_limit', '-1', malformed)
   end
-  return answer('empty', next_due_wait(), malformed)
+  return answer('empty', '-1', malformed)
 end
 
 return answer('ok', '0', malformed, admitted, first_token)

@@ -1,4 +1,4 @@
--- common: helpers every page-slot script starts with (prefixed by harvester.distributor.scripts.Scripts).
+-- common: helpers every page-slot script starts with (prefixed to each by harvester.redis_scripts).
 -- Times are the Redis server's clock (TIME), in seconds with microseconds, so hosts never disagree.
 -- Slot keys are built from ids with the shared {pageslots} hash tag, so they stay in one cluster slot.
 

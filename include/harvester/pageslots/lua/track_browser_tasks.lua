@@ -1,12 +1,12 @@
 -- track_browser_tasks: the allocator's bookkeeping of recent browser tasks (pending -> running -> completed).
--- Admission adds a task as pending with the server time; a slot marks it running (slot_begin_task) and
--- completed; only the most recent ARGV[1] admitted tasks are kept (the seed's sample of 3000).
+-- The distributor's hand-off (harvester.pageslots.handoff) adds each admitted task as pending with the server
+-- time; a slot marks it running (slot_begin_task) and completed; only the most recent ARGV[1] admitted tasks
+-- are kept (the seed's sample of 3000).
 -- KEYS[1] recent_tasks (zset member -> admitted at, s)
 -- KEYS[2] recent_task_states (hash member -> "country|state|admitted at")
 -- ARGV[1] sample_size (count)   ARGV[2] state: pending | running | completed
 -- ARGV[3..] entries: pending: member, country pairs; running/completed: members
 -- Returns recorded: the number of tasks whose state was recorded.
-local function fmt(number) return string.format('%.6f', number) end
 local recent, states = KEYS[1], KEYS[2]
 local sample, state = tonumber(ARGV[1]), ARGV[2]
 local now = server_now()

@@ -1,0 +1,108 @@
+"""Calling scripts: plain EVALSHA in one non-transactional pipeline, replies decoded by their contracts.
+
+redis-py's ``Script`` object sends SCRIPT EXISTS (or a failing EVALSHA, then EVAL) per call; here every
+call of a pipeline is one EVALSHA, so a pipelined call stays one round trip. A script Redis does not
+know yet (its first call on this server, or after a restart or a SCRIPT FLUSH) answers NOSCRIPT and
+runs nothing; then the scripts of the pipeline are loaded (registered once per server) and only the
+calls that answered NOSCRIPT are sent again, in their order: the plain commands of the pipeline never
+run twice. A :class:`Scripts` holds the scripts ONE caller uses (a component's ``CONTRACTS``, or the one
+contract a caller needs); several may share a pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import redis
+from redis.exceptions import NoScriptError
+
+from harvester.redis_scripts.contracts import ScriptContract
+
+__all__ = ["ScriptPipeline", "Scripts"]
+
+
+class ScriptPipeline:
+    """One pipeline being built: script calls by name (their replies come back decoded) and plain commands."""
+
+    def __init__(self, scripts: Scripts, pipeline: redis.client.Pipeline) -> None:
+        self.scripts = scripts  # whose scripts ``call`` names
+        self.pipeline = pipeline  # for plain commands (LPUSH, LTRIM, ...) between the script calls
+        self.contracts: dict[int, ScriptContract] = {}  # command position -> contract of its reply
+        self.calls: dict[int, tuple[Any, ...]] = {}  # command position -> EVALSHA arguments (sent again on NOSCRIPT)
+        self.used: dict[int, Scripts] = {}  # every Scripts with a call here (loaded on NOSCRIPT)
+
+    def call(self, name: str, keys_of: str | object, keys: Mapping[str, str] | None = None, /,
+             **arguments: Any) -> None:
+        """Queue script ``name`` of this pipeline's :class:`Scripts` on ``keys_of``'s keys, ARGV by name."""
+        self.scripts.queue(self, name, keys_of, keys, **arguments)
+
+    def queue_contract(self, scripts: Scripts, contract: ScriptContract, key_names: list[str],
+                       argument_values: list[Any]) -> None:
+        position = len(self.pipeline.command_stack)
+        self.contracts[position] = contract
+        self.calls[position] = (contract.sha, len(key_names), *key_names, *argument_values)
+        self.used[id(scripts)] = scripts
+        self.pipeline.evalsha(*self.calls[position])
+
+    def decode(self, replies: list[Any]) -> list[Any]:
+        return [self.contracts[i].decode(reply) if i in self.contracts else reply for i, reply in enumerate(replies)]
+
+
+class Scripts:
+    """Scripts of one Redis client, by name: a component's ``CONTRACTS`` or just the one a caller needs.
+
+    Building one costs nothing on the server (each contract knows its SHA1); the scripts are loaded
+    into Redis the first time a call finds them missing.
+    """
+
+    def __init__(self, client: redis.Redis, contracts: Mapping[str, ScriptContract] | Iterable[ScriptContract]
+                 ) -> None:
+        self.client = client
+        self.contracts: dict[str, ScriptContract] = (
+            dict(contracts) if isinstance(contracts, Mapping) else {contract.name: contract for contract in contracts})
+
+    def load_all(self) -> None:
+        """SCRIPT LOAD every script of this set (Redis did not know them: a first use, a restart, a flush)."""
+        pipeline = self.client.pipeline(transaction=False)
+        for contract in self.contracts.values():
+            pipeline.script_load(contract.source)
+        pipeline.execute()
+
+    def queue(self, pipeline: ScriptPipeline, name: str, keys_of: str | object,
+              keys: Mapping[str, str] | None = None, /, **arguments: Any) -> None:
+        """Queue script ``name`` on a pipeline (perhaps one another :class:`Scripts` runs)."""
+        contract = self.contracts[name]
+        pipeline.queue_contract(self, contract, contract.key_names(keys_of, keys), contract.argument_values(arguments))
+
+    def run_pipeline(self, build: Callable[[ScriptPipeline], None]) -> list[Any]:
+        """Run ``build``'s calls in one non-transactional pipeline (and, when Redis did not know some
+        scripts, load them and send those calls again). Returns every reply in order, those of script calls
+        decoded into their named tuples; raises the first error a command answered."""
+        pipeline = ScriptPipeline(self, self.client.pipeline(transaction=False))
+        build(pipeline)
+        try:
+            replies = pipeline.pipeline.execute(raise_on_error=False)
+        finally:
+            pipeline.pipeline.reset()
+        unknown = [position for position, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if unknown:
+            for scripts in pipeline.used.values():
+                scripts.load_all()
+            again = self.client.pipeline(transaction=False)
+            for position in unknown:
+                again.evalsha(*pipeline.calls[position])
+            try:
+                for position, reply in zip(unknown, again.execute(raise_on_error=False), strict=True):
+                    replies[position] = reply
+            finally:
+                again.reset()
+        error = next((reply for reply in replies if isinstance(reply, Exception)), None)
+        if error is not None:
+            raise error
+        return pipeline.decode(replies)
+
+    def call(self, name: str, keys_of: str | object, keys: Mapping[str, str] | None = None, /,
+             **arguments: Any) -> Any:
+        """One script call in its own round trip; its decoded reply."""
+        return self.run_pipeline(lambda pipeline: pipeline.call(name, keys_of, keys, **arguments))[0]
