@@ -6,7 +6,7 @@ Selectors are written as attributes are (CSS, with parsel's ``::text``/``::attr(
 ``harvester try`` extracts is what the browser waited for.
 
 In YAML an action is one key (``scroll``, ``click``, ``dismiss``, ``wait``) with its settings or a shorthand;
-in the model it is a spec with a ``kind`` (the key), so an error reads ``browser.actions.0.click.max``.
+in the model it is a spec with a ``kind`` (the key), so an error reads ``browser.actions[0].click.max``.
 """
 
 from __future__ import annotations

@@ -267,7 +267,7 @@ class SourceConfig(StrictModel):
     def _cross_field_rules(self) -> SourceConfig:
         if self.render == "browser" and self.country is None:
             raise ValueError("country: a browser source needs a country (its page slots are per country)")
-        if self.render != "browser" and "browser" in self.model_fields_set:
+        if self.render != "browser" and self.browser != BrowserOptions():
             raise ValueError("browser: only browser sources (render: browser) have a browser section")
         if self.input.kind == "listing" and self.listing is None:
             raise ValueError("listing: input.kind is listing, so a listing section must say which links to follow")
