@@ -1,5 +1,6 @@
 # The Harvester image: the official Airflow image with our lock, the harvester package and
-# Playwright's Chromium (downloaded here, at build time, where the internet is reachable).
+# Playwright's Chromium (downloaded here, at build time, where the internet is reachable). The runtime pins only
+# (requirements.txt): the test tools and the stand-in database are in requirements-dev.txt, never installed here.
 # Every service runs as the non-root airflow user (compose: user ${AIRFLOW_UID}:0), which also lets
 # Chromium use its own sandbox in worker-pageslots (HARVESTER_CHROMIUM_SANDBOX, docs/production.md).
 # Stages: `harvester` (the production image), `demo` (the same plus the demo site's package, demo/, for
@@ -25,7 +26,10 @@ RUN mkdir -p /opt/airflow/auth && chown airflow:0 /opt/airflow/auth && chmod 770
 
 USER airflow
 COPY --chown=airflow:root include /opt/airflow/include
-RUN pip install --no-cache-dir --no-deps -e /opt/airflow/include
+# The demo sources harvest the demo site, which production does not run: compose's demo-sources service adds
+# them (--profile demo); the production image carries only the operator's sources.
+RUN find /opt/airflow/include/sources -maxdepth 1 -name 'demo_*.yaml' -delete \
+    && pip install --no-cache-dir --no-deps -e /opt/airflow/include
 COPY --chown=airflow:root dags /opt/airflow/dags
 COPY --chown=airflow:root plugins /opt/airflow/plugins
 

@@ -4,6 +4,11 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 PYTEST_ARGS ?=
+# `make test` runs the suite on PYTEST_WORKERS pytest-xdist workers (each starts servers of its own on free
+# ports; tests sharing a module-scoped fixture stay on one worker, see tests/conftest.py). Most tests wait on
+# servers, so twice the cores keeps both cores busy. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 MODE ?= embedded
 
 .PHONY: bootstrap run stop status test test-unit lint schema validate clean
@@ -25,7 +30,7 @@ status:
 	else $(PY) -m harvester.services.stack status; fi
 
 test: bootstrap
-	@$(PY) -m pytest $(PYTEST_ARGS)
+	@$(PY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 test-unit: bootstrap
 	@$(PY) -m pytest -m unit $(PYTEST_ARGS)

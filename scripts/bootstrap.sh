@@ -43,11 +43,12 @@ fi
 stamp=.venv/.harvester-installed
 # The checkout's path counts too: the editable installs point into it, so a venv another checkout
 # installed into is re-pointed here.
-lock_hash=$( (pwd; cat requirements.txt requirements.lock include/pyproject.toml demo/pyproject.toml) | sha256sum | cut -d' ' -f1)
+lock_hash=$( (pwd; cat requirements.txt requirements-dev.txt requirements.lock include/pyproject.toml demo/pyproject.toml) | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_hash" ]; then
   say "installing Python packages from requirements.lock (log: $log_dir/pip.log)"
   .venv/bin/python -m pip install --quiet --upgrade pip >>"$log_dir/pip.log" 2>&1 || true
-  .venv/bin/python -m pip install -r requirements.txt -c requirements.lock >>"$log_dir/pip.log" 2>&1 \
+  # the runtime pins and the test tools (requirements-dev.txt includes requirements.txt); images take the runtime only
+  .venv/bin/python -m pip install -r requirements-dev.txt -c requirements.lock >>"$log_dir/pip.log" 2>&1 \
     || { echo "!! pip install failed; see $log_dir/pip.log" >&2; exit 1; }
   .venv/bin/python -m pip install --no-deps -e include >>"$log_dir/pip.log" 2>&1 \
     || { echo "!! installing the harvester package failed; see $log_dir/pip.log" >&2; exit 1; }

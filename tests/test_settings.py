@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import asyncio
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -906,3 +908,192 @@ def test_every_setting_has_a_small_test_that_shows_its_effect():
     assert sorted(fields - COVERED - NOT_YET_SMALL_TESTED) == []
     assert sorted(COVERED & NOT_YET_SMALL_TESTED) == []
     assert fields >= NOT_YET_SMALL_TESTED
+
+
+# -- hostile sites, round two (issue 24) ----------------------------------------------------------------
+def _listing_fetch(body: str, url: str = "http://shop.example/shop"):
+    from harvester.scraping.fetcher import FetchResult
+
+    return FetchResult(url, "ok", final_url=url, status=200, text=body, content_type="text/html")
+
+
+LISTING = SourceConfig.model_validate({
+    "name": "pages", "input": {"kind": "listing", "seeds": ["http://shop.example/shop"]},
+    "listing": {"link_selectors": ["a.p"], "next_page_selectors": ["a.next"], "max_depth": 5},
+    "attributes": {"t": "h1"}})
+
+
+@covers_setting("raw_body_cap_bytes")
+@pytest.mark.unit
+def test_raw_body_cap_bytes_stops_reading_bytes_that_decode_to_nothing():
+    from harvester.errors import BodyRefused
+    from harvester.scraping.fetcher import Fetcher
+
+    class Padding:  # a response whose body is empty deflate blocks for ever (a TransportResponse)
+        headers = {"content-encoding": "deflate"}
+
+        async def raw_chunks(self):
+            yield b"\x78\x9c"
+            while True:
+                yield b"\x00\x00\x00\xff\xff" * 1000
+
+    fetcher = Fetcher(HarvesterSettings(raw_body_cap_bytes=100_000))
+    with pytest.raises(BodyRefused, match="100000 raw bytes"):
+        asyncio.run(fetcher.read_capped(Padding(), 1024 * 1024))
+
+
+@covers_setting("max_next_pages_per_page")
+@pytest.mark.unit
+def test_max_next_pages_per_page_caps_the_next_pages_one_page_queues():
+    from harvester.scraping.page import process_page
+
+    body = "".join(f'<a class="next" href="/shop?page={n}">n</a>' for n in range(30))
+    for cap, expected in ((5, 5), (50, 30)):
+        page = process_page(LISTING, "listing", "http://shop.example/shop", 0, _listing_fetch(body),
+                            settings=HarvesterSettings(max_next_pages_per_page=cap))
+        assert len(page.discovery.listings) == expected
+
+
+@covers_setting("max_listing_pages_per_run")
+@pytest.mark.unit
+def test_max_listing_pages_per_run_is_the_followers_run_cap():
+    from harvester.workers.follower import LinkFollower
+
+    class Clients:
+        urls = frontier = intake = data = packages = None
+
+    settings = HarvesterSettings(max_listing_pages_per_run=7)
+    follower = LinkFollower.from_settings(settings, Clients())  # type: ignore[arg-type]
+    assert follower.max_listing_pages_per_run == 7
+
+
+@covers_setting("link_screening_max_hosts", "link_screening_budget_seconds")
+def test_link_screening_hosts_and_budget_bound_a_pages_lookups(configure_settings):
+    from harvester.workers.batch import BatchRunner
+
+    from tests.fixtures.hostile_hosts import MappedResolverLoop
+
+    runner = BatchRunner(configure_settings(link_screening_max_hosts=2, link_screening_budget_seconds=0.2))
+    try:
+        urls = [f"http://93.184.215.{n}/page" for n in range(10, 15)]
+        assert sum("distinct hosts" in reason for reason in runner.address_refusals(urls).values()) == 3
+        runner.loop.close()
+        slow = type("SlowLoop", (MappedResolverLoop,), {"names": {"slow.example": "93.184.215.14"}, "delay": 5.0,
+                                                         "lookups": []})
+        runner.loop = slow()
+        started = time.monotonic()
+        assert "time budget" in runner.address_refusals(["http://slow.example/a"])["http://slow.example/a"]
+        assert time.monotonic() - started < 4
+    finally:
+        runner.close()
+
+
+@covers_setting("max_attributes_per_element", "max_elements_per_page")
+@pytest.mark.unit
+def test_markup_caps_refuse_a_page_before_it_is_parsed():
+    from harvester.scraping.page import process_page
+
+    wide = "<div " + " ".join(f"a{n}=x" for n in range(100)) + ">x</div>"
+    many = "<i>x</i>" * 2000
+    source = SOURCE
+    for body, options, refused in ((wide, {"max_attributes_per_element": 50}, True), (wide, {}, False),
+                                   (many, {"max_elements_per_page": 1000}, True), (many, {}, False)):
+        page = process_page(source, "details", "http://a.example/1", 0, _listing_fetch(body, "http://a.example/1"),
+                            settings=HarvesterSettings(**options))
+        assert (page.fetch.outcome == "parse_error") is refused, (options, page.fetch.reason)
+
+
+@covers_setting("robots_max_rules", "robots_max_wildcards_per_rule", "robots_last_good_seconds")
+@pytest.mark.unit
+def test_robots_bounds_and_the_last_good_copys_age():
+    from harvester.scraping.robots import RobotsCache
+
+    text = "User-agent: *\n" + "".join(f"Disallow: /{n}/*a*b*c\n" for n in range(20))
+
+    async def fetch(url: str) -> tuple[int, str]:
+        return 200, text
+
+    cache = RobotsCache.from_settings(HarvesterSettings(robots_max_rules=10, robots_max_wildcards_per_rule=2), None)
+    rules = asyncio.run(cache.rules("http://a.example/x", fetch))
+    assert (rules.dropped_rules, rules.cut_rules) == (10, 10)
+    aged = RobotsCache.from_settings(HarvesterSettings(robots_last_good_seconds=60), None)
+    aged._last_good["http://a.example"] = rules
+    assert aged.last_good("http://a.example") is rules
+    rules.fetched_at -= 61
+    assert aged.last_good("http://a.example") is None
+
+
+@covers_setting("lost_message_check_seconds")
+@pytest.mark.unit
+def test_lost_message_check_seconds_is_how_often_the_distributor_looks():
+    from harvester.distributor.lost_messages import LostMessageProbe
+
+    probe = LostMessageProbe(None, None, HarvesterSettings(lost_message_check_seconds=0.2))  # type: ignore[arg-type]
+    assert not probe.due
+    time.sleep(0.25)
+    assert probe.due
+
+
+# -- scale (issue 25) ------------------------------------------------------------------------------
+@covers_setting("source_cache_dir")
+def test_source_cache_dir_keeps_validated_sources_so_an_unchanged_file_is_not_validated_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from harvester.config import loader
+
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    (sources / "shop.yaml").write_text(MINIMAL_YAML.format(name="shop", seed="http://a.example/1"))
+    validations: list[str] = []
+    parse = loader.parse_source
+    monkeypatch.setattr(loader, "parse_source",
+                        lambda text, file="<string>": validations.append(file) or parse(text, file))
+    for cache_dir, expected in ((tmp_path / "cache", 1), ("", 2)):
+        monkeypatch.setenv("HARVESTER_SOURCE_CACHE_DIR", str(cache_dir))
+        get_settings.cache_clear()
+        validations.clear()
+        assert load_sources(sources).sources["shop"] == load_sources(sources).sources["shop"]
+        assert len(validations) == expected, cache_dir  # cached: the second load validated nothing
+    assert next(path.name for path in (tmp_path / "cache").iterdir()).startswith("sources-")
+    get_settings.cache_clear()
+
+
+@covers_setting("metrics_detailed_sources")
+def test_metrics_detailed_sources_keeps_per_source_histograms_for_the_busiest_only(redis_client):
+    from types import SimpleNamespace
+
+    from harvester.metrics.collector import metrics_registry
+    from harvester.metrics.recording import record_fetches
+
+    intake = Intake(redis_client, HarvesterSettings())
+    for name, requests in (("busy", 3), ("quiet", 1)):
+        intake.register_source(SOURCE.model_copy(update={"name": name}))
+        record_fetches(redis_client, name, [SimpleNamespace(enqueued_at=0.0)] * requests,
+                       [SimpleNamespace(outcome="ok", status=200, elapsed=0.3, started_at=1.0)] * requests, now=2.0)
+
+    def histogram_counts(settings: HarvesterSettings) -> dict[str, float]:
+        registry = metrics_registry(redis_client, settings)
+        return {sample.labels["source"]: sample.value for metric in registry.collect()
+                if metric.name == "harvester_fetch_seconds" for sample in metric.samples
+                if sample.name == "harvester_fetch_seconds_count"}
+
+    assert histogram_counts(HarvesterSettings()) == {"busy": 3, "quiet": 1}
+    assert histogram_counts(HarvesterSettings(metrics_detailed_sources=1)) == {"busy": 3, "_other": 1}
+    assert histogram_counts(HarvesterSettings(metrics_detailed_sources=0)) == {"_other": 4}
+
+
+@covers_setting("metadata_retention_days")
+def test_metadata_retention_days_is_how_old_a_run_must_be_to_be_cleaned(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path):
+    import subprocess
+    from datetime import UTC, datetime
+
+    from harvester.services import maintenance
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(maintenance.subprocess, "run", lambda command, **_: commands.append(command)
+                        or subprocess.CompletedProcess(command, 0, "", ""))
+    now = datetime(2026, 3, 31, tzinfo=UTC)
+    for days in (30, 7):
+        maintenance.clean_metadata(HarvesterSettings(sources_dir=tmp_path, metadata_retention_days=days), now=now)
+    assert [command[command.index("--clean-before-timestamp") + 1] for command in commands] == [
+        "2026-03-01T00:00:00+00:00", "2026-03-24T00:00:00+00:00"]

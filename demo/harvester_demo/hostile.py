@@ -12,11 +12,13 @@ import base64
 import gzip
 import html
 import secrets
+import threading
 import zlib
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -43,7 +45,7 @@ HOSTILE_FETCH_PAGES = [
 
 
 @lru_cache(maxsize=4)
-def zeros_gzipped(megabytes: int, layers: int) -> bytes:
+def _zeros_gzipped(megabytes: int, layers: int) -> bytes:
     """``megabytes`` MiB of zeros gzipped ``layers`` times, built in 1 MiB steps (never held whole)."""
     compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     block = b"\0" * (1024 * 1024)
@@ -54,6 +56,24 @@ def zeros_gzipped(megabytes: int, layers: int) -> bytes:
     for _ in range(layers - 1):
         body = gzip.compress(body, compresslevel=9)
     return body
+
+
+_BOMB_LOCK = threading.Lock()
+DEFAULT_BOMBS = ((2048, 2), (64, 1))  # what HOSTILE_PATHS ask for
+
+
+def zeros_gzipped(megabytes: int, layers: int) -> bytes:
+    """``megabytes`` MiB of zeros gzipped ``layers`` times, built once (2 GiB at level 9 is seconds of CPU)."""
+    with _BOMB_LOCK:  # two first requests build it once
+        return _zeros_gzipped(megabytes, layers)
+
+
+def prepare_bombs() -> threading.Thread:
+    """Build the default bombs in the background as the site starts, so their first request is served at once."""
+    thread = threading.Thread(target=lambda: [zeros_gzipped(*bomb) for bomb in DEFAULT_BOMBS],
+                              name="gzip-bombs", daemon=True)
+    thread.start()
+    return thread
 
 
 def hostile_fetch_routes(product_body: Callable[..., str], page: Callable[[str, str], str]) -> list[Route]:
@@ -74,7 +94,9 @@ def hostile_fetch_routes(product_body: Callable[..., str], page: Callable[[str, 
     async def gzip_bomb(request: Request) -> Response:
         megabytes = max(1, min(4096, int_param(request, "mb", 2048)))
         layers = max(1, min(3, int_param(request, "layers", 2)))
-        return Response(zeros_gzipped(megabytes, layers), media_type="text/html",
+        # off the event loop (zlib releases the GIL): building a bomb must not stall every other page
+        body = await run_in_threadpool(zeros_gzipped, megabytes, layers)
+        return Response(body, media_type="text/html",
                         headers={"Content-Encoding": ", ".join(["gzip"] * layers)})
 
     async def double_gzip(request: Request) -> Response:

@@ -206,6 +206,7 @@ class HttpCredentials:
     auth: tuple[str, str] | None = field(default=None, repr=False)
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     cookies: Mapping[str, str] = field(default_factory=dict, repr=False)
+    origin: tuple[str, str, int] | None = None  # (scheme, host, port) of the connection's host, None: it names none
 
     def __repr__(self) -> str:
         parts = (["basic auth"] if self.auth else []) + [f"{len(self.headers)} headers", f"{len(self.cookies)} cookies"]
@@ -237,7 +238,26 @@ def http_credentials_from_fields(connection_id: str, fields: ConnectionFields, v
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             headers.setdefault(str(key), str(value))
     auth = (fields.login, fields.password or "") if fields.login else None
-    return HttpCredentials(connection_id, via, auth, headers, cookies)
+    return HttpCredentials(connection_id, via, auth, headers, cookies, http_connection_origin(fields))
+
+
+def http_connection_origin(fields: ConnectionFields) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an HTTP connection's host, read as HttpHook builds its base URL: the host may
+    carry its scheme (``https://api.example.com``), else ``schema`` names it (http by default); the port
+    defaults to the scheme's. None when the connection names no host."""
+    if not fields.host:
+        return None
+    host = fields.host.strip()
+    scheme = (fields.schema or "http").lower()
+    port = fields.port
+    if "://" in host:
+        parts = urlsplit(host)
+        scheme, host = parts.scheme.lower() or scheme, parts.hostname or ""
+        port = port or parts.port
+    host = host.strip("/").lower()
+    if not host or scheme not in ("http", "https"):
+        return None
+    return scheme, host, int(port or (443 if scheme == "https" else 80))
 
 
 # -- resolving ids ----------------------------------------------------------------------------------

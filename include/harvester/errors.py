@@ -36,6 +36,7 @@ __all__ = [
     "MongoUnavailableError",
     "PageSlotError",
     "RobotsDisallowed",
+    "RobotsUnavailable",
     "ScrapingError",
     "ServiceNotReady",
     "ShutdownRequested",
@@ -128,6 +129,11 @@ class BodyRefused(ScrapingError):
 
 class RobotsDisallowed(ScrapingError):
     """robots.txt forbids the URL; the message names the origin."""
+
+
+class RobotsUnavailable(ScrapingError):
+    """robots.txt answered 429 or 5xx, or could not be fetched, and no good copy is at hand: RFC 9309 reads that
+    as complete disallow, so nothing is fetched and the task is retried later; the message says why."""
 
 
 class AddressRefused(ScrapingError):

@@ -138,6 +138,10 @@ class SourceKeys:
         """Set of listing-page URLs already queued in one run (pagination never loops)."""
         return self._key(f"run:{run_id or 'adhoc'}:listings")
 
+    def run_listing_count(self, run_id: str | None) -> str:
+        """Counter of listing pages discovered in one run (max_listing_pages_per_run)."""
+        return self._key(f"run:{run_id or 'adhoc'}:listing-count")
+
     def run_new_urls(self, run_id: str | None) -> str:
         """Counter of new detail URLs discovered in one run (the listing's max_new_urls)."""
         return self._key(f"run:{run_id or 'adhoc'}:new-urls")
@@ -228,3 +232,9 @@ class PageSlotKeys:
 def robots_key(origin: str) -> str:
     """A host's cached robots.txt (``origin`` is ``scheme://host[:port]``); it expires within 24 h."""
     return f"{ROBOTS_PREFIX}:{origin}"
+
+
+def robots_last_good_key(origin: str) -> str:
+    """The last robots.txt of a host that answered 2xx (JSON), used while the file fails (RFC 9309); it
+    expires after ``robots_last_good_seconds``."""
+    return f"{ROBOTS_PREFIX}-last-good:{origin}"

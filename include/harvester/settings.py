@@ -7,6 +7,7 @@ overrides; only entry points (commands, worker processes, Airflow tasks) call :f
 
 from __future__ import annotations
 
+import os
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
@@ -126,6 +127,44 @@ class HarvesterSettings(BaseSettings):
     host_rate_max_wait_seconds: float = Field(
         default=30.0, gt=0, description="How long a request waits for its host's rate; past it the task is retried.")
 
+    # Hostile sites, round two (issue 24): every cap a counted, reported refusal (docs/workers.md).
+    raw_body_cap_bytes: int = Field(
+        default=20 * 1024 * 1024, ge=1024,
+        description="Bytes read off the wire for one response, whatever they decode to (bytes that decode to "
+                    "nothing included); past it the read stops: the page is cut, or refused when nothing decoded.")
+    max_next_pages_per_page: int = Field(
+        default=50, ge=1, description="Next listing pages one page may queue; the rest are ignored and counted.")
+    max_listing_pages_per_run: int = Field(
+        default=10_000, ge=1, description="Listing pages one run may discover (seeds not counted); past it "
+                                          "next-page links are ignored and counted.")
+    link_screening_max_hosts: int = Field(
+        default=100, ge=1, description="Distinct hosts whose addresses are looked up when one page's links are "
+                                       "screened; links to further hosts are dropped and counted.")
+    link_screening_budget_seconds: float = Field(
+        default=5.0, gt=0, description="How long screening one page's links may spend on DNS; links whose host "
+                                       "did not resolve by then are dropped and counted.")
+    max_attributes_per_element: int = Field(
+        default=500, ge=16, le=999,
+        description="Attributes one HTML element may have; a page with a wider element is refused before it is "
+                    "parsed (libxml2 is quadratic in them; RE2, which counts them, repeats at most 1000 times).")
+    max_elements_per_page: int = Field(
+        default=300_000, ge=1000, description="Elements one HTML page may have; a page with more is refused before "
+                                              "it is parsed.")
+    robots_max_rules: int = Field(
+        default=2000, ge=10, description="Allow/Disallow rules read from one robots.txt; later ones are dropped "
+                                         "and counted.")
+    robots_max_wildcards_per_rule: int = Field(
+        default=10, ge=1, description="Wildcards kept in one robots.txt rule: a Disallow is cut after them (it "
+                                      "then disallows more, never less), an Allow with more is dropped.")
+    robots_last_good_seconds: float = Field(
+        default=30 * 86_400.0, gt=0, description="While robots.txt answers 429, 5xx or not at all, the last copy "
+                                                 "read is used this long (RFC 9309); without one nothing is fetched.")
+    lost_message_check_seconds: float = Field(
+        default=30.0, gt=0,
+        description="How often the distributor looks for queued reservations whose Celery message is in neither "
+                    "its queue nor kombu's unacked set; one missing from two looks this far apart goes back to "
+                    "intake, uncharged (a worker killed between kombu's BRPOP and its unacked registration).")
+
     # Browsers and page slots (DESIGN.md section 5); the defaults are the seed's values.
     chromium_executable: Path = Path("/usr/bin/chromium")
     chromium_sandbox: bool = Field(
@@ -170,6 +209,21 @@ class HarvesterSettings(BaseSettings):
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 
+    # Scale (issue 25): 5,000 sources.
+    source_cache_dir: Path | None = Field(
+        default_factory=lambda: Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harvester",
+        description="Validated sources are cached here, keyed by each file's bytes, so a DAG parse of unchanged "
+                    "files does no YAML or schema work (harvester.config.cache); empty: no cache.")
+    metrics_detailed_sources: int | None = Field(
+        default=None, ge=0,
+        description="At thousands of sources: only the N sources with the most requests keep both histograms, "
+                    "their limits and saturations per source (the others' histograms are summed into "
+                    'source="_other"); unset: every source does (about 50 series a source).')
+    metadata_retention_days: float = Field(
+        default=30.0, gt=0,
+        description="`harvester metadata-cleanup` removes runs of page_slots and harvest_* older than this "
+                    "from Airflow's metadata database (the latest scheduled run of each DAG stays).")
+
     # Observability.
     metrics_port: int = Field(default=0, ge=0, le=65535,
                               description="The distributor serves Prometheus metrics here (0: off).")
@@ -181,6 +235,11 @@ class HarvesterSettings(BaseSettings):
         """Accept "1/3" or 0.25 so an exact fraction survives an environment variable."""
         return Fraction(str(value)) if not isinstance(value, Fraction) else value
 
+
+    @field_validator("source_cache_dir", mode="before")
+    @classmethod
+    def _empty_path_is_none(cls, value: object) -> object:
+        return None if value == "" else value
 
     @field_validator("user_agent", mode="after")
     @classmethod

@@ -8,6 +8,7 @@ stored exactly once, the site never saw more than ``max_active`` in flight nor m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 import pytest
@@ -22,7 +24,7 @@ from harvester.distributor import DeadLetters
 from harvester.redis_keys import SourceKeys
 from harvester.settings import REPOSITORY_ROOT
 
-from tests.fixtures.servers import MongoServer, RedisServer, ServerProcess
+from tests.fixtures.servers import VENV_BIN, MongoServer, RedisServer, ServerProcess
 from tests.reliability.harness import Harvest, assert_site_within_limits
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -339,3 +341,49 @@ def test_row_10_eight_distributors_and_four_workers_on_one_source_for_a_minute(
     seen = harvest.assert_every_row_holds()
     assert seen["max_concurrent"] >= 2
 
+
+
+# -- 11 -----------------------------------------------------------------------------------------------
+def test_row_11_a_worker_main_process_killed_between_kombus_brpop_and_its_unacked_registration(
+        harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
+    """Five times a worker takes a message off the queue and dies before kombu registers it as unacknowledged
+    (tests/reliability/kill_window_app.py): the message is gone, its four tasks hold all of max_active. Each
+    time they come back to intake, uncharged, within two leases (queued_lease_seconds is ten minutes here), and
+    the run finishes on a worker that lives."""
+    harvest = harvest_factory("row11", count=24, delay=0.2,
+                              overrides={"queued_lease_seconds": 600, "lost_message_check_seconds": 1})
+    start_distributor()
+    harvest.start()
+    lease = float(harvest.settings.lease_seconds)
+    dying_command = [str(VENV_BIN / "celery"), "-A", "tests.reliability.kill_window_app", "worker", "-Q", "default",
+                     "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+                     "--without-heartbeat"]
+    tests_root = Path(__file__).resolve().parents[2]  # where tests.reliability.kill_window_app is imported from
+    environment = {"PYTHONPATH": os.pathsep.join([str(tests_root), os.environ.get("PYTHONPATH", "")])}
+    stalls: list[float] = []
+    dead: list[ServerProcess] = []
+    try:
+        for kill in range(5):
+            returned = harvest.store.counters(harvest.source.name).get("returned_lost_message", 0)
+            worker = ServerProcess(f"dying worker {kill}", [*dying_command, "-n", f"dying{kill}@%h"],
+                                   harvest.settings.sources_dir.parent / f"dying-{kill}.log", ready=lambda: True,
+                                   env={**os.environ, **environment})
+            worker.start()  # it dies as soon as it takes a message, often before it says it is ready
+            dead.append(worker)
+            harvest.wait_until(lambda worker=worker: not worker.alive(), 60, f"worker {kill} dying in kombu's window")
+            died_at = time.monotonic()
+            harvest.wait_until(
+                lambda before=returned: harvest.store.counters(harvest.source.name).get("returned_lost_message", 0)
+                > before, 2 * lease + 5, f"the tasks of worker {kill}'s lost message back in intake")
+            stalls.append(time.monotonic() - died_at)
+    finally:
+        for worker in dead:  # the dead main process's pool children are in its process group
+            if worker.process is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(worker.process.pid, signal.SIGKILL)
+    assert max(stalls) <= 2 * lease, stalls
+    counters = harvest.store.counters(harvest.source.name)
+    assert counters.get("reaped", 0) == 0 and counters.get("returned_lost_message", 0) >= 5 * 4, counters
+    celery_worker_factory(queues="default", concurrency=2)
+    harvest.wait_finished(timeout=120)
+    harvest.assert_every_row_holds()

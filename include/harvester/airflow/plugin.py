@@ -1,10 +1,20 @@
 """The Airflow plugin: the Harvester page, a "Harvest progress" tab on every run, and their JSON API.
 
 Airflow mounts the FastAPI app under ``/harvester`` in the api-server but does not authenticate
-plugin apps, so every route depends on Airflow's own security dependencies: an authenticated user
-(the UI's session cookie or a bearer token) for reads, and access to the DAG ``harvest_<source>``
-for changes (PUT, as editing the DAG, to requeue dead letters; what Airflow's own trigger endpoint
-asks, POST on its runs, to start a job). The figures come from harvester.observability.views.
+plugin apps, so every route depends on Airflow's own security dependencies (issue 24):
+
+- every route needs an authenticated user (the UI's session cookie or a bearer token), the pages, the
+  static files and the OpenAPI schema included (FastAPI's ``/docs`` and ``/redoc`` are off);
+- every read of one source needs read access (GET) to its DAG ``harvest_<source>``, and the lists
+  (``/api/sources``) show only the sources whose DAG the user may read, as the auth manager (simple, FAB,
+  Keycloak...) answers;
+- changes need access to the DAG (PUT, as editing the DAG, to requeue dead letters; what Airflow's own
+  trigger endpoint asks, POST on its runs, to start a job) AND an explicit request: a bearer token, or the
+  ``X-Harvester-Request`` header the page's own script sends. A session cookie alone is what a cross-site
+  form would carry, so it is refused (SameSite=Lax is not relied on).
+
+The nav links are relative: the UI resolves them against its ``<base href>``, so they work when Airflow
+is served under a sub-path. The figures come from harvester.observability.views.
 """
 
 from __future__ import annotations
@@ -19,8 +29,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_authenticated
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
-from fastapi.responses import HTMLResponse, Response
-from fastapi.staticfiles import StaticFiles
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from harvester.airflow.dags import DAG_ID_PREFIX, dag_id_for
@@ -40,7 +49,10 @@ from harvester.settings import get_settings
 from harvester.storage import PageSnapshot
 
 STATIC_DIRECTORY = Path(__file__).with_name("static")
+STATIC_FILES = frozenset(path.name for path in STATIC_DIRECTORY.iterdir() if path.is_file())
 URL_PREFIX = "/harvester"
+RELATIVE_PREFIX = URL_PREFIX.lstrip("/")  # nav links are relative to the UI's <base href>
+EXPLICIT_REQUEST_HEADER = "X-Harvester-Request"
 SOURCES_TTL_SECONDS = 10.0
 
 
@@ -96,6 +108,30 @@ def requires_source_dag_edit(request: Request, user: GetUserDep, source: str) ->
     requires_access_dag("PUT", param_dag_id=dag_id_for(source))(request, user)
 
 
+def requires_source_dag_read(request: Request, user: GetUserDep, source: str) -> None:
+    """Airflow's DAG authorisation, GET (read) on ``harvest_<source>``, for the path's source."""
+    requires_access_dag("GET", param_dag_id=dag_id_for(source))(request, user)
+
+
+def requires_explicit_request(request: Request) -> None:
+    """A state-changing request must carry a bearer token or the page's own header: a browser sends the
+    session cookie with a cross-site form too, but neither of these (a custom header needs CORS, which
+    this app does not grant)."""
+    authorization = request.headers.get("authorization", "")
+    if not authorization.lower().startswith("bearer ") and not request.headers.get(EXPLICIT_REQUEST_HEADER):
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            f"a change needs a bearer token or the {EXPLICIT_REQUEST_HEADER} header")
+
+
+def readable_sources(user: Any, names: list[str]) -> set[str]:
+    """The sources among ``names`` whose DAG ``user`` may read (GET), as Airflow's auth manager answers."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    by_dag = {dag_id_for(name): name for name in names}
+    allowed = get_auth_manager().filter_authorized_dag_ids(dag_ids=set(by_dag), user=user, method="GET")
+    return {by_dag[dag_id] for dag_id in allowed if dag_id in by_dag}
+
+
 # -- the API --------------------------------------------------------------------------------------------
 class JobRequest(BaseModel):
     source: str = Field(description="The source to harvest (its DAG is harvest_<source>).")
@@ -111,12 +147,13 @@ class JobResponse(BaseModel):
 api = APIRouter(prefix="/api", tags=["Harvester"], dependencies=[Depends(requires_authenticated())])
 
 
-@api.get("/sources", summary="Every source: queue, limits, live counts, dead letters, last run")
-def list_sources(views: ViewsDep) -> list[SourceSummary]:
-    return views.source_summaries()
+@api.get("/sources", summary="Every source whose DAG you may read: queue, limits, live counts, dead letters, last run")
+def list_sources(views: ViewsDep, user: GetUserDep) -> list[SourceSummary]:
+    readable = readable_sources(user, list(views.sources))
+    return [summary for summary in views.source_summaries() if summary.name in readable]
 
 
-@api.get("/sources/{source}", summary="One source")
+@api.get("/sources/{source}", summary="One source", dependencies=[Depends(requires_source_dag_read)])
 def get_source(source: str, views: ViewsDep) -> SourceSummary:
     try:
         return views.source_summary(source)
@@ -124,19 +161,21 @@ def get_source(source: str, views: ViewsDep) -> SourceSummary:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no source {source!r}") from None
 
 
-@api.get("/sources/{source}/runs", summary="The source's harvest runs, newest first, with their reports")
+@api.get("/sources/{source}/runs", summary="The source's harvest runs, newest first, with their reports",
+         dependencies=[Depends(requires_source_dag_read)])
 def list_runs(source: str, views: ViewsDep, limit: Annotated[int, Query(ge=1, le=500)] = 20) -> list[RunSummary]:
     _source_or_404(views, source)
     return views.runs(source, limit)
 
 
-@api.get("/sources/{source}/runs/{run_id}/progress", summary="One run's progress, rate and ETA")
+@api.get("/sources/{source}/runs/{run_id}/progress", summary="One run's progress, rate and ETA",
+         dependencies=[Depends(requires_source_dag_read)])
 def run_progress(source: str, run_id: str, views: ViewsDep) -> RunProgressView:
     _source_or_404(views, source)
     return views.run_progress(source, run_id)
 
 
-@api.get("/dag-runs/{dag_id}/{dag_run_id}/progress",
+@api.get("/dag-runs/{dag_id}/{dag_run_id}/progress", dependencies=[Depends(requires_access_dag("GET"))],
          summary="The progress of the harvest run an Airflow dag run works on (the Harvest progress tab)")
 def dag_run_progress(dag_id: str, dag_run_id: str, views: ViewsDep) -> RunProgressView:
     if not dag_id.startswith(DAG_ID_PREFIX):
@@ -154,7 +193,8 @@ def page_slots(views: ViewsDep) -> SlotsView:
     return views.slots()
 
 
-@api.get("/sources/{source}/dead-letters", summary="Dead letters of a source with their reasons, oldest first")
+@api.get("/sources/{source}/dead-letters", summary="Dead letters of a source with their reasons, oldest first",
+         dependencies=[Depends(requires_source_dag_read)])
 def dead_letters(source: str, views: ViewsDep, start: Annotated[int, Query(ge=0)] = 0,
                  limit: Annotated[int, Query(ge=1, le=500)] = 100) -> DeadLettersView:
     return views.dead_letters(source, start, limit)
@@ -174,13 +214,15 @@ def _snapshot_or_404(views: HarvestViews, source: str, task_id: str) -> PageSnap
 
 
 @api.get("/sources/{source}/dead-letters/{task_id}/snapshot", response_class=HTMLResponse,
-         summary="The HTML of a failed or rejected browser page, as it was (shown sandboxed: no scripts run)")
+         summary="The HTML of a failed or rejected browser page, as it was (shown sandboxed: no scripts run)",
+         dependencies=[Depends(requires_source_dag_read)])
 def dead_letter_snapshot(source: str, task_id: str, views: ViewsDep) -> HTMLResponse:
     return HTMLResponse(_snapshot_or_404(views, source, task_id).html, headers=SNAPSHOT_HEADERS)
 
 
 @api.get("/sources/{source}/dead-letters/{task_id}/screenshot", response_class=Response,
-         summary="A screenshot (JPEG) of a failed or rejected browser page")
+         summary="A screenshot (JPEG) of a failed or rejected browser page",
+         dependencies=[Depends(requires_source_dag_read)])
 def dead_letter_screenshot(source: str, task_id: str, views: ViewsDep) -> Response:
     snapshot = _snapshot_or_404(views, source, task_id)
     if snapshot.screenshot is None:
@@ -188,14 +230,17 @@ def dead_letter_screenshot(source: str, task_id: str, views: ViewsDep) -> Respon
     return Response(snapshot.screenshot, media_type="image/jpeg", headers=SNAPSHOT_HEADERS)
 
 
-@api.post("/sources/{source}/dead-letters/requeue", dependencies=[Depends(requires_source_dag_edit)],
-          summary="Put dead letters back in intake (oldest first); needs edit access to harvest_<source>")
+@api.post("/sources/{source}/dead-letters/requeue",
+          dependencies=[Depends(requires_source_dag_edit), Depends(requires_explicit_request)],
+          summary="Put dead letters back in intake (oldest first); needs edit access to harvest_<source> and a "
+                  "bearer token or the X-Harvester-Request header")
 def requeue_dead_letters(source: str, views: ViewsDep,
                          limit: Annotated[int | None, Query(ge=1)] = None) -> RequeueResult:
     return views.requeue(source, limit)
 
 
-@api.get("/results/{source}", summary="The source's records, a page at a time (cursor), by run or harvest time")
+@api.get("/results/{source}", summary="The source's records, a page at a time (cursor), by run or harvest time",
+         dependencies=[Depends(requires_source_dag_read)])
 def results(source: str, views: ViewsDep, cursor: str | None = None,
             limit: Annotated[int, Query(ge=1, le=500)] = 50, run_id: str | None = None,
             harvested_after: Annotated[datetime | None, Query(description="harvested_at >= this")] = None,
@@ -208,7 +253,7 @@ def results(source: str, views: ViewsDep, cursor: str | None = None,
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
 
 
-@api.post("/jobs", status_code=status.HTTP_201_CREATED,
+@api.post("/jobs", status_code=status.HTTP_201_CREATED, dependencies=[Depends(requires_explicit_request)],
           summary="Harvest these URLs now: triggers harvest_<source> with them as its urls param")
 def create_job(job: JobRequest, request: Request, user: GetUserDep, views: ViewsDep) -> JobResponse:
     dag_id = dag_id_for(job.source)
@@ -245,14 +290,31 @@ def harvest_progress_page() -> HTMLResponse:
     return HTMLResponse((STATIC_DIRECTORY / "run.html").read_text())
 
 
+protected = APIRouter(include_in_schema=False, dependencies=[Depends(requires_authenticated())])
+
+
+@protected.get("/static/{name}")
+def static_file(name: str) -> FileResponse:
+    """The pages' scripts, styles and icon, behind a login like the rest (only the files shipped here)."""
+    if name not in STATIC_FILES:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no static file {name!r}")
+    return FileResponse(STATIC_DIRECTORY / name)
+
+
+@protected.get("/openapi.json")
+def openapi_schema(request: Request) -> JSONResponse:
+    return JSONResponse(request.app.openapi())
+
+
 def create_app() -> FastAPI:
-    app = FastAPI(title="Harvester", version="1", description=(
+    app = FastAPI(title="Harvester", version="1", docs_url=None, redoc_url=None, openapi_url=None, description=(
         "The operators' view of Harvester: sources, runs and their progress, page slots, dead letters, "
-        "results and jobs. Every route needs an Airflow session or token; changes need access to the "
-        "source's DAG."))
+        "results and jobs. Every route needs an Airflow session or token; reads of a source need read "
+        "access to its DAG; changes need access to the source's DAG and a bearer token or the "
+        "X-Harvester-Request header."))
     app.include_router(api)
     app.include_router(pages)
-    app.mount("/static", StaticFiles(directory=STATIC_DIRECTORY), name="static")
+    app.include_router(protected)
     return app
 
 
@@ -265,8 +327,8 @@ class HarvesterPlugin(AirflowPlugin):
     name = "harvester"
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Harvester"}]
     external_views = [
-        {"name": "Harvester", "href": f"{URL_PREFIX}/ui/", "destination": "nav", "url_route": "harvester",
-         "icon": f"{URL_PREFIX}/static/icon.svg", "nav_top_level": True},
-        {"name": "Harvest progress", "href": f"{URL_PREFIX}/ui/run?dag_id={{DAG_ID}}&run_id={{RUN_ID}}",
+        {"name": "Harvester", "href": f"{RELATIVE_PREFIX}/ui/", "destination": "nav", "url_route": "harvester",
+         "icon": f"{RELATIVE_PREFIX}/static/icon.svg", "nav_top_level": True},
+        {"name": "Harvest progress", "href": f"{RELATIVE_PREFIX}/ui/run?dag_id={{DAG_ID}}&run_id={{RUN_ID}}",
          "destination": "dag_run", "url_route": "harvest-progress"},
     ]

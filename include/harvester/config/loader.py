@@ -3,7 +3,8 @@
 Every problem reads ``file:line: field: reason``. The YAML is composed with libyaml (when built in)
 and turned into Python by walking its nodes, which keeps each value's line number, catches
 duplicate keys (PyYAML would silently keep the last one) and is fast enough to load 500 files
-during one DAG parse. Nothing is cached between calls: an edited file is seen on the next load.
+during one DAG parse. A directory's valid files are cached on disk keyed by their bytes
+(harvester.config.cache): an edited file is seen on the next load, an unchanged one is not read again.
 
 Hand-written YAML is hostile input too: an alias that refers to itself, or a few hundred bytes of
 nested aliases that expand to millions of values, are refused before anything is built
@@ -24,6 +25,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from harvester.config.cache import SourceCache, content_key
 from harvester.config.model import SourceConfig
 from harvester.errors import SourceConfigError
 
@@ -154,10 +156,12 @@ def load_sources(directory: str | Path | None = None) -> SourceSet:
 
 
 def load_source_paths(paths: Iterable[str | Path]) -> SourceSet:
+    paths = [Path(path) for path in paths]
+    caches = _source_caches(paths)
     result = SourceSet()
     for path in source_files(paths):
         try:
-            source = load_source_file(path)
+            source = _load_cached(path, caches.get(path.parent))
         except SourceConfigError as error:
             result.errors.append(error)
             continue
@@ -169,7 +173,44 @@ def load_source_paths(paths: Iterable[str | Path]) -> SourceSet:
             continue
         result.sources[source.name] = source
         result.files[source.name] = path
+    for cache in caches.values():
+        cache.save()
     return result
+
+
+def _source_caches(paths: list[Path]) -> dict[Path, SourceCache]:
+    """The on-disk cache of each directory being loaded (harvester.config.cache), when one is configured."""
+    from harvester.settings import get_settings
+
+    cache_dir = get_settings().source_cache_dir
+    if cache_dir is None:
+        return {}
+    return {path: SourceCache.for_directory(path, cache_dir) for path in paths if path.is_dir()}
+
+
+def _load_cached(path: Path, cache: SourceCache | None) -> SourceConfig:
+    """:func:`load_source_file`, answered from ``cache`` when the file's bytes (and the schema) are unchanged."""
+    if cache is None:
+        return load_source_file(path)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return load_source_file(path)  # reports the problem as usual
+    key = content_key(data)
+    if (source := cache.get(path.name, key)) is not None:
+        return source
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        cache.discard(path.name)
+        return load_source_file(path)
+    try:
+        source = parse_source(text, display_path(path))
+    except SourceConfigError:
+        cache.discard(path.name)
+        raise
+    cache.put(path.name, key, source)
+    return source
 
 
 def get_source(name: str, directory: str | Path | None = None) -> SourceConfig:

@@ -149,6 +149,9 @@ class Listing(StrictModel):
     next_page_selectors: list[str] = Field(default_factory=list, description="Pagination links.")
     records: ListingRecords | None = Field(default=None, description="One record per item of the listing page.")
     follow: str = Field(default=".*", description="Regular expression a detail URL must match.")
+    follow_pages: str | None = Field(
+        default=None, description="Regular expression a next listing page's URL must match; by default a next "
+                                  "page must be on the same site as the page that links it.")
     max_depth: int = Field(default=2, ge=0, le=50, description="BFS levels of listing pages to follow.")
     max_new_urls: int = Field(default=10_000, ge=1, description="New detail URLs per run.")
 
@@ -166,13 +169,14 @@ class Listing(StrictModel):
             raise ValueError("link_selectors: give link_selectors (detail pages to visit), records, or both")
         return self
 
-    @field_validator("follow")
+    @field_validator("follow", "follow_pages")
     @classmethod
-    def _compiles(cls, value: str) -> str:
+    def _compiles(cls, value: str | None) -> str | None:
         """On the linear-time engine links are matched with (Python's re would backtrack)."""
         from harvester.patterns import compile_pattern
 
-        compile_pattern(value)
+        if value is not None:
+            compile_pattern(value)
         return value
 
 

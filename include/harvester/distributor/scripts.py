@@ -65,6 +65,7 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
         "now delay_seconds kills_allowed dead_letters_max leases...",
         {"retried": int, "returned": int, "dead_entries...": text},
     ),
+    _contract("return_lost", f"{_RESERVATION_KEYS} intake leases", "leases...", {"returned": int}, table=False),
     _contract("acquire_fetch", "window config counters", "window_seconds count now",
               {"granted": int, "wait_seconds": float}),
     _contract("live_tasks", "intake delayed active active_messages", "run_id page", {"task_ids...": text}),

@@ -30,12 +30,13 @@ from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harvester.connections import blocking_twin
+from harvester.distributor.lost_messages import LostMessageProbe
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.publisher import SCRAPE_TASK, SOFT_LIMIT_MARGIN_SECONDS, CeleryPublisher, celery_app_for
 from harvester.distributor.registry import RegisteredSource, SourceRegistry
-from harvester.distributor.store import Admission, RateLimitStore
+from harvester.distributor.store import Admission, RateLimitStore, wake_distributors
 from harvester.errors import DistributorError, ShutdownRequested, StorageUnavailableError
-from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys, distributor_heartbeat
+from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SourceKeys, distributor_heartbeat
 from harvester.redis_scripts import ScriptPipeline
 from harvester.settings import HarvesterSettings
 
@@ -45,6 +46,10 @@ __all__ = ["SCRAPE_TASK", "SOFT_LIMIT_MARGIN_SECONDS", "BrowserHandoff", "Celery
            "celery_app_for"]
 
 SOURCES_REFRESH_SECONDS = 1.0
+# Registrations already known are read again this often (a new source is seen within SOURCES_REFRESH_SECONDS):
+# the limits themselves are read by the Lua scripts from Redis at every admission, so only the queue and the
+# priority of a changed source can lag this long.
+SOURCES_FULL_REFRESH_SECONDS = 30.0
 SUMMARY_SECONDS = 60.0
 MAX_WAIT_SECONDS = 30.0  # a blocking wait never outlasts the blocking connection's socket timeout
 BACKPRESSURE_POLL_SECONDS = 0.2  # Celery gives no event when a queue drains: look again this often
@@ -122,7 +127,9 @@ class Distributor:
         self._round_number = 0
         self._sources: dict[str, RegisteredSource] = {}
         self._sources_read_at = float("-inf")
+        self._sources_fully_read_at = float("-inf")
         self._next_reap = 0.0
+        self.lost_messages = LostMessageProbe(redis_client, self.store.scripts, self.settings)
         self._unpublished: list[tuple[str | None, list[dict[str, Any]]]] = []  # (Celery queue or None: slots, tasks)
         self._undeliverable: set[str] = set()  # browser sources already warned about (no hand-off)
         self._outage_since: float | None = None
@@ -213,6 +220,8 @@ class Distributor:
         self._publish_pending()
         if time.monotonic() >= self._next_reap:
             self.reap()
+        if self.lost_messages.due:
+            self.return_lost_messages()
         sources = self._deliverable(self._registered_sources())
         if not sources:
             return outcome
@@ -372,6 +381,17 @@ class Distributor:
                 self.on_dead_letters(source, entries)
         return result.reaped
 
+    def return_lost_messages(self) -> int:
+        """Queued tasks whose Celery message was lost back to intake (harvester.distributor.lost_messages)."""
+        queues = {name: source.queue for name, source in self._registered_sources().items() if not source.browser}
+        returned = self.lost_messages.look(queues)
+        if returned:
+            pipeline = self.redis.pipeline(transaction=False)
+            for name in returned:
+                wake_distributors(pipeline, name)
+            pipeline.execute()
+        return sum(returned.values())
+
     @staticmethod
     def fair_order(sources: list[RegisteredSource], round_number: int) -> list[RegisteredSource]:
         """High-priority sources first; inside each tier the starting source rotates every round."""
@@ -384,10 +404,30 @@ class Distributor:
         return ordered
 
     def _registered_sources(self) -> dict[str, RegisteredSource]:
-        if time.monotonic() - self._sources_read_at >= SOURCES_REFRESH_SECONDS:
-            self._sources = self.registry.read_all()
-            self._sources_read_at = time.monotonic()
+        now = time.monotonic()
+        if now - self._sources_read_at >= SOURCES_REFRESH_SECONDS:
+            if now - self._sources_fully_read_at >= SOURCES_FULL_REFRESH_SECONDS:
+                self._sources = self.registry.read_all()
+                self._sources_fully_read_at = now
+            else:
+                self._sources = self._newly_registered(self._sources)
+            self._sources_read_at = now
         return self._sources
+
+    def _newly_registered(self, known: dict[str, RegisteredSource]) -> dict[str, RegisteredSource]:
+        """The index read again, and only the sources new to it read whole: at 5,000 sources re-reading every
+        registration each second cost more than the admission it serves."""
+        members = self.redis.smembers(SOURCES_INDEX)
+        names = {name.decode() if isinstance(name, bytes) else str(name) for name in members}
+        sources = {name: source for name, source in known.items() if name in names}
+        if new := sorted(names - sources.keys()):
+            pipeline = self.redis.pipeline(transaction=False)
+            for name in new:
+                self.registry.queue_read(pipeline, name)
+            for name, values in zip(new, pipeline.execute(), strict=True):
+                if (source := self.registry.registered(name, values)) is not None:
+                    sources[name] = source
+        return dict(sorted(sources.items()))
 
     def _queue_depths_and_ready_work(
         self, sources: list[RegisteredSource]
@@ -477,4 +517,4 @@ class Distributor:
         if self._outage_since is not None:
             log.warning("Redis reachable again after %.1fs", time.monotonic() - self._outage_since)
             self._outage_since = None
-            self._sources_read_at = float("-inf")
+            self._sources_read_at = self._sources_fully_read_at = float("-inf")

@@ -64,17 +64,20 @@ class HarvesterCollector(Collector):
         up = GaugeMetricFamily("harvester_redis_up", "1 when the collector could read Redis.")
         up.add_metric([], 1)
         yield up
-        yield from self.source_metrics(snapshot)
+        yield from self.source_metrics(snapshot, detailed_sources(snapshot, self.settings.metrics_detailed_sources))
         yield from self.shared_metrics(snapshot, proxy_bytes)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # names depend on Redis; registering must not read it
 
     @staticmethod
-    def source_metrics(snapshot: HarvestSnapshot) -> Iterator[Metric]:
+    def source_metrics(snapshot: HarvestSnapshot, detailed: set[str] | None = None) -> Iterator[Metric]:
+        """Every per-source metric; sources outside ``detailed`` (None: all are) get the compact set."""
         families = SourceFamilies()
         for source in snapshot.sources.values():
-            families.add(source)
+            families.add(source, detailed=detailed is None or source.name in detailed)
+        if detailed is not None:
+            add_other_sources_histograms(families.histograms, snapshot, detailed)
         yield from families.all()
 
     @staticmethod
@@ -154,13 +157,16 @@ class SourceFamilies:
                 "harvester_queue_latency_seconds", "From a task's enqueue to its fetch start.", labels=SOURCE_LABEL),
         }
 
-    def add(self, source: SourceSnapshot) -> None:
-        self._add_work(source)
-        self._add_queue(source)
-        self._add_browser(source)
+    def add(self, source: SourceSnapshot, detailed: bool = True) -> None:
+        """``detailed`` False (``metrics_detailed_sources``): no histograms, limits or saturations of its own,
+        and no browser series for an http source."""
+        self._add_work(source, histograms=detailed)
+        self._add_queue(source, limits=detailed)
+        if detailed or is_browser_source(source):
+            self._add_browser(source)
         self._add_extraction(source)
 
-    def _add_work(self, source: SourceSnapshot) -> None:
+    def _add_work(self, source: SourceSnapshot, histograms: bool = True) -> None:
         """Requests, records and the distributor's task totals."""
         name = source.name
         for (outcome, status), amount in sorted(source.requests.items()):
@@ -169,14 +175,15 @@ class SourceFamilies:
             family.add_metric([name], source.outcome(f"records_{kind}"))
         for field, family in self.tasks.items():
             family.add_metric([name], source.counters.get(field, 0))
-        for key, family in self.histograms.items():
+        for key, family in self.histograms.items() if histograms else ():
             histogram = source.histograms[key]
             family.add_metric([name], histogram.buckets, histogram.sum)
 
-    def _add_queue(self, source: SourceSnapshot) -> None:
+    def _add_queue(self, source: SourceSnapshot, limits: bool = True) -> None:
         """The live queue figures and limits (stats.lua's numbers and the registration's)."""
         for metric, (_, value) in SOURCE_GAUGES.items():
-            self.gauges[metric].add_metric([source.name], value(source))
+            if limits or metric not in DETAILED_GAUGES:
+                self.gauges[metric].add_metric([source.name], value(source))
 
     def _add_browser(self, source: SourceSnapshot) -> None:
         for resource_type, amount in sorted(source.outcomes_with_prefix("browser_blocked:").items()):
@@ -203,6 +210,43 @@ class SourceFamilies:
         yield from self.browser.values()
         yield from (self.share, self.drift)
         yield from self.histograms.values()
+
+
+# With ``metrics_detailed_sources`` set, these per-source series are left to the detailed sources: the
+# limits are configuration (in the Airflow UI) and their saturations follow from them.
+DETAILED_GAUGES = frozenset({"max_active", "per_minute", "active_saturation", "rate_saturation"})
+OTHER_SOURCES = "_other"
+
+
+def is_browser_source(source: SourceSnapshot) -> bool:
+    return source.registration is not None and source.registration.render == "browser"
+
+
+def detailed_sources(snapshot: HarvestSnapshot, limit: int | None) -> set[str] | None:
+    """The ``limit`` sources with the most requests (ties by name), which keep every per-source series;
+    None (no limit) when every source does."""
+    if limit is None:
+        return None
+    busiest = sorted(snapshot.sources.values(), key=lambda source: (-sum(source.requests.values()), source.name))
+    return {source.name for source in busiest[:limit]}
+
+
+def add_other_sources_histograms(histograms: dict[str, HistogramMetricFamily], snapshot: HarvestSnapshot,
+                                 detailed: set[str]) -> None:
+    """The histograms of every source outside ``detailed``, summed into one ``source="_other"`` series each, so
+    fleet-wide quantiles still count every observation."""
+    others = [source for name, source in snapshot.sources.items() if name not in detailed]
+    if not others:
+        return
+    for key, family in histograms.items():
+        buckets: dict[str, int] = {}
+        total = 0.0
+        for source in others:
+            histogram = source.histograms[key]
+            total += histogram.sum
+            for bound, count in histogram.buckets:
+                buckets[bound] = buckets.get(bound, 0) + count
+        family.add_metric([OTHER_SOURCES], list(buckets.items()), total)
 
 
 def metrics_registry(client: redis.Redis, settings: HarvesterSettings) -> CollectorRegistry:

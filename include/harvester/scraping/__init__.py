@@ -6,7 +6,7 @@ from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
     from harvester.errors import HostRateTimeout
-    from harvester.scraping.addresses import AddressGuard, strip_userinfo
+    from harvester.scraping.addresses import SCREENING_TIMEOUT, TOO_MANY_HOSTS, AddressGuard, strip_userinfo
     from harvester.scraping.browser import CHROMIUM_ARGS, PageLoad, first_line, load_page, user_agent_and_headers
     from harvester.scraping.extraction import extract_record
     from harvester.scraping.fetcher import Fetcher
@@ -40,11 +40,12 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.urls import canonicalise_url
 
 __all__ = [
-    "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "OWNER_FLAG", "RETRY_VERDICTS", "SKIPPED_REASON", "SLOT_ARGS", "SLOT_FLAG",
-    "AddressGuard", "ContextGuard", "FetchPermit", "FetchResult", "FetchedBatch", "Fetcher", "GuardProxy",
-    "HostLimits", "HostRateTimeout", "LoadListener", "PageCapture", "PageFetcher", "PageLoad", "PageResult",
-    "Readiness", "Render", "RequestCharger", "ResponseClassifier", "RobotsCache", "SlotBrowser", "Verdict",
-    "canonicalise_url", "discover_links", "extract_record", "first_line", "flag_value", "kill_process_tree",
-    "load_page", "process_page", "record_url", "render_page", "strip_userinfo", "user_agent_and_headers",
+    "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "OWNER_FLAG", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON",
+    "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "FetchPermit", "FetchResult",
+    "FetchedBatch", "Fetcher", "GuardProxy", "HostLimits", "HostRateTimeout", "LoadListener", "PageCapture",
+    "PageFetcher", "PageLoad", "PageResult", "Readiness", "Render", "RequestCharger", "ResponseClassifier",
+    "RobotsCache", "SlotBrowser", "Verdict", "canonicalise_url", "discover_links", "extract_record", "first_line",
+    "flag_value", "kill_process_tree", "load_page", "process_page", "record_url", "render_page", "strip_userinfo",
+    "user_agent_and_headers",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -30,6 +30,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 FETCHABLE_SCHEMES = frozenset({"http", "https"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
 RESOLUTION_MEMORY_SECONDS = 60.0  # how long a host and port's verdict is reused (requests and links)
+TOO_MANY_HOSTS = "too many distinct hosts"  # link screening's refusals (issue 24), counted apart by the follower
+SCREENING_TIMEOUT = "screening time budget spent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +62,39 @@ def parse_allowed_networks(value: str) -> tuple[AllowedNetwork, ...]:
     return tuple(AllowedNetwork.parse(item) for item in value.split(",") if item.strip())
 
 
+NAT64_NETWORKS = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+
+
+def embedded_ipv4(address: IPAddress) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries to a router that unwraps it: IPv4-mapped, 6to4
+    (2002::/16), Teredo (2001::/32: its server and its client) and NAT64 (64:ff9b::/96, 64:ff9b:1::/48, the
+    last 32 bits). A packet to such an address reaches the embedded one, so that is the one to check."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return []
+    if address.ipv4_mapped is not None:
+        return [address.ipv4_mapped]
+    if address.sixtofour is not None:
+        return [address.sixtofour]
+    if address.teredo is not None:
+        return list(address.teredo)
+    if any(address in network for network in NAT64_NETWORKS):
+        return [ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)]
+    return []
+
+
+def embedded_problem(address: IPAddress) -> str | None:
+    """Why an address that embeds IPv4 addresses may not be reached (None: every embedded one is public), or
+    None when it embeds none."""
+    for inner in embedded_ipv4(address):
+        if (problem := address_problem(inner)) is not None:
+            return f"{problem} (it embeds {inner})"
+    return None
+
+
 def address_problem(address: IPAddress) -> str | None:
     """Why an address is not a public one a crawler may reach (None: it is)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address_problem(address.ipv4_mapped)
+    if embedded_ipv4(address):
+        return embedded_problem(address)
     for name in ("loopback", "link_local", "multicast", "unspecified", "private", "reserved"):
         if getattr(address, f"is_{name}"):
             return name.replace("_", "-")
@@ -201,9 +232,14 @@ class AddressGuard:
         if (reason := self.address_refusal(address, port)) is not None:
             raise AddressRefused(f"connected to {reason}")
 
-    async def refusals(self, urls: list[str]) -> dict[str, str]:
+    async def refusals(self, urls: list[str], max_hosts: int | None = None,
+                       budget_seconds: float | None = None) -> dict[str, str]:
         """URL → reason for each of ``urls`` that is refused; each distinct host and port is resolved once,
-        concurrently, and remembered for :data:`RESOLUTION_MEMORY_SECONDS`."""
+        concurrently, and remembered for :data:`RESOLUTION_MEMORY_SECONDS`.
+
+        Bounded (one page must not make a worker resolve without end): only the first ``max_hosts`` distinct
+        hosts are looked up (links to the others are refused, :data:`TOO_MANY_HOSTS`), and lookups still
+        running after ``budget_seconds`` are cancelled (their links refused, :data:`SCREENING_TIMEOUT`)."""
         by_origin: dict[tuple[str, int], list[str]] = {}
         refused: dict[str, str] = {}
         for url in urls:
@@ -214,11 +250,28 @@ class AddressGuard:
                 continue
             by_origin.setdefault((host.lower(), port), []).append(url)
         origins = list(by_origin)
-        reasons = await asyncio.gather(*(self._origin_refusal(host, port) for host, port in origins))
-        for origin, reason in zip(origins, reasons, strict=True):
+        hosts = list(dict.fromkeys(host for host, _ in origins))
+        if max_hosts is not None and len(hosts) > max_hosts:
+            kept = set(hosts[:max_hosts])
+            reason = f"{TOO_MANY_HOSTS}: the page links more than {max_hosts} distinct hosts"
+            for origin in [origin for origin in origins if origin[0] not in kept]:
+                refused.update(dict.fromkeys(by_origin.pop(origin), reason))
+            origins = list(by_origin)
+        for origin, reason in zip(origins, await self._bounded_refusals(origins, budget_seconds), strict=True):
             if reason is not None:
                 refused.update(dict.fromkeys(by_origin[origin], reason))
         return refused
+
+    async def _bounded_refusals(self, origins: list[tuple[str, int]], budget_seconds: float | None) -> list[str | None]:
+        """Each origin's refusal, those not decided within ``budget_seconds`` refused (fail closed)."""
+        lookups = [asyncio.ensure_future(self._origin_refusal(host, port)) for host, port in origins]
+        if not lookups:
+            return []
+        _, pending = await asyncio.wait(lookups, timeout=budget_seconds)
+        for lookup in pending:
+            lookup.cancel()
+        reason = f"{SCREENING_TIMEOUT}: not resolved within {budget_seconds or 0:g}s"
+        return [reason if lookup in pending else lookup.result() for lookup in lookups]
 
     async def _origin_refusal(self, host: str, port: int) -> str | None:
         """``host``:``port``'s refusal (None: allowed), from memory when resolved within the last

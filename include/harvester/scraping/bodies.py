@@ -111,6 +111,7 @@ class Body:
     content: bytes
     truncated: bool
     wire_bytes: int
+    raw_cut: bool = False  # the reader stopped at the raw-bytes cap (the fetcher's read_capped)
 
 
 async def read_body(raw_chunks: AsyncIterator[bytes], content_encoding: str | None, cap: int) -> Body:

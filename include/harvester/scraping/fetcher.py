@@ -22,17 +22,24 @@ import logging
 import time
 import weakref
 import zlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 from w3lib.encoding import html_to_unicode
 
 from harvester.config import SourceConfig
 from harvester.connections import HttpCredentials, resolve_http
-from harvester.errors import RobotsDisallowed, TaskNoLongerHeld, TooManyRedirects, TransportFailure
+from harvester.errors import (
+    RobotsDisallowed,
+    RobotsUnavailable,
+    TaskNoLongerHeld,
+    TooManyRedirects,
+    TransportFailure,
+)
 from harvester.scraping.addresses import AddressGuard, AddressRefused, strip_userinfo
-from harvester.scraping.bodies import ACCEPT_ENCODING, BodyRefused, read_body
+from harvester.scraping.bodies import ACCEPT_ENCODING, Body, BodyRefused, read_body
+from harvester.scraping.cookies import SourceCookieJars, set_cookie_values
 from harvester.scraping.page_fetcher import (
     SKIPPED_REASON,
     FetchedBatch,
@@ -51,6 +58,7 @@ from harvester.scraping.responses import (
     parse_retry_after,
 )
 from harvester.scraping.robots import ROBOTS_SIZE_CAP_BYTES, RobotsCache, RobotsRules
+from harvester.scraping.sites import Origin, credential_origins, origin_of_url
 from harvester.scraping.transports import Transport, TransportResponse, transport_from_settings
 from harvester.settings import HarvesterSettings
 
@@ -123,7 +131,9 @@ class Fetcher:
         self.guard = guard or AddressGuard.from_settings(settings)
         self.robots = robots if robots is not None else RobotsCache.from_settings(settings, None)
         self.gate = gate
+        self.cookies = SourceCookieJars()  # one jar per source (issue 24): nothing one source got reaches another
         self._credentials: dict[str, tuple[float, HttpCredentials]] = {}
+        self._origins: dict[str, tuple[HttpCredentials, frozenset[Origin]]] = {}
         # connections whose peer was checked (stream -> port), so a kept-alive one is not checked per request
         self._checked_peers: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         # redirects are followed hop by hop in _send, each hop's address checked
@@ -140,8 +150,8 @@ class Fetcher:
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, robots: RobotsCache | None = None,
-                      gate: RequestGate | None = None) -> Fetcher:
-        return cls(settings, robots=robots, gate=gate)
+                      gate: RequestGate | None = None, guard: AddressGuard | None = None) -> Fetcher:
+        return cls(settings, robots=robots, gate=gate, guard=guard)
 
     def fetch_seconds(self, source: SourceConfig, pages: int) -> float:
         """Pages are fetched concurrently and each ends by ``source.timeout`` after its turn came; robots.txt
@@ -155,7 +165,11 @@ class Fetcher:
         async def one(index: int, url: str) -> FetchResult:
             return await self.fetch(url, source, None if permit is None else functools.partial(permit, index))
 
-        return FetchedBatch(list(await asyncio.gather(*(one(index, url) for index, url in enumerate(urls)))))
+        results = list(await asyncio.gather(*(one(index, url) for index, url in enumerate(urls))))
+        batch = FetchedBatch(results)
+        batch.outcomes.update(self.robots.outcomes)  # robots.txt rules bounded away, files unavailable
+        self.robots.outcomes.clear()
+        return batch
 
     def credentials(self, source: SourceConfig) -> HttpCredentials | None:
         """The source's ``http_connection_id`` resolved by the connection factory (kept a minute)."""
@@ -194,6 +208,8 @@ class Fetcher:
             result = FetchResult(url, "skipped", reason=SKIPPED_REASON)
         except RobotsDisallowed as error:
             result = FetchResult(url, "robots_disallowed", reason=str(error))
+        except RobotsUnavailable as error:
+            result = FetchResult(url, "robots_unavailable", reason=str(error))
         except AddressRefused as error:
             result = FetchResult(url, "refused", reason=str(error))
         except BodyRefused as error:
@@ -226,7 +242,16 @@ class Fetcher:
         self.guard.split(url)  # a refused scheme never reaches robots.txt or the rate gate
         interval = 0.0
         if source.robots == "obey":
+            # a refused address stays refused (never retried): its robots.txt, which cannot be fetched
+            # either, would otherwise read as unavailable (retried)
+            await self.guard.check(url, remember=True)
             rules = await self.robots_rules(url, source, ready)
+            if rules.unavailable and rules.status is None:  # the host did not answer: say so, as its pages would
+                raise TransportFailure("connection_error", f"robots.txt of {rules.origin} could not be fetched "
+                                       f"({rules.failure or 'no answer'}): nothing is fetched from it (RFC 9309)")
+            if rules.unavailable:
+                raise RobotsUnavailable(f"robots.txt of {rules.origin} answered {rules.status or 'nothing'} and no "
+                                        "good copy is kept: nothing is fetched from it for now (RFC 9309)")
             user_agent = request_headers(source, self.settings)["User-Agent"]
             if not rules.allowed(url, user_agent):
                 raise RobotsDisallowed(f"robots.txt of {rules.origin} disallows this URL for "
@@ -248,7 +273,7 @@ class Fetcher:
             except (AddressRefused, BodyRefused, TimeoutError, TransportFailure, TooManyRedirects, OSError,
                     MemoryError, zlib.error) as error:
                 log.info("robots.txt %s unreachable: %s", robots_url, error)
-                return None, ""
+                return None, f"{type(error).__name__}: {error}"  # no status: the text says what failed
             return status, decode_text(body, content_type) if 200 <= status < 300 else ""
 
         return await self.robots.rules(url, fetch_robots)
@@ -256,19 +281,17 @@ class Fetcher:
     async def _send(self, url: str, source: SourceConfig,
                     ready: Callable[[], Awaitable[bool]] | None = None) -> TransportResponse:
         """GET ``url`` and follow redirects by hand: every hop's URL and the peer it connected to are
-        checked, credentials are sent only to the first URL's origin, and userinfo is dropped."""
+        checked, credentials go only to the origins they are bound to (:func:`hop_headers`), cookies come
+        from and go to the source's own jar, and userinfo is dropped."""
         headers = request_headers(source, self.settings)
         credentials = self.credentials(source)
-        origin = urlsplit(url)[:2]
         current = url
         for hop in range(self.settings.max_redirects + 1):
             await self.guard.check(current, remember=True)  # the peer is checked below
             if hop > 0 and ready is not None and not await ready():  # each hop is a request start too
                 raise TaskNoLongerHeld(f"no longer held before the redirect to {current}")
-            hop_headers = dict(headers)
-            if credentials is not None and urlsplit(current)[:2] == origin:
-                hop_headers.update(credential_headers(credentials))
-            response = await self.transport.get(current, hop_headers)  # its connection checked first
+            response = await self.transport.get(current, self.hop_headers(source, headers, credentials, current))
+            self.cookies.store(source.name, current, set_cookie_values(response.headers))
             location = response.headers.get("location")
             if response.status not in REDIRECT_STATUSES or not location:
                 return response
@@ -276,12 +299,36 @@ class Fetcher:
             current = strip_userinfo(urljoin(current, location.strip()))
         raise TooManyRedirects(f"more than {self.settings.max_redirects} redirects")
 
+    def hop_headers(self, source: SourceConfig, headers: Mapping[str, str], credentials: HttpCredentials | None,
+                    url: str) -> dict[str, str]:
+        """The headers of one request: the source's, its jar's cookies for ``url``, and the connection's
+        credentials only when ``url``'s origin (scheme, host, port) is one they are bound to
+        (:func:`harvester.scraping.sites.credential_origins`); the connection's cookies win over the jar's."""
+        hop = dict(headers)
+        bound = credentials is not None and origin_of_url(url) in self._credential_origins(source, credentials)
+        if bound and credentials is not None:
+            hop.update({key: value for key, value in credential_headers(credentials).items() if key != "Cookie"})
+        cookie = self.cookies.header(source.name, url, credentials.cookies if bound and credentials else None)
+        if cookie:
+            hop["Cookie"] = f"{hop['Cookie']}; {cookie}" if hop.get("Cookie") else cookie
+        return hop
+
+    def _credential_origins(self, source: SourceConfig, credentials: HttpCredentials) -> frozenset[Origin]:
+        """:func:`credential_origins`, kept while the same credentials serve the source (seeds may be many)."""
+        kept = self._origins.get(source.name)
+        if kept is None or kept[0] is not credentials:
+            kept = self._origins[source.name] = (credentials, credential_origins(source, credentials))
+        return kept[1]
+
     def _check_connection(self, connection: object, peer: object, url: str) -> None:
         """Refuse the address the connection reached. A connection's peer never changes, so each kept-alive
-        connection is checked once (on its first request), and every new connection again."""
+        connection is checked once (on its first request), and every new connection again. A peer that cannot
+        be told is refused: the check fails closed."""
         _, _, port = self.guard.split(url)
         if self._checked_peers.get(connection) == port:
             return
+        if not isinstance(peer, tuple) or not peer:
+            raise AddressRefused("connected to an address that cannot be told (no peer name): refused")
         self.guard.check_peer(peer, port)
         self._checked_peers[connection] = port
 
@@ -290,10 +337,35 @@ class Fetcher:
         """Status, response, decoded body (at most ``cap`` bytes) and content type of a guarded GET."""
         response = await self._send(url, source, ready)
         try:
-            body = await read_body(response.raw_chunks(), response.headers.get("content-encoding"), cap)
+            body = await self.read_capped(response, cap)
         finally:
             await response.aclose()
         return response.status, response, body.content, response.headers.get("content-type", "")
+
+    async def read_capped(self, response: TransportResponse, cap: int) -> Body:
+        """The body decoded up to ``cap`` bytes, reading at most ``raw_body_cap_bytes`` off the wire (issue 24):
+        bytes that decode to nothing (empty deflate blocks, padding) are not read until the timeout. Cut there,
+        the page keeps what decoded (``truncated``); nothing decoded is refused (``decode_error``)."""
+        raw_cap = self.settings.raw_body_cap_bytes
+        state = {"wire": 0, "cut": False}
+
+        async def capped() -> AsyncIterator[bytes]:
+            async for chunk in response.raw_chunks():
+                state["wire"] += len(chunk)
+                if state["wire"] > raw_cap:
+                    state["cut"] = True
+                    if (room := raw_cap - (state["wire"] - len(chunk))) > 0:
+                        yield chunk[:room]
+                    return
+                yield chunk
+
+        body = await read_body(capped(), response.headers.get("content-encoding"), cap)
+        if state["cut"]:
+            if not body.content:
+                raise BodyRefused(f"{raw_cap} raw bytes read decoded to nothing (HARVESTER_RAW_BODY_CAP_BYTES)")
+            body.truncated = True
+            body.raw_cut = True
+        return body
 
     async def _fetch(self, url: str, source: SourceConfig,
                      ready: Callable[[], Awaitable[bool]] | None = None) -> FetchResult:
@@ -309,12 +381,14 @@ class Fetcher:
                 result.outcome, result.reason = classified.outcome, classified.reason
                 result.retry_after = classified.retry_after
                 return result
-            body = await read_body(response.raw_chunks(), response.headers.get("content-encoding"), cap)
+            body = await self.read_capped(response, cap)
         finally:
             await response.aclose()
         result.size = len(body.content)
         result.truncated = body.truncated
         result.text = decode_text(body.content, content_type)
-        if result.truncated:
+        if body.raw_cut:
+            result.reason = f"body cut at {self.settings.raw_body_cap_bytes} raw bytes"
+        elif result.truncated:
             result.reason = f"body cut at {cap} decoded bytes"
         return result

@@ -14,6 +14,7 @@ from parsel import Selector
 
 from harvester.config import JSON_PREFIX, SourceConfig
 from harvester.patterns import compile_pattern
+from harvester.scraping.sites import same_site
 from harvester.scraping.structured import PageData, StructuredDataError, gather, search
 from harvester.urls import TRACKING_PARAMETERS, TRACKING_PREFIXES, canonicalise_url
 
@@ -30,6 +31,21 @@ def _max_url_length() -> int:
     from harvester.settings import get_settings
 
     return get_settings().max_url_length
+
+
+def _max_next_pages() -> int:
+    from harvester.settings import get_settings
+
+    return get_settings().max_next_pages_per_page
+
+
+def next_page_followed(source: SourceConfig, page_url: str, url: str) -> bool:
+    """A next listing page is followed when it matches ``listing.follow_pages``, or, without one, when it is
+    on the same site as the page that links it (a next-page link must not walk the crawl to another site)."""
+    listing = source.listing
+    if listing is not None and listing.follow_pages is not None:
+        return bool(follow_matcher(listing.follow_pages).search(url))
+    return same_site(page_url, url)
 
 
 def select_links(selector: Selector | PageData, expressions: list[str]) -> list[str]:
@@ -83,8 +99,9 @@ class Discovery:
 
 
 def discover_links(source: SourceConfig, page_url: str, selector: Selector | PageData, depth: int,
-                   max_url_length: int | None = None) -> Discovery:
-    """Detail links matching the follow pattern, and next listing pages while depth < max_depth.
+                   max_url_length: int | None = None, max_next_pages: int | None = None) -> Discovery:
+    """Detail links matching the follow pattern, and next listing pages while depth < max_depth that
+    :func:`next_page_followed` accepts, at most ``max_next_pages`` of them (default: the setting).
 
     A link longer than ``max_url_length`` (default: the setting) is ignored before it is
     canonicalised or matched.
@@ -110,6 +127,7 @@ def discover_links(source: SourceConfig, page_url: str, selector: Selector | Pag
             seen.add(url)
             discovery.details.append(url)
     if listing.next_page_selectors:
+        next_cap = max_next_pages if max_next_pages is not None else _max_next_pages()
         for raw in select_links(selector, listing.next_page_selectors):
             url = canonicalise_url(raw, page_url) if len(raw) <= limit else None
             if len(raw) > limit or (url is not None and len(url) > limit):
@@ -118,6 +136,10 @@ def discover_links(source: SourceConfig, page_url: str, selector: Selector | Pag
                 discovery.ignore("not_http")
             elif depth + 1 > listing.max_depth:
                 discovery.ignore("beyond_max_depth")
+            elif not next_page_followed(source, page_url, url):
+                discovery.ignore("not_followed")
+            elif url not in seen and len(discovery.listings) >= next_cap:
+                discovery.ignore("over_next_pages_per_page")
             elif url not in seen:
                 seen.add(url)
                 discovery.listings.append(url)

@@ -13,7 +13,9 @@ from harvester.scraping.addresses import strip_userinfo
 from harvester.scraping.extraction import Extraction, ListingRecords, extract_listing_records, extract_record
 from harvester.scraping.fetcher import FetchResult
 from harvester.scraping.links import Discovery, canonicalise_url, discover_links
+from harvester.scraping.markup import markup_refusal
 from harvester.scraping.structured import DataBounds, PageData, StructuredDataError
+from harvester.settings import HarvesterSettings, get_settings
 
 
 @dataclass
@@ -51,14 +53,21 @@ def page_data(source: SourceConfig, fetch: FetchResult, url: str, bounds: DataBo
 
 
 def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult, *,
-                 trace: bool = False) -> PageResult:
+                 trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
     """Extract from a successful fetch; a failed fetch passes through untouched. A ``content: json``
-    response that is not JSON (or nests too deep) fails the fetch as ``parse_error``: retrying cannot help."""
+    response that is not JSON (or nests too deep), or HTML refused before parsing (:mod:`markup`), fails the
+    fetch as ``parse_error``: retrying cannot help. ``settings``: the caller's (the process's by default, as
+    the structured-data bounds are read)."""
     result = PageResult(fetch, kind, record_url(url))
     if not fetch.ok:
         return result
+    limits = settings if settings is not None else get_settings()
     base = fetch.final_url or url
     data = page_data(source, fetch, url)
+    if source.content == "html" and (refusal := markup_refusal(
+            fetch.text, limits.max_attributes_per_element, limits.max_elements_per_page)) is not None:
+        fetch.outcome, fetch.reason = "parse_error", refusal
+        return result
     if source.content == "json":
         try:
             data.json  # noqa: B018 (parsed here, so a body that is not JSON fails the page, not each attribute)
@@ -66,7 +75,8 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
             fetch.outcome, fetch.reason = "parse_error", error.detail
             return result
     if kind == "listing":
-        result.discovery = discover_links(source, base, data, depth)
+        result.discovery = discover_links(source, base, data, depth, limits.max_url_length,
+                                          limits.max_next_pages_per_page)
         if source.listing is not None and source.listing.records is not None:
             result.listing_records = extract_listing_records(source, data, result.url, base, trace=trace)
     else:

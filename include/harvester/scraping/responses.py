@@ -22,6 +22,7 @@ Outcome = Literal[
     "refused",  # a scheme or an address the crawl must not reach (scraping.addresses): never retried
     "decode_error",  # a body we will not or cannot decode (stacked or corrupt encoding, no memory): never retried
     "robots_disallowed",  # robots.txt forbids the URL to our User-Agent: never retried
+    "robots_unavailable",  # robots.txt answered 429/5xx or nothing, no good copy kept (RFC 9309): retried later
     "host_rate_wait",  # the host's per-host rate gave no request slot in time: retried later
     "skipped",  # not fetched: the task's lease was lost before its request could start (issue 11)
 ]
@@ -32,7 +33,7 @@ JSON_TYPES = ("application/json", "text/json", "application/ld+json", "text/plai
 BLOCKED_STATUSES = frozenset({403, 451})
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
 RATE_LIMIT_STATUSES = frozenset({429, 503})
-TRANSIENT_OUTCOMES = frozenset({"timeout", "connection_error", "host_rate_wait"})
+TRANSIENT_OUTCOMES = frozenset({"timeout", "connection_error", "host_rate_wait", "robots_unavailable"})
 
 
 class Verdict(StrEnum):

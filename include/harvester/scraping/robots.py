@@ -6,9 +6,17 @@ the link follower and the planner drop such URLs before they become tasks (count
 and ``Request-rate`` become the host's minimum interval between request starts
 (:class:`harvester.workers.host_rate.HostRateGate`).
 
-As RFC 9309 says, a robots.txt that answers 4xx (none) allows everything. One that cannot be fetched
-(a connection error, a 5xx) also allows everything here, but is cached only
-:data:`UNREACHABLE_CACHE_SECONDS`, so the rules apply as soon as the file can be read again.
+Errors as RFC 9309 section 2.3.1 reads them: a 4xx other than 429 means there is no robots.txt (everything
+allowed, cached as long as a file); a 429, a 5xx or no answer at all (a network error, a refused address)
+means complete disallow. Then the last copy that answered 2xx is used while it is younger than
+``robots_last_good_seconds`` (30 days, kept in Redis apart from the daily cache); without one the page is
+not fetched (``robots_unavailable``, retried later), and the file is asked again after
+:data:`UNREACHABLE_CACHE_SECONDS`.
+
+Bounded (issue 24): one file is read up to :data:`ROBOTS_SIZE_CAP_BYTES`, its first ``robots_max_rules``
+Allow/Disallow rules are kept (later ones dropped), and a rule keeps at most ``robots_max_wildcards_per_rule``
+wildcards: a Disallow is cut after its last kept ``*`` (it then disallows more, never less), an Allow with
+more is dropped. Both are counted (``robots_rules_dropped``, ``robots_rules_cut``) and logged.
 """
 
 from __future__ import annotations
@@ -17,13 +25,14 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from protego import Protego
 
-from harvester.redis_keys import robots_key
+from harvester.redis_keys import robots_key, robots_last_good_key
 
 if TYPE_CHECKING:
     import redis
@@ -35,7 +44,8 @@ log = logging.getLogger(__name__)
 ROBOTS_SIZE_CAP_BYTES = 512 * 1024  # Google reads the first 500 KiB
 UNREACHABLE_CACHE_SECONDS = 300.0
 MEMORY_SECONDS = 60.0  # parsed rules are kept in the process this long before Redis is asked again
-FetchRobots = Callable[[str], Awaitable[tuple[int | None, str]]]  # robots URL -> (status or None, text)
+# robots URL -> (status, text), or (None, what failed) when no response came
+FetchRobots = Callable[[str], Awaitable[tuple[int | None, str]]]
 
 
 def origin_of(url: str) -> str:
@@ -49,16 +59,58 @@ def user_agent_token(user_agent: str) -> str:
     return (user_agent.split("/", 1)[0].split() or ["*"])[0]
 
 
-class RobotsRules:
-    """One origin's robots.txt (empty text: everything allowed), parsed once."""
+RULE_DIRECTIVES = ("allow", "disallow")
 
-    def __init__(self, origin: str, text: str = "", status: int | None = None) -> None:
+
+def bounded_robots_text(text: str, max_rules: int | None, max_wildcards: int | None) -> tuple[str, int, int]:
+    """``text`` with at most ``max_rules`` rules and ``max_wildcards`` wildcards per rule (see the module
+    docstring), and how many rules were dropped and cut. Linear in the text."""
+    if max_rules is None and max_wildcards is None:
+        return text, 0, 0
+    kept: list[str] = []
+    rules = dropped = cut = 0
+    for line in text.splitlines():
+        directive, colon, value = line.partition(":")
+        name = directive.strip().lower()
+        if not colon or name not in RULE_DIRECTIVES:
+            kept.append(line)
+            continue
+        rules += 1
+        if max_rules is not None and rules > max_rules:
+            dropped += 1
+            continue
+        pattern = value.split("#", 1)[0].strip()
+        if max_wildcards is not None and pattern.count("*") > max_wildcards:
+            if name == "allow":
+                dropped += 1
+                continue
+            position = -1
+            for _ in range(max_wildcards):
+                position = pattern.index("*", position + 1)
+            line = f"{directive}: {pattern[:position + 1]}"
+            cut += 1
+        kept.append(line)
+    return "\n".join(kept), dropped, cut
+
+
+class RobotsRules:
+    """One origin's robots.txt (empty text: everything allowed), parsed once. ``unavailable``: the file
+    answered 429, 5xx or nothing and no good copy was at hand (complete disallow, RFC 9309)."""
+
+    def __init__(self, origin: str, text: str = "", status: int | None = None, *, max_rules: int | None = None,
+                 max_wildcards: int | None = None, unavailable: bool = False, fetched_at: float | None = None,
+                 failure: str = "") -> None:
         self.origin = origin
-        self.text = text
         self.status = status
-        self._parser = Protego.parse(text) if text else None
+        self.unavailable = unavailable
+        self.failure = failure  # what failed when the file could not be fetched at all
+        self.fetched_at = time.time() if fetched_at is None else fetched_at
+        self.text, self.dropped_rules, self.cut_rules = bounded_robots_text(text, max_rules, max_wildcards)
+        self._parser = Protego.parse(self.text) if self.text else None
 
     def allowed(self, url: str, user_agent: str) -> bool:
+        if self.unavailable:
+            return False
         parser = self._parser
         return True if parser is None else bool(parser.can_fetch(url, user_agent_token(user_agent)))
 
@@ -82,17 +134,31 @@ def robots_url(origin: str) -> str:
 class RobotsCache:
     """robots.txt per origin: in this process for a minute, in Redis for ``cache_seconds`` (≤ 24 h),
     fetched with ``fetch`` (the fetcher's guarded, capped GET) when neither has it. ``client`` None
-    (``harvester try``) keeps it in this process only."""
+    (``harvester try``) keeps it in this process only. ``outcomes`` counts the rules bounded away and the
+    files found unavailable (the fetcher adds them to the batch's outcomes)."""
 
-    def __init__(self, client: redis.Redis | None, cache_seconds: float) -> None:
+    def __init__(self, client: redis.Redis | None, cache_seconds: float, *, max_rules: int | None = None,
+                 max_wildcards: int | None = None, last_good_seconds: float = 30 * 86_400.0) -> None:
         self.client = client
         self.cache_seconds = min(cache_seconds, 24 * 3600.0)
+        self.max_rules = max_rules
+        self.max_wildcards = max_wildcards
+        self.last_good_seconds = last_good_seconds
+        self.outcomes: Counter[str] = Counter()
         self._memory: dict[str, tuple[float, RobotsRules]] = {}
+        self._last_good: dict[str, RobotsRules] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, client: redis.Redis | None) -> RobotsCache:
-        return cls(client, settings.robots_cache_seconds)
+        return cls(client, settings.robots_cache_seconds, max_rules=settings.robots_max_rules,
+                   max_wildcards=settings.robots_max_wildcards_per_rule,
+                   last_good_seconds=settings.robots_last_good_seconds)
+
+    def _rules(self, origin: str, data: dict) -> RobotsRules:
+        return RobotsRules(origin, data.get("text", ""), data.get("status"), max_rules=self.max_rules,
+                           max_wildcards=self.max_wildcards, unavailable=bool(data.get("unavailable")),
+                           fetched_at=data.get("fetched_at"))
 
     def cached(self, url: str) -> RobotsRules | None:
         """The rules of ``url``'s origin if this process or Redis has them (no fetching; sync callers)."""
@@ -108,8 +174,7 @@ class RobotsCache:
             return None
         if raw is None:
             return None
-        data = json.loads(raw)
-        rules = RobotsRules(origin, data.get("text", ""), data.get("status"))
+        rules = self._rules(origin, json.loads(raw))
         self._remember(rules)
         return rules
 
@@ -125,6 +190,20 @@ class RobotsCache:
             self._memory.clear()
         self._memory[rules.origin] = (time.monotonic() + MEMORY_SECONDS, rules)
 
+    def last_good(self, origin: str) -> RobotsRules | None:
+        """The last copy of the origin's robots.txt that answered 2xx, while younger than ``last_good_seconds``."""
+        rules = self._last_good.get(origin)
+        if rules is None and self.client is not None:
+            try:
+                raw = self.client.get(robots_last_good_key(origin))
+            except Exception as error:  # Redis down: no good copy then, complete disallow
+                log.warning("reading the last good robots.txt of %s from Redis failed: %s", origin, error)
+                raw = None
+            rules = self._rules(origin, json.loads(raw)) if raw is not None else None
+        if rules is None or time.time() - rules.fetched_at > self.last_good_seconds:
+            return None
+        return rules
+
     async def rules(self, url: str, fetch: FetchRobots) -> RobotsRules:
         """The rules of ``url``'s origin, fetched at most once at a time per origin in this process. Rules
         this process holds are answered at once: no thread hop, no Redis round trip per request."""
@@ -138,30 +217,53 @@ class RobotsCache:
             if (rules := self.remembered(origin)) is not None:
                 return rules
             status, text = await fetch(robots_url(origin))
-            if status is not None and 200 <= status < 300:
-                rules, ttl = RobotsRules(origin, text, status), self.cache_seconds
-            elif status is not None and 400 <= status < 500:
-                rules, ttl = RobotsRules(origin, "", status), self.cache_seconds
-            else:
-                rules, ttl = RobotsRules(origin, "", status), min(self.cache_seconds, UNREACHABLE_CACHE_SECONDS)
+            rules, ttl = await self._read(origin, status, text)
             self._remember(rules)
             if self.client is not None:
-                payload = json.dumps({"status": status, "text": rules.text, "fetched_at": time.time()})
+                payload = json.dumps({"status": status, "text": rules.text, "fetched_at": rules.fetched_at,
+                                      "unavailable": rules.unavailable})
                 try:
                     await asyncio.to_thread(self.client.set, robots_key(origin), payload, ex=max(1, int(ttl)))
+                    if status is not None and 200 <= status < 300:
+                        await asyncio.to_thread(self.client.set, robots_last_good_key(origin), payload,
+                                                ex=max(1, int(self.last_good_seconds)))
                 except Exception as error:  # Redis down: this process still remembers the rules
                     log.warning("caching robots.txt of %s failed: %s", origin, error)
         self._locks.pop(origin, None)
         return rules
 
+    async def _read(self, origin: str, status: int | None, text: str) -> tuple[RobotsRules, float]:
+        """The rules a fetch gave (RFC 9309 section 2.3.1) and how long to cache them."""
+        if status is not None and 200 <= status < 300:
+            rules = RobotsRules(origin, text, status, max_rules=self.max_rules, max_wildcards=self.max_wildcards)
+            if rules.dropped_rules or rules.cut_rules:
+                log.warning("robots.txt of %s: %d rules dropped and %d cut to their first %s wildcards", origin,
+                            rules.dropped_rules, rules.cut_rules, self.max_wildcards)
+                self.outcomes["robots_rules_dropped"] += rules.dropped_rules
+                self.outcomes["robots_rules_cut"] += rules.cut_rules
+            self._last_good[origin] = rules
+            if len(self._last_good) > 10_000:
+                self._last_good.clear()
+            return rules, self.cache_seconds
+        if status is not None and 400 <= status < 500 and status != 429:
+            return RobotsRules(origin, "", status), self.cache_seconds  # no robots.txt: everything allowed
+        ttl = min(self.cache_seconds, UNREACHABLE_CACHE_SECONDS)
+        good = await asyncio.to_thread(self.last_good, origin)
+        if good is not None:
+            log.info("robots.txt of %s answered %s: its last good copy applies", origin, status or "nothing")
+            return RobotsRules(origin, good.text, good.status, max_rules=self.max_rules,
+                               max_wildcards=self.max_wildcards, fetched_at=good.fetched_at), ttl
+        self.outcomes["robots_unavailable"] += 1
+        return RobotsRules(origin, "", status, unavailable=True, failure=text if status is None else ""), ttl
+
     def filter_allowed(self, urls: list[str], user_agent: str) -> tuple[list[str], int]:
         """``urls`` without those a cached robots.txt disallows, and how many were dropped. Origins
-        whose robots.txt is not cached yet pass: the fetch-time check still applies to them."""
+        whose robots.txt is not cached yet (or is unavailable now) pass: the fetch-time check still applies."""
         kept: list[str] = []
         dropped = 0
         for url in urls:
             rules = self.cached(url)
-            if rules is not None and not rules.allowed(url, user_agent):
+            if rules is not None and not rules.unavailable and not rules.allowed(url, user_agent):
                 dropped += 1
             else:
                 kept.append(url)

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
+import httpcore
 import httpx
 import yarl
 
@@ -118,8 +119,9 @@ class _AiohttpResponse:
 
 
 class AiohttpTransport:
-    """aiohttp with its content decoding off (bodies.py decodes with a cap), no redirects followed and
-    cookies kept per process as a browser would (IP-address hosts included, as httpx does)."""
+    """aiohttp with its content decoding off (bodies.py decodes with a cap), no redirects followed and no
+    cookies kept (the fetcher keeps a jar per source, harvester.scraping.cookies); no proxy from the
+    environment (aiohttp's ``trust_env`` is off)."""
 
     def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check) -> None:
         self._max_connections = max_connections
@@ -132,7 +134,7 @@ class AiohttpTransport:
             connector = _CheckingConnector(self._check, limit=self._max_connections, limit_per_host=0,
                                            keepalive_timeout=60, ssl=ssl.create_default_context(), ttl_dns_cache=60)
             self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, cookie_jar=aiohttp.CookieJar(unsafe=True),
+                connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(total=None), skip_auto_headers=("User-Agent",),
                 max_line_size=MAX_HEADER_BYTES, max_field_size=MAX_HEADER_BYTES, raise_for_status=False)
         return self._session
@@ -180,15 +182,59 @@ class _HttpxResponse:
         await self._response.aclose()
 
 
+class _CheckingNetworkBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend with the connection check between connecting and the first byte written:
+    a TCP connection whose peer is refused (a name rebound to an internal address) is closed before the TLS
+    handshake or the request goes over it, and a peer that cannot be told is refused (fail closed)."""
+
+    def __init__(self, check: ConnectionCheck) -> None:
+        self._inner = httpcore.AnyIOBackend()
+        self._check = check
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                          socket_options: Any = None) -> httpcore.AsyncNetworkStream:
+        stream = await self._inner.connect_tcp(host, port, timeout=timeout, local_address=local_address,
+                                               socket_options=socket_options)
+        try:
+            netloc = f"[{host}]" if ":" in host else host
+            self._check(stream, stream.get_extra_info("server_addr"), f"http://{netloc}:{port}/")
+        except BaseException:  # refused or cancelled alike: the connection is closed, the error re-raised
+            await stream.aclose()
+            raise
+        return stream
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options: Any = None) -> httpcore.AsyncNetworkStream:
+        raise TransportFailure("connection_error", "unix sockets are never fetched")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _refusing_cookie_jar() -> Any:
+    """A jar that keeps nothing (the fetcher keeps a jar per source); httpx would keep cookies per client."""
+    from http.cookiejar import CookieJar, DefaultCookiePolicy
+
+    return CookieJar(DefaultCookiePolicy(allowed_domains=[]))
+
+
 class HttpxTransport:
-    """httpx with HTTP/2 where the site offers it over TLS; no redirects followed, raw bodies."""
+    """httpx with HTTP/2 where the site offers it over TLS; no redirects followed, raw bodies, no cookies kept,
+    no proxy or certificate settings from the environment (``trust_env`` off, as aiohttp), and every new
+    connection checked before anything is written on it (:class:`_CheckingNetworkBackend`).
+
+    httpx 0.28 has no option for httpcore's network backend, so the transport's pool is rebuilt with it
+    (``tests/scraping/test_transports.py`` pins that the transport still holds its pool there)."""
 
     def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check) -> None:
         self._check = check
+        transport = httpx.AsyncHTTPTransport(http2=True, trust_env=False)
+        transport._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl.create_default_context(), max_connections=max_connections,  # the CAs aiohttp trusts
+            max_keepalive_connections=max_connections, keepalive_expiry=60, http1=True, http2=True,
+            network_backend=_CheckingNetworkBackend(check))
         self.client = httpx.AsyncClient(
-            http2=True, follow_redirects=False,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
-                                keepalive_expiry=60),
+            transport=transport, follow_redirects=False, trust_env=False, cookies=_refusing_cookie_jar(),
             timeout=httpx.Timeout(30.0),
         )
 
@@ -202,13 +248,6 @@ class HttpxTransport:
             raise TransportFailure("parse_error", f"invalid URL: {error}") from None
         except (httpx.TransportError, OSError) as error:
             raise TransportFailure("connection_error", f"{type(error).__name__}: {error}") from None
-        stream: Any = response.extensions.get("network_stream")  # httpx keeps the connection while streaming
-        if stream is not None:
-            try:
-                self._check(stream, stream.get_extra_info("server_addr"), url)
-            except BaseException:  # refused or cancelled alike: the response is closed, the error re-raised
-                await response.aclose()
-                raise
         return _HttpxResponse(response)
 
     async def aclose(self) -> None:

@@ -308,6 +308,13 @@ class Cluster:
     # -- life cycle ------------------------------------------------------------------------------
     def start(self) -> None:
         """Start everything that is not running yet, in order, each waited for until it answers."""
+        self.start_metadata_database()
+        self.supervisor.start_all(self.airflow_services())  # together: each spends its first seconds importing
+        self.supervisor.start_all([self.distributor_service()])
+        self.supervisor.start_all([self.worker_host_service(host) for host in self.hosts])
+
+    def start_metadata_database(self) -> None:
+        """PostgreSQL, Redis and MongoDB, then Airflow's metadata database migrated (compose's airflow-init)."""
         for directory in (self.run_dir, self.log_dir, self.airflow_home):
             directory.mkdir(parents=True, exist_ok=True)
         self.postgres.initialise(self._base_environment(), self.supervisor.step)
@@ -315,9 +322,6 @@ class Cluster:
             self.supervisor.start_all([service])
         self.postgres.create_database("airflow")
         self._airflow_init()
-        self.supervisor.start_all(self.airflow_services())  # together: each spends its first seconds importing
-        self.supervisor.start_all([self.distributor_service()])
-        self.supervisor.start_all([self.worker_host_service(host) for host in self.hosts])
 
     def run(self, trigger: bool = True) -> None:
         """`make run MODE=cluster`: start, trigger the demo DAG, say where everything is."""

@@ -12,6 +12,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-trigger", action="store_true", help="do not trigger the demo DAG")
     parser.set_defaults(handler=_stack)
     _register_forward_proxy(subparsers)
+    from harvester.services import maintenance
+
+    maintenance.register(subparsers)
 
 
 def _stack(args: argparse.Namespace) -> int:

@@ -144,9 +144,17 @@ class RunFrontier:
     @redis_storage_errors()
     def reserve_new_urls(self, source: str, run_id: str | None, wanted: int, cap: int) -> int:
         """How many of ``wanted`` new detail URLs still fit under the run's cap (reserved atomically)."""
+        return self._reserve(SourceKeys(source).run_new_urls(run_id), wanted, cap)
+
+    @redis_storage_errors()
+    def reserve_listing_pages(self, source: str, run_id: str | None, wanted: int, cap: int) -> int:
+        """How many of ``wanted`` newly discovered listing pages still fit under the run's
+        ``max_listing_pages_per_run`` (reserved atomically, across every worker)."""
+        return self._reserve(SourceKeys(source).run_listing_count(run_id), wanted, cap)
+
+    def _reserve(self, key: str, wanted: int, cap: int) -> int:
         if wanted <= 0:
             return 0
-        key = SourceKeys(source).run_new_urls(run_id)
         pipeline = self.redis.pipeline(transaction=False)
         pipeline.incrby(key, wanted)
         pipeline.expire(key, self.ttl)

@@ -82,7 +82,8 @@ class BatchRunner:
         self.follower = LinkFollower.from_settings(self.settings, self.clients, self.address_refusals, self.robots)
         self.settler = Settler.from_settings(self.settings, self.clients, self.failures)
         self.fetcher: PageFetcher = Fetcher.from_settings(
-            self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis))
+            self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis),
+            guard=self.guard)
         self._browser: PageFetcher | None = None
 
     # -- the shared clients, under the names the tests and tools use --------------------------------
@@ -113,8 +114,10 @@ class BatchRunner:
         return self._browser
 
     def address_refusals(self, urls: list[str]) -> dict[str, str]:
-        """Discovered links whose host resolves to a refused address (resolved on the process's loop)."""
-        return self.loop.run_until_complete(self.guard.refusals(urls))
+        """Discovered links whose host resolves to a refused address (resolved on the process's loop), at most
+        ``link_screening_max_hosts`` hosts within ``link_screening_budget_seconds`` (the rest refused)."""
+        return self.loop.run_until_complete(self.guard.refusals(
+            urls, self.settings.link_screening_max_hosts, self.settings.link_screening_budget_seconds))
 
     def fetcher_for(self, source: SourceConfig) -> PageFetcher:
         return self.browser if source.render == "browser" else self.fetcher
@@ -200,9 +203,9 @@ class BatchRunner:
         self.count(source.name, report, messages, fetches)
         return report
 
-    @staticmethod
-    def process(source: SourceConfig, messages: list[TaskMessage], fetches: list[FetchResult]) -> list[PageResult]:
-        return [process_page(source, message.kind, message.url, message.depth, fetch)
+    def process(self, source: SourceConfig, messages: list[TaskMessage],
+                fetches: list[FetchResult]) -> list[PageResult]:
+        return [process_page(source, message.kind, message.url, message.depth, fetch, settings=self.settings)
                 for message, fetch in zip(messages, fetches, strict=True)]
 
     def settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],

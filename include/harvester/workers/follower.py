@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from harvester.config import SourceConfig
 from harvester.distributor import Intake, TaskMessage
-from harvester.scraping import PageResult, RobotsCache, strip_userinfo
+from harvester.scraping import SCREENING_TIMEOUT, TOO_MANY_HOSTS, PageResult, RobotsCache, strip_userinfo
 from harvester.settings import HarvesterSettings
 from harvester.storage import DataHandler, RunFrontier, URLStore, planned_task_id, url_digest
 from harvester.workers.report import BatchReport
@@ -39,12 +39,22 @@ def child_task(source: SourceConfig, parent: TaskMessage, url: str, kind: str) -
     )
 
 
+def screening_outcome(reason: str) -> str:
+    """The ``links_ignored:`` counter of a link screening's refusal: the bounds apart from the addresses."""
+    if reason.startswith(TOO_MANY_HOSTS):
+        return "too_many_hosts"
+    if reason.startswith(SCREENING_TIMEOUT):
+        return "screening_timeout"
+    return "address_refused"
+
+
 class LinkFollower:
     """Listing page → canonical links → duplicate-URL checker and run cap → new tasks in package and intake."""
 
     def __init__(self, urls: URLStore, frontier: RunFrontier, intake: Intake, data: DataHandler,
                  packages: Callable[[], PackageStore], refusals: Callable[[list[str]], dict[str, str]] | None = None,
-                 robots: RobotsCache | None = None, user_agent: str = "") -> None:
+                 robots: RobotsCache | None = None, user_agent: str = "", *,
+                 max_listing_pages_per_run: int | None = None) -> None:
         self.urls = urls
         self.frontier = frontier
         self.intake = intake
@@ -53,13 +63,15 @@ class LinkFollower:
         self.refusals = refusals  # URLs -> reason for those whose address is refused (None: no checks)
         self.robots = robots
         self.user_agent = user_agent
+        self.max_listing_pages_per_run = max_listing_pages_per_run  # None: uncapped (the setting caps workers)
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, clients: WorkerClients,
                       refusals: Callable[[list[str]], dict[str, str]] | None = None,
                       robots: RobotsCache | None = None) -> LinkFollower:
         return cls(clients.urls, clients.frontier, clients.intake, clients.data, lambda: clients.packages,
-                   refusals, robots, settings.user_agent)
+                   refusals, robots, settings.user_agent,
+                   max_listing_pages_per_run=settings.max_listing_pages_per_run)
 
     def screen(self, source: SourceConfig, urls: list[str], report: BatchReport) -> list[str]:
         """Drop links whose address is refused (loopback, link-local, private...) and, when the source
@@ -69,8 +81,9 @@ class LinkFollower:
         urls = list(dict.fromkeys(strip_userinfo(url) for url in urls))  # credentials in links are never used
         if self.refusals is not None:
             refused = self.refusals(urls)
+            for reason in refused.values():
+                report.outcomes[f"links_ignored:{screening_outcome(reason)}"] += 1
             if refused:
-                report.outcomes["links_ignored:address_refused"] += len(refused)
                 urls = [url for url in urls if url not in refused]
         if self.robots is not None and source.robots == "obey":
             user_agent = source.headers.get("User-Agent") or self.user_agent
@@ -90,6 +103,7 @@ class LinkFollower:
         listings = self.frontier.new_listing_pages(source.name, message.run_id,
                                                    self.screen(source, discovery.listings, report),
                                                    owner=message.task_id)
+        listings = self.within_listing_cap(source, message, listings, report)
         self.queue(source, message, [child_task(source, message, url, "listing") for url in listings], report)
         authority = None if self.data.discarding else self.data.collection(source)
         candidates = self.screen(source, discovery.details, report)
@@ -102,6 +116,18 @@ class LinkFollower:
             self.urls.forget(source, details[granted:])
             details = details[:granted]
         self.queue(source, message, [child_task(source, message, url, "details") for url in details], report)
+
+    def within_listing_cap(self, source: SourceConfig, message: TaskMessage, listings: list[str],
+                           report: BatchReport) -> list[str]:
+        """The new listing pages that fit under ``max_listing_pages_per_run``; the rest are counted and
+        not queued."""
+        if self.max_listing_pages_per_run is None or not listings:
+            return listings
+        granted = self.frontier.reserve_listing_pages(source.name, message.run_id, len(listings),
+                                                      self.max_listing_pages_per_run)
+        if granted < len(listings):
+            report.outcomes["links_ignored:over_listing_pages_per_run"] += len(listings) - granted
+        return listings[:granted]
 
     def queue(self, source: SourceConfig, parent: TaskMessage, children: list[TaskMessage],
               report: BatchReport) -> None:

@@ -8,7 +8,9 @@ const SLOT_STATES = ["NO_PAGE", "PREPARING_PAGE", "PAGE_READY", "RUNNING_SCRAPIN
 const STATE_COLOURS = ["#a0aec0", "#ecc94b", "#48bb78", "#3182ce", "#e53e3e"];
 
 async function api(path, options = {}) {
-  const response = await fetch(new URL(path, API), { credentials: "same-origin", ...options });
+  // the page's own header: the API refuses changes that carry the session cookie alone (a cross-site form)
+  const headers = { "X-Harvester-Request": "1", ...(options.headers || {}) };
+  const response = await fetch(new URL(path, API), { credentials: "same-origin", ...options, headers });
   if (!response.ok) {
     let detail = response.statusText;
     try { detail = (await response.json()).detail || detail; } catch (_) { /* not JSON */ }

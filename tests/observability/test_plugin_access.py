@@ -1,0 +1,123 @@
+"""The plugin's authorisation in a real `airflow api-server` (issue 24): a viewer limited to one DAG reads only
+that source (every source-scoped read checks access to harvest_<source>, the lists are filtered), the
+docs, the OpenAPI schema and the static files need a login, the requeue POST needs a bearer token or the
+page's own header (a session cookie alone, which a cross-site form would carry, is refused), and the nav links
+are relative, so they work under a sub-path. Each failed on the code before the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urljoin
+
+import httpx
+import pytest
+import yaml
+from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
+from harvester.services import readiness
+from harvester.services.ports import LOOPBACK, free_port
+from harvester.settings import REPOSITORY_ROOT
+
+from tests.fixtures.demo_site import demo_source_document
+from tests.fixtures.servers import VENV_BIN, ServerProcess
+from tests.observability.airflow_server import USERS, AirflowServer, airflow_environment
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
+SUB_PATH = "/airflow"
+TESTS_ROOT = Path(__file__).resolve().parents[2]  # where the test auth manager is imported from
+MINE, OTHER = "mine", "other"
+
+
+@pytest.fixture
+def two_sources(configure_settings, redis_client):
+    settings = configure_settings()
+    for name in (MINE, OTHER):
+        document = demo_source_document("http://127.0.0.1:9", name)
+        (settings.sources_dir / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    from harvester.config.loader import get_source
+
+    for name in (MINE, OTHER):  # one dead letter each
+        source = get_source(name, settings.sources_dir)
+        Intake(redis_client, settings).push(source, [TaskMessage(source=name, url=f"http://127.0.0.1:9/{name}")])
+        store = RateLimitStore(redis_client, settings)
+        admitted = store.admit(name, 1)
+        store.reject(name, admitted.messages[0], "http_404: HTTP 404", token=admitted.tokens[0])
+    return settings
+
+
+@pytest.fixture
+def sub_path_server(two_sources, tmp_path) -> Iterator[AirflowServer]:
+    """The api-server under /airflow (its clients' base URL ends there), with the watcher limited to harvest_mine."""
+    home = tmp_path / "airflow"
+    port = free_port()
+    base_url = f"http://{LOOPBACK}:{port}{SUB_PATH}"
+    env = airflow_environment(home, port, AIRFLOW__API__BASE_URL=base_url,
+                              AIRFLOW__CORE__AUTH_MANAGER="tests.observability.one_dag_auth_manager.OneDagAuthManager",
+                              HARVESTER_TEST_DAG_ACCESS=json.dumps({"watcher": [f"harvest_{MINE}"]}),
+                              PYTHONPATH=os.pathsep.join([str(TESTS_ROOT), os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True,
+                   timeout=300, cwd=REPOSITORY_ROOT)
+    server = ServerProcess("airflow api-server", [str(VENV_BIN / "airflow"), "api-server", "--host", LOOPBACK,
+                                                  "--port", str(port)], home / "api-server.log", env=env,
+                           ready=lambda: readiness.http_ok(f"{base_url}/api/v2/monitor/health"))
+    server.start(timeout=180)
+    yield AirflowServer(server, base_url, home)
+    server.stop()
+
+
+def test_a_viewer_of_one_dag_reads_only_that_source(sub_path_server: AirflowServer) -> None:
+    with sub_path_server.client("watcher") as watcher:
+        listed = watcher.get("/harvester/api/sources")
+        assert listed.status_code == 200, listed.text + sub_path_server.log_tail()
+        assert [entry["name"] for entry in listed.json()] == [MINE]
+        assert watcher.get(f"/harvester/api/sources/{MINE}/dead-letters").json()["total"] == 1
+        for path in (f"/api/sources/{OTHER}", f"/api/sources/{OTHER}/runs", f"/api/sources/{OTHER}/dead-letters",
+                     f"/api/sources/{OTHER}/runs/run-1/progress", f"/api/results/{OTHER}",
+                     f"/api/dag-runs/harvest_{OTHER}/manual__1/progress"):
+            response = watcher.get(f"/harvester{path}")
+            assert response.status_code == 403, (path, response.status_code, response.text)
+    with sub_path_server.client("operator") as operator:
+        assert sorted(entry["name"] for entry in operator.get("/harvester/api/sources").json()) == [
+            MINE, OTHER]
+
+
+def test_docs_schema_and_static_files_need_a_login(sub_path_server: AirflowServer) -> None:
+    with sub_path_server.client() as anonymous:
+        for path in ("/openapi.json", "/docs", "/redoc", "/static/harvester.js", "/static/icon.svg"):
+            response = anonymous.get(f"/harvester{path}")
+            assert response.status_code in (401, 404), (path, response.status_code)
+    with sub_path_server.client("watcher") as watcher:
+        assert watcher.get("/harvester/static/harvester.js").status_code == 200
+
+
+def test_the_requeue_post_needs_a_bearer_token_or_the_pages_header(sub_path_server: AirflowServer,
+                                                                  redis_client) -> None:
+    token = sub_path_server.token("operator")
+    path = f"{sub_path_server.base_url}/harvester/api/sources/{MINE}/dead-letters/requeue"
+    with httpx.Client(cookies={"_token": token}, timeout=30) as session:  # the UI's session cookie only
+        assert session.get(f"{sub_path_server.base_url}/harvester/api/sources").status_code == 200
+        forged = session.post(path)  # what a cross-site form submits: the cookie, no header of ours
+        assert forged.status_code == 403, forged.text
+        assert DeadLetters(redis_client).count(MINE) == 1
+        from_the_page = session.post(path, headers={"X-Harvester-Request": "1"})
+        assert from_the_page.status_code == 200, from_the_page.text
+    assert DeadLetters(redis_client).count(MINE) == 0
+
+
+def test_the_nav_links_work_under_a_sub_path(sub_path_server: AirflowServer) -> None:
+    with sub_path_server.client("watcher") as watcher:
+        plugins = watcher.get("/api/v2/plugins")
+        assert plugins.status_code == 200, plugins.text
+        [harvester] = [plugin for plugin in plugins.json()["plugins"] if plugin["name"] == "harvester"]
+        base = f"{sub_path_server.base_url}/"  # the UI's <base href>, which relative links resolve against
+        for view in harvester["external_views"]:
+            for link in (view["href"], view.get("icon")):
+                if not link:
+                    continue
+                assert not link.startswith("/"), link
+                target = urljoin(base, link.replace("{DAG_ID}", f"harvest_{MINE}").replace("{RUN_ID}", "r"))
+                assert watcher.get(target).status_code == 200, target
+    assert set(USERS) >= {"watcher", "operator"}
