@@ -42,7 +42,7 @@ from harvester.errors import SlotEnded
 from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
 from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher
 from harvester.pageslots.heartbeat import SlotHeartbeat, reap_orphan_browsers
-from harvester.pageslots.pipeline import SettledTask, SlotPipeline
+from harvester.pageslots.pipeline import SlotPipeline
 from harvester.pageslots.proxies import ProxyNotConfigured, require_proxy
 from harvester.pageslots.registry import KEYS, SlotRegistry, SlotState, SlotTransitionRefused
 from harvester.redis_keys import SourceKeys
@@ -120,6 +120,7 @@ class PageSlotHost:
             self.report.outcome = f"not claimed: {status}"
             log.info("slot %s not hosted here: %s", self.slot_id, status)
             return self.report
+        reap_orphan_browsers()  # after the claim, not before: a slot not claimed within two heartbeats is reset
         record = self.registry.get(self.slot_id)
         self.country = record.country if record else ""
         previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
@@ -273,10 +274,14 @@ class PageSlotHost:
                 self._transition(SlotState.PAGE_READY)
                 return
             render = await self._render(message, source)
+            failed = render.capture is not None or not render.fetch.ok
+            if failed:  # kept before the settle path dead-letters it: a letter never waits for its snapshot
+                await self._keep_evidence(source, message, render)
             settled = await asyncio.to_thread(self.pipeline.settle, source, message, render.fetch, render.outcomes)
             self.book.completed([member])
             self._count_site(source, message, render)
-            await self._keep_evidence(source, message, render, settled)
+            if not failed and (settled.retried or settled.dead):  # a loaded page the settle path rejected
+                await self._keep_evidence(source, message, render)
         finally:
             self.heartbeat.task = None
             self.last_used = time.monotonic()
@@ -329,12 +334,9 @@ class PageSlotHost:
         except redis.RedisError as error:  # counts only: the task is settled
             log.warning("slot %s: counting bytes and requests failed: %s", self.slot_id, error)
 
-    async def _keep_evidence(self, source: SourceConfig, message: TaskMessage, render: Render,
-                             settled: SettledTask) -> None:
-        """A page that did not end stored or followed (retried, dead-lettered) keeps a snapshot for its dead
-        letter: the page as the rule gave up on it, else as it is now (still open)."""
-        if not (settled.retried or settled.dead):
-            return
+    async def _keep_evidence(self, source: SourceConfig, message: TaskMessage, render: Render) -> None:
+        """A page that failed, or that did not end stored or followed (retried, rejected), keeps a snapshot for
+        its dead letter: the page as the rule gave up on it, else as it is now (still open)."""
         capture = render.capture or await self.browser.capture()
         if capture is None:
             return
@@ -381,5 +383,4 @@ class PageSlotHost:
 
 def host_slot(slot_id: str, pipeline: SlotPipeline, host: str | None = None) -> dict[str, Any]:
     """The body of the ``harvester.host_page_slot`` Celery task; ``pipeline`` takes tokens and settles pages."""
-    reap_orphan_browsers()
     return PageSlotHost(slot_id, host=host, pipeline=pipeline).run().as_dict()
