@@ -31,6 +31,7 @@ EXTRAS = {name: {normalised(requirement) for requirement in requirements}
 AIRFLOW_EXTRA = EXTRAS["airflow"]
 # the users of the cluster extra: the compose topology's secrets and its PostgreSQL
 CLUSTER_MODULES = {PACKAGE / "services" / "cluster.py", PACKAGE / "services" / "postgres.py"}
+PARQUET_MODULES = {PACKAGE / "storage" / "exports.py"}  # the parquet extra: pyarrow, imported when writing Parquet
 
 
 def third_party_imports(path: Path, own: str = "harvester") -> set[str]:
@@ -77,6 +78,7 @@ def test_every_third_party_import_is_declared():
         adapter = any(module.split(".")[0] == "airflow" for module in modules)  # an Airflow adapter module
         declared = DEPENDENCIES | (AIRFLOW_EXTRA if adapter else set()) | (EXTRAS["cluster"] if path in CLUSTER_MODULES
                                                                              else set())
+        declared |= EXTRAS["parquet"] if path in PARQUET_MODULES else set()
         for module in sorted(modules):
             if module.split(".")[0] in OPTIONAL:
                 continue

@@ -1097,3 +1097,90 @@ def test_metadata_retention_days_is_how_old_a_run_must_be_to_be_cleaned(monkeypa
         maintenance.clean_metadata(HarvesterSettings(sources_dir=tmp_path, metadata_retention_days=days), now=now)
     assert [command[command.index("--clean-before-timestamp") + 1] for command in commands] == [
         "2026-03-01T00:00:00+00:00", "2026-03-24T00:00:00+00:00"]
+
+
+# -- sitemaps (issue 23) -------------------------------------------------------------------------------
+def fetch_sitemap(url: str, **overrides: object):
+    import asyncio
+
+    from harvester.scraping.fetcher import Fetcher
+    from harvester.scraping.sitemaps import SitemapFetcher
+
+    from tests.fixtures.demo_site import demo_source
+
+    async def run():
+        settings = HarvesterSettings(**overrides)
+        async with Fetcher(settings) as pages:
+            return await SitemapFetcher(settings, pages).fetch(url, demo_source("http://127.0.0.1:9", robots="ignore"))
+
+    return asyncio.run(run())
+
+
+@covers_setting("sitemap_max_bytes", "sitemap_max_urls")
+@pytest.mark.integration
+def test_sitemap_max_bytes_and_max_urls_cut_a_sitemap(demo_site):
+    url = f"{demo_site.url}/inc/sitemap-plain.xml?products=300"
+    whole = fetch_sitemap(url).document
+    assert (whole.entries, whole.cut) == (300, "")
+    by_bytes = fetch_sitemap(url, sitemap_max_bytes=4096).document
+    assert 0 < by_bytes.entries < 100 and by_bytes.cut == "larger than 4096 decoded bytes: the rest is not read"
+    by_count = fetch_sitemap(url, sitemap_max_urls=25).document
+    assert by_count.entries == 25 and "more than 25 entries" in by_count.cut
+
+
+def sitemap_follower(redis_client, **overrides: object):
+    """The worker's sitemap follower on real Redis, writing nothing (output_sink discard)."""
+    from harvester.storage.run_figures import RunFigures
+    from harvester.storage.url_store import RunFrontier, URLStore
+    from harvester.workers.clients import WorkerClients
+    from harvester.workers.failures import FailurePolicy
+    from harvester.workers.follower import LinkFollower
+    from harvester.workers.sitemaps import SitemapFollower
+
+    settings = HarvesterSettings(output_sink="discard", **overrides)
+    clients = WorkerClients(settings, redis_client)
+    links = LinkFollower(URLStore(redis_client), RunFrontier(redis_client), clients.intake, clients.data,
+                         lambda: clients.packages)
+    return SitemapFollower(settings, links, URLStore(redis_client), RunFrontier(redis_client), clients.data,
+                           RunFigures(redis_client), FailurePolicy.from_settings(settings, clients))
+
+
+def follow_sitemap(redis_client, run_id: str, children: int, pages: int, depth: int = 0, **overrides: object):
+    from harvester.scraping.sitemaps import SitemapDiscovery
+    from harvester.storage.run_figures import RunFigures
+    from harvester.workers.report import BatchReport
+
+    source = SourceConfig.model_validate({"name": "maps", "attributes": {"t": "h1"},
+                                          "input": {"sitemaps": ["http://a.example/sitemap.xml"]}})
+    discovery = SitemapDiscovery(details=[f"http://a.example/{run_id}/p/{i}" for i in range(pages)],
+                                 listings=[f"http://a.example/{run_id}/s/{i}.xml" for i in range(children)],
+                                 entries=children + pages)
+    message = TaskMessage(source="maps", kind="sitemap", url="http://a.example/sitemap.xml", run_id=run_id,
+                          depth=depth)
+    sitemap_follower(redis_client, **overrides).follow(source, message, discovery, BatchReport(source="maps"))
+    return RunFigures(redis_client).read("maps", run_id)[0]
+
+
+@covers_setting("sitemap_max_depth")
+@pytest.mark.integration
+def test_sitemap_max_depth_stops_nested_indexes(redis_client):
+    assert follow_sitemap(redis_client, "deep-1", children=2, pages=0, depth=1, sitemap_max_depth=2)[
+        "sitemaps_queued"] == 2
+    figures = follow_sitemap(redis_client, "deep-2", children=2, pages=0, depth=1, sitemap_max_depth=1)
+    assert figures["sitemaps_beyond_depth"] == 2 and "sitemaps_queued" not in figures
+
+
+@covers_setting("sitemap_max_files_per_run")
+@pytest.mark.integration
+def test_sitemap_max_files_per_run_caps_the_sitemaps_a_run_reads(redis_client):
+    assert follow_sitemap(redis_client, "files-1", children=5, pages=0)["sitemaps_queued"] == 5
+    figures = follow_sitemap(redis_client, "files-2", children=5, pages=0, sitemap_max_files_per_run=3)
+    assert (figures["sitemaps_queued"], figures["sitemaps_over_run_cap"]) == (3, 2)
+
+
+@covers_setting("sitemap_max_urls_per_run")
+@pytest.mark.integration
+def test_sitemap_max_urls_per_run_caps_the_entries_a_run_reads(redis_client):
+    assert follow_sitemap(redis_client, "urls-1", children=0, pages=10)["sitemap_urls_queued"] == 10
+    figures = follow_sitemap(redis_client, "urls-2", children=0, pages=10, sitemap_max_urls_per_run=4)
+    assert (figures["sitemap_urls_queued"], figures["sitemap_entries_over_run_cap"]) == (4, 6)

@@ -86,7 +86,7 @@ def hostile_fetch_routes(product_body: Callable[..., str], page: Callable[[str, 
             return default
 
     async def robots(request: Request) -> PlainTextResponse:
-        return PlainTextResponse(ROBOTS_TXT)
+        return PlainTextResponse(ROBOTS_TXT + f"\nSitemap: {str(request.base_url).rstrip('/')}/inc/sitemap.xml\n")
 
     async def private(request: Request) -> HTMLResponse:
         return HTMLResponse(page("Private", product_body(int(request.path_params["product_id"]))))

@@ -29,6 +29,7 @@ __all__ = [
     "ConfigError",
     "ConnectionNotFound",
     "DistributorError",
+    "ExportUnavailable",
     "HarvesterError",
     "HostRateTimeout",
     "InvalidSourceFiles",
@@ -171,6 +172,10 @@ class StorageError(HarvesterError):
     def backend_error(self) -> BaseException | None:
         """The exception of the client library (redis-py, pymongo) this one wraps."""
         return self.__cause__
+
+
+class ExportUnavailable(StorageError):
+    """An export format whose library is not installed (pyarrow for Parquet)."""
 
 
 class StorageUnavailableError(StorageError):

@@ -146,6 +146,23 @@ class SourceKeys:
         """Counter of new detail URLs discovered in one run (the listing's max_new_urls)."""
         return self._key(f"run:{run_id or 'adhoc'}:new-urls")
 
+    def run_sitemaps(self, run_id: str | None) -> str:
+        """Counter of sitemap files queued in one run (sitemap_max_files_per_run)."""
+        return self._key(f"run:{run_id or 'adhoc'}:sitemaps")
+
+    def run_sitemap_entries(self, run_id: str | None) -> str:
+        """Counter of sitemap entries read in one run (sitemap_max_urls_per_run)."""
+        return self._key(f"run:{run_id or 'adhoc'}:sitemap-entries")
+
+    def run_figures(self, run_id: str | None) -> str:
+        """Hash: figure -> amount of one run that only workers see (sitemaps read, URLs they listed and
+        skipped as unchanged, bytes a 304 saved); the run's report reads it."""
+        return self._key(f"run:{run_id or 'adhoc'}:figures")
+
+    def run_sitemap_problems(self, run_id: str | None) -> str:
+        """List of JSON {url, problem} (capped): the sitemaps of one run that were cut or refused."""
+        return self._key(f"run:{run_id or 'adhoc'}:sitemap-problems")
+
     def host_fetch_window(self, host: str) -> str:
         """Sorted set: request starts on ``host`` in the rolling window (per_host_per_minute, crawl delay)."""
         return self._key(f"host:{host}:fetch-window")

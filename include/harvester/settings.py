@@ -127,6 +127,19 @@ class HarvesterSettings(BaseSettings):
     host_rate_max_wait_seconds: float = Field(
         default=30.0, gt=0, description="How long a request waits for its host's rate; past it the task is retried.")
 
+    # Sitemaps (issue 23): every cap holds per file or per run, whatever a site serves.
+    sitemap_max_bytes: int = Field(
+        default=50 * 1024 * 1024, ge=1024,
+        description="Decoded bytes read of one sitemap (the protocol's 50 MB); the rest is not read (cut).")
+    sitemap_max_urls: int = Field(
+        default=50_000, ge=1, description="Entries read of one sitemap file (the protocol's 50,000); more are cut.")
+    sitemap_max_depth: int = Field(
+        default=3, ge=0, le=10, description="Levels of sitemap indexes followed below the sitemaps a source names.")
+    sitemap_max_files_per_run: int = Field(
+        default=1000, ge=1, description="Sitemap files one run reads; further ones are refused and counted.")
+    sitemap_max_urls_per_run: int = Field(
+        default=1_000_000, ge=1, description="Sitemap entries one run reads across its files; past it files are cut.")
+
     # Hostile sites, round two (issue 24): every cap a counted, reported refusal (docs/workers.md).
     raw_body_cap_bytes: int = Field(
         default=20 * 1024 * 1024, ge=1024,

@@ -162,3 +162,33 @@ def test_recording_counts_requests_without_a_status(redis_client) -> None:
     fields = {k.decode(): v.decode() for k, v in redis_client.hgetall("harvester:{quiet}:histograms").items()}
     assert fields["queue_latency_seconds:60"] == "1" and fields["fetch_seconds:30"] == "1"
     assert redis_client.hget("harvester:{quiet}:requests", "timeout|") == b"1"
+
+
+def test_reharvest_metrics_count_changes_304s_and_saved_bytes(write_source, crawl, demo_site, redis_client,
+                                                              worker_settings, mongo_server) -> None:
+    """Issue 23: records changed / unchanged / not modified and the bytes a 304 saved, per source."""
+    import urllib.request
+
+    registry = metrics_registry(redis_client, worker_settings)
+    source = write_source("metered_again", rate_limit={"max_active": 4, "per_minute": 1000}, robots="ignore",
+                          listing=None, input={"kind": "details", "seeds": [f"{demo_site.url}/inc/product/1"]})
+    name = source.name
+    pages = [f"{demo_site.url}/inc/product/{i}" for i in (1, 2, 5)]  # 5 sends validators but ignores them
+    for _ in range(2):
+        crawl.push(source, *(TaskMessage(source=name, url=url) for url in pages))
+        crawl.step(source)
+    urllib.request.urlopen(urllib.request.Request(f"{demo_site.url}/_inc/price?product=2&price=3.25", method="POST",
+                                                  data=b""), timeout=10).close()
+    time.sleep(1.1)  # the demo's Last-Modified has whole seconds: the change is a second later
+    crawl.push(source, *(TaskMessage(source=name, url=url) for url in pages))
+    crawl.step(source)
+    urllib.request.urlopen(urllib.request.Request(f"{demo_site.url}/_inc/reset", method="POST", data=b""),
+                           timeout=10).close()
+    samples = scrape(registry)
+    assert value(samples, "harvester_records_new_total", source=name) == 3
+    # second pass: 1 and 2 kept by 304s, 5 fetched in full and the same; third: 1 again, 2 changed, 5 the same
+    assert value(samples, "harvester_records_not_modified_total", source=name) == 3
+    assert value(samples, "harvester_records_unchanged_total", source=name) == 2
+    assert value(samples, "harvester_records_changed_total", source=name) == 1
+    assert value(samples, "harvester_requests_total", source=name, outcome="not_modified", status="304") == 3
+    assert value(samples, "harvester_bytes_saved_total", source=name) > 1000

@@ -169,3 +169,30 @@ def test_unauthenticated_get_401_and_a_viewer_cannot_requeue(api_server, plugin_
         assert allowed.status_code == 200, allowed.text + api_server.log_tail()
         assert allowed.json() == {"source": SOURCE, "requeued": 1, "remaining": 0}
     assert DeadLetters(redis_client).count(SOURCE) == 0
+
+
+def test_results_download_in_each_format_needs_the_results_route_access(api_server, plugin_settings, redis_client,
+                                                                        mongo_server, tmp_path) -> None:
+    """Issue 23: the records as jsonl, csv and parquet downloads, read back with their types."""
+    from harvester.config.loader import get_source
+    from harvester.storage.exports import read_csv, read_jsonl, read_parquet
+
+    seed(plugin_settings, redis_client, mongo_server)
+    source = get_source(SOURCE, plugin_settings.sources_dir)
+    path = f"/harvester/api/results/{SOURCE}/export"
+    with api_server.client() as anonymous:
+        assert anonymous.get(path, params={"format": "csv"}).status_code == 401
+    with api_server.client("watcher") as client:
+        readers = (("jsonl", read_jsonl), ("csv", lambda file: read_csv(source, file)), ("parquet", read_parquet))
+        for fmt, read in readers:
+            response = client.get(path, params={"format": fmt, "run_id": "run-1"})
+            assert response.status_code == 200, response.text + api_server.log_tail()
+            assert response.headers["x-harvester-records"] == "2"
+            assert f'filename="{SOURCE}-run-1.{fmt}"' in response.headers["content-disposition"]
+            (tmp_path / f"download.{fmt}").write_bytes(response.content)
+            records = read(tmp_path / f"download.{fmt}")
+            assert sorted(record["sku"] for record in records) == ["SKU-0", "SKU-1"], fmt
+            assert all(record["harvested_at"].tzinfo is not None for record in records), fmt
+        assert client.get(path, params={"format": "xml"}).status_code == 422
+        assert client.get("/harvester/api/results/nothing/export").status_code == 404
+        assert "/api/results/{source}/export" in client.get("/harvester/openapi.json").json()["paths"]

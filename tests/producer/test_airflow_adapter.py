@@ -146,6 +146,6 @@ def test_dag_shape_asset_and_sensor_timeout(tmp_path) -> None:
     answer = _last_json(result)
     assert answer["edges"] == {"plan": ["produce"], "produce": ["wait_for_harvest"],
                                "wait_for_harvest": ["report"], "report": []}
-    assert answer["outlets"] == [answer["asset"]] == ["mongodb://mongo_default:27017/harvest_db/products"]
+    assert answer["outlets"] == [answer["asset"]] == ["harvester://harvest_db/products"]
     assert answer["deferrable"] is True
     assert "did not finish" in answer["timed_out"] and "1/3 packages" in answer["timed_out"]

@@ -13,6 +13,7 @@ from harvester.connections import register_resolver
 from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.airflow.assets import asset_event_extra, output_asset, schedule_of
     from harvester.airflow.dags import build_source_dag, build_source_dags, raise_for_invalid_sources
     from harvester.airflow.operators import (
         HarvestSensor,
@@ -20,14 +21,13 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         ProduceOperator,
         ReportOperator,
         add_producer_tasks,
-        output_asset,
     )
     from harvester.airflow.triggers import HarvestProgressTrigger
 
 __all__ = [
     "AirflowConnectionResolver", "HarvestProgressTrigger", "HarvestSensor", "PlanOperator", "ProduceOperator",
-    "ReportOperator", "add_producer_tasks", "build_source_dag", "build_source_dags", "output_asset",
-    "raise_for_invalid_sources",
+    "ReportOperator", "add_producer_tasks", "asset_event_extra", "build_source_dag", "build_source_dags",
+    "output_asset", "raise_for_invalid_sources", "schedule_of",
 ]
 __getattr__, __dir__ = lazy_face(__name__)
 

@@ -9,7 +9,7 @@ would stop every source because of one typo.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -98,9 +98,13 @@ def source_params(source: SourceConfig) -> dict[str, Param]:
     }
 
 
-def build_source_dag(source: SourceConfig, file: Path | None = None) -> DAG:
-    """The producer DAG of one source; its tasks are the producer's operators."""
+def build_source_dag(source: SourceConfig, file: Path | None = None,
+                     upstream: Callable[[str], SourceConfig | None] | None = None) -> DAG:
+    """The producer DAG of one source; its tasks are the producer's operators. ``upstream`` finds the sources
+    a ``schedule: {after: [...]}`` names (their output Assets are the schedule)."""
+    from harvester.airflow.assets import schedule_of
     from harvester.airflow.operators import add_producer_tasks
+    from harvester.settings import get_settings
 
     tags = ["harvester", source.priority, source.render]
     if source.country:
@@ -108,7 +112,7 @@ def build_source_dag(source: SourceConfig, file: Path | None = None) -> DAG:
     with DAG(
         dag_id=dag_id_for(source.name),
         description=(source.description.strip().splitlines() or [f"Harvest {source.name}"])[0][:200],
-        schedule=source.schedule,
+        schedule=schedule_of(source, upstream or _upstream_file, get_settings()),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
@@ -181,6 +185,13 @@ def build_source_dags(sources: SourceSet | None = None) -> list[DAG]:
             return [build_source_dag(*found)]
         sources = sources if sources is not None else load_sources()
         if name in sources.sources:
-            return [build_source_dag(sources.sources[name], sources.files.get(name))]
+            return [build_source_dag(sources.sources[name], sources.files.get(name), sources.sources.get)]
     sources = sources if sources is not None else load_sources()
-    return [build_source_dag(source, sources.files.get(name)) for name, source in sources.sources.items()]
+    return [build_source_dag(source, sources.files.get(name), sources.sources.get)
+            for name, source in sources.sources.items()]
+
+
+def _upstream_file(name: str) -> SourceConfig | None:
+    """A source a ``schedule.after`` names, read from its own file (the one-DAG parse of a task start)."""
+    found = _only_source(name)
+    return found[0] if found is not None else None

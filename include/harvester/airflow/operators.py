@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, BaseOperator, BaseSensorOperator
+from airflow.sdk import BaseOperator, BaseSensorOperator
 
+from harvester.airflow.assets import asset_event_extra, output_asset
 from harvester.config import SourceConfig
 from harvester.connections import (
     MONGO_DEFAULT,
@@ -50,15 +51,6 @@ __all__ = [
 
 def output_database_name(source: SourceConfig, settings: HarvesterSettings) -> str:
     return source.output.database or settings.mongo_database
-
-
-def output_asset(source: SourceConfig, settings: HarvesterSettings) -> Asset:
-    """The Airflow Asset of a source's output collection: downstream DAGs schedule on it."""
-    database = output_database_name(source, settings)
-    return Asset(
-        name=f"{database}.{source.output_collection}",
-        uri=f"mongodb://{source.output.connection_id}/{database}/{source.output_collection}",
-    )
 
 
 class _Connections:
@@ -254,7 +246,10 @@ class ReportOperator(_AfterPlanOperator):
     ui_color = "#e9fde8"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        return report_run(self.source, self.planned_run_id(context))
+        report = report_run(self.source, self.planned_run_id(context))
+        for outlet in self.outlets:  # the output's Asset event carries the run's figures (issue 23)
+            context["outlet_events"][outlet].extra = asset_event_extra(self.source, report)
+        return report
 
 
 def add_producer_tasks(source: SourceConfig) -> None:

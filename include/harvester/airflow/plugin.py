@@ -23,12 +23,12 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_authenticated
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import APIRouter, BackgroundTasks, Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
@@ -251,6 +251,26 @@ def results(source: str, views: ViewsDep, cursor: str | None = None,
         return views.results(source, cursor, limit, run_id, harvested_after, harvested_before)
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
+
+
+@api.get("/results/{source}/export",
+         summary="The source's records as a download: jsonl, csv or parquet, by run, since a time, changed only",
+         response_class=FileResponse)
+def export_results(source: str, views: ViewsDep,
+                   format: Annotated[Literal["jsonl", "csv", "parquet"], Query()] = "jsonl",
+                   run_id: str | None = None,
+                   since: Annotated[datetime | None, Query(description="harvested_at >= this")] = None,
+                   changed_only: bool = False) -> FileResponse:
+    """The same records and formats as ``harvester export`` (issue 23), with the results route's access."""
+    _source_or_404(views, source)
+    from harvester.storage import MEDIA_TYPES
+
+    path, count = views.export(source, format, run_id, since, changed_only)
+    name = f"{source}{'-' + run_id if run_id else ''}.{format}"
+    cleanup = BackgroundTasks()
+    cleanup.add_task(Path(path).unlink, missing_ok=True)  # once the file is sent
+    return FileResponse(path, media_type=MEDIA_TYPES[format], filename=name,
+                        headers={"X-Harvester-Records": str(count)}, background=cleanup)
 
 
 @api.post("/jobs", status_code=status.HTTP_201_CREATED, dependencies=[Depends(requires_explicit_request)],

@@ -23,6 +23,7 @@ from harvester.config.browser import (
     SelectorWait,
     WaitSpec,
 )
+from harvester.config.incremental import AfterSchedule
 from harvester.config.loader import (
     SOURCE_SUFFIXES,
     Problem,
@@ -33,15 +34,15 @@ from harvester.config.loader import (
     load_sources,
     parse_source,
 )
-from harvester.config.model import MAX_BATCH_SIZE, SourceConfig, format_duration
+from harvester.config.model import MAX_BATCH_SIZE, Listing, SourceConfig, format_duration, parse_duration
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM, RunOptions
 from harvester.errors import SourceConfigError
 
 __all__ = [
     "BATCH_SIZE_PARAM", "ELEMENT_SELECTOR_KINDS", "JSON_PREFIX", "MAX_BATCH_SIZE", "MAX_PACKAGES_PARAM",
-    "SOURCE_SUFFIXES", "URLS_PARAM", "XPATH_PREFIX", "Action", "Attribute", "BrowserOptions", "ClickSpec",
-    "DelayWait", "DismissSpec", "ListingRecords", "NetworkIdleWait", "Problem", "RecordItem", "RunOptions",
-    "ScrollSpec", "SelectorWait", "SourceConfig", "SourceConfigError", "SourceSet", "StructuredPath", "WaitSpec",
-    "compile_jmespath", "default_directory", "format_duration", "get_source", "load_source_file", "load_sources",
-    "meta_expression", "parse_source", "scalar_type",
+    "SOURCE_SUFFIXES", "URLS_PARAM", "XPATH_PREFIX", "Action", "AfterSchedule", "Attribute", "BrowserOptions",
+    "ClickSpec", "DelayWait", "DismissSpec", "Listing", "ListingRecords", "NetworkIdleWait", "Problem",
+    "RecordItem", "RunOptions", "ScrollSpec", "SelectorWait", "SourceConfig", "SourceConfigError", "SourceSet",
+    "StructuredPath", "WaitSpec", "compile_jmespath", "default_directory", "format_duration", "get_source",
+    "load_source_file", "load_sources", "meta_expression", "parse_duration", "parse_source", "scalar_type",
 ]

@@ -367,7 +367,7 @@ class ListingRecords(StrictModel):
         return self
 
 
-RESERVED_FIELDS = ("_id", "url", "first_seen_at", "harvested_at", "run_id")
+RESERVED_FIELDS = ("_id", "url", "first_seen_at", "harvested_at", "run_id", "changed_at", "_http")
 
 
 def check_attribute_names(attributes: dict[str, Any]) -> None:

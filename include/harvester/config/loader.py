@@ -26,6 +26,7 @@ import yaml
 from pydantic import ValidationError
 
 from harvester.config.cache import SourceCache, content_key
+from harvester.config.incremental import check_upstreams
 from harvester.config.model import SourceConfig
 from harvester.errors import SourceConfigError
 
@@ -175,6 +176,10 @@ def load_source_paths(paths: Iterable[str | Path]) -> SourceSet:
         result.files[source.name] = path
     for cache in caches.values():
         cache.save()
+    while upstream_problems := check_upstreams(result.sources, result.files):  # schedule.after (issue 23)
+        for name, path, line, reason in upstream_problems:
+            result.errors.append(SourceConfigError([Problem(display_path(path), line, "schedule.after", reason)]))
+            del result.sources[name], result.files[name]
     return result
 
 

@@ -27,6 +27,13 @@ from harvester.config.attributes import (
     check_selector,
 )
 from harvester.config.browser import BrowserOptions
+from harvester.config.incremental import (
+    AfterSchedule,
+    HistoryOutput,
+    SitemapInput,
+    check_incremental_rules,
+    schedule_shape,
+)
 from harvester.queues import DEFAULT_QUEUE, PAGESLOTS_QUEUE, PRIORITY_QUEUE
 
 __all__ = ["RESERVED_FIELDS", "XPATH_PREFIX", "Attribute", "AttributeType", "ListingRecords", "SourceConfig",
@@ -114,7 +121,7 @@ class MongoInput(StrictModel):
     connection_id: str = Field(default="mongo_default", description="Airflow connection of the MongoDB.")
 
 
-class Input(StrictModel):
+class Input(SitemapInput):
     """Where the URLs of a run come from: seed URLs, a MongoDB collection, or both."""
 
     seeds: list[str] = Field(default_factory=list, description="Absolute http(s) URLs.")
@@ -136,8 +143,8 @@ class Input(StrictModel):
 
     @model_validator(mode="after")
     def _needs_something(self) -> Input:
-        if not self.seeds and self.mongo is None:
-            raise ValueError("give seeds or mongo (or both)")
+        if not self.seeds and self.mongo is None and not self.sitemaps:
+            raise ValueError("give seeds or mongo (or both), or sitemaps")
         return self
 
 
@@ -163,12 +170,6 @@ class Listing(StrictModel):
                 check_selector(selector)
         return value
 
-    @model_validator(mode="after")
-    def _links_or_records(self) -> Listing:
-        if not self.link_selectors and self.records is None:
-            raise ValueError("link_selectors: give link_selectors (detail pages to visit), records, or both")
-        return self
-
     @field_validator("follow", "follow_pages")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
@@ -180,7 +181,7 @@ class Listing(StrictModel):
         return value
 
 
-class Output(StrictModel):
+class Output(HistoryOutput):
     database: str | None = Field(default=None, description="Defaults to the harvester database.")
     collection: str | None = Field(default=None, pattern=r"^[^$\x00]+$", description="Defaults to the source name.")
     key: list[str] = Field(default_factory=lambda: ["url"], min_length=1, description="Fields of the upsert key.")
@@ -193,7 +194,8 @@ class SourceConfig(StrictModel):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$", description="Lower-case id; the DAG is harvest_<name>.")
     description: str = ""
     owner: str = Field(default="harvester", min_length=1)
-    schedule: str | None = Field(default="@daily", description="A cron expression, a preset (@daily...) or null.")
+    schedule: str | AfterSchedule | None = Field(
+        default="@daily", description="A cron expression, a preset (@daily...), {after: [source]} or null.")
     priority: Literal["high", "normal"] = "normal"
     render: Literal["http", "browser"] = "http"
     country: str | None = Field(default=None, pattern=r"^[A-Z]{2}$", description="ISO 3166 alpha-2, e.g. SG.")
@@ -247,6 +249,12 @@ class SourceConfig(StrictModel):
     def _duration(cls, value: Any) -> timedelta:
         return parse_duration(value)
 
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _schedule_shape(cls, value: Any) -> Any:
+        """One clear problem for a value of the wrong shape (not one per member of the union)."""
+        return schedule_shape(value)
+
     @field_serializer("harvesting_lag", when_used="json")
     def _duration_text(self, value: timedelta) -> str:
         """As YAML writes it ("6h"), so the registered copy (JSON) validates back to the same config."""
@@ -254,8 +262,8 @@ class SourceConfig(StrictModel):
 
     @field_validator("schedule")
     @classmethod
-    def _schedule(cls, value: str | None) -> str | None:
-        if value is None or value in SCHEDULE_PRESETS:
+    def _schedule(cls, value: str | AfterSchedule | None) -> str | AfterSchedule | None:
+        if value is None or isinstance(value, AfterSchedule) or value in SCHEDULE_PRESETS:
             return value
         if value.startswith("@") or not croniter.is_valid(value):
             raise ValueError(f"not a cron expression or one of {', '.join(SCHEDULE_PRESETS)}: {value!r}")
@@ -269,6 +277,7 @@ class SourceConfig(StrictModel):
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> SourceConfig:
+        check_incremental_rules(self)
         if self.render == "browser" and self.country is None:
             raise ValueError("country: a browser source needs a country (its page slots are per country)")
         if self.render != "browser" and self.browser != BrowserOptions():

@@ -16,7 +16,7 @@ class TaskMessage(BaseModel):
 
     task_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
     source: str
-    kind: Literal["listing", "details"] = "details"
+    kind: Literal["listing", "details", "sitemap"] = "details"
     url: str
     depth: int = Field(default=0, ge=0)
     run_id: str | None = None

@@ -120,6 +120,8 @@ BROWSER_COUNTERS = {
                                         "browser_blocked_bytes"),
     "harvester_browser_transferred_bytes": ("Bytes browser pages downloaded.", "browser_transferred_bytes"),
     "harvester_browser_restarts": ("Browsers re-launched after failed loads.", "browser_relaunches"),
+    # issue 23: conditional requests
+    "harvester_bytes_saved": ("Body bytes 304 answers did not send (their records' last body size).", "bytes_saved"),
 }
 
 
@@ -132,7 +134,13 @@ class SourceFamilies:
         self.records = {kind: CounterMetricFamily(f"harvester_records_{kind}", help_text, labels=SOURCE_LABEL)
                         for kind, help_text in (("stored", "Records written to the output."),
                                                 ("new", "Records written for the first time (upserted)."),
-                                                ("updated", "Records that already existed and were rewritten."))}
+                                                ("updated", "Records that already existed and were rewritten."),
+                                                # issue 23: what a re-harvest found
+                                                ("changed", "Existing records whose values changed (changed_at "
+                                                            "moved)."),
+                                                ("unchanged", "Existing records fetched again with the same values."),
+                                                ("not_modified", "Records a 304 kept (a conditional request, no "
+                                                                 "body)."))}
         self.problems = CounterMetricFamily("harvester_extraction_problems",
                                             "Attributes missing or of the wrong type.",
                                             labels=["source", "attribute", "kind"])

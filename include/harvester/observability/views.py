@@ -65,6 +65,8 @@ class SourceSummary(BaseModel):
     paused: bool
     paused_hosts: dict[str, float] = Field(description="Host -> seconds it still waits (Retry-After).")
     records_stored: int
+    records_not_modified: int = Field(default=0, description="Records 304 answers kept (conditional requests).")
+    bytes_saved: int = Field(default=0, description="Body bytes those 304 answers did not send.")
     drift_threshold: float
     selector_drift: list[str]
     extraction: list[AttributeHealth]
@@ -212,6 +214,8 @@ class HarvestViews:
             paused_hosts={host: round(until - snapshot.now, 1) for host, until in live.paused_hosts.items()}
             if live else {},
             records_stored=live.outcome("records_stored") if live else 0,
+            records_not_modified=live.outcome("records_not_modified") if live else 0,
+            bytes_saved=live.outcome("bytes_saved") if live else 0,
             drift_threshold=config.drift_threshold if config else 20.0,
             selector_drift=[entry.attribute for entry in extraction if entry.drift],
             extraction=extraction, last_run=last_run,
@@ -291,6 +295,13 @@ class HarvestViews:
         return RequeueResult(source=name, requeued=moved, remaining=letters.count(name))
 
     # -- results -------------------------------------------------------------------------------------
+    def export(self, name: str, fmt: str, run_id: str | None = None, since: datetime | None = None,
+               changed_only: bool = False) -> tuple[str, int]:
+        """The records as a ``fmt`` file (jsonl, csv, parquet) in a temporary file, and how many: the download
+        of ``harvester export``. The caller streams the file, then deletes it."""
+        return export_to_temporary_file(self.source(name), self.output_database(self.source(name)), self.database,
+                                        fmt, run_id, since, changed_only)
+
     def results(self, name: str, cursor: str | None = None, limit: int = 50, run_id: str | None = None,
                 harvested_after: datetime | None = None, harvested_before: datetime | None = None) -> ResultsPage:
         """Records oldest first (by _id), ``limit`` at a time; the cursor is the last _id seen."""
@@ -318,3 +329,23 @@ class HarvestViews:
         return ResultsPage(source=name, records=records, next_cursor=next_cursor)
 
 
+
+
+def export_to_temporary_file(source: SourceConfig, output_database: Database, runs_database: Database, fmt: str,
+                             run_id: str | None, since: datetime | None, changed_only: bool) -> tuple[str, int]:
+    """Write an export into a temporary file (spooled to disk, so memory stays flat); (its path, records)."""
+    import os
+    import tempfile
+
+    from harvester.storage import export_query, export_records
+
+    query = export_query(runs_database, source, run_id, since, changed_only)
+    handle, path = tempfile.mkstemp(prefix=f"harvester-{source.name}-", suffix=f".{fmt}")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            count = export_records(source, output_database[source.output_collection], fmt, out,  # type: ignore[arg-type]
+                                   query)
+    except BaseException:  # the file is removed whatever went wrong, then the error goes on
+        os.unlink(path)
+        raise
+    return path, count

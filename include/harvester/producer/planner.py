@@ -24,6 +24,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from harvester.config import RunOptions, SourceConfig
+from harvester.producer.sitemaps import plan_sitemaps
 from harvester.producer.streams import prefetch
 from harvester.scraping import RobotsCache
 from harvester.storage import PackageStore, RunStore
@@ -65,6 +66,7 @@ class PlanResult:
     skipped_invalid: int = 0
     skipped_duplicate: int = 0
     skipped_robots: int = 0
+    sitemaps_planned: int = 0
     invalid_examples: list[str] = field(default_factory=list)
     packages_created: int = 0
     packages_total: int = 0
@@ -218,6 +220,10 @@ class Planner:
 
         result = PlanResult(source=source.name, run_id=run_id)
         already_planned, next_package_id = self._resume_point(source, run_id, result)
+        if not result.resumed and options.urls is None:  # sitemaps first (issue 23): a half-done plan made them
+            result.sitemaps_planned, next_package_id = plan_sitemaps(self.packages, source, run_id, next_package_id,
+                                                                     options.batch_size)
+            result.packages_created, result.urls_planned = next_package_id, result.sitemaps_planned
         kind = options.kind or source.input.kind
         check_lag = options.urls is None and kind == "details" and source.harvesting_lag > timedelta(0)
         cutoff = now - source.harvesting_lag

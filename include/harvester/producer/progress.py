@@ -169,6 +169,10 @@ class RunMonitor:
         browser_requests = self._site_requests(source, run_id)
         if browser_requests is not None:
             report["browser_requests"] = browser_requests
+        from harvester.producer.incremental import incremental_report
+
+        report.update(incremental_report(self.output_database[output_collection], self.redis, source, run_id,
+                                         started_at, report))
         if attributes:
             from harvester.producer.health import extraction_report
 

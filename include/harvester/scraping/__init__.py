@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.scraping.readiness import Readiness
     from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
     from harvester.scraping.robots import RobotsCache
+    from harvester.scraping.sitemaps import SitemapDiscovery, SitemapFetcher
     from harvester.scraping.slot_browser import (
         OWNER_FLAG,
         SLOT_ARGS,
@@ -44,8 +45,8 @@ __all__ = [
     "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "FetchPermit", "FetchResult",
     "FetchedBatch", "Fetcher", "GuardProxy", "HostLimits", "HostRateTimeout", "LoadListener", "PageCapture",
     "PageFetcher", "PageLoad", "PageResult", "Readiness", "Render", "RequestCharger", "ResponseClassifier",
-    "RobotsCache", "SlotBrowser", "Verdict", "canonicalise_url", "discover_links", "extract_record", "first_line",
-    "flag_value", "kill_process_tree", "load_page", "process_page", "record_url", "render_page", "strip_userinfo",
-    "user_agent_and_headers",
+    "RobotsCache", "SitemapDiscovery", "SitemapFetcher", "SlotBrowser", "Verdict", "canonicalise_url",
+    "discover_links", "extract_record", "first_line", "flag_value", "kill_process_tree", "load_page",
+    "process_page", "record_url", "render_page", "strip_userinfo", "user_agent_and_headers",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

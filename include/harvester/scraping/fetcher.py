@@ -182,15 +182,16 @@ class Fetcher:
         self._credentials[source.http_connection_id] = (time.monotonic(), credentials)
         return credentials
 
-    async def fetch(self, url: str, source: SourceConfig,
-                    ready: Callable[[], Awaitable[bool]] | None = None) -> FetchResult:
+    async def fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
+                    conditions: Mapping[str, str] | None = None) -> FetchResult:
         """Fetch one page; never raises for what a site can do wrong (that becomes the outcome).
 
         ``ready`` is asked last, right before the request starts (after robots.txt and the host's turn,
         outside the timeout: waiting is not fetching): the batch's per_minute token is taken as close to
         the site's view as the worker can; False means the task is no longer ours (outcome ``skipped``).
         Every other request the page costs the site asks it too, right before it starts: a robots.txt
-        fetch and each redirect hop take a token of their own, so per_minute counts what the site sees."""
+        fetch and each redirect hop take a token of their own, so per_minute counts what the site sees.
+        ``conditions`` (If-None-Match / If-Modified-Since) make it a conditional request: a 304 is ``not_modified``."""
         started = time.monotonic()
         started_at = time.time()
         url = strip_userinfo(url)
@@ -203,7 +204,7 @@ class Fetcher:
                 result = FetchResult(url, "skipped", reason=SKIPPED_REASON)
             else:
                 async with asyncio.timeout(source.timeout):
-                    result = await self._fetch(url, source, ready)
+                    result = await self._fetch(url, source, ready, conditions)
         except TaskNoLongerHeld:
             result = FetchResult(url, "skipped", reason=SKIPPED_REASON)
         except RobotsDisallowed as error:
@@ -278,12 +279,12 @@ class Fetcher:
 
         return await self.robots.rules(url, fetch_robots)
 
-    async def _send(self, url: str, source: SourceConfig,
-                    ready: Callable[[], Awaitable[bool]] | None = None) -> TransportResponse:
+    async def _send(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
+                    conditions: Mapping[str, str] | None = None) -> TransportResponse:
         """GET ``url`` and follow redirects by hand: every hop's URL and the peer it connected to are
         checked, credentials go only to the origins they are bound to (:func:`hop_headers`), cookies come
         from and go to the source's own jar, and userinfo is dropped."""
-        headers = request_headers(source, self.settings)
+        headers = {**request_headers(source, self.settings), **(conditions or {})}
         credentials = self.credentials(source)
         current = url
         for hop in range(self.settings.max_redirects + 1):
@@ -367,15 +368,17 @@ class Fetcher:
             body.raw_cut = True
         return body
 
-    async def _fetch(self, url: str, source: SourceConfig,
-                     ready: Callable[[], Awaitable[bool]] | None = None) -> FetchResult:
+    async def _fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
+                     conditions: Mapping[str, str] | None = None) -> FetchResult:
         cap = self.settings.body_size_cap_bytes
-        response = await self._send(url, source, ready)
+        response = await self._send(url, source, ready, conditions)
         try:
             status = response.status
             content_type = response.headers.get("content-type", "")
             result = FetchResult(url, "ok", final_url=response.url, status=status,
-                                 content_type=content_type, http_version=response.http_version)
+                                 content_type=content_type, http_version=response.http_version,
+                                 etag=response.headers.get("etag", ""),
+                                 last_modified=response.headers.get("last-modified", ""))
             classified = self.classifier.classify(status, response.headers, content_type, source.content)
             if classified.outcome != "ok":
                 result.outcome, result.reason = classified.outcome, classified.reason

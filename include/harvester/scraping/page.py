@@ -62,6 +62,11 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
     if not fetch.ok:
         return result
     limits = settings if settings is not None else get_settings()
+    if kind == "sitemap":  # the pages and sitemaps it lists (issue 23)
+        from harvester.scraping.sitemaps import sitemap_discovery
+
+        result.discovery = sitemap_discovery(source, fetch, limits.max_url_length)
+        return result
     base = fetch.final_url or url
     data = page_data(source, fetch, url)
     if source.content == "html" and (refusal := markup_refusal(

@@ -59,6 +59,8 @@ class FetchResult:
     started_at: float = 0.0  # wall clock (s) when the request started, for the queue-latency histogram
     blocked_requests: int = 0  # browser renders: requests aborted by resource-type blocking
     http_version: str = ""
+    etag: str = ""  # the response's validators, sent back on the next visit (conditional requests)
+    last_modified: str = ""
 
     @property
     def ok(self) -> bool:

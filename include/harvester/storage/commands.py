@@ -1,5 +1,5 @@
-"""The storage component's commands: `harvester records SOURCE` (the latest records of a source) and
-`harvester rekey --source X` (records and seen-URL keys)."""
+"""The storage component's commands: `harvester records SOURCE` (the latest records of a source),
+`harvester export SOURCE` (a file of its records) and `harvester rekey --source X` (records and seen-URL keys)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     records.add_argument("--run", dest="run_id", help="only the records of this run id")
     records.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     records.set_defaults(handler=_records)
+    export = subparsers.add_parser(
+        "export", help="write a source's records to a JSON Lines, CSV or Parquet file",
+        description="Stream the source's records (all, a run's, those harvested since a time, or only those "
+                    "whose values changed) into a file, with a progress bar. Types are kept: docs/sources.md.")
+    export.add_argument("source", help="the source name")
+    export.add_argument("--format", choices=["jsonl", "csv", "parquet"], help="default: from the file's suffix")
+    export.add_argument("--run", dest="run_id", help="only the records of this run id")
+    export.add_argument("--since", help="only records harvested since: an ISO 8601 time or a duration (7d, 6h)")
+    export.add_argument("--changed-only", action="store_true",
+                        help="only records that are new or changed (in --run, since --since, else in the latest run)")
+    export.add_argument("-o", "--output", required=True, help="the file to write (replaced when complete)")
+    export.add_argument("--no-progress", action="store_true", help="no progress bar")
+    export.set_defaults(handler=_export)
 
 
 def _rekey(args: argparse.Namespace) -> int:
@@ -83,3 +96,9 @@ def _records(args: argparse.Namespace) -> int:
         print(f"{len(found)} record(s) of {source.name} in {collection.database.name}.{collection.name}"
               + (f", run {args.run_id}" if args.run_id else ""))
     return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from harvester.storage.export_command import run_export
+
+    return run_export(args)

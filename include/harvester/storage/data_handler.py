@@ -75,6 +75,10 @@ class WriteResult:
     matched: int = 0
     discarded: int = 0
     rejected: dict[int, str] = field(default_factory=dict)
+    # what the records' stored versions say (issue 23): new, changed (some field differs) or the same
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
 
     @property
     def stored(self) -> int:
@@ -168,8 +172,37 @@ class DataHandler:
         if self.discarding:
             result.discarded = len(upserts)
             return result
-        self._bulk_write(self.collection(source), upserts, result)
+        collection = self.collection(source)
+        self._classify(collection, source, upserts, run_id, now, result)
+        self._bulk_write(collection, upserts, result)
         return result
+
+    @staticmethod
+    def _classify(collection: Collection, source: SourceConfig, upserts: list[_Upsert], run_id: str | None,
+                  now: datetime, result: WriteResult) -> None:
+        """New, changed or unchanged (one read of the stored versions), ``changed_at``, the history."""
+        from harvester.storage.changes import ChangeTracker
+
+        changes = ChangeTracker().classify(collection, source, [upsert.update["$set"] for upsert in upserts],
+                                           [upsert.filter for upsert in upserts], run_id, now)
+        result.new, result.changed, result.unchanged = changes.new, changes.changed, changes.unchanged
+
+    @mongo_storage_errors()
+    def validators(self, source: SourceConfig, urls: list[str]) -> dict[str, dict[str, Any]]:
+        """The ETag / Last-Modified (and body size) last stored with the records of these URLs: one query."""
+        from harvester.storage.conditional import stored_validators
+
+        return {} if self.discarding or not urls else stored_validators(self.collection(source), urls)
+
+    @mongo_storage_errors()
+    def refresh_not_modified(self, source: SourceConfig, urls: list[str], run_id: str | None,
+                             now: datetime | None = None) -> int:
+        """A 304: the records of these URLs are kept, harvested again now, by this run (one update)."""
+        from harvester.storage.conditional import refresh_not_modified
+
+        if self.discarding or not urls:
+            return 0
+        return refresh_not_modified(self.collection(source), urls, run_id, now or datetime.now(UTC))
 
     def _bulk_write(self, collection: Collection, upserts: list[_Upsert], result: WriteResult,
                     attempt: int = 0) -> None:

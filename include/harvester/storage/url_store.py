@@ -144,22 +144,25 @@ class RunFrontier:
     @redis_storage_errors()
     def reserve_new_urls(self, source: str, run_id: str | None, wanted: int, cap: int) -> int:
         """How many of ``wanted`` new detail URLs still fit under the run's cap (reserved atomically)."""
-        return self._reserve(SourceKeys(source).run_new_urls(run_id), wanted, cap)
+        return reserve_under_cap(self.redis, SourceKeys(source).run_new_urls(run_id), wanted, cap, self.ttl)
 
     @redis_storage_errors()
     def reserve_listing_pages(self, source: str, run_id: str | None, wanted: int, cap: int) -> int:
         """How many of ``wanted`` newly discovered listing pages still fit under the run's
         ``max_listing_pages_per_run`` (reserved atomically, across every worker)."""
-        return self._reserve(SourceKeys(source).run_listing_count(run_id), wanted, cap)
+        return reserve_under_cap(self.redis, SourceKeys(source).run_listing_count(run_id), wanted, cap, self.ttl)
 
-    def _reserve(self, key: str, wanted: int, cap: int) -> int:
-        if wanted <= 0:
-            return 0
-        pipeline = self.redis.pipeline(transaction=False)
-        pipeline.incrby(key, wanted)
-        pipeline.expire(key, self.ttl)
-        total = int(pipeline.execute()[0])
-        granted = max(0, min(wanted, cap - (total - wanted)))
-        if granted < wanted:
-            self.redis.decrby(key, wanted - granted)
-        return granted
+
+def reserve_under_cap(client: redis.Redis, key: str, wanted: int, cap: int, ttl: int) -> int:
+    """How many of ``wanted`` still fit under ``cap`` on the counter ``key``: INCRBY first, so two callers
+    never both get the last place, then what did not fit is given back."""
+    if wanted <= 0:
+        return 0
+    pipeline = client.pipeline(transaction=False)
+    pipeline.incrby(key, wanted)
+    pipeline.expire(key, ttl)
+    total = int(pipeline.execute()[0])
+    granted = max(0, min(wanted, cap - (total - wanted)))
+    if granted < wanted:
+        client.decrby(key, wanted - granted)
+    return granted

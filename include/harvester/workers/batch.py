@@ -47,8 +47,10 @@ from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolic
 from harvester.workers.follower import LinkFollower, discovered_task_id
 from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
 from harvester.workers.host_rate import HostRateGate
+from harvester.workers.incremental import IncrementalFetching, refresh_not_modified
 from harvester.workers.report import BatchReport
 from harvester.workers.settler import Settler, StoredPage
+from harvester.workers.sitemaps import SitemapFollower
 
 if TYPE_CHECKING:
     from harvester.storage import PackageStore
@@ -85,6 +87,9 @@ class BatchRunner:
             self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis),
             guard=self.guard)
         self._browser: PageFetcher | None = None
+        # incremental harvests (issue 23): conditional requests, sitemaps
+        self.incremental = IncrementalFetching.from_settings(self.settings, self.clients.data, self.fetcher)
+        self.sitemaps = SitemapFollower.from_settings(self.settings, self.clients, self.follower, self.failures)
 
     # -- the shared clients, under the names the tests and tools use --------------------------------
     @property
@@ -178,7 +183,7 @@ class BatchRunner:
                 self.failures.retry(message, reason, None, report, counter="config_error")
             self.count(name, report)
             return report
-        fetcher = self.fetcher_for(source)
+        fetcher = self.incremental.fetcher(source, messages, self.fetcher_for(source))
         with LeaseHeartbeat(self.store, name, leases_of(messages), self.settings.heartbeat_seconds,
                             self.batch_deadline(source, len(messages), fetcher)) as heartbeat:
             permit = RateTokenPermit(self.store, name, [message.task_id for message in messages], heartbeat)
@@ -214,6 +219,8 @@ class BatchRunner:
         to_store: list[StoredPage] = []
         record_listings: list[StoredPage] = []  # listing pages with records of their items (listing.records)
         listings: list[StoredPage] = []
+        sitemaps: list[StoredPage] = []
+        not_modified: list[StoredPage] = []
         finished: list[TaskMessage] = []
         for message, page in zip(messages, pages, strict=True):
             fetch = page.fetch
@@ -224,9 +231,11 @@ class BatchRunner:
             if fetch.truncated:
                 report.outcomes["truncated"] += 1
             if fetch.outcome == "not_modified":
-                finished.append(message)
+                not_modified.append((message, page))
             elif not fetch.ok:
                 self.failures.fetch_failed(source, message, fetch, report)
+            elif message.kind == "sitemap":
+                sitemaps.append((message, page))
             elif page.extraction is not None:
                 for problem in page.extraction.problems:
                     report.outcomes[problem.counter] += 1
@@ -255,6 +264,8 @@ class BatchRunner:
                 log.exception("following the links of %s failed", message.url)
                 self.failures.retry(message, f"link discovery failed: {type(error).__name__}: {error}", None,
                                     report)
+        followed += self.sitemaps.follow_all(source, sitemaps, report)
+        finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
         self.settler.complete(source, finished + stored + followed, report)
 
     @staticmethod

@@ -19,6 +19,7 @@ from harvester.scraping import PageResult
 from harvester.settings import HarvesterSettings
 from harvester.storage import DataHandler, URLStore
 from harvester.workers.failures import FailurePolicy
+from harvester.workers.incremental import with_validators
 from harvester.workers.report import BatchReport
 
 if TYPE_CHECKING:
@@ -62,11 +63,13 @@ class Settler:
                 owners: list[StoredPage] = []  # the page each record came from, by position
                 for message, page in group:
                     for record in page.records:
-                        records.append(record)
+                        records.append(with_validators(record, page))
                         owners.append((message, page))
                 result = self.data.write(source, records, run_id)
                 report.outcomes["records_new"] += result.upserted
                 report.outcomes["records_updated"] += result.matched
+                report.outcomes["records_changed"] += result.changed
+                report.outcomes["records_unchanged"] += result.unchanged
                 records_stored += len(records) - len(result.rejected)
                 for position, reason in result.rejected.items():
                     report.outcomes["rejected"] += 1

@@ -90,7 +90,7 @@ function drawSources(sources) {
       cell(s.name), cell(s.pending, "number"), cell(`${s.active} / ${s.max_active}`, "number"),
       cell(`${s.started_last_minute} / ${s.per_minute}`, "number"), cell(s.done, "number"), cell(failed),
       cell(s.dead_letters, "number"), cell((s.paused ? "source paused; " : "") + (hosts || "")),
-      cell(last, "last-run"), cell(drift, "drift"),
+      cell(last, "last-run"), cell(drift, "drift"), cell(notModified(s), "number not-modified"),
     ], { "data-source": s.name });
   }), "no sources yet");
 
@@ -109,6 +109,24 @@ function drawSources(sources) {
   keepOptions(document.getElementById("job-source"), names);
   const withDead = sources.filter((s) => s.dead_letters > 0).map((s) => s.name);
   keepOptions(document.getElementById("dead-source"), withDead.length ? withDead : names);
+}
+
+// Incremental harvests (issue 23): what 304s kept and saved, what a run changed.
+function bytes(amount) {
+  if (!amount) return "0 B";
+  const units = ["B", "kB", "MB", "GB", "TB"];
+  const power = Math.min(units.length - 1, Math.floor(Math.log10(amount) / 3));
+  return `${(amount / 1000 ** power).toFixed(power ? 1 : 0)} ${units[power]}`;
+}
+
+function notModified(s) {
+  return `${s.records_not_modified ?? 0} (${bytes(s.bytes_saved ?? 0)} saved)`;
+}
+
+function changes(report) {
+  if (report.records_changed === undefined) return "";
+  return `${report.records_new ?? 0} / ${report.records_changed} / ${report.records_unchanged ?? 0} / `
+    + `${report.records_not_modified ?? 0}`;
 }
 
 function drawSlots(slots) {
@@ -178,6 +196,7 @@ async function drawRuns(sources) {
         cell(run.started_at ? new Date(run.started_at).toLocaleString() : ""),
         cell(report.records_stored ?? "", "number"),
         cell((report.selector_drift || []).length ? flag(report.selector_drift.join(", ")) : ""),
+        cell(changes(report), "number changes"),
       ], { "data-run": run.run_id, "data-source": s.name }));
     }
   }

@@ -1,0 +1,62 @@
+"""Figures of one run that only the workers see, kept in Redis beside the run's frontier (issue 23):
+sitemaps read and what they listed, URLs a sitemap's ``lastmod`` showed unchanged, bytes that 304s
+saved, and the sitemaps that were cut or refused (named, capped). The run's report reads them; they
+expire with the frontier's keys.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+
+from harvester.errors import redis_storage_errors
+from harvester.redis_keys import SourceKeys
+from harvester.storage.url_store import reserve_under_cap
+
+PROBLEMS_KEPT = 50  # sitemaps named per run in the report; the counters count them all
+RUN_KEYS_SECONDS = 7 * 24 * 3600
+
+
+class RunFigures:
+    """Per-run counters and named sitemap problems, one pipelined round trip per call."""
+
+    def __init__(self, redis_client: redis.Redis, ttl_seconds: int = RUN_KEYS_SECONDS) -> None:
+        self.redis = redis_client
+        self.ttl = ttl_seconds
+
+    @redis_storage_errors()
+    def add(self, source: str, run_id: str | None, figures: Mapping[str, int],
+            problems: list[tuple[str, str]] | None = None) -> None:
+        figures = {name: amount for name, amount in figures.items() if amount}
+        if not figures and not problems:
+            return
+        keys = SourceKeys(source)
+        pipeline = self.redis.pipeline(transaction=False)
+        for name, amount in figures.items():
+            pipeline.hincrby(keys.run_figures(run_id), name, int(amount))
+        pipeline.expire(keys.run_figures(run_id), self.ttl)
+        if problems:
+            key = keys.run_sitemap_problems(run_id)
+            pipeline.rpush(key, *(json.dumps({"url": url, "problem": problem}) for url, problem in problems))
+            pipeline.ltrim(key, 0, PROBLEMS_KEPT - 1)
+            pipeline.expire(key, self.ttl)
+        pipeline.execute()
+
+    @redis_storage_errors()
+    def read(self, source: str, run_id: str | None) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        keys = SourceKeys(source)
+        pipeline = self.redis.pipeline(transaction=False)
+        pipeline.hgetall(keys.run_figures(run_id))
+        pipeline.lrange(keys.run_sitemap_problems(run_id), 0, PROBLEMS_KEPT - 1)
+        raw_figures, raw_problems = pipeline.execute()
+        figures = {(name.decode() if isinstance(name, bytes) else name): int(amount)
+                   for name, amount in raw_figures.items()}
+        return figures, [json.loads(entry) for entry in raw_problems]
+
+    @redis_storage_errors()
+    def reserve(self, key: str, wanted: int, cap: int) -> int:
+        """How many of ``wanted`` still fit under ``cap`` on the counter ``key`` (reserved atomically)."""
+        return reserve_under_cap(self.redis, key, wanted, cap, self.ttl)
