@@ -291,6 +291,7 @@ def ready_slot(client: redis.Redis, country: str = "SG") -> str:
     (slot_id,) = registry.create(country, 1)
     registry.transition(slot_id, SlotState.PREPARING_PAGE)
     registry.transition(slot_id, SlotState.PAGE_READY)
+    registry.heartbeat(slot_id, "", None)  # claimed: a process heartbeats it
     return slot_id
 
 
@@ -325,6 +326,27 @@ def test_page_slot_heartbeat_seconds_sets_when_a_silent_slot_is_reset(redis_clie
     PageSlotManager(redis_client, HarvesterSettings(page_slot_heartbeat_seconds=0.1)).reset_dead_slots(
         StepReport("probe"))  # two missed heartbeats (0.2 s) < 0.3 s of silence
     assert SlotRegistry(redis_client).get(slot_id).state == SlotState.NO_PAGE
+
+
+@covers_setting("page_slot_claim_seconds")
+@pytest.mark.integration
+def test_page_slot_claim_seconds_is_how_long_a_prepared_slot_waits_for_a_process(redis_client):
+    import time
+
+    from harvester.pageslots.manager import PageSlotManager, StepReport
+    from harvester.pageslots.registry import SlotRegistry, SlotState
+
+    registry = SlotRegistry(redis_client)
+    (slot_id,) = registry.create("SG", 1)
+    registry.transition(slot_id, SlotState.PREPARING_PAGE)  # its hosting task queued, not yet claimed
+    time.sleep(0.3)
+    quick_beats = {"page_slot_heartbeat_seconds": 0.1}
+    assert PageSlotManager(redis_client, HarvesterSettings(**quick_beats, page_slot_claim_seconds=30)).reset_dead_slots(
+        StepReport("probe")) == []  # two heartbeats passed, but no process has had it yet
+    assert registry.get(slot_id).state == SlotState.PREPARING_PAGE
+    PageSlotManager(redis_client, HarvesterSettings(**quick_beats, page_slot_claim_seconds=0.2)).reset_dead_slots(
+        StepReport("probe"))
+    assert registry.get(slot_id).state == SlotState.NO_PAGE
 
 
 @covers_setting("reap_interval_seconds")

@@ -198,6 +198,9 @@ class HarvesterSettings(BaseSettings):
     allocation_sample_size: int = Field(default=3000, ge=1, description="Recent browser tasks the allocator scores.")
     page_slot_heartbeat_seconds: float = Field(
         default=5.0, gt=0, description="Slot processes and slot hosts heartbeat this often; two missed = dead.")
+    page_slot_claim_seconds: float = Field(
+        default=60.0, gt=0, description="A prepared slot no worker process has claimed yet is reset after this "
+        "long (its hosting task may wait behind busy processes; the next page_slots run prepares it again).")
     page_slot_recycle_after_pages: int = Field(
         default=500, ge=1, description="A slot's browser is re-launched after serving this many pages.")
     page_slot_reopen_page_after_pages: int = Field(

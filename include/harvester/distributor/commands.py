@@ -114,14 +114,15 @@ def _dead_letters(args: argparse.Namespace) -> int:
 
 
 def _with_snapshot(source: str, entries: list[DeadLetter]) -> set[str]:
-    """Task ids of ``entries`` whose page snapshot is kept (none when MongoDB cannot say)."""
-    from harvester.errors import StorageError
+    """Task ids of ``entries`` whose page snapshot is kept (none when MongoDB cannot say: the dead letters
+    live in Redis and are listed without it)."""
+    from harvester.errors import ConnectionNotFound, StorageError
     from harvester.storage import SnapshotStore
 
     task_ids = [entry.message.get("task_id") for entry in entries if isinstance(entry.message, dict)]
     try:
         return SnapshotStore.from_settings(_settings()).existing(source, [t for t in task_ids if t])
-    except StorageError:
+    except (StorageError, ConnectionNotFound):  # no MongoDB configured or reachable: list without markers
         return set()
 
 

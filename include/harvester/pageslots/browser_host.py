@@ -122,7 +122,7 @@ class BrowserHost:
                 render = await browser.render(url, source, kind)
             except Exception as error:  # a Playwright or driver fault we did not foresee: fail the task
                 log.exception("rendering %s failed unexpectedly", url)
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # the browser is restarted for the next task either way
                     await browser.close_browser()
                 return FetchResult(url, "connection_error",
                                    reason=f"browser failure: {type(error).__name__}: {first_line(error)}")
@@ -188,7 +188,7 @@ class BrowserHostThread:
             await asyncio.sleep(interval)
             try:
                 await self.host.close_if_idle()
-            except Exception:
+            except Exception:  # the watch keeps running: a failed close is retried at the next interval
                 log.exception("closing the idle browser failed")
 
     @property
@@ -203,7 +203,7 @@ class BrowserHostThread:
             return
         self._closed = True
         self._idle_watch.cancel()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # shutting down: the loop stops and the browser tree is killed anyway
             self.call(self.host.close(), timeout)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout)

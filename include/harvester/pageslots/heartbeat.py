@@ -10,6 +10,7 @@ from collections.abc import Callable
 import psutil
 import redis
 
+from harvester.errors import StorageError
 from harvester.pageslots.registry import Orders, SlotRegistry
 from harvester.scraping import OWNER_FLAG, SLOT_FLAG, flag_value, kill_process_tree
 from harvester.settings import HarvesterSettings
@@ -45,7 +46,7 @@ class SlotHeartbeat:
             task = self.task
             if task is not None:
                 self.store.heartbeat(task[0], {task[1]: task[2]})
-        except redis.RedisError as error:  # Redis restarting: keep going, the loop retries too
+        except StorageError as error:  # Redis restarting: keep going, the loop retries too
             log.warning("slot %s: heartbeat failed: %s", self.slot_id, error)
             return self.orders
         if orders is None:

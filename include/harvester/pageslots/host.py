@@ -34,11 +34,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
 from harvester.config import SourceConfig
 from harvester.distributor import TaskMessage
-from harvester.errors import SlotEnded
+from harvester.errors import SlotEnded, StorageError, redis_storage_errors
 from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
 from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher
 from harvester.pageslots.heartbeat import SlotHeartbeat, reap_orphan_browsers
@@ -166,7 +164,7 @@ class PageSlotHost:
             try:
                 self.registry.transition(self.slot_id, target, self.owner, reason=self.report.outcome[:300])
                 self.state = target
-            except (SlotTransitionRefused, redis.RedisError):
+            except (SlotTransitionRefused, StorageError):  # refused or Redis gone: the record is reset by the reaper
                 return
 
     async def _prepare(self) -> None:
@@ -243,9 +241,10 @@ class PageSlotHost:
 
     def _pop_task(self) -> str | None:
         try:
-            popped = self.blocking.blpop([KEYS.browser_tasks(self.country)],
-                                         timeout=self.settings.page_slot_task_wait_seconds)
-        except redis.RedisError as error:  # Redis restarting: wait a little, the loop tries again
+            with redis_storage_errors():
+                popped = self.blocking.blpop([KEYS.browser_tasks(self.country)],
+                                             timeout=self.settings.page_slot_task_wait_seconds)
+        except StorageError as error:  # Redis restarting: wait a little, the loop tries again
             log.warning("slot %s: waiting for tasks failed: %s", self.slot_id, error)
             time.sleep(min(1.0, self.settings.page_slot_task_wait_seconds))
             return None
@@ -330,8 +329,9 @@ class PageSlotHost:
             pipeline.hincrby(run_requests, f"{message.run_id}|sub_requests",
                              render.outcomes.get("browser_sub_requests", 0))
         try:
-            pipeline.execute()
-        except redis.RedisError as error:  # counts only: the task is settled
+            with redis_storage_errors():
+                pipeline.execute()
+        except StorageError as error:  # counts only: the task is settled
             log.warning("slot %s: counting bytes and requests failed: %s", self.slot_id, error)
 
     async def _keep_evidence(self, source: SourceConfig, message: TaskMessage, render: Render) -> None:
@@ -375,7 +375,7 @@ class PageSlotHost:
             result = self.registry.transition(self.slot_id, target, self.owner, reason=reason, fields=fields)
         except SlotTransitionRefused as refused:
             raise SlotEnded(f"slot record refused {refused.state} -> {target}: {refused.status}") from None
-        except redis.RedisError as error:
+        except StorageError as error:
             raise SlotEnded(f"Redis unavailable during {target}: {error}") from None
         self.state = target
         return result.outcome

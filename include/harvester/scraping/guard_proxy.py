@@ -75,7 +75,7 @@ class UpstreamProxy:
                 await self._socks5(reader, writer, address, port)
             else:
                 await self._http_connect(reader, writer, address, port)
-        except BaseException:
+        except BaseException:  # cancelled or refused mid-handshake: close our side before it propagates
             writer.close()
             raise
         return reader, writer
@@ -158,7 +158,7 @@ class GuardProxy:
         for writer in list(self._connections):
             writer.close()
         if server is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # closing at shutdown: a slow or broken close changes nothing
                 await asyncio.wait_for(server.wait_closed(), 5)
 
     def refusals_since(self, mark: int) -> list[Refusal]:
@@ -179,7 +179,7 @@ class GuardProxy:
         finally:
             self._connections.discard(writer)
             writer.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # the peer may already be gone; the connection is closed either way
                 await writer.wait_closed()
 
     async def _request(self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -162,7 +162,7 @@ class ContextGuard:
     # -- WebSockets and popups ---------------------------------------------------------------------
     async def _refuse_socket(self, socket: WebSocketRoute) -> None:
         self.blocked["websocket"] += 1
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # refused either way: the page may have closed the socket first
             await socket.close(code=1008, reason="WebSockets are refused for this source")
 
     def _popup(self, page: Page) -> None:
@@ -226,7 +226,7 @@ class BodyCap:
             cutting.cancel()
         if not task.done():
             task.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(BaseException):  # the cut task was cancelled: its ending is not ours to raise
                 await task
             return None
         if task.exception() is not None and self.cut.is_set():

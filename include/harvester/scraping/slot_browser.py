@@ -205,8 +205,8 @@ class SlotBrowser:
             page, _ = await asyncio.gather(context.new_page(), guard.attach(context))  # routed before it loads
             cap = BodyCap(self.settings.body_size_cap_bytes)
             await cap.attach(context, page)
-        except BaseException:
-            with contextlib.suppress(Exception):
+        except BaseException:  # a visit that failed to open closes its context before the error propagates
+            with contextlib.suppress(Exception):  # the context may be half made; the original error matters
                 await context.close()
             raise
         assert self.guard_proxy is not None  # started with the browser
@@ -333,9 +333,9 @@ class SlotBrowser:
             return None
         html = ""
         screenshot = None
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # evidence is best effort: a crashed page still yields its screenshot
             html = await asyncio.wait_for(visit.page.content(), 5)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # best effort likewise: the HTML alone is still evidence
             screenshot = await visit.page.screenshot(type="jpeg", quality=60, timeout=5000, animations="disabled")
         return PageCapture(visit.page.url, html, screenshot)
 
@@ -372,7 +372,7 @@ class SlotBrowser:
         browser, self.browser = self.browser, None
         pid, self.pid = self.pid, None
         if browser is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # a hung or dead browser: its process tree is killed next
                 await asyncio.wait_for(browser.close(), 10)
         if pid is not None:
             kill_process_tree(pid)
@@ -384,7 +384,7 @@ class SlotBrowser:
             await guard.close()
         playwright, self.playwright = self.playwright, None
         if playwright is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # the driver may have died with the browser; nothing is left to stop
                 await asyncio.wait_for(playwright.stop(), 10)
 
 

@@ -15,10 +15,9 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-import redis
-
 from harvester.config import SourceConfig
 from harvester.distributor import RateLimitStore, TaskMessage
+from harvester.errors import StorageError
 from harvester.scraping import FetchResult, HostLimits, HostRateTimeout
 from harvester.workers.batch import BatchRunner
 from harvester.workers.host_rate import HostRateGate
@@ -47,7 +46,7 @@ class SiteRequestCharger:
         while True:
             try:
                 wait = await asyncio.to_thread(self.store.acquire_fetch, self.source.name)
-            except redis.RedisError as error:  # Redis restarting: no token, no request; look again shortly
+            except StorageError as error:  # Redis restarting: no token, no request; look again shortly
                 log.warning("rate token of %s unavailable: %s", self.source.name, error)
                 wait = OUTAGE_PAUSE_SECONDS
             if wait <= 0:
@@ -61,7 +60,7 @@ class SiteRequestCharger:
             except HostRateTimeout:  # a page's request waits as long as its page lets it (its timeouts)
                 await asyncio.sleep(LONGEST_PAUSE_SECONDS)
                 continue
-            except redis.RedisError as error:
+            except StorageError as error:  # Redis restarting: wait a little, then ask for the host's token again
                 log.warning("host rate of %s unavailable: %s", self.source.name, error)
                 await asyncio.sleep(OUTAGE_PAUSE_SECONDS)
                 continue
