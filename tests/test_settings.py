@@ -695,7 +695,7 @@ def slot_host(redis_server, monkeypatch: pytest.MonkeyPatch, loads: list[bool | 
     (slot_id,) = registry.create("SG", 1)
     registry.transition(slot_id, SlotState.PREPARING_PAGE)
     host = PageSlotHost(slot_id, settings)
-    assert registry.claim(slot_id, host.owner, host.host, 1, 10) == "ok"
+    assert registry.claim(slot_id, host.owner, host.worker, 1, 10) == "ok"
     host.country, host.browser = "SG", ScriptedBrowser(slot_id, None, settings)
     return host
 
