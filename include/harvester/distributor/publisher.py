@@ -13,6 +13,7 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
+from harvester.connections import celery_broker
 from harvester.queues import kombu_queue
 from harvester.settings import HarvesterSettings
 
@@ -23,10 +24,12 @@ SOFT_LIMIT_MARGIN_SECONDS = 15.0  # a batch past its soft limit gets this long t
 
 
 def celery_app_for(settings: HarvesterSettings) -> Celery:
-    """A Celery app that only publishes, to ``settings.redis_url``, in the message format the workers'
-    app (``harvester.workers.celery_app``) consumes: the distributor never imports worker code."""
-    app = Celery("harvester", broker=settings.redis_url, set_as_current=False)
-    app.conf.update(task_serializer="json", accept_content=["json"], result_backend=None, task_ignore_result=True,
+    """A Celery app that only publishes, to ``settings.redis_url`` (or its sentinels' primary), in the message
+    format the workers' app (``harvester.workers.celery_app``) consumes: the distributor never imports worker code."""
+    broker_url, sentinel_options = celery_broker(settings)  # sentinel:// and its master_name when sentinels are set
+    app = Celery("harvester", broker=broker_url, set_as_current=False)
+    app.conf.update(broker_transport_options=sentinel_options, task_serializer="json", accept_content=["json"],
+                    result_backend=None, task_ignore_result=True,
                     broker_connection_retry_on_startup=True,
                     # send_task then publishes a task-sent event per message through the same producer
                     # batch (Celery's event dispatcher), so Flower shows each batch from the moment it is queued

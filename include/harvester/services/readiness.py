@@ -9,6 +9,7 @@ import urllib.request
 from collections.abc import Callable
 
 from harvester.errors import ServiceNotReady
+from harvester.services.ports import LOOPBACK
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
@@ -40,6 +41,18 @@ def redis_ping(url: str) -> bool:
     client = open_redis_client(url, socket_timeout=1, socket_connect_timeout=1)
     try:
         return bool(client.ping())
+    finally:
+        client.close()
+
+
+def sentinel_knows_primary(port: int, master_name: str, password: str | None = None) -> bool:
+    """The sentinel on ``port`` answers and names a primary for ``master_name``."""
+    from harvester.connections import open_redis_client
+
+    client = open_redis_client(f"redis://{LOOPBACK}:{port}/0", socket_timeout=1, socket_connect_timeout=1,
+                               password=password or None)
+    try:
+        return bool(client.sentinel_get_master_addr_by_name(master_name))
     finally:
         client.close()
 
