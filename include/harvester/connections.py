@@ -159,7 +159,8 @@ class RedisTarget(ConnectionTarget):
     def redacted(self) -> str:
         if not self.sentinels:
             return redact(self.address)
-        return f"{redact(self.address)} (primary {self.sentinel_master!r} of sentinels {format_sentinels(self.sentinels)})"
+        sentinels = format_sentinels(self.sentinels)
+        return f"{redact(self.address)} (primary {self.sentinel_master!r} of sentinels {sentinels})"
 
     def cache_key(self) -> tuple[str, str]:
         address, options = super().cache_key()
