@@ -310,6 +310,7 @@ def test_a_sentinel_client_reaches_the_new_primary_after_a_failover(redis_sentin
     scripts = Scripts(client, [contract])
     call = lambda: scripts.call("incr", "any", {"counter": "n"}, by=1).value  # noqa: E731
     assert call() == 1
+    assert client.wait(1, 5000) == 1  # replicated: asynchronous replication could otherwise lose it with the primary
     old = group.primary_port()
     group.kill_primary()
     group.wait_failover(old)
