@@ -87,6 +87,7 @@ def test_redis_is_a_primary_a_replica_and_three_sentinels_and_every_client_asks_
     for sentinel in sentinels:
         assert sentinel.command[-1] == "--sentinel"
         [(path, text)] = sentinel.files
+        assert path.name == "sentinel.conf"
         assert f"sentinel monitor harvester 127.0.0.1 {cluster.ports.redis} 2" in text
         assert f"requirepass {cluster.secrets.redis_password}" in text
     assert sorted(sentinel.port for sentinel in sentinels) == cluster.sentinel_ports
