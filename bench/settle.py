@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT / "include", ROOT / "demo"):
+for path in (ROOT / "include", ROOT / "demo"):  # after PYTHONPATH: another checkout's core may be measured
     if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+        sys.path.append(str(path))
 
 
 def product_pages(site_url: str, count: int) -> list[tuple[str, str]]:
