@@ -448,3 +448,16 @@ def test_a_compose_sentinel_writes_the_configuration_redis_sentinel_reads(tmp_pa
     assert lines.count("sentinel monitor harvester redis 6379 2") == 1
     assert {"sentinel auth-pass harvester s3cret", "requirepass s3cret", "sentinel announce-ip redis-sentinel-2",
             "sentinel resolve-hostnames yes", "sentinel announce-hostnames yes", "port 26379"} <= set(lines)
+
+
+def test_a_metadata_cleanup_service_runs_the_harvester_command_daily_where_airflow_reaches_its_database() -> None:
+    service = SERVICES["metadata-cleanup"]
+    command = service["command"]
+    assert command[:2] == ["harvester", "metadata-cleanup"] and "metadata-cleanup" in harvester_subcommands()
+    assert float(command[command.index("--every-hours") + 1]) == 24
+    assert service["entrypoint"] == ["/usr/bin/dumb-init", "--"]  # not `airflow harvester ...`
+    environment = service["environment"]
+    assert environment["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == \
+        SERVICES["airflow-scheduler"]["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert interpolate(environment["HARVESTER_METADATA_RETENTION_DAYS"]) == "30"
+    assert "airflow-init" in service["depends_on"]
