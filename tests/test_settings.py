@@ -192,6 +192,8 @@ def test_redis_sentinels_make_every_client_and_the_broker_ask_them_for_the_prima
     assert celery_app_for(sentinels).conf.broker_url == \
         "sentinel://:secret@10.0.0.1:26379/3;sentinel://:secret@10.0.0.2:26380/3"
     assert celery_app_for(plain).conf.broker_transport_options == {}
+    with pytest.raises(ValueError, match="TLS"):  # never a silent downgrade to plain TCP
+        celery_app_for(sentinels.model_copy(update={"redis_url": "rediss://:secret@127.0.0.1:1/3"}))
     close_clients()
 
 

@@ -513,11 +513,16 @@ def open_sentinel_client(target: RedisTarget, **overrides: Any) -> redis.Redis:
 def celery_broker(settings: HarvesterSettings) -> tuple[str, dict[str, Any]]:
     """The Celery broker URL of HARVESTER_REDIS_URL and the transport options it needs: with sentinels,
     kombu's ``sentinel://`` transport (one ``sentinel://`` URL per sentinel, the primary's password and
-    database from the Redis URL) and its ``master_name``; kombu finds the new primary after a failover."""
+    database from the Redis URL) and its ``master_name``; kombu finds the new primary after a failover.
+    A ``rediss://`` URL with sentinels is refused rather than sent in the clear: kombu's sentinel transport
+    would talk plain TCP to the primary."""
     fields = sentinel_fields(settings)
     if not fields:
         return settings.redis_url, {}
     parts = urlsplit(settings.redis_url)
+    if parts.scheme != "redis":
+        raise ValueError(f"HARVESTER_REDIS_SENTINELS needs a redis:// HARVESTER_REDIS_URL for the Celery broker, "
+                         f"not {parts.scheme}:// (kombu's sentinel transport does not speak TLS to the primary)")
     credentials = parts.netloc.rpartition("@")[0]
     credentials = f"{credentials}@" if credentials else ""
     database = parts.path or "/0"
