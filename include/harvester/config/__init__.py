@@ -12,6 +12,17 @@ from harvester.config.attributes import (
     meta_expression,
     scalar_type,
 )
+from harvester.config.browser import (
+    Action,
+    BrowserOptions,
+    ClickSpec,
+    DelayWait,
+    DismissSpec,
+    NetworkIdleWait,
+    ScrollSpec,
+    SelectorWait,
+    WaitSpec,
+)
 from harvester.config.incremental import AfterSchedule
 from harvester.config.loader import (
     SOURCE_SUFFIXES,
@@ -29,9 +40,9 @@ from harvester.errors import SourceConfigError
 
 __all__ = [
     "BATCH_SIZE_PARAM", "ELEMENT_SELECTOR_KINDS", "JSON_PREFIX", "MAX_BATCH_SIZE", "MAX_PACKAGES_PARAM",
-    "SOURCE_SUFFIXES", "URLS_PARAM", "XPATH_PREFIX", "AfterSchedule", "Attribute", "Listing", "ListingRecords",
-    "Problem", "RecordItem",
-    "RunOptions", "SourceConfig", "SourceConfigError", "SourceSet", "StructuredPath", "compile_jmespath",
-    "default_directory", "format_duration", "get_source", "load_source_file", "load_sources", "meta_expression",
-    "parse_duration", "parse_source", "scalar_type",
+    "SOURCE_SUFFIXES", "URLS_PARAM", "XPATH_PREFIX", "Action", "AfterSchedule", "Attribute", "BrowserOptions",
+    "ClickSpec", "DelayWait", "DismissSpec", "Listing", "ListingRecords", "NetworkIdleWait", "Problem",
+    "RecordItem", "RunOptions", "ScrollSpec", "SelectorWait", "SourceConfig", "SourceConfigError", "SourceSet",
+    "StructuredPath", "WaitSpec", "compile_jmespath", "default_directory", "format_duration", "get_source",
+    "load_source_file", "load_sources", "meta_expression", "parse_duration", "parse_source", "scalar_type",
 ]
