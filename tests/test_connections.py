@@ -326,3 +326,15 @@ def test_a_sentinel_client_reaches_the_new_primary_after_a_failover(redis_sentin
     assert value == 2  # the first write had reached the replica
     assert client.connection_pool.connection_kwargs  # the same cached client
     assert group.primary_port() == group.ports["replica"]
+
+
+@pytest.mark.unit
+def test_no_primary_during_a_failover_is_an_outage_callers_wait_out() -> None:
+    """While the sentinels have no primary to name (between the loss and the promotion) a command fails with
+    redis-py's MasterNotFoundError; at the boundary it is StorageUnavailableError, which every loop waits out."""
+    from harvester.errors import StorageUnavailableError, redis_storage_errors
+    from redis.sentinel import MasterNotFoundError
+
+    with pytest.raises(StorageUnavailableError) as raised, redis_storage_errors():
+        raise MasterNotFoundError("No master found for 'harvester'")
+    assert isinstance(raised.value.__cause__, MasterNotFoundError)
