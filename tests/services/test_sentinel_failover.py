@@ -18,6 +18,7 @@ import pytest
 from harvester.connections import close_clients, redis_client
 
 from tests.fixtures.sentinel import FAST_SENTINEL_PLAN, RedisSentinelGroup
+from tests.fixtures.servers import ServerProcess
 from tests.reliability.harness import FAST_RELIABILITY_SETTINGS, Harvest, slow_product_urls, write_source_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -46,12 +47,20 @@ def sentinel_harvest(configure_settings, redis_sentinel_group: RedisSentinelGrou
     close_clients()
 
 
+def check_alive(*processes: ServerProcess) -> None:
+    """Outages are waited out, never fatal: a process that died of the failover fails the test at once."""
+    for process in processes:
+        if not process.alive():
+            tail = process.log_path.read_text(errors="replace")[-3000:]
+            pytest.fail(f"{process.name} died during the failover; its log ends:\n{tail}")
+
+
 def test_the_primary_sigkilled_mid_harvest_the_replica_takes_over_and_the_run_lands_once(
         sentinel_harvest, redis_sentinel_group: RedisSentinelGroup, celery_worker_factory, start_distributor) -> None:
     group = redis_sentinel_group
     harvest = sentinel_harvest("failover", count=60, delay=0.3, rate_limit={"max_active": 4, "per_minute": 40})
-    start_distributor()
-    celery_worker_factory(queues="default", concurrency=2)
+    distributor = start_distributor()
+    worker = celery_worker_factory(queues="default", concurrency=2)
     harvest.start()
     harvest.wait_until(lambda: harvest.stored() >= 12, 90, "mid-harvest", poll=0.1)
     old_primary = group.primary_port()
@@ -59,7 +68,7 @@ def test_the_primary_sigkilled_mid_harvest_the_replica_takes_over_and_the_run_la
     stored_at_kill = harvest.stored()
     promoted_at = group.wait_failover(old_primary, timeout=90)
     assert group.primary_port() == group.ports["replica"]
-    harvest.wait_finished(timeout=240)
+    harvest.wait_finished(timeout=240, during=lambda: check_alive(distributor, worker))
     finished_at = time.monotonic()
     seen = harvest.assert_every_row_holds()
     assert stored_at_kill < len(harvest.urls), "the primary died after the harvest, not during it"

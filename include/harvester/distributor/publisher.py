@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import redis
 from celery import Celery
 from kombu import Queue
+from kombu.exceptions import BatchPublishError
 
 from harvester.connections import celery_broker
+from harvester.errors import StorageUnavailableError
 from harvester.queues import kombu_queue
 from harvester.settings import HarvesterSettings
 
@@ -63,8 +66,17 @@ class CeleryPublisher:
     def publish(self, work: Iterable[tuple[str, list[dict[str, Any]]]]) -> int:
         """Publish (queue, task dicts of ONE source) pairs in one pipelined batch; returns Celery messages sent."""
         work = list(work)
-        with self.app.producer_or_acquire() as producer, producer.batch(max_size=1000):
-            self._send(producer, work)
+        try:
+            with self.app.producer_or_acquire() as producer, producer.batch(max_size=1000):
+                self._send(producer, work)
+        except BatchPublishError as error:
+            # kombu's pipelined batch met a dead or failed-over broker: an outage the distributor waits out (its
+            # unconfirmed reservations come back after publish_grace_seconds; a message sent twice is dropped at
+            # the worker's start call). Anything else that failed the batch is not an outage and is raised as is.
+            if isinstance(error.__cause__, redis.ConnectionError | redis.TimeoutError | OSError):
+                raise StorageUnavailableError(f"{error} ({type(error.__cause__).__name__}: {error.__cause__})"
+                                              ) from error
+            raise
         return sum(-(-len(tasks) // self.batch_size) for _, tasks in work)
 
     def _send(self, producer: Any, work: list[tuple[str, list[dict[str, Any]]]]) -> None:
