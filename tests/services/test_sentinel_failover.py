@@ -12,7 +12,7 @@ comes back as docs/production.md says: by lease expiry, the lost-message check a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from harvester.connections import close_clients, redis_client
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600
 
 @pytest.fixture
 def sentinel_harvest(configure_settings, redis_sentinel_group: RedisSentinelGroup, demo_site, mongo_server
-                     ) -> Callable[..., Harvest]:
+                     ) -> Iterator[Callable[..., Harvest]]:
     """A harvest whose every Redis client (this process's, the distributor's, the worker's) goes through
     the group's sentinels: HARVESTER_REDIS_URL names a port nobody listens on, so nothing can reach a
     server except through them."""
