@@ -141,12 +141,56 @@ class MongoTarget(ConnectionTarget):
         return self.address
 
 
+@dataclass(frozen=True)
 class RedisTarget(ConnectionTarget):
-    """A redis-py URL (``redis://``, ``rediss://``, ``unix://``) and client options."""
+    """A redis-py URL (``redis://``, ``rediss://``, ``unix://``) and client options; with ``sentinels``, the
+    primary is whichever server those Redis Sentinels name for ``sentinel_master`` (the URL then gives only
+    the password, database and TLS), asked again whenever a connection to it fails."""
+
+    sentinels: tuple[tuple[str, int], ...] = ()
+    sentinel_master: str = ""
+    sentinel_password: str = field(default="", repr=False)
 
     @property
     def url(self) -> str:
         return self.address
+
+    @property
+    def redacted(self) -> str:
+        if not self.sentinels:
+            return redact(self.address)
+        sentinels = format_sentinels(self.sentinels)
+        return f"{redact(self.address)} (primary {self.sentinel_master!r} of sentinels {sentinels})"
+
+    def cache_key(self) -> tuple[str, str]:
+        address, options = super().cache_key()
+        return address, json.dumps([options, self.sentinels, self.sentinel_master, self.sentinel_password])
+
+
+def parse_sentinels(value: str | list[Any] | tuple[Any, ...]) -> tuple[tuple[str, int], ...]:
+    """``"host:port,host:port"`` (or a list of ``host:port``) as redis-py's Sentinel takes them."""
+    items = value.split(",") if isinstance(value, str) else [str(item) for item in value]
+    sentinels = []
+    for item in (item.strip() for item in items):
+        if not item:
+            continue
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"a Redis Sentinel is host:port, not {item!r}")
+        sentinels.append((host.strip("[]"), int(port)))
+    return tuple(sentinels)
+
+
+def format_sentinels(sentinels: tuple[tuple[str, int], ...]) -> str:
+    return ",".join(f"{host}:{port}" for host, port in sentinels)
+
+
+def sentinel_fields(settings: HarvesterSettings) -> dict[str, Any]:
+    """The sentinel part of HARVESTER_REDIS_URL's target (nothing when ``redis_sentinels`` is empty)."""
+    if not settings.redis_sentinels.strip():
+        return {}
+    return {"sentinels": parse_sentinels(settings.redis_sentinels), "sentinel_master": settings.redis_sentinel_master,
+            "sentinel_password": settings.redis_sentinel_password}
 
 
 def _true(value: Any) -> bool:
@@ -184,6 +228,11 @@ def redis_target_from_fields(connection_id: str, fields: ConnectionFields, via: 
     if fields.login or password:
         auth = quote(fields.login or "", safe="") + (f":{quote(password, safe='')}" if password else "") + "@"
     options = {name: extras[name] for name in _REDIS_SSL_EXTRAS if name in extras}
+    sentinel = {}
+    if extras.get("sentinels"):  # the connection's host is then ignored: the sentinels name the primary
+        sentinel = {"sentinels": parse_sentinels(extras["sentinels"]),
+                    "sentinel_master": str(extras.get("sentinel_master") or "harvester"),
+                    "sentinel_password": str(extras.get("sentinel_password") or "")}
     if fields.conn_type == "unix":
         path = "/" + (fields.schema or "").lstrip("/")
         db = extras.get("db", 0)
@@ -193,7 +242,8 @@ def redis_target_from_fields(connection_id: str, fields: ConnectionFields, via: 
         database = fields.schema if fields.schema and fields.schema.isdigit() else 0
     tls = fields.conn_type == "rediss" or _true(extras.get("ssl", False))
     netloc = f"{auth}{fields.host or '127.0.0.1'}:{fields.port or 6379}"
-    return RedisTarget(connection_id, f"{'rediss' if tls else 'redis'}://{netloc}/{database}", via, options)
+    return RedisTarget(connection_id, f"{'rediss' if tls else 'redis'}://{netloc}/{database}", via, options,
+                       **sentinel)
 
 
 @dataclass(frozen=True)
@@ -335,7 +385,7 @@ def _redis_from_environment(connection_id: str, settings: HarvesterSettings) -> 
     if (target := _environment.redis(connection_id)) is not None:
         return target
     url = _fallback("Redis", connection_id, settings.redis_url, "HARVESTER_REDIS_URL")
-    return RedisTarget(connection_id, url, "HARVESTER_REDIS_URL")
+    return RedisTarget(connection_id, url, "HARVESTER_REDIS_URL", **sentinel_fields(settings))
 
 
 def resolve_mongo(connection_id: str, settings: HarvesterSettings) -> MongoTarget:
@@ -434,7 +484,53 @@ def open_redis_client(target: RedisTarget | str, **overrides: Any) -> redis.Redi
 
     if isinstance(target, str):
         target = RedisTarget("(url)", target, "a URL")
+    if target.sentinels:
+        return open_sentinel_client(target, **overrides)
     return redis.Redis.from_url(target.url, **{**redis_client_options(), **target.options, **overrides})
+
+
+def open_sentinel_client(target: RedisTarget, **overrides: Any) -> redis.Redis:
+    """A client of the primary the target's sentinels name (redis-py's ``Sentinel.master_for``). Its
+    connections ask the sentinels for the primary's address whenever they connect, and drop a connection
+    that meets a demoted primary (READONLY), so after a failover the next command reaches the new primary;
+    the command in flight when the old one died fails (no blind retry, as for every client here)."""
+    from redis.connection import SSLConnection, parse_url
+    from redis.sentinel import Sentinel
+
+    kwargs = parse_url(target.url)
+    for name in ("host", "port", "path"):
+        kwargs.pop(name, None)
+    if kwargs.pop("connection_class", None) is SSLConnection:
+        kwargs["ssl"] = True
+    options = {**redis_client_options(), **target.options, **overrides}
+    sentinel_options = {name: options[name] for name in ("socket_timeout", "socket_connect_timeout")}
+    if target.sentinel_password:
+        sentinel_options["password"] = target.sentinel_password
+    manager = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_options)
+    return manager.master_for(target.sentinel_master, **{**kwargs, **options})
+
+
+def celery_broker(settings: HarvesterSettings) -> tuple[str, dict[str, Any]]:
+    """The Celery broker URL of HARVESTER_REDIS_URL and the transport options it needs: with sentinels,
+    kombu's ``sentinel://`` transport (one ``sentinel://`` URL per sentinel, the primary's password and
+    database from the Redis URL) and its ``master_name``; kombu finds the new primary after a failover.
+    A ``rediss://`` URL with sentinels is refused rather than sent in the clear: kombu's sentinel transport
+    would talk plain TCP to the primary."""
+    fields = sentinel_fields(settings)
+    if not fields:
+        return settings.redis_url, {}
+    parts = urlsplit(settings.redis_url)
+    if parts.scheme != "redis":
+        raise ValueError(f"HARVESTER_REDIS_SENTINELS needs a redis:// HARVESTER_REDIS_URL for the Celery broker, "
+                         f"not {parts.scheme}:// (kombu's sentinel transport does not speak TLS to the primary)")
+    credentials = parts.netloc.rpartition("@")[0]
+    credentials = f"{credentials}@" if credentials else ""
+    database = parts.path or "/0"
+    url = ";".join(f"sentinel://{credentials}{host}:{port}{database}" for host, port in fields["sentinels"])
+    options: dict[str, Any] = {"master_name": fields["sentinel_master"]}
+    if fields["sentinel_password"]:
+        options["sentinel_kwargs"] = {"password": fields["sentinel_password"]}
+    return url, options
 
 
 _clients: dict[tuple[Any, ...], Any] = {}
@@ -478,9 +574,14 @@ def blocking_twin(client: redis.Redis, blocking_seconds: float) -> redis.Redis:
     """A client on the same server as ``client`` (same connection class: TLS and unix sockets kept)
     with its own pool, for blocking reads of up to ``blocking_seconds``."""
     import redis
+    from redis.sentinel import SentinelConnectionPool
 
     pool = client.connection_pool
     kwargs = {**pool.connection_kwargs, "socket_timeout": blocking_seconds + BLOCKING_MARGIN_SECONDS}
+    if isinstance(pool, SentinelConnectionPool):  # the same sentinels' primary, through a pool of its own
+        kwargs.pop("connection_pool")
+        return pool.sentinel_manager.master_for(pool.service_name, connection_class=pool.connection_class,
+                                                **kwargs)
     return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
 
 

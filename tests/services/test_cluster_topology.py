@@ -133,7 +133,7 @@ def test_a_harvest_runs_on_the_production_topology_and_survives_losing_a_worker_
     cluster.start_host(HOST_B)
     assert batches_received(cluster, HOST_B) == 0
     cluster.kill_host(HOST_A)
-    assert not readiness.celery_nodes_answer(cluster.redis_url, HOST_A.node_names()[:1])
+    assert not readiness.celery_nodes_answer(*cluster.broker, HOST_A.node_names()[:1])
     ping = compose_healthcheck(cluster, str(cluster.bin / "celery"), "-A", CELERY_APP, "inspect", "ping",
                                "-d", HOST_A.node_names()[0])
     assert ping.returncode != 0, "the healthcheck of a dead host must fail"
