@@ -22,7 +22,10 @@ and the same link discovery and extraction code; pages are counted by the demo s
   (``end_to_end_cpu_ms_per_page``, ``site_cpu_ms_per_page``, ``storage_cpu_ms_per_record``) and the
   ratio (b) could reach with every core (``cores``) flat out for those three
   (``storage_ceiling_ratio_cpu_bound``), and the ratio no crawler with ``concurrency`` requests of
-  ``latency_ms`` in flight could pass (``storage_ceiling_ratio_concurrency_bound``).
+  ``latency_ms`` in flight could pass (``storage_ceiling_ratio_concurrency_bound``);
+- (e) the settle path near its ceiling (bench/settle.py): the worker's ending of a batch fed pre-fetched pages
+  against raw unordered ``bulk_write``s of the same records, same servers -> ``settle_ceiling_ratio`` (goal >= 0.8)
+  and the figures beside it (``settle_records_per_s``, ``raw_bulk_records_per_s``, ...).
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
        [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2]
@@ -60,6 +63,7 @@ from rig import (
     start_mongo,
     start_redis,
 )
+from settle import settle_ceiling  # bench/settle.py, beside this file
 
 
 def ensure_scrapy() -> str:
@@ -339,6 +343,7 @@ def main() -> None:
         records = bulk_against_insert_one(settings, args.records)
         best_e2e_round = runs["ours_e2e"].index(ours_e2e) + 1
         ceiling = storage_ceiling(choice.uri, database, f"ours_mongo_{best_e2e_round}")
+        settle = settle_ceiling(redis_url, choice.uri, database, args.records, publish_batch, site_url=site_url)
         ours_records_per_s = ours_records / ours_e2e["seconds"]
         bound = ceiling_bounds(ours_e2e, ours_records, ceiling["records_per_s"], args.concurrency, args.latency_ms)
         rate = {name: run["pages"] / run["seconds"] for name, run in
@@ -388,6 +393,7 @@ def main() -> None:
             "storage_ceiling_ratio": round(ours_records_per_s / ceiling["records_per_s"], 3)
             if ceiling["records_per_s"] else None,
             **bound,
+            **settle,
             "mongo": choice.kind,
         }
         print(json.dumps(result))

@@ -175,6 +175,59 @@ def test_redis_url_is_the_broker_the_distributor_publishes_to():
         "redis://127.0.0.1:1/5"
 
 
+@covers_setting("redis_sentinels")
+@pytest.mark.unit
+def test_redis_sentinels_make_every_client_and_the_broker_ask_them_for_the_primary():
+    from harvester.connections import close_clients, redis_client, resolve_redis
+    from harvester.distributor.service import celery_app_for
+    from redis.sentinel import SentinelConnectionPool
+
+    plain = HarvesterSettings(redis_url="redis://:secret@127.0.0.1:1/3")
+    sentinels = plain.model_copy(update={"redis_sentinels": "10.0.0.1:26379, 10.0.0.2:26380"})
+    assert resolve_redis("redis_default", plain).sentinels == ()
+    assert resolve_redis("redis_default", sentinels).sentinels == (("10.0.0.1", 26379), ("10.0.0.2", 26380))
+    client = redis_client(settings=sentinels)  # nothing is connected yet
+    assert isinstance(client.connection_pool, SentinelConnectionPool)
+    assert client.connection_pool.connection_kwargs["db"] == 3
+    assert client.connection_pool.connection_kwargs["password"] == "secret"
+    assert celery_app_for(sentinels).conf.broker_url == \
+        "sentinel://:secret@10.0.0.1:26379/3;sentinel://:secret@10.0.0.2:26380/3"
+    assert celery_app_for(plain).conf.broker_transport_options == {}
+    with pytest.raises(ValueError, match="TLS"):  # never a silent downgrade to plain TCP
+        celery_app_for(sentinels.model_copy(update={"redis_url": "rediss://:secret@127.0.0.1:1/3"}))
+    close_clients()
+
+
+@covers_setting("redis_sentinel_master")
+@pytest.mark.unit
+def test_redis_sentinel_master_names_the_service_the_clients_and_the_broker_follow():
+    from harvester.connections import close_clients, redis_client
+    from harvester.distributor.service import celery_app_for
+
+    settings = HarvesterSettings(redis_sentinels="10.0.0.1:26379", redis_sentinel_master="shop-redis")
+    assert redis_client(settings=settings).connection_pool.service_name == "shop-redis"
+    assert celery_app_for(settings).conf.broker_transport_options["master_name"] == "shop-redis"
+    close_clients()
+
+
+@covers_setting("redis_sentinel_password")
+@pytest.mark.unit
+def test_redis_sentinel_password_is_sent_to_the_sentinels_not_to_the_primary():
+    from harvester.connections import close_clients, redis_client
+    from harvester.distributor.service import celery_app_for
+
+    for password in ("", "sentinel-secret"):
+        settings = HarvesterSettings(redis_url="redis://:primary-secret@127.0.0.1:1/0",
+                                     redis_sentinels="10.0.0.1:26379", redis_sentinel_password=password)
+        pool = redis_client(settings=settings).connection_pool
+        [sentinel] = pool.sentinel_manager.sentinels
+        assert sentinel.connection_pool.connection_kwargs.get("password") == (password or None)
+        assert pool.connection_kwargs["password"] == "primary-secret"
+        options = celery_app_for(settings).conf.broker_transport_options
+        assert options.get("sentinel_kwargs") == ({"password": password} if password else None)
+        close_clients()
+
+
 # -- storage, scraping, config ---------------------------------------------------------------------
 @covers_setting("output_sink")
 @pytest.mark.unit

@@ -74,3 +74,32 @@ def test_postgres_data_is_reachable_by_the_postgres_user_when_run_as_root(cluste
         assert postgres.user == "postgres"
     else:
         assert cluster.postgres_data == cluster.base_dir / "postgres"
+
+
+def test_redis_is_a_primary_a_replica_and_three_sentinels_and_every_client_asks_the_sentinels(
+        cluster: Cluster) -> None:
+    from harvester.connections import EnvironmentResolver
+
+    services = {service.name: service for service in cluster.infrastructure()}
+    replica = services["redis-replica"].command
+    assert replica[replica.index("--replicaof") + 2] == str(cluster.ports.redis)
+    assert replica[replica.index("--masterauth") + 1] == cluster.secrets.redis_password
+    sentinels = [services[f"redis-sentinel-{number}"] for number in (1, 2, 3)]
+    for sentinel in sentinels:
+        assert sentinel.command[-1] == "--sentinel"
+        [(path, text)] = sentinel.files
+        assert path.name == "sentinel.conf"
+        assert f"sentinel monitor harvester 127.0.0.1 {cluster.ports.redis} 2" in text
+        assert f"requirepass {cluster.secrets.redis_password}" in text
+    assert sorted(sentinel.port for sentinel in sentinels) == cluster.sentinel_ports
+    for env in (cluster.harvester_environment(), cluster.harvester_redis_environment(), cluster.airflow_environment()):
+        assert env["HARVESTER_REDIS_SENTINELS"] == ",".join(f"127.0.0.1:{port}" for port in cluster.sentinel_ports)
+        target = EnvironmentResolver(env).redis("redis_default")
+        assert target is not None and target.sentinels == tuple(("127.0.0.1", port) for port in cluster.sentinel_ports)
+        assert target.sentinel_password == cluster.secrets.redis_password
+    airflow = cluster.airflow_environment()
+    assert airflow["AIRFLOW__CELERY__BROKER_URL"].count("sentinel://") == 3
+    assert airflow["AIRFLOW__CELERY__BROKER_URL"].endswith("/1")
+    assert airflow["AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__MASTER_NAME"] == "harvester"
+    url, options = cluster.broker
+    assert url.startswith("sentinel://") and url.endswith("/0") and options["master_name"] == "harvester"

@@ -133,7 +133,7 @@ def test_a_harvest_runs_on_the_production_topology_and_survives_losing_a_worker_
     cluster.start_machine(MACHINE_B)
     assert batches_received(cluster, MACHINE_B) == 0
     cluster.kill_machine(MACHINE_A)
-    assert not readiness.celery_nodes_answer(cluster.redis_url, MACHINE_A.node_names()[:1])
+    assert not readiness.celery_nodes_answer(*cluster.broker, MACHINE_A.node_names()[:1])
     ping = compose_healthcheck(cluster, str(cluster.bin / "celery"), "-A", CELERY_APP, "inspect", "ping",
                                "-d", MACHINE_A.node_names()[0])
     assert ping.returncode != 0, "the healthcheck of a dead machine must fail"

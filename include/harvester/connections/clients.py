@@ -8,9 +8,10 @@ import os
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from harvester.connections.resolution import MONGO_DEFAULT, REDIS_DEFAULT, resolve_mongo, resolve_redis
-from harvester.connections.targets import MongoTarget, RedisTarget
+from harvester.connections.targets import MongoTarget, RedisTarget, sentinel_fields
 from harvester.errors import MongoUnavailableError
 from harvester.settings import HarvesterSettings
 
@@ -74,7 +75,53 @@ def open_redis_client(target: RedisTarget | str, **overrides: Any) -> redis.Redi
 
     if isinstance(target, str):
         target = RedisTarget("(url)", target, "a URL")
+    if target.sentinels:
+        return open_sentinel_client(target, **overrides)
     return redis.Redis.from_url(target.url, **{**redis_client_options(), **target.options, **overrides})
+
+
+def open_sentinel_client(target: RedisTarget, **overrides: Any) -> redis.Redis:
+    """A client of the primary the target's sentinels name (redis-py's ``Sentinel.master_for``). Its
+    connections ask the sentinels for the primary's address whenever they connect, and drop a connection
+    that meets a demoted primary (READONLY), so after a failover the next command reaches the new primary;
+    the command in flight when the old one died fails (no blind retry, as for every client here)."""
+    from redis.connection import SSLConnection, parse_url
+    from redis.sentinel import Sentinel
+
+    kwargs = parse_url(target.url)
+    for name in ("host", "port", "path"):
+        kwargs.pop(name, None)
+    if kwargs.pop("connection_class", None) is SSLConnection:
+        kwargs["ssl"] = True
+    options = {**redis_client_options(), **target.options, **overrides}
+    sentinel_options = {name: options[name] for name in ("socket_timeout", "socket_connect_timeout")}
+    if target.sentinel_password:
+        sentinel_options["password"] = target.sentinel_password
+    manager = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_options)
+    return manager.master_for(target.sentinel_master, **{**kwargs, **options})
+
+
+def celery_broker(settings: HarvesterSettings) -> tuple[str, dict[str, Any]]:
+    """The Celery broker URL of HARVESTER_REDIS_URL and the transport options it needs: with sentinels,
+    kombu's ``sentinel://`` transport (one ``sentinel://`` URL per sentinel, the primary's password and
+    database from the Redis URL) and its ``master_name``; kombu finds the new primary after a failover.
+    A ``rediss://`` URL with sentinels is refused rather than sent in the clear: kombu's sentinel transport
+    would talk plain TCP to the primary."""
+    fields = sentinel_fields(settings)
+    if not fields:
+        return settings.redis_url, {}
+    parts = urlsplit(settings.redis_url)
+    if parts.scheme != "redis":
+        raise ValueError(f"HARVESTER_REDIS_SENTINELS needs a redis:// HARVESTER_REDIS_URL for the Celery broker, "
+                         f"not {parts.scheme}:// (kombu's sentinel transport does not speak TLS to the primary)")
+    credentials = parts.netloc.rpartition("@")[0]
+    credentials = f"{credentials}@" if credentials else ""
+    database = parts.path or "/0"
+    url = ";".join(f"sentinel://{credentials}{host}:{port}{database}" for host, port in fields["sentinels"])
+    options: dict[str, Any] = {"master_name": fields["sentinel_master"]}
+    if fields["sentinel_password"]:
+        options["sentinel_kwargs"] = {"password": fields["sentinel_password"]}
+    return url, options
 
 
 _clients: dict[tuple[Any, ...], Any] = {}
@@ -118,9 +165,14 @@ def blocking_twin(client: redis.Redis, blocking_seconds: float) -> redis.Redis:
     """A client on the same server as ``client`` (same connection class: TLS and unix sockets kept)
     with its own pool, for blocking reads of up to ``blocking_seconds``."""
     import redis
+    from redis.sentinel import SentinelConnectionPool
 
     pool = client.connection_pool
     kwargs = {**pool.connection_kwargs, "socket_timeout": blocking_seconds + BLOCKING_MARGIN_SECONDS}
+    if isinstance(pool, SentinelConnectionPool):  # the same sentinels' primary, through a pool of its own
+        kwargs.pop("connection_pool")
+        return pool.sentinel_manager.master_for(pool.service_name, connection_class=pool.connection_class,
+                                                **kwargs)
     return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
 
 

@@ -17,6 +17,7 @@ from harvester.connections.targets import (
     http_credentials_from_fields,
     mongo_target_from_fields,
     redis_target_from_fields,
+    sentinel_fields,
 )
 from harvester.errors import ConnectionNotFound
 from harvester.settings import HarvesterSettings
@@ -122,7 +123,7 @@ def _redis_from_environment(connection_id: str, settings: HarvesterSettings) -> 
     if (target := _environment.redis(connection_id)) is not None:
         return target
     url = _fallback("Redis", connection_id, settings.redis_url, "HARVESTER_REDIS_URL")
-    return RedisTarget(connection_id, url, "HARVESTER_REDIS_URL")
+    return RedisTarget(connection_id, url, "HARVESTER_REDIS_URL", **sentinel_fields(settings))
 
 
 def resolve_mongo(connection_id: str, settings: HarvesterSettings) -> MongoTarget:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
+from harvester.settings import HarvesterSettings
+
 _REDIS_SSL_EXTRAS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_keyfile", "ssl_certfile", "ssl_check_hostname")
 
 
@@ -99,12 +101,56 @@ class MongoTarget(ConnectionTarget):
         return self.address
 
 
+@dataclass(frozen=True)
 class RedisTarget(ConnectionTarget):
-    """A redis-py URL (``redis://``, ``rediss://``, ``unix://``) and client options."""
+    """A redis-py URL (``redis://``, ``rediss://``, ``unix://``) and client options; with ``sentinels``, the
+    primary is whichever server those Redis Sentinels name for ``sentinel_master`` (the URL then gives only
+    the password, database and TLS), asked again whenever a connection to it fails."""
+
+    sentinels: tuple[tuple[str, int], ...] = ()
+    sentinel_master: str = ""
+    sentinel_password: str = field(default="", repr=False)
 
     @property
     def url(self) -> str:
         return self.address
+
+    @property
+    def redacted(self) -> str:
+        if not self.sentinels:
+            return redact(self.address)
+        sentinels = format_sentinels(self.sentinels)
+        return f"{redact(self.address)} (primary {self.sentinel_master!r} of sentinels {sentinels})"
+
+    def cache_key(self) -> tuple[str, str]:
+        address, options = super().cache_key()
+        return address, json.dumps([options, self.sentinels, self.sentinel_master, self.sentinel_password])
+
+
+def parse_sentinels(value: str | list[Any] | tuple[Any, ...]) -> tuple[tuple[str, int], ...]:
+    """``"host:port,host:port"`` (or a list of ``host:port``) as redis-py's Sentinel takes them."""
+    items = value.split(",") if isinstance(value, str) else [str(item) for item in value]
+    sentinels = []
+    for item in (item.strip() for item in items):
+        if not item:
+            continue
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"a Redis Sentinel is host:port, not {item!r}")
+        sentinels.append((host.strip("[]"), int(port)))
+    return tuple(sentinels)
+
+
+def format_sentinels(sentinels: tuple[tuple[str, int], ...]) -> str:
+    return ",".join(f"{host}:{port}" for host, port in sentinels)
+
+
+def sentinel_fields(settings: HarvesterSettings) -> dict[str, Any]:
+    """The sentinel part of HARVESTER_REDIS_URL's target (nothing when ``redis_sentinels`` is empty)."""
+    if not settings.redis_sentinels.strip():
+        return {}
+    return {"sentinels": parse_sentinels(settings.redis_sentinels), "sentinel_master": settings.redis_sentinel_master,
+            "sentinel_password": settings.redis_sentinel_password}
 
 
 def _true(value: Any) -> bool:
@@ -142,6 +188,11 @@ def redis_target_from_fields(connection_id: str, fields: ConnectionFields, via: 
     if fields.login or password:
         auth = quote(fields.login or "", safe="") + (f":{quote(password, safe='')}" if password else "") + "@"
     options = {name: extras[name] for name in _REDIS_SSL_EXTRAS if name in extras}
+    sentinel = {}
+    if extras.get("sentinels"):  # the connection's host is then ignored: the sentinels name the primary
+        sentinel = {"sentinels": parse_sentinels(extras["sentinels"]),
+                    "sentinel_master": str(extras.get("sentinel_master") or "harvester"),
+                    "sentinel_password": str(extras.get("sentinel_password") or "")}
     if fields.conn_type == "unix":
         path = "/" + (fields.schema or "").lstrip("/")
         db = extras.get("db", 0)
@@ -151,7 +202,8 @@ def redis_target_from_fields(connection_id: str, fields: ConnectionFields, via: 
         database = fields.schema if fields.schema and fields.schema.isdigit() else 0
     tls = fields.conn_type == "rediss" or _true(extras.get("ssl", False))
     netloc = f"{auth}{fields.host or '127.0.0.1'}:{fields.port or 6379}"
-    return RedisTarget(connection_id, f"{'rediss' if tls else 'redis'}://{netloc}/{database}", via, options)
+    return RedisTarget(connection_id, f"{'rediss' if tls else 'redis'}://{netloc}/{database}", via, options,
+                       **sentinel)
 
 
 @dataclass(frozen=True)

@@ -472,13 +472,16 @@ class Distributor:
 
     # -- outages ----------------------------------------------------------------------------------
     def _redis_location(self) -> str:
-        kwargs = self.redis.connection_pool.connection_kwargs
+        pool = self.redis.connection_pool
+        if (service := getattr(pool, "service_name", None)) is not None:  # a Sentinel pool: no fixed address
+            return f"the primary {service!r} of the sentinels"
+        kwargs = pool.connection_kwargs
         return kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
 
     def _outage(self, error: BaseException) -> None:
         if self._outage_since is None:
             self._outage_since = time.monotonic()
-            log.warning("Redis unavailable at %s (%s: %s); retrying with backoff up to %.0fs",
+            log.warning("Redis unavailable at %s (%s: %s); retrying with backoff up to %.1fs",
                         self._redis_location(), type(error).__name__, error, self.settings.redis_retry_max_seconds)
 
     def _back_online(self) -> None:
