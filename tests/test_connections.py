@@ -3,6 +3,7 @@ unix-socket URLs kept, one client per process, and the options every client gets
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -19,6 +20,10 @@ from harvester.connections import (
     ConnectionFields,
     ConnectionNotFound,
     EnvironmentResolver,
+    MongoTarget,
+    RedisTarget,
+    aresolve_mongo,
+    aresolve_redis,
     blocking_twin,
     mongo_client,
     redis_client,
@@ -64,6 +69,40 @@ def test_defaults_are_harvester_mongo_uri_and_harvester_redis_url() -> None:
 def test_without_any_default_the_error_names_the_id_and_the_variable() -> None:
     with pytest.raises(ConnectionNotFound, match="'mongo_archive' and HARVESTER_MONGO_URI is not set"):
         resolve_mongo("mongo_archive", HarvesterSettings(mongo_uri=None))
+
+
+@pytest.mark.unit
+def test_in_an_event_loop_a_resolvers_async_method_is_awaited_else_its_plain_one() -> None:
+    """The triggerer's path: ``amongo``/``aredis`` where a resolver has them, ``mongo``/``redis`` where it
+    has not, the first that knows the id wins, and an id nobody knows falls back to the HARVESTER_* default."""
+
+    class Plain:
+        def mongo(self, connection_id: str) -> MongoTarget | None:
+            return MongoTarget(connection_id, "mongodb://plain.test/", "plain") if connection_id == "plain" else None
+
+        def redis(self, connection_id: str) -> RedisTarget | None:
+            return RedisTarget(connection_id, "redis://plain.test/0", "plain") if connection_id == "plain" else None
+
+    class Awaited(Plain):
+        async def amongo(self, connection_id: str) -> MongoTarget | None:
+            return MongoTarget(connection_id, "mongodb://awaited.test/", "awaited") if connection_id != "x" else None
+
+        async def aredis(self, connection_id: str) -> RedisTarget | None:
+            return RedisTarget(connection_id, "redis://awaited.test/0", "awaited") if connection_id != "x" else None
+
+    plain, awaited = Plain(), Awaited()
+    connections.register_resolver(awaited)
+    connections.register_resolver(plain)  # consulted first (the last registered is)
+    try:
+        assert asyncio.run(aresolve_mongo("plain", SETTINGS)).via == "plain"  # the first resolver knows it
+        assert asyncio.run(aresolve_redis("plain", SETTINGS)).via == "plain"
+        assert asyncio.run(aresolve_mongo("other", SETTINGS)).uri == "mongodb://awaited.test/"
+        assert asyncio.run(aresolve_redis("other", SETTINGS)).url == "redis://awaited.test/0"
+        assert asyncio.run(aresolve_mongo("x", SETTINGS)).via == "HARVESTER_MONGO_URI"
+        assert asyncio.run(aresolve_redis("x", SETTINGS)).via == "HARVESTER_REDIS_URL"
+    finally:
+        connections.unregister_resolver(awaited)
+        connections.unregister_resolver(plain)
 
 
 @pytest.mark.unit

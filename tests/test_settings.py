@@ -21,6 +21,7 @@ from harvester.scraping.fetcher import request_headers
 from harvester.settings import REPOSITORY_ROOT, HarvesterSettings, get_settings
 from harvester.storage.data_handler import DataHandler
 
+from tests.fixtures.environment import harvester_environment
 from tests.scraping.test_http2 import h2_site  # noqa: F401  (a TLS site that speaks only HTTP/2)
 
 PACKAGE = REPOSITORY_ROOT / "include" / "harvester"
@@ -100,30 +101,30 @@ def test_lease_seconds_is_the_lease_an_admitted_task_gets(redis_client, lease_se
     assert redis_client.zscore(SourceKeys("shop").active, task_id) == 1000.0 + lease_seconds
 
 
+def second_fetch_start_allowed(redis_client: redis.Redis, settings: HarvesterSettings, after_seconds: float) -> bool:
+    """Whether shop, at one fetch start a minute, may start a second fetch ``after_seconds`` after its first."""
+    redis_client.flushdb()
+    source = SOURCE.model_copy(update={"rate_limit": SOURCE.rate_limit.model_copy(update={"per_minute": 1})})
+    Intake(redis_client, settings).register_source(source)
+    store = RateLimitStore(redis_client, settings)
+    assert store.acquire_fetch("shop", now=1000.0) == 0.0
+    return store.acquire_fetch("shop", now=1000.0 + after_seconds) == 0.0
+
+
 @covers_setting("rate_window_seconds")
 @pytest.mark.integration
 def test_rate_window_seconds_is_how_long_a_fetch_start_counts_against_per_minute(redis_client):
-    source = SOURCE.model_copy(update={"rate_limit": SOURCE.rate_limit.model_copy(update={"per_minute": 1})})
     for window, allowed_later in ((10.0, True), (100.0, False)):
-        redis_client.flushdb()
         settings = HarvesterSettings(rate_window_seconds=window)
-        Intake(redis_client, settings).register_source(source)
-        store = RateLimitStore(redis_client, settings)
-        assert store.acquire_fetch("shop", now=1000.0) == 0.0
-        assert (store.acquire_fetch("shop", now=1050.0) == 0.0) is allowed_later, window
+        assert second_fetch_start_allowed(redis_client, settings, after_seconds=50) is allowed_later, window
 
 
 @covers_setting("rate_window_margin_seconds")
 @pytest.mark.integration
 def test_rate_window_margin_seconds_keeps_a_fetch_start_counted_past_the_window(redis_client):
-    source = SOURCE.model_copy(update={"rate_limit": SOURCE.rate_limit.model_copy(update={"per_minute": 1})})
-    Intake(redis_client, HarvesterSettings()).register_source(source)
     for margin, allowed in ((0.0, True), (5.0, False)):
-        redis_client.delete(SourceKeys("shop").window)
         settings = HarvesterSettings(rate_window_seconds=10, rate_window_margin_seconds=margin)
-        store = RateLimitStore(redis_client, settings)
-        assert store.acquire_fetch("shop", now=1000.0) == 0.0
-        assert (store.acquire_fetch("shop", now=1012.0) == 0.0) is allowed, margin
+        assert second_fetch_start_allowed(redis_client, settings, after_seconds=12) is allowed, margin
 
 
 @covers_setting("reap_batch_size")
@@ -637,13 +638,9 @@ def test_host_pause_max_seconds_caps_a_host_pause_and_its_key(redis_client):
 def test_celery_delivery_settings_reach_the_workers_app(monkeypatch: pytest.MonkeyPatch):
     from harvester.workers.celery_app import create_app
 
-    monkeypatch.setenv("HARVESTER_CELERY_VISIBILITY_TIMEOUT_SECONDS", "600")
-    monkeypatch.setenv("HARVESTER_WORKER_MAX_MEMORY_PER_CHILD_KB", "123456")
-    get_settings.cache_clear()
-    try:
+    with harvester_environment(monkeypatch, celery_visibility_timeout_seconds=600,
+                               worker_max_memory_per_child_kb=123456):
         conf = create_app().conf
-    finally:
-        get_settings.cache_clear()
     assert conf.broker_transport_options["visibility_timeout"] == 600
     assert conf.worker_max_memory_per_child == 123456
 
@@ -751,7 +748,7 @@ def slot_host(redis_server, monkeypatch: pytest.MonkeyPatch, loads: list[bool | 
     (slot_id,) = registry.create("SG", 1)
     registry.transition(slot_id, SlotState.PREPARING_PAGE)
     host = PageSlotHost(slot_id, settings)
-    assert registry.claim(slot_id, host.owner, host.host, 1, 10) == "ok"
+    assert registry.claim(slot_id, host.owner, host.worker, 1, 10) == "ok"
     host.country, host.browser = "SG", ScriptedBrowser(slot_id, None, settings)
     return host
 

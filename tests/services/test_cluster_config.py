@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from harvester.services.cluster import Cluster, ClusterPorts, ClusterSecrets, WorkerHost
+from harvester.services.cluster import Cluster, ClusterPorts, ClusterSecrets, WorkerMachine
 
 pytestmark = pytest.mark.unit
 
@@ -56,12 +56,13 @@ def test_ports_default_beside_make_run_and_move_with_the_environment() -> None:
     assert len(set(vars(ClusterPorts.free()).values())) == len(vars(ports))
 
 
-def test_worker_hosts_run_the_compose_commands_with_their_own_node_names(cluster: Cluster) -> None:
-    http = cluster.worker_host_service(WorkerHost("host-a", "http"))
-    assert [command[command.index("-n") + 1] for command in http.commands] == ["priority@host-a", "default@host-a"]
+def test_worker_machines_run_the_compose_commands_with_their_own_node_names(cluster: Cluster) -> None:
+    http = cluster.machine_service(WorkerMachine("machine-a", "http"))
+    names = [command[command.index("-n") + 1] for command in http.commands]
+    assert names == ["priority@machine-a", "default@machine-a"]
     assert [command[command.index("-Q") + 1] for command in http.commands] == ["priority", "default"]
-    [slots] = cluster.worker_host_service(WorkerHost("host-c", "pageslots", concurrency=3)).commands
-    assert slots[slots.index("-n") + 1] == "pageslots@host-c"
+    [slots] = cluster.machine_service(WorkerMachine("machine-c", "pageslots", concurrency=3)).commands
+    assert slots[slots.index("-n") + 1] == "pageslots@machine-c"
     assert slots[slots.index("--pool") + 1] == "prefork" and slots[slots.index("--concurrency") + 1] == "3"
     assert slots[slots.index("-Q") + 1].split(",")[0] == "pageslots"
 

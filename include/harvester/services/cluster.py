@@ -2,14 +2,14 @@
 
 PostgreSQL (the Debian package, a private cluster), Redis with a password, MongoDB, the demo site,
 Airflow with the CeleryExecutor as separate processes (``airflow db migrate``, api-server, scheduler,
-dag-processor, triggerer, ``airflow celery worker``), the distributor, and Harvester worker *hosts*:
+dag-processor, triggerer, ``airflow celery worker``), the distributor, and Harvester worker *machines*:
 process groups with node names of their own, running the commands compose runs. The topology test
 (tests/services/test_cluster_topology.py) and ``make run MODE=cluster`` both use this module, so what
 users try is what CI proves.
 
 This module declares the services and their environments; the launcher core
-(:mod:`harvester.services.launcher`) runs them: a PID file under ``<base>/run`` per service (for a host:
-its process group) and a log under ``<base>/log``, so a second start starts nothing twice and ``stop``
+(:mod:`harvester.services.launcher`) runs them: a PID file under ``<base>/run`` per service (for a worker
+machine: its process group) and a log under ``<base>/log``, so a second start starts nothing twice and ``stop``
 stops exactly what was started.
 """
 
@@ -45,7 +45,7 @@ from harvester.services.ports import LOOPBACK, PortPlan
 from harvester.services.postgres import PostgresServer, data_directory
 from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
 
-__all__ = ["CELERY_APP", "Cluster", "ClusterError", "ClusterPorts", "ClusterSecrets", "WorkerHost", "main"]
+__all__ = ["CELERY_APP", "Cluster", "ClusterError", "ClusterPorts", "ClusterSecrets", "WorkerMachine", "main"]
 
 AIRFLOW_USER = "admin"
 POSTGRES_USER = "airflow"
@@ -99,8 +99,9 @@ class ClusterSecrets:
 
 
 @dataclass
-class WorkerHost:
-    """A Harvester worker "host": the compose worker services of one machine, with its own node names."""
+class WorkerMachine:
+    """A machine of Harvester workers: the compose worker services of one machine, with its own node names
+    (``<queue>@<machine>``, as compose's ``%h``)."""
 
     name: str
     kind: str  # "http": worker-priority + worker-default; "pageslots": worker-pageslots
@@ -124,8 +125,8 @@ class Cluster:
     mongo_database: str = "harvester"
     demo_site_url: str | None = None  # an already running demo site; else one is started
     sources_dir: Path | None = None
-    hosts: list[WorkerHost] = field(default_factory=lambda: [WorkerHost("host-a", "http"),
-                                                            WorkerHost("host-c", "pageslots")])
+    machines: list[WorkerMachine] = field(default_factory=lambda: [WorkerMachine("machine-a", "http"),
+                                                                  WorkerMachine("machine-c", "pageslots")])
     harvester_overrides: dict[str, str] = field(default_factory=dict)  # HARVESTER_* of every Harvester process
     # Country -> forward proxy URL, given to the slot hosts and the allocator as AIRFLOW_CONN_PROXY_<C>
     # (compose sets the same variables). The caller's own AIRFLOW_CONN_PROXY_<C> count as configured too.
@@ -361,20 +362,20 @@ class Cluster:
                        self.harvester_redis_environment(), ready_timeout=60,
                        ready=lambda: readiness.distributor_heartbeat_fresh(self.redis_target, "distributor"))
 
-    def worker_host_service(self, host: WorkerHost) -> Service:
-        """The compose worker commands of one host, with %h spelled out (every host is this machine)."""
-        if host.kind == "http":
-            commands = [celery_worker_command(queue, f"{queue}@{host.name}", host.concurrency)
+    def machine_service(self, machine: WorkerMachine) -> Service:
+        """The compose worker commands of one machine, with %h spelled out (every machine is this one)."""
+        if machine.kind == "http":
+            commands = [celery_worker_command(queue, f"{queue}@{machine.name}", machine.concurrency)
                         for queue in ("priority", "default")]
         else:  # a slot host, as compose's worker-pageslots: one page slot per prefork child
-            commands = [celery_worker_command(PAGESLOTS_QUEUE, f"pageslots@{host.name}", host.concurrency,
+            commands = [celery_worker_command(PAGESLOTS_QUEUE, f"pageslots@{machine.name}", machine.concurrency,
                                               pool="prefork")]
-        return Service(host.service_name, commands, self.harvester_environment(), ready_timeout=120,
-                       ready=lambda: readiness.celery_nodes_answer(*self.broker, host.node_names()))
+        return Service(machine.service_name, commands, self.harvester_environment(), ready_timeout=120,
+                       ready=lambda: readiness.celery_nodes_answer(*self.broker, machine.node_names()))
 
     def all_services(self) -> list[Service]:
         return [*self.infrastructure(), *self.airflow_services(), self.distributor_service(),
-                *(self.worker_host_service(host) for host in self.hosts)]
+                *(self.machine_service(machine) for machine in self.machines)]
 
     # -- life cycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -382,7 +383,7 @@ class Cluster:
         self.start_metadata_database()
         self.supervisor.start_all(self.airflow_services())  # together: each spends its first seconds importing
         self.supervisor.start_all([self.distributor_service()])
-        self.supervisor.start_all([self.worker_host_service(host) for host in self.hosts])
+        self.supervisor.start_all([self.machine_service(machine) for machine in self.machines])
 
     def start_metadata_database(self) -> None:
         """PostgreSQL, Redis and MongoDB, then Airflow's metadata database migrated (compose's airflow-init)."""
@@ -402,14 +403,14 @@ class Cluster:
             self.supervisor.step(f"airflow: triggered {DEMO_SOURCE_DAG} ({run_id})")
         print(self.describe(), flush=True)
 
-    def start_host(self, host: WorkerHost) -> None:
-        self.supervisor.start_all([self.worker_host_service(host)])
-        if host not in self.hosts:
-            self.hosts.append(host)
+    def start_machine(self, machine: WorkerMachine) -> None:
+        self.supervisor.start_all([self.machine_service(machine)])
+        if machine not in self.machines:
+            self.machines.append(machine)
 
-    def kill_host(self, host: WorkerHost) -> None:
-        """SIGKILL the host's whole process group, as a machine that loses power."""
-        self.supervisor.kill(host.service_name)
+    def kill_machine(self, machine: WorkerMachine) -> None:
+        """SIGKILL the machine's whole process group, as a machine that loses power."""
+        self.supervisor.kill(machine.service_name)
 
     def stop(self) -> None:
         """Stop in reverse start order: SIGTERM (warm shutdown; PostgreSQL's fast SIGINT), SIGKILL after 30 s."""
@@ -452,7 +453,7 @@ class Cluster:
             f"sentinels {self.sentinels} (master {self.sentinel_plan.master_name!r}; password in secrets.json)\n"
             f"  MongoDB:      {mongo}\n"
             f"  Demo site:    {self.resolved_demo_site_url}\n"
-            f"  Worker hosts: {', '.join(node for host in self.hosts for node in host.node_names())}\n"
+            f"  Workers:      {', '.join(node for machine in self.machines for node in machine.node_names())}\n"
             f"  Proxies:      {proxies}\n"
             f"  Logs:         {self.log_dir}/\n"
             "  Stop:         make stop MODE=cluster\n"
