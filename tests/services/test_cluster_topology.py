@@ -62,7 +62,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, mongo_server, demo_site_se
         base, ClusterPorts.free(), mongo_uri=mongo_server.uri, mongo_database=f"test_cluster_{uuid.uuid4().hex[:8]}",
         demo_site_url=demo_site_server.url, sources_dir=sources, machines=[MACHINE_A, PAGESLOTS_MACHINE],
         harvester_overrides={"HARVESTER_PRODUCER_POLL_SECONDS": "2", "HARVESTER_LEASE_SECONDS": "20",
-                             "HARVESTER_HEARTBEAT_SECONDS": "3"},
+                             "HARVESTER_HEARTBEAT_SECONDS": "3",
+                             # the census after the browser run reads the slot that served it: a slot idling
+                             # out (60 s by default) on a loaded machine before the census is not what it checks
+                             "HARVESTER_PAGE_SLOT_IDLE_SECONDS": "900"},
         proxies={"SG": sg_proxy.url},
         fast_unsafe_postgres=True, dag_refresh_seconds=5,
     )
