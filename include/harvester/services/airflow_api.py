@@ -20,12 +20,19 @@ class AirflowApi:
     password: str
     explain: Callable[[], str] | None = None  # what to add to an error (a log's last lines)
 
-    def client(self) -> Any:
-        """An httpx client of /api/v2 with a JWT from /auth/token (the caller closes it)."""
+    def client(self, attempts: int = 3) -> Any:
+        """An httpx client of /api/v2 with a JWT from /auth/token (the caller closes it). A token request that
+        times out is asked again: a busy API server answers late, which is not a refusal."""
         import httpx
 
-        response = httpx.post(f"{self.url}/auth/token", timeout=30,
-                              json={"username": self.username, "password": self.password})
+        for attempt in range(1, attempts + 1):
+            try:
+                response = httpx.post(f"{self.url}/auth/token", timeout=30,
+                                      json={"username": self.username, "password": self.password})
+                break
+            except httpx.TimeoutException:
+                if attempt == attempts:
+                    raise
         response.raise_for_status()
         token = response.json()["access_token"]
         return httpx.Client(base_url=f"{self.url}/api/v2", timeout=30, headers={"Authorization": f"Bearer {token}"})
@@ -34,7 +41,7 @@ class AirflowApi:
         """Wait until the DAG is parsed, then start a run; returns its run id."""
         with self.client() as client:
             deadline = time.monotonic() + parse_timeout
-            while client.get(f"/dags/{dag_id}").status_code != 200:
+            while _status(client, f"/dags/{dag_id}") != 200:
                 if time.monotonic() > deadline:
                     raise ClusterError(f"{dag_id} was never parsed" + (f"\n{self.explain()}" if self.explain else ""))
                 time.sleep(1)
@@ -48,9 +55,29 @@ class AirflowApi:
         with self.client() as client:
             deadline = time.monotonic() + timeout
             while True:
-                run = client.get(f"/dags/{dag_id}/dagRuns/{run_id}").json()
+                run = _json(client, f"/dags/{dag_id}/dagRuns/{run_id}")
                 if run.get("state") in ("success", "failed") or time.monotonic() > deadline:
                     instances = client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()
                     run["task_states"] = {ti["task_id"]: ti["state"] for ti in instances.get("task_instances", [])}
                     return run
                 time.sleep(2)
+
+
+def _status(client: Any, path: str) -> int | None:
+    """A poll's status code; None when the API server did not answer in time (the caller's deadline decides)."""
+    import httpx
+
+    try:
+        return int(client.get(path).status_code)
+    except httpx.TimeoutException:
+        return None
+
+
+def _json(client: Any, path: str) -> dict[str, Any]:
+    """A poll's JSON body; empty when the API server did not answer in time (the caller polls again)."""
+    import httpx
+
+    try:
+        return dict(client.get(path).json())
+    except httpx.TimeoutException:
+        return {}
