@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         render_page,
         user_agent_and_headers,
     )
-    from harvester.scraping.extraction import extract_record
+    from harvester.scraping.extraction import Extraction, extract_record
     from harvester.scraping.fetcher import Fetcher
     from harvester.scraping.links import discover_links
     from harvester.scraping.page import PageResult, process_page, record_url
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 
 __all__ = [
     "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON", "TOO_MANY_HOSTS",
-    "AddressGuard", "FetchPermit",
+    "AddressGuard", "Extraction", "FetchPermit",
     "FetchResult", "FetchedBatch", "Fetcher", "HostLimits", "HostRateTimeout", "PageFetcher", "PageLoad",
     "PageResult", "ResourceBlocker", "ResponseClassifier", "RobotsCache", "SitemapDiscovery", "SitemapFetcher",
     "Verdict", "canonicalise_url",

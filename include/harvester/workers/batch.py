@@ -41,7 +41,7 @@ from harvester.errors import SourceNotRegistered, StorageError, redis_storage_er
 from harvester.metrics import record_fetches
 from harvester.scraping import AddressGuard, Fetcher, FetchResult, PageFetcher, PageResult, RobotsCache, process_page
 from harvester.settings import HarvesterSettings, get_settings
-from harvester.storage import DataHandler
+from harvester.storage import DataHandler, RunFigures
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
@@ -239,12 +239,13 @@ class BatchRunner:
             elif page.extraction is not None:
                 for problem in page.extraction.problems:
                     report.outcomes[problem.counter] += 1
+                report.outcomes.update(report.extracted.add(message.run_id, page.extraction))
                 if page.extraction.record is None:
                     report.outcomes["rejected"] += 1
                     self.failures.dead_letter(message, f"record rejected: {page.rejected_reason}", report)
                 else:
                     to_store.append((message, page))
-            elif page.listing_records is not None and self.count_listing_records(page, report):
+            elif page.listing_records is not None and self.count_listing_records(page, report, message.run_id):
                 record_listings.append((message, page))  # stored first, then its links followed
             else:
                 listings.append((message, page))
@@ -268,7 +269,7 @@ class BatchRunner:
         self.settler.complete(source, finished + stored + followed, report)
 
     @staticmethod
-    def count_listing_records(page: PageResult, report: BatchReport) -> bool:
+    def count_listing_records(page: PageResult, report: BatchReport, run_id: str | None = None) -> bool:
         """Count a listing page's records and their problems; True when it has records to store. An item
         a ``required`` attribute rejects is counted (``rejected``), never the page's other records."""
         listing = page.listing_records
@@ -278,6 +279,7 @@ class BatchRunner:
         for extraction in listing.extractions:
             for problem in extraction.problems:
                 report.outcomes[problem.counter] += 1
+            report.outcomes.update(report.extracted.add(run_id, extraction))
         rejected = listing.rejected
         if rejected:
             report.outcomes["rejected"] += len(rejected)
@@ -295,6 +297,8 @@ class BatchRunner:
             with redis_storage_errors():  # the round trip is sent here, not by a store
                 pipeline = self.redis.pipeline(transaction=False)
                 self.store.count_outcomes(source, report.outcomes, pipeline)
+                for run_id, figures in report.extracted.by_run.items():  # the run's quality and drift figures
+                    RunFigures(self.redis).queue_add(pipeline, source, run_id, figures)
                 if messages and fetches:
                     record_fetches(self.redis, source, messages, fetches, pipeline=pipeline)
                 pipeline.execute()
