@@ -57,10 +57,11 @@ def quality_figures(report: Mapping[str, Any], figures: Mapping[str, int]) -> di
         extracted = stored + rejected if rejected else 0
     return {
         "records_extracted": extracted, "records_rejected": rejected, "tasks_reached": reached,
+        "tasks_dead_unreached": max(0, failed - (reached - stored)),
         "rejections": by_attribute_and_rule(figures, "rejected"),
         "value_problems": by_attribute_and_rule(figures, "problem"),
         "shares": {"stored": _share(stored, reached), "rejected": _share(rejected, extracted),
-                   "dead": _share(failed, stored + failed)},
+                   "dead": _share(max(0, failed - (reached - stored)), stored + failed)},
     }
 
 
@@ -95,11 +96,12 @@ def assess_quality(report: Mapping[str, Any], quality: Quality, unit: str = "pag
                f"({report.get('tasks_stored', 0)} of {report['tasks_reached']}; at least "
                f"{_percent(quality.min_stored_share)} wanted)")
     if shares["dead"] is not None and shares["dead"] > quality.max_dead_share:
-        failures = report.get("failures_by_reason") or {}
+        failures = {reason: count for reason, count in (report.get("failures_by_reason") or {}).items()
+                    if reason not in REACHED_PAGE_REASONS}
         top = ", ".join(f"{reason} {count}" for reason, count in
                         sorted(failures.items(), key=lambda item: -item[1])[:REASONS_NAMED])
         breach("max_dead_share", shares["dead"], quality.max_dead_share,
-               f"{_percent(shares['dead'])} of tasks dead-lettered ({report.get('tasks_failed', 0)}"
+               f"{_percent(shares['dead'])} of tasks dead-lettered unanswered ({report['tasks_dead_unreached']}"
                f"{': ' + top if top else ''}; at most {_percent(quality.max_dead_share)} allowed)")
     stored = int(report.get("records_stored", 0))
     if stored < quality.min_records:
