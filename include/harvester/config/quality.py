@@ -4,9 +4,10 @@ The shares are of what a run reached: ``min_stored_share`` of the pages that ans
 could be read: stored, rejected, refused markup or a record that could not be written),
 ``max_rejected_share`` of the records extracted (a detail page, or a listing item), ``max_dead_share``
 of the tasks the run settled (stored, followed or dead-lettered) that died without an answer (the site
-unreachable, HTTP errors past the retries; a rejected page counts as rejected, not here). ``min_records`` is the least the run
-must store (0: no minimum). A run past one fails its ``report`` task with the reason in one line, unless
-``on_breach: warn``, which keeps it green and flagged. A manual trigger may override each (DAG params).
+unreachable, HTTP errors past the retries; a rejected page counts as rejected, not here).
+``min_records`` is the least the run must store (0: no minimum). A run past one fails its ``report``
+task with the reason in one line, unless ``on_breach: warn``, which keeps it green and flagged. A manual
+trigger may override each (DAG params).
 """
 
 from __future__ import annotations
