@@ -63,6 +63,8 @@ class ClusterPorts(PortPlan):
     worker_logs: int = 8794
     trigger_logs: int = 8795
     forward_proxy: int = 3138  # the first demo country's proxy; the next countries take the next ports
+    metrics: int = 9109  # the distributor's collector (compose: 9108)
+    prometheus: int = 9091  # Prometheus with the shipped alert rules (compose: 9090)
 
 
 @dataclass(frozen=True)
@@ -286,8 +288,9 @@ class Cluster:
         ]
 
     def distributor_service(self) -> Service:
+        env = {**self.harvester_redis_environment(), "HARVESTER_METRICS_PORT": str(self.ports.metrics)}
         return Service("distributor", [[str(self.bin / "harvester"), "distributor", "--name", "distributor"]],
-                       self.harvester_redis_environment(), ready_timeout=60,
+                       env, ready_timeout=60, port=self.ports.metrics, port_variable=ClusterPorts.variable("metrics"),
                        ready=lambda: readiness.distributor_heartbeat_fresh(self.redis_url, "distributor"))
 
     def worker_host_service(self, host: WorkerHost) -> Service:
@@ -301,9 +304,15 @@ class Cluster:
         return Service(host.service_name, commands, self.harvester_environment(), ready_timeout=120,
                        ready=lambda: readiness.celery_nodes_answer(self.redis_url, host.node_names()))
 
+    def prometheus_service(self) -> Service:
+        from harvester.services.prometheus import prometheus_service
+
+        return prometheus_service(self.base_dir, self.ports.prometheus, ClusterPorts.variable("prometheus"),
+                                  self.ports.metrics, self._base_environment())
+
     def all_services(self) -> list[Service]:
         return [*self.infrastructure(), *self.airflow_services(), self.distributor_service(),
-                *(self.worker_host_service(host) for host in self.hosts)]
+                self.prometheus_service(), *(self.worker_host_service(host) for host in self.hosts)]
 
     # -- life cycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -381,6 +390,7 @@ class Cluster:
             f"  MongoDB:      {mongo}\n"
             f"  Demo site:    {self.resolved_demo_site_url}\n"
             f"  Worker hosts: {', '.join(node for host in self.hosts for node in host.node_names())}\n"
+            f"  Prometheus:   http://{LOOPBACK}:{self.ports.prometheus}  (alert rules of deploy/prometheus/alerts.yml)\n"
             f"  Proxies:      {proxies}\n"
             f"  Logs:         {self.log_dir}/\n"
             "  Stop:         make stop MODE=cluster\n"
