@@ -50,7 +50,8 @@ def test_compose_and_the_cluster_load_the_rules(tmp_path: Path) -> None:
     from harvester.services.cluster import Cluster, ClusterPorts
 
     compose = yaml.safe_load((REPOSITORY_ROOT / "docker-compose.yaml").read_text())
-    assert "./deploy/prometheus/alerts.yml:/etc/prometheus/alerts.yml:ro" in compose["services"]["prometheus"]["volumes"]
+    volumes = compose["services"]["prometheus"]["volumes"]
+    assert "./deploy/prometheus/alerts.yml:/etc/prometheus/alerts.yml:ro" in volumes
     assert yaml.safe_load((DEPLOY / "prometheus.yml").read_text())["rule_files"] == ["alerts.yml"]
 
     cluster = Cluster(tmp_path / "cluster", ClusterPorts(), mongo_uri="mongodb://127.0.0.1:1/",

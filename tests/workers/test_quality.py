@@ -134,3 +134,17 @@ def test_value_rules_reject_required_and_drop_optional_values(write_source, site
     counters = {key.decode(): int(value) for key, value in
                 redis_client.hgetall(SourceKeys(source.name).counters).items()}
     assert counters["outcome:rejected:pattern:sku"] == 3 and counters["outcome:max_length:title"] == PRODUCTS
+
+
+def test_a_run_with_nothing_to_harvest_keeps_the_last_extraction_health(write_source, site, worker_settings,
+                                                                         mongo_server, redis_client, crawl) -> None:
+    """Under `make run` the page's "Extraction health" said "no reported run yet" after the demo runs had
+    reported: the manual trigger's run found every URL fresh (the harvesting lag), extracted nothing, and its
+    empty health replaced the last run's."""
+    source = details_source(write_source, site, "quality_fresh", harvesting_lag="1h")
+    run(source, "run-1", worker_settings, mongo_server, redis_client, crawl)
+    key = SourceKeys(source.name).extraction_health
+    assert set(redis_client.hkeys(key)) >= {b"sku", b"title"}
+    empty = run(source, "run-2", worker_settings, mongo_server, redis_client, crawl)
+    assert empty["urls_planned"] == 0 and empty["extraction"]["records"] == 0, empty
+    assert set(redis_client.hkeys(key)) >= {b"sku", b"title"}, "the last run's health was wiped by an empty run"

@@ -205,7 +205,7 @@ class RunSettlement:
         dead = self.settle(source, run_id)
         report = self.monitor.report_figures(source, output_collection, run_id, now, attributes, drift_threshold,
                                              dead, quality, unit)
-        if "extraction" in report:
+        if report.get("extraction", {}).get("records"):  # a run that extracted nothing keeps the last health
             from harvester.producer.health import publish_health
 
             publish_health(self.redis, source, report["extraction"])

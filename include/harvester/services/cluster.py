@@ -390,7 +390,7 @@ class Cluster:
             f"  MongoDB:      {mongo}\n"
             f"  Demo site:    {self.resolved_demo_site_url}\n"
             f"  Worker hosts: {', '.join(node for host in self.hosts for node in host.node_names())}\n"
-            f"  Prometheus:   http://{LOOPBACK}:{self.ports.prometheus}  (alert rules of deploy/prometheus/alerts.yml)\n"
+            f"  Prometheus:   http://{LOOPBACK}:{self.ports.prometheus}  (deploy/prometheus/alerts.yml loaded)\n"
             f"  Proxies:      {proxies}\n"
             f"  Logs:         {self.log_dir}/\n"
             "  Stop:         make stop MODE=cluster\n"
