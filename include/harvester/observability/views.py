@@ -41,6 +41,9 @@ def run_outcome(run: dict[str, Any]) -> tuple[str, str]:
     outcome, reason = quality.get("outcome"), quality.get("reason", "")
     if outcome is None:  # reported before runs had an outcome: complete or not is all it says
         outcome = "green" if report.get("complete") else "degraded"
+    if not reason and not report.get("urls_planned") and not report.get("tasks_discovered"):
+        fresh = int(report.get("urls_skipped_fresh", 0))
+        reason = f"nothing was due ({fresh} URLs harvested within the harvesting lag)" if fresh else "nothing was due"
     if not report.get("complete"):
         missing = int(report.get("packages", 0)) - int(report.get("packages_finished", 0))
         incomplete = f"reported with {missing} package(s) unfinished"
