@@ -210,34 +210,8 @@ async function drawDeadLetters() {
   const dead = await api(`sources/${encodeURIComponent(source)}/dead-letters?limit=100`);
   fill(tbody, dead.entries.map((entry) => row([
     cell(new Date(entry.failed_at).toLocaleString()), cell(entry.url), cell(entry.attempt, "number"),
-    cell(entry.run_id), cell(entry.reason), cell(evidenceLink(source, entry), "evidence"),
+    cell(entry.run_id), cell(entry.reason),
   ], { class: "dead-letter", "data-task": entry.task_id || "" })), `no dead letters of ${source}`);
-}
-
-// Evidence of a rejected or failed page (issue 21): the bounded body, and a browser page's screenshot.
-function evidenceLink(source, entry) {
-  if (!entry.evidence) return "";
-  return link("open", () => openEvidence(source, entry.task_id));
-}
-
-async function openEvidence(source, taskId) {
-  const dialog = document.getElementById("evidence-dialog");
-  const base = `sources/${encodeURIComponent(source)}/evidence/${encodeURIComponent(taskId)}`;
-  try {
-    const evidence = await api(base);
-    document.getElementById("evidence-title").textContent = `Evidence: ${evidence.url}`;
-    document.getElementById("evidence-meta").textContent =
-      `${evidence.reason} (kept ${new Date(evidence.taken_at).toLocaleString()}, ${evidence.html_bytes} bytes of the page)`;
-    const picture = document.getElementById("evidence-screenshot");
-    picture.hidden = !evidence.has_screenshot;
-    if (evidence.has_screenshot) picture.src = new URL(`${base}/screenshot`, API).href;
-    // the page as fetched, in a sandboxed frame: no script runs, nothing it links loads from our origin's cookies
-    document.getElementById("evidence-body").srcdoc = evidence.html;
-    dialog.dataset.task = taskId;
-    if (!dialog.open) dialog.showModal();
-  } catch (error) {
-    setStatus(error);
-  }
 }
 
 let shownRun = null;
@@ -254,7 +228,7 @@ async function drawRunRecords() {
   document.getElementById("run-records-reason").textContent = view.reason;
   document.getElementById("run-records-stored").textContent = view.records_stored;
   fill(document.querySelector("#run-rejections tbody"), view.rejections.map((entry) => row([
-    cell(entry.url), cell(entry.reason), cell(evidenceLink(source, entry), "evidence"),
+    cell(entry.url), cell(entry.reason), cell(entry.snapshot ? snapshotLinks(source, entry.task_id) : "", "evidence"),
   ], { class: "rejection", "data-task": entry.task_id || "" })), "no rejections or dead letters in this run");
   const fields = [...new Set(view.records.flatMap((record) => Object.keys(record)))]
     .filter((name) => !["_http", "first_seen_at", "changed_at", "run_id"].includes(name));
