@@ -10,7 +10,6 @@ Screenshots land in var/test-artifacts/quality/ (docs/harvester-page.png is the 
 from __future__ import annotations
 
 import shutil
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
