@@ -56,9 +56,13 @@ def test_compose_and_the_cluster_load_the_rules(tmp_path: Path) -> None:
 
     cluster = Cluster(tmp_path / "cluster", ClusterPorts(), mongo_uri="mongodb://127.0.0.1:1/",
                       demo_site_url="http://127.0.0.1:2", environ={"PATH": "/usr/bin"})
+    from harvester.services.prometheus import write_prometheus_config
+
+    written = write_prometheus_config(cluster.base_dir, ClusterPorts().metrics)  # what Cluster.start writes
     services = {service.name: service for service in cluster.all_services()}
     prometheus = services["prometheus"]
     config_file = Path(next(arg for arg in prometheus.command if arg.startswith("--config.file=")).split("=", 1)[1])
+    assert config_file == written
     config = yaml.safe_load(config_file.read_text())
     assert config["rule_files"] == [str(DEPLOY / "alerts.yml")]
     assert config["scrape_configs"][0]["static_configs"] == [{"targets": [f"127.0.0.1:{ClusterPorts().metrics}"]}]

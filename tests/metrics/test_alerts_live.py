@@ -14,7 +14,7 @@ from harvester.producer.quality import publish_run_quality
 from harvester.redis_keys import PageSlotKeys
 from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
-from harvester.services.prometheus import prometheus_service
+from harvester.services.prometheus import prometheus_service, write_prometheus_config
 
 from tests.fixtures.servers import ServerProcess
 
@@ -29,8 +29,8 @@ def test_a_breached_run_fires_its_alert_in_a_real_prometheus(configure_settings,
     start_distributor()
     readiness.wait_until(lambda: readiness.http_ok(f"http://{LOOPBACK}:{metrics_port}/metrics"), 20, "metrics")
     port = free_port()
-    service = prometheus_service(tmp_path, port, "PROMETHEUS_PORT", metrics_port, {})
-    config_file = tmp_path / "prometheus" / "prometheus.yml"
+    config_file = write_prometheus_config(tmp_path, metrics_port)
+    service = prometheus_service(tmp_path, port, "PROMETHEUS_PORT", {})
     config = yaml.safe_load(config_file.read_text())
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}  # the cluster's, sooner
     config_file.write_text(yaml.safe_dump(config))

@@ -308,7 +308,7 @@ class Cluster:
         from harvester.services.prometheus import prometheus_service
 
         return prometheus_service(self.base_dir, self.ports.prometheus, ClusterPorts.variable("prometheus"),
-                                  self.ports.metrics, self._base_environment())
+                                  self._base_environment())
 
     def all_services(self) -> list[Service]:
         return [*self.infrastructure(), *self.airflow_services(), self.distributor_service(),
@@ -320,6 +320,10 @@ class Cluster:
         self.start_metadata_database()
         self.supervisor.start_all(self.airflow_services())  # together: each spends its first seconds importing
         self.supervisor.start_all([self.distributor_service()])
+        from harvester.services.prometheus import write_prometheus_config
+
+        write_prometheus_config(self.base_dir, self.ports.metrics)  # the shipped alert rules, the distributor's metrics
+        self.supervisor.start_all([self.prometheus_service()])
         self.supervisor.start_all([self.worker_host_service(host) for host in self.hosts])
 
     def start_metadata_database(self) -> None:

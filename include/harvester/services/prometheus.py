@@ -33,14 +33,19 @@ def prometheus_config(metrics_targets: list[str], rules: Path = ALERT_RULES) -> 
     return config
 
 
-def prometheus_service(base_dir: Path, port: int, port_variable: str, metrics_port: int,
-                       env: Mapping[str, str]) -> Service:
-    """The Prometheus service, scraping the distributor's collector on ``metrics_port``; its configuration is
-    written now (the cluster builds its services when it starts)."""
+def write_prometheus_config(base_dir: Path, metrics_port: int) -> Path:
+    """The configuration file the service reads: compose's, scraping the distributor on ``metrics_port``."""
     directory = base_dir / "prometheus"
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / "prometheus.yml"
     config.write_text(yaml.safe_dump(prometheus_config([f"{LOOPBACK}:{metrics_port}"]), sort_keys=False))
+    return config
+
+
+def prometheus_service(base_dir: Path, port: int, port_variable: str, env: Mapping[str, str]) -> Service:
+    """The Prometheus service; its configuration is :func:`write_prometheus_config`'s (written at the start)."""
+    directory = base_dir / "prometheus"
+    config = directory / "prometheus.yml"
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     return Service("prometheus", [[binary, f"--config.file={config}", f"--storage.tsdb.path={directory / 'data'}",
                                    f"--web.listen-address={LOOPBACK}:{port}", "--storage.tsdb.retention.time=15d"]],
