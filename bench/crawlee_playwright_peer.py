@@ -6,7 +6,9 @@ given at launch, the same resource blocking (a route that aborts the blocked res
 in a pre-navigation hook because crawlee opens a page per request), one page at a time
 (concurrency 1). Everything else is crawlee's default (fingerprints, page per request, its
 statistics), as a crawlee user would run it; storage is in memory so the disk is not measured.
-Prints one JSON line: pages, seconds (from the first page handled to the last, so the browser launch
+With ``--wait-selector`` each page waits for that selector (``page.wait_for_selector``, 10 s) before it is read,
+as a crawlee user handles a page that renders late; ``--html-out`` writes every page's HTML for the caller to
+extract. Prints one JSON line: pages, seconds (from the first page handled to the last, so the browser launch
 is outside the timing as in ours), pss_mb (the crawler's Playwright driver and Chromium, while the last
 page is open, and their private USS) as one JSON line; the caller counts the proxy bytes.
 """
@@ -52,7 +54,7 @@ def pss_by_kind() -> dict[str, float]:
 
 
 async def crawl(urls: list[str], chromium: str, args: list[str], proxy: str, blocked: set[str],
-                sandbox: bool) -> dict[str, float]:
+                sandbox: bool, wait_selector: str | None = None, html_out: Path | None = None) -> dict[str, float]:
     service_locator.set_storage_client(MemoryStorageClient())
     crawler = PlaywrightCrawler(
         concurrency_settings=ConcurrencySettings(min_concurrency=1, max_concurrency=1, desired_concurrency=1),
@@ -62,7 +64,8 @@ async def crawl(urls: list[str], chromium: str, args: list[str], proxy: str, blo
         max_request_retries=0, request_handler_timeout=timedelta(seconds=30),
     )
     times: list[float] = []
-    seen: dict[str, Any] = {"pss_by_kind": {}, "failed": 0}
+    seen: dict[str, Any] = {"pss_by_kind": {}, "failed": 0, "timeouts": 0}
+    pages: dict[str, str] = {}
 
     @crawler.pre_navigation_hook
     async def block_resources(context: PlaywrightPreNavCrawlingContext) -> None:
@@ -76,8 +79,14 @@ async def crawl(urls: list[str], chromium: str, args: list[str], proxy: str, blo
 
     @crawler.router.default_handler
     async def handle(context: PlaywrightCrawlingContext) -> None:
+        if wait_selector:  # what a crawlee user writes for a page that renders late
+            try:
+                await context.page.wait_for_selector(wait_selector, timeout=10_000)
+            except Exception:
+                seen["timeouts"] += 1
         text = await context.page.content()
-        if "SKU-" not in text:
+        pages[context.request.url] = text
+        if "SKU-" not in text and not wait_selector:
             seen["failed"] += 1
         times.append(time.perf_counter())
         if len(times) == len(urls):
@@ -88,8 +97,10 @@ async def crawl(urls: list[str], chromium: str, args: list[str], proxy: str, blo
         raise SystemExit(f"crawlee handled {len(times)} of {len(urls)} pages, {seen['failed']} without the product")
     kinds = dict(seen["pss_by_kind"])
     uss = kinds.pop("uss", 0.0)
+    if html_out is not None:
+        html_out.write_text(json.dumps(pages))
     return {"pages": len(urls), "seconds": times[-1] - times[0], "pss_mb": sum(kinds.values()), "uss_mb": uss,
-            "pss_by_kind": kinds}
+            "pss_by_kind": kinds, "wait_timeouts": seen["timeouts"]}
 
 
 def main() -> None:
@@ -100,10 +111,13 @@ def main() -> None:
     parser.add_argument("--blocked", default="", help="comma-separated resource types to abort")
     parser.add_argument("--arg", action="append", default=[], help="a Chromium flag (repeat)")
     parser.add_argument("--sandbox", action="store_true")
+    parser.add_argument("--wait-selector", default=None, help="wait_for_selector before reading each page")
+    parser.add_argument("--html-out", type=Path, default=None, help="write {url: html} of every page here")
     options = parser.parse_args()
     urls = [line.strip() for line in Path(options.urls).read_text().splitlines() if line.strip()]
     blocked = {kind for kind in options.blocked.split(",") if kind}
-    result = asyncio.run(crawl(urls, options.chromium, options.arg, options.proxy, blocked, options.sandbox))
+    result = asyncio.run(crawl(urls, options.chromium, options.arg, options.proxy, blocked, options.sandbox,
+                               options.wait_selector, options.html_out))
     print(json.dumps(result))
 
 

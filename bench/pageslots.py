@@ -18,6 +18,15 @@ one Chromium, one page reused, launched through the proxy), one page after the o
   ``pss_by_kind`` splits both trees (driver, browser, renderer, gpu, utility...); ``*_uss_mb`` is their
   private memory, which other Chromiums on the machine (other test runs) do not shift as they shift PSS.
 
+- on the late pages (``/late/timer`` and ``/late/xhr``: the product written 50-500 ms after ``load``, by a timer
+  or by the page's own XHR), ``late_ratio`` = our pages/min with the default readiness rule (every required
+  attribute) over crawlee's PlaywrightCrawler waiting with ``wait_for_selector`` for the same selector (the
+  price, the last to render), same Chromium, proxy and blocking; ``late_complete_share`` (records with every
+  attribute over pages, ours; 1.0 is the goal) and ``late_crawlee_complete_share``, both extracted as a harvest
+  extracts (the worst round of each);
+- ``context_per_source_ms``: the cost of isolation, a fresh context (page, route, body cap) when another
+  source's visit begins, median of 20.
+
 The two crawlers run in turn, ours first then crawlee, ``--rounds`` times (best round of each reported).
 Usage: .venv/bin/python bench/pageslots.py [--pages 60] [--rounds 2]. The JSON object on the last line
 carries every figure.
@@ -45,8 +54,8 @@ import psutil
 from harvester.config.model import SourceConfig
 from harvester.pageslots.allocation import allocate_page_slots, page_slots_to_start
 from harvester.pageslots.bookkeeping import census_of, country_tasks
-from harvester.pageslots.host import SLOT_CHROMIUM_ARGS, SlotBrowser
 from harvester.pageslots.proxies import Proxy
+from harvester.scraping import CHROMIUM_ARGS, SLOT_ARGS, FetchResult, SlotBrowser, process_page
 from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import HarvesterSettings
@@ -55,6 +64,11 @@ BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
 CRAWLEE_VENV = ROOT / "var" / "bench-venv"
 BLOCKED = ["image", "font", "media", "stylesheet"]
+SLOT_CHROMIUM_ARGS = [*CHROMIUM_ARGS, *SLOT_ARGS]  # what crawlee's Chromium is launched with too
+LATE_ATTRIBUTES = {"title": {"css": "h1.title::text", "required": True},
+                   "sku": {"css": "span.sku::text", "required": True},
+                   "price": {"css": "span.price::text", "type": "float", "required": True}}
+LATE_SELECTOR = "span.price"  # what the crawlee user waits for: the price, the last of the product to render
 
 
 def source(base_url: str, blocked: list[str]) -> SourceConfig:
@@ -64,6 +78,25 @@ def source(base_url: str, blocked: list[str]) -> SourceConfig:
         "attributes": {"sku": {"css": "#app.ready span.sku::text", "required": True}},
         "output": {"key": ["sku"]}, "blocked_resource_types": blocked, "timeout": 30,
     })
+
+
+def late_source(base_url: str, name: str = "bench_late") -> SourceConfig:
+    """The late pages' source: the default readiness rule (every required attribute), nothing else said."""
+    return SourceConfig.model_validate({
+        "name": name, "render": "browser", "country": "SG",
+        "input": {"kind": "details", "seeds": [f"{base_url}/late/timer/1"]},
+        "attributes": LATE_ATTRIBUTES, "blocked_resource_types": BLOCKED, "timeout": 30,
+    })
+
+
+def complete_share(config: SourceConfig, pages: dict[str, str]) -> float:
+    """Records with every attribute, over pages: extracted as a harvest extracts them."""
+    complete = 0
+    for url, text in pages.items():
+        extraction = process_page(config, "details", url, 0, FetchResult(url, "ok", text=text)).extraction
+        record = extraction.record if extraction is not None else None
+        complete += record is not None and all(record.get(name) is not None for name in config.attributes)
+    return complete / len(pages) if pages else 0.0
 
 
 def proxy_stats(proxy_url: str, reset: bool = False) -> dict[str, Any]:
@@ -130,6 +163,43 @@ async def slot_run(settings: HarvesterSettings, proxy_url: str, urls: list[str],
             "uss_mb": uss, "pss_by_kind": kinds}
 
 
+async def late_run(settings: HarvesterSettings, proxy_url: str, urls: list[str], config: SourceConfig) -> dict:
+    """The late pages in one slot browser, each read when the default rule says it is ready."""
+    browser = SlotBrowser("bench-late", Proxy("SG", proxy_url), settings)
+    pages: dict[str, str] = {}
+    try:
+        loaded = await browser.load(urls[0] + "?warm-up=1", config)  # launch outside the timing, as crawlee's
+        assert not loaded.load_failed, loaded.fetch.reason
+        started = time.perf_counter()
+        for url in urls:
+            render = await browser.render(url, config)
+            pages[url] = render.fetch.text
+        elapsed = time.perf_counter() - started
+        kinds = pss_by_kind(os.getpid())
+    finally:
+        await browser.close()
+    uss = kinds.pop("uss", 0.0)
+    return {"pages_per_min": 60 * len(urls) / elapsed, "complete_share": complete_share(config, pages),
+            "pss_mb": sum(kinds.values()), "uss_mb": uss}
+
+
+async def context_switch_ms(settings: HarvesterSettings, proxy_url: str, base_url: str, switches: int = 20) -> float:
+    """The cost of isolation: a visit of another source closes the context and opens a fresh one (its page,
+    route, body cap and headers), median over ``switches`` alternations of two sources."""
+    browser = SlotBrowser("bench-isolation", Proxy("SG", proxy_url), settings)
+    sources = [late_source(base_url, "bench_visit_a"), late_source(base_url, "bench_visit_b")]
+    timings = []
+    try:
+        await browser.ensure_page(sources[1])
+        for index in range(switches):
+            started = time.perf_counter()
+            await browser.ensure_page(sources[index % 2])
+            timings.append((time.perf_counter() - started) * 1000)
+    finally:
+        await browser.close()
+    return statistics.median(timings)
+
+
 def ensure_crawlee() -> Path:
     """The Python of the crawlee venv, created and filled on first use (never .venv: crawlee pins its own)."""
     python = CRAWLEE_VENV / "bin" / "python"
@@ -143,14 +213,16 @@ def ensure_crawlee() -> Path:
 
 
 def crawlee_run(python: Path, settings: HarvesterSettings, proxy_url: str, urls: list[str], blocked: list[str],
-                workdir: Path) -> dict[str, Any]:
+                workdir: Path, wait_selector: str | None = None) -> dict[str, Any]:
     """The same pages through crawlee's PlaywrightCrawler, with one warm-up page it handles first (its
-    browser launch stays outside the timing, as ours)."""
+    browser launch stays outside the timing, as ours); with ``wait_selector``, each page waits for it."""
     url_file = workdir / "crawlee-urls.txt"
     url_file.write_text("\n".join([f"{urls[0]}?warm-up=1", *urls]) + "\n")
+    html_out = workdir / "crawlee-pages.json"
     command = [str(python), str(ROOT / "bench" / "crawlee_playwright_peer.py"), "--urls", str(url_file),
                "--chromium", str(settings.chromium_executable), "--proxy", proxy_url, "--blocked", ",".join(blocked),
-               *(f"--arg={flag}" for flag in SLOT_CHROMIUM_ARGS), *(["--sandbox"] if settings.chromium_sandbox else [])]
+               *(f"--arg={flag}" for flag in SLOT_CHROMIUM_ARGS), *(["--sandbox"] if settings.chromium_sandbox else []),
+               *(["--wait-selector", wait_selector, "--html-out", str(html_out)] if wait_selector else [])]
     proxy_stats(proxy_url, reset=True)
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=workdir,
                                env={**os.environ, "CRAWLEE_STORAGE_DIR": str(workdir / "crawlee-storage")})
@@ -159,8 +231,12 @@ def crawlee_run(python: Path, settings: HarvesterSettings, proxy_url: str, urls:
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     seen = proxy_stats(proxy_url)
     pages = result["pages"] - 1  # intervals after the warm-up page: len(urls) loads
-    return {"pages_per_min": 60 * pages / result["seconds"], "pss_mb": result["pss_mb"], "uss_mb": result["uss_mb"],
-            "pss_by_kind": result["pss_by_kind"], "proxy_bytes_per_page": seen["bytes"] / result["pages"]}
+    run = {"pages_per_min": 60 * pages / result["seconds"], "pss_mb": result["pss_mb"], "uss_mb": result["uss_mb"],
+           "pss_by_kind": result["pss_by_kind"], "proxy_bytes_per_page": seen["bytes"] / result["pages"]}
+    if wait_selector:
+        handled = json.loads(html_out.read_text())
+        run["pages_by_url"] = {url: handled[url] for url in urls if url in handled}
+    return run
 
 
 def allocator_ms() -> float:
@@ -200,13 +276,21 @@ def main() -> None:
         # the browser refuses loopback unless allow-listed: the bench's demo site port only
         settings = HarvesterSettings(allowed_private_networks=f"{LOOPBACK}/32:{site_port}")
         urls = [f"{base}/js/product/{n}" for n in range(1, args.pages + 1)]
+        late_urls = [f"{base}/late/{'timer' if n % 2 else 'xhr'}/{n}" for n in range(1, args.pages + 1)]
         unblocked = asyncio.run(slot_run(settings, proxy_url, urls, source(base, [])))
-        ours_rounds, crawlee_rounds = [], []
+        ours_rounds, crawlee_rounds, late_rounds, late_crawlee_rounds = [], [], [], []
         for _ in range(args.rounds):  # in turn, so both see the same load
             ours_rounds.append(asyncio.run(slot_run(settings, proxy_url, urls, source(base, BLOCKED))))
             crawlee_rounds.append(crawlee_run(crawlee_python, settings, proxy_url, urls, BLOCKED, workdir))
+            late_rounds.append(asyncio.run(late_run(settings, proxy_url, late_urls, late_source(base))))
+            late_crawlee = crawlee_run(crawlee_python, settings, proxy_url, late_urls, BLOCKED, workdir, LATE_SELECTOR)
+            late_crawlee["complete_share"] = complete_share(late_source(base), late_crawlee.pop("pages_by_url"))
+            late_crawlee_rounds.append(late_crawlee)
+        isolation_ms = asyncio.run(context_switch_ms(settings, proxy_url, base))
         blocked = max(ours_rounds, key=lambda run: run["pages_per_min"])
         crawlee = max(crawlee_rounds, key=lambda run: run["pages_per_min"])
+        late = max(late_rounds, key=lambda run: run["pages_per_min"])
+        late_crawlee = max(late_crawlee_rounds, key=lambda run: run["pages_per_min"])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         for process in processes:
@@ -233,6 +317,15 @@ def main() -> None:
                    "crawlee_pages_per_min": [round(run["pages_per_min"]) for run in crawlee_rounds],
                    "slot_pss_mb": [round(run["pss_mb"], 1) for run in ours_rounds],
                    "crawlee_pss_mb": [round(run["pss_mb"], 1) for run in crawlee_rounds]},
+        "late_pages_per_min": round(late["pages_per_min"]),
+        "late_crawlee_pages_per_min": round(late_crawlee["pages_per_min"]),
+        "late_ratio": round(late["pages_per_min"] / late_crawlee["pages_per_min"], 2),
+        "late_complete_share": round(min(run["complete_share"] for run in late_rounds), 3),
+        "late_crawlee_complete_share": round(min(run["complete_share"] for run in late_crawlee_rounds), 3),
+        "late_slot_pss_mb": round(late["pss_mb"], 1), "late_crawlee_pss_mb": round(late_crawlee["pss_mb"], 1),
+        "context_per_source_ms": round(isolation_ms, 1),
+        "late_rounds": {"slot_pages_per_min": [round(run["pages_per_min"]) for run in late_rounds],
+                        "crawlee_pages_per_min": [round(run["pages_per_min"]) for run in late_crawlee_rounds]},
         "load_average": [round(value, 2) for value in os.getloadavg()],
     }
     print(json.dumps(result))

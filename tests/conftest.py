@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.demo_site", "tests.fixtures.forward_proxy",
-                  "tests.fixtures.hostile_hosts"]
+                  "tests.fixtures.hostile_hosts", "tests.fixtures.secret"]
 
 # Measured on 2 cores (about 2-6 minutes each): started first, in this order. Other `slow` tests follow,
 # then the rest in collection order. A node id prefix: a file holds every test of it. The first four start
@@ -32,6 +32,7 @@ LONGEST_FIRST = (
     "tests/pageslots/test_slot_hosting.py::test_slots_follow_demand",
     "tests/producer/test_dag_end_to_end.py",
     "tests/pageslots/test_slot_hosting.py",
+    "tests/pageslots/test_browser_pages.py",
     "tests/producer/test_standalone_progress.py",
 )
 SHARED_SCOPES = ("module", "class", "package")

@@ -291,6 +291,7 @@ def ready_slot(client: redis.Redis, country: str = "SG") -> str:
     (slot_id,) = registry.create(country, 1)
     registry.transition(slot_id, SlotState.PREPARING_PAGE)
     registry.transition(slot_id, SlotState.PAGE_READY)
+    registry.heartbeat(slot_id, "", None)  # claimed: a process heartbeats it
     return slot_id
 
 
@@ -325,6 +326,27 @@ def test_page_slot_heartbeat_seconds_sets_when_a_silent_slot_is_reset(redis_clie
     PageSlotManager(redis_client, HarvesterSettings(page_slot_heartbeat_seconds=0.1)).reset_dead_slots(
         StepReport("probe"))  # two missed heartbeats (0.2 s) < 0.3 s of silence
     assert SlotRegistry(redis_client).get(slot_id).state == SlotState.NO_PAGE
+
+
+@covers_setting("page_slot_claim_seconds")
+@pytest.mark.integration
+def test_page_slot_claim_seconds_is_how_long_a_prepared_slot_waits_for_a_process(redis_client):
+    import time
+
+    from harvester.pageslots.manager import PageSlotManager, StepReport
+    from harvester.pageslots.registry import SlotRegistry, SlotState
+
+    registry = SlotRegistry(redis_client)
+    (slot_id,) = registry.create("SG", 1)
+    registry.transition(slot_id, SlotState.PREPARING_PAGE)  # its hosting task queued, not yet claimed
+    time.sleep(0.3)
+    quick_beats = {"page_slot_heartbeat_seconds": 0.1}
+    assert PageSlotManager(redis_client, HarvesterSettings(**quick_beats, page_slot_claim_seconds=30)).reset_dead_slots(
+        StepReport("probe")) == []  # two heartbeats passed, but no process has had it yet
+    assert registry.get(slot_id).state == SlotState.PREPARING_PAGE
+    PageSlotManager(redis_client, HarvesterSettings(**quick_beats, page_slot_claim_seconds=0.2)).reset_dead_slots(
+        StepReport("probe"))
+    assert registry.get(slot_id).state == SlotState.NO_PAGE
 
 
 @covers_setting("reap_interval_seconds")
@@ -493,13 +515,11 @@ def test_chromium_executable_and_sandbox_are_what_the_browser_launches_with():
     import asyncio
     import os
 
-    from harvester.scraping.browser import launch_chromium
-    from playwright.async_api import async_playwright
+    from harvester.scraping import SlotBrowser
 
     async def launch(settings: HarvesterSettings) -> None:
-        async with async_playwright() as playwright:
-            browser = await launch_chromium(playwright, settings)
-            await browser.close()
+        async with SlotBrowser("launch-probe", None, settings) as browser:
+            await browser.ensure_browser()
 
     with pytest.raises(Exception, match="/nonexistent/chromium"):
         asyncio.run(launch(HarvesterSettings(chromium_executable="/nonexistent/chromium")))
@@ -650,13 +670,13 @@ def test_redis_retry_max_seconds_caps_the_wait_between_reconnects():
 # -- the slot host's decisions (pageslots/host.py), with a scripted browser in place of Chromium ------
 def slot_host(redis_server, monkeypatch: pytest.MonkeyPatch, loads: list[bool | str] = (), **overrides: object):
     """A claimed slot's host whose browser plays ``loads`` (False: a failed load, text: a page with it)."""
-    from harvester.pageslots.host import PageSlotHost, SlotBrowser
+    from harvester.pageslots.host import PageSlotHost
     from harvester.pageslots.registry import SlotRegistry, SlotState
-    from harvester.scraping.browser import PageLoad
+    from harvester.scraping import PageLoad, SlotBrowser
     from harvester.scraping.fetcher import FetchResult
 
     class ScriptedBrowser(SlotBrowser):
-        async def load(self, url, source):
+        async def load(self, url, source, kind="details", charger=None):
             played = loads.pop(0) if loads else "<h1>ok</h1>"
             if played is False:
                 return PageLoad(FetchResult(url, "connection_error", reason="scripted failure"), load_failed=True)
@@ -665,7 +685,7 @@ def slot_host(redis_server, monkeypatch: pytest.MonkeyPatch, loads: list[bool | 
         async def ensure_page(self, source):
             pass  # a recycle re-opens the page: nothing to launch here
 
-        async def close_page(self):
+        async def close_page(self, keep_visit=False):
             pass
 
         async def close_browser(self):
@@ -686,8 +706,8 @@ def slot_host(redis_server, monkeypatch: pytest.MonkeyPatch, loads: list[bool | 
 def render(host) -> tuple[str, str]:
     import asyncio
 
-    fetch, ending = asyncio.run(host._render("http://a.example/1", SOURCE))
-    return fetch.outcome, ending
+    done = asyncio.run(host.browser.render("http://a.example/1", SOURCE, listener=host))
+    return done.fetch.outcome, done.ending
 
 
 @covers_setting("page_slot_give_up_after_failures")
@@ -788,23 +808,46 @@ def test_page_slot_task_wait_seconds_is_how_long_a_ready_slot_blocks_for_a_task(
 def test_page_slot_reopen_page_after_pages_opens_a_fresh_page_after_that_many_loads():
     import asyncio
 
-    from harvester.pageslots.host import SlotBrowser
+    from harvester.scraping import SlotBrowser
 
     async def pages_opened() -> tuple[bool, bool]:
         browser = SlotBrowser("reopen-probe", None, HarvesterSettings(chromium_sandbox=False,
                                                                       page_slot_reopen_page_after_pages=3))
         try:
-            first = await browser.ensure_page(None)
-            browser.pages_on_page = 2
-            kept = await browser.ensure_page(None) is first  # 2 loads < 3: the same page
+            first = await browser.ensure_page(SOURCE)
+            browser.visit.loads = 2
+            kept = await browser.ensure_page(SOURCE) is first  # 2 loads < 3: the same page
             browser.settings = browser.settings.model_copy(update={"page_slot_reopen_page_after_pages": 2})
-            reopened = await browser.ensure_page(None) is not first  # 2 loads >= 2: a fresh page
+            reopened = await browser.ensure_page(SOURCE) is not first  # 2 loads >= 2: a fresh page
             return kept, reopened and browser.reopens == 1 and browser.launches == 1
         finally:
             await browser.close()
 
     assert asyncio.run(pages_opened()) == (True, True)
 
+
+
+# -- evidence of browser pages (storage/snapshots.py) -----------------------------------------------
+@covers_setting("browser_snapshot_keep_days", "browser_snapshot_max_bytes")
+@pytest.mark.integration
+def test_browser_snapshot_settings_bound_how_long_and_how_much_a_snapshot_keeps(harvester_settings):
+    from datetime import UTC, datetime, timedelta
+
+    from harvester.storage.snapshots import SnapshotStore
+
+    now = datetime.now(UTC)
+    for keep_days, max_bytes in ((1.0, 64 * 1024), (3.0, 32 * 1024)):
+        settings = harvester_settings.model_copy(update={"browser_snapshot_keep_days": keep_days,
+                                                         "browser_snapshot_max_bytes": max_bytes})
+        store = SnapshotStore.from_settings(settings)
+        task = f"t{keep_days:g}"
+        store.save("shop", task, "http://a.example/1", "record rejected", "<p>" * 50_000, b"\xff\xd8" + b"j" * 9_998,
+                   now=now)
+        kept = store.get("shop", task, now=now)
+        assert kept is not None and len(kept.screenshot) == 10_000  # the screenshot fits: kept whole
+        assert len(kept.html.encode()) + len(kept.screenshot) == max_bytes  # the HTML cut to what is left
+        assert store.get("shop", task, now=now + timedelta(days=keep_days, seconds=-60)) is not None
+        assert store.get("shop", task, now=now + timedelta(days=keep_days, seconds=1)) is None
 
 
 # -- the worker's batch heartbeat (workers/batch.py) -------------------------------------------------

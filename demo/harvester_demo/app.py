@@ -444,6 +444,9 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     from harvester_demo.structured import structured_routes  # pages that publish their data (issue 22)
 
     routes += structured_routes(lambda: site.products, product_facts, page, latency)
+    from harvester_demo.browser_shapes import browser_shape_routes  # pages that render late, scroll... (issue 20)
+
+    routes += browser_shape_routes(product_body, page, product_facts, site.products)
     from harvester_demo.incremental import incremental_routes  # sitemaps, conditional requests (issue 23)
 
     routes += incremental_routes(lambda: site.products, product_body, page, product_facts, latency)

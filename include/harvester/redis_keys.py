@@ -133,6 +133,12 @@ class SourceKeys:
         """Hash: run id (and "run id|package id") -> tasks of that run now in dead letters."""
         return self._key("run-dead")
 
+    @property
+    def run_site_requests(self) -> str:
+        """Hash: "run id|pages" and "run id|sub_requests" -> browser pages of that run and the requests they
+        made to their own site besides their navigation (the run report shows them; dropped when it is written)."""
+        return self._key("run-site-requests")
+
     def run_listing_pages(self, run_id: str | None) -> str:
         """Set of listing-page URLs already queued in one run (pagination never loops)."""
         return self._key(f"run:{run_id or 'adhoc'}:listings")

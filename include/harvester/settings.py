@@ -198,6 +198,9 @@ class HarvesterSettings(BaseSettings):
     allocation_sample_size: int = Field(default=3000, ge=1, description="Recent browser tasks the allocator scores.")
     page_slot_heartbeat_seconds: float = Field(
         default=5.0, gt=0, description="Slot processes and slot hosts heartbeat this often; two missed = dead.")
+    page_slot_claim_seconds: float = Field(
+        default=60.0, gt=0, description="A prepared slot no worker process has claimed yet is reset after this "
+        "long (its hosting task may wait behind busy processes; the next page_slots run prepares it again).")
     page_slot_recycle_after_pages: int = Field(
         default=500, ge=1, description="A slot's browser is re-launched after serving this many pages.")
     page_slot_reopen_page_after_pages: int = Field(
@@ -213,6 +216,12 @@ class HarvesterSettings(BaseSettings):
     page_slots_sensor_wait_seconds: float = Field(
         default=40.0, gt=0, description="How long the page_slots DAG's sensor waits for browser work before "
                                         "skipping the run (deferred: no worker slot held).")
+    browser_snapshot_keep_days: float = Field(
+        default=7.0, gt=0, le=365, description="How long a failed or rejected browser page's snapshot (HTML and "
+                                               "screenshot, linked from its dead letter) is kept.")
+    browser_snapshot_max_bytes: int = Field(
+        default=2 * 1024 * 1024, ge=16 * 1024, le=15 * 1024 * 1024,
+        description="The most one snapshot keeps: its screenshot when it fits in half, its HTML cut to the rest.")
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 

@@ -15,6 +15,7 @@ from harvester.services.ports import free_port
 from harvester.settings import REPOSITORY_ROOT
 from harvester.storage.packages import PackageStore
 from harvester.storage.runs import RunStore
+from harvester.storage.snapshots import SnapshotStore
 
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import VENV_BIN
@@ -45,6 +46,9 @@ def test_airflow_plugins_lists_the_plugin(tmp_path) -> None:
                             capture_output=True, text=True, timeout=120, check=True)
     assert '"name": "harvester"' in listed.stdout, listed.stdout + listed.stderr
     assert "/harvester" in listed.stdout and "Harvest progress" in listed.stdout
+
+
+JPEG = b"\xff\xd8\xff\xe0" + b"snapshot" * 16
 
 
 def seed(settings, redis_client, mongo_server) -> dict:
@@ -83,7 +87,11 @@ def seed(settings, redis_client, mongo_server) -> dict:
     output.insert_many([
         {"url": f"http://127.0.0.1:9/product/{i}", "sku": f"SKU-{i}", "run_id": "run-1" if i < 2 else "run-0",
          "harvested_at": harvested + timedelta(hours=i)} for i in range(3)])
-    return {"dead_task": TaskMessage.from_json(admitted.messages[0]).task_id}
+    dead_task = TaskMessage.from_json(admitted.messages[0]).task_id
+    # its page's snapshot, as a slot keeps one for a failed browser page (docs/pageslots.md, "Evidence")
+    SnapshotStore(database).save(SOURCE, dead_task, "http://127.0.0.1:9/product/0", "http_404: HTTP 404",
+                                 "<h1>Not found</h1><script>alert(document.cookie)</script>", JPEG)
+    return {"dead_task": dead_task}
 
 
 def test_api_returns_the_figures_of_a_seeded_state(api_server, plugin_settings, redis_client, mongo_server) -> None:
@@ -102,7 +110,14 @@ def test_api_returns_the_figures_of_a_seeded_state(api_server, plugin_settings, 
 
         dead = client.get(f"/harvester/api/sources/{SOURCE}/dead-letters").json()
         assert dead["total"] == 1 and dead["entries"][0]["task_id"] == seeded["dead_task"]
-        assert dead["entries"][0]["reason"] == "http_404: HTTP 404"
+        assert dead["entries"][0]["reason"] == "http_404: HTTP 404" and dead["entries"][0]["snapshot"] is True
+        evidence = f"/harvester/api/sources/{SOURCE}/dead-letters/{seeded['dead_task']}"
+        html = client.get(f"{evidence}/snapshot")
+        assert html.status_code == 200 and "<h1>Not found</h1>" in html.text
+        assert html.headers["content-security-policy"].startswith("sandbox")  # its scripts never run here
+        shot = client.get(f"{evidence}/screenshot")
+        assert shot.status_code == 200 and shot.headers["content-type"] == "image/jpeg" and shot.content == JPEG
+        assert client.get(f"/harvester/api/sources/{SOURCE}/dead-letters/nothing/snapshot").status_code == 404
 
         runs = client.get(f"/harvester/api/sources/{SOURCE}/runs").json()
         assert [run["run_id"] for run in runs] == ["run-1", "run-0"]
@@ -151,6 +166,7 @@ def test_unauthenticated_get_401_and_a_viewer_cannot_requeue(api_server, plugin_
         for method, path in (("GET", "/harvester/api/sources"), ("GET", f"/harvester/api/sources/{SOURCE}"),
                              ("GET", "/harvester/api/slots"), ("GET", f"/harvester/api/results/{SOURCE}"),
                              ("GET", f"/harvester/api/sources/{SOURCE}/dead-letters"),
+                             ("GET", f"/harvester/api/sources/{SOURCE}/dead-letters/any/snapshot"),
                              ("POST", f"/harvester/api/sources/{SOURCE}/dead-letters/requeue"),
                              ("POST", "/harvester/api/jobs"), ("GET", "/harvester/ui/")):
             response = anonymous.request(method, path, json={"source": SOURCE, "urls": ["http://127.0.0.1:9/"]})

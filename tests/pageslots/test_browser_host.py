@@ -4,6 +4,7 @@ real Chromium and the demo site; slot hosting itself is tested in test_slot_host
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -134,3 +135,32 @@ def test_a_slot_browser_opens_a_fresh_page_after_its_page_served_enough(demo_sit
             await browser.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.integration
+def test_a_source_s_http_connection_reaches_its_site_only_and_its_cookies_stay_in_its_visit(demo_site,
+                                                                                           monkeypatch) -> None:
+    """Basic auth and headers of ``http_connection_id`` go to the task's site only; its cookies are set on the
+    visit's context, so the next source's visit, in the same browser, carries none of them."""
+    from harvester_demo.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER
+
+    monkeypatch.setenv("AIRFLOW_CONN_SHOP_LOGIN", json.dumps({
+        "conn_type": "http", "login": BASIC_AUTH_USER, "password": BASIC_AUTH_PASSWORD,
+        "extra": {"cookies": {"session": "s3cret"}}}))
+    attributes = {"sku": {"css": "span.sku::text", "required": True}, "sent": {"css": "span.cookie-header::text"}}
+    member = SourceConfig.model_validate(browser_source_document(demo_site.url, "members", attributes=attributes,
+                                                                 http_connection_id="shop_login"))
+    visitor = SourceConfig.model_validate(browser_source_document(demo_site.url, "visitors", attributes=attributes))
+
+    async def scenario() -> list[Any]:
+        async with BrowserHost(HarvesterSettings(page_slot_retry_delay_seconds=0.05)) as host:
+            return [await host.render(f"{demo_site.url}/auth/basic/3", member),
+                    await host.render(f"{demo_site.url}/cookie/show", member),
+                    await host.render(f"{demo_site.url}/cookie/show", visitor),
+                    await host.render(f"{demo_site.url}/auth/basic/3", visitor)]
+
+    logged_in, member_cookies, visitor_cookies, refused = asyncio.run(scenario())
+    assert logged_in.ok and "SKU-00003" in logged_in.text
+    assert 'class="cookie-header">session=s3cret<' in member_cookies.text
+    assert 'class="cookie-header">none<' in visitor_cookies.text
+    assert refused.outcome == "http_error" and refused.status == 401

@@ -4,9 +4,12 @@ forbidden addresses or schemes, through Playwright routing in a real Chromium.""
 from __future__ import annotations
 
 import asyncio
+import time
+from urllib.parse import quote
 
 import pytest
-from harvester.scraping.browser import render_page
+from harvester.scraping import render_page
+from harvester.services.ports import LOOPBACK
 from harvester.settings import HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source
@@ -37,3 +40,51 @@ def test_browser_still_renders_allowed_pages_and_redirects(demo_site) -> None:
     source = demo_source(demo_site.url, render="browser", country="SG")
     fetch = asyncio.run(render_page(f"{demo_site.url}/redirect/2", source, HarvesterSettings()))
     assert fetch.ok and "SKU-00003" in fetch.text and fetch.final_url.endswith("/product/3")
+
+
+# -- the guard on the whole browser (issue 20): what a page itself tries, beyond its navigation -----------
+def guard_cases(secret) -> dict[str, str]:
+    """Each page tries to reach the secret server (a loopback port the address rules do not allow) in one way."""
+    redirect = quote(f"/hostile/redirect?to={secret.url}/image", safe="")
+    return {
+        "popup": f"/guard/popup?to={quote(secret.url + '/popup', safe='')}",
+        "websocket": f"/guard/websocket?to={quote(f'ws://{secret.address}/socket', safe='')}",
+        "localhost_name": f"/guard/fetch?to={quote(f'http://secret.localhost:{secret.port}/', safe='')}",
+        # Chromium is told secret.test is loopback (a name only the browser's resolver knows, as split DNS
+        # would have it): a guard that lets names it cannot resolve through would let Chromium reach it
+        "unresolvable_name": f"/guard/fetch?to={quote(f'http://secret.test:{secret.port}/', safe='')}",
+        "redirecting_image": f"/guard/image?to={redirect}",
+        "service_worker": f"/guard/service-worker?to={quote(secret.url + '/worker', safe='')}",
+    }
+
+
+@pytest.mark.parametrize("case", ["popup", "websocket", "localhost_name", "unresolvable_name", "redirecting_image",
+                                  "service_worker"])
+def test_what_a_page_tries_on_its_own_never_reaches_a_refused_address(demo_site, secret_server, monkeypatch,
+                                                                      case: str) -> None:
+    from harvester.scraping import browser  # the launch flags are read at launch
+
+    monkeypatch.setattr(browser, "CHROMIUM_ARGS",
+                        [*browser.CHROMIUM_ARGS, f"--host-resolver-rules=MAP secret.test {LOOPBACK}"])
+    source = demo_source(demo_site.url, render="browser", country="SG", blocked_resource_types=[],
+                         attributes={"sku": {"css": "span.sku", "required": True},  # ready once the attack had 1 s:
+                                     "probe": {"css": "span.probe.settled", "required": True}})
+    settings = HarvesterSettings(allowed_private_networks=f"{LOOPBACK}/32:{demo_site.port}")
+    url = demo_site.url + guard_cases(secret_server)[case]
+    fetch = asyncio.run(render_page(url, source, settings))
+    assert fetch.ok and "SKU-00001" in fetch.text, fetch.reason  # the page itself is an ordinary product
+    assert secret_server.lines == [], f"{case} reached the refused address"
+    if case != "service_worker":  # a blocked service worker never registers: nothing is left to refuse
+        assert fetch.blocked_requests >= 1  # the guard's refusal is counted with the page
+
+
+def test_a_navigation_body_is_cut_while_it_streams_not_after_it_was_decompressed(demo_site) -> None:
+    """A 1 GB page gzipped to 1 MB: the browser stops it once its decoded bytes pass the cap, in seconds."""
+    source = demo_source(demo_site.url, render="browser", country="SG", timeout=30)
+    settings = HarvesterSettings(body_size_cap_bytes=1 << 20)
+    started = time.monotonic()
+    fetch = asyncio.run(asyncio.wait_for(render_page(f"{demo_site.url}/hostile/gzip-bomb?mb=1024&layers=1", source,
+                                                     settings), 60))
+    assert fetch.ok and fetch.truncated, fetch.reason
+    assert "body cut" in fetch.reason and len(fetch.text.encode()) <= 1 << 20
+    assert time.monotonic() - started < 20

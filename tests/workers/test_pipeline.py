@@ -27,7 +27,8 @@ def test_the_deadline_of_a_batch_is_its_fetchers_longest_fetching_plus_two_lease
     assert fetcher.fetch_seconds(source.model_copy(update={"robots": "ignore"}), 50) == 4
     browser = BrowserPageFetcher(settings)  # its browser host starts on the first fetch, not here
     assert isinstance(browser, PageFetcher)
-    assert browser.fetch_seconds(source, 5) == 5 * 3 * 4.5  # one after the other, each up to 3 attempts
+    # one after the other, each up to 3 attempts of its timeout, its readiness wait (10 s) and the retry delay
+    assert browser.fetch_seconds(source, 5) == 5 * 3 * (4 + 10 + 0.5)
 
 
 @pytest.mark.integration

@@ -29,7 +29,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_authenticated
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import APIRouter, BackgroundTasks, Depends, FastAPI, HTTPException, Query, Request, status
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from harvester.airflow.dags import DAG_ID_PREFIX, dag_id_for
@@ -47,6 +47,7 @@ from harvester.observability import (
     UnknownSource,
 )
 from harvester.settings import get_settings
+from harvester.storage import PageSnapshot
 
 STATIC_DIRECTORY = Path(__file__).with_name("static")
 STATIC_FILES = frozenset(path.name for path in STATIC_DIRECTORY.iterdir() if path.is_file())
@@ -207,6 +208,36 @@ def page_slots(views: ViewsDep) -> SlotsView:
 def dead_letters(source: str, views: ViewsDep, start: Annotated[int, Query(ge=0)] = 0,
                  limit: Annotated[int, Query(ge=1, le=500)] = 100) -> DeadLettersView:
     return views.dead_letters(source, start, limit)
+
+
+# A page we harvested is a stranger's HTML: shown sandboxed (its own origin, no script, no request leaves it).
+SNAPSHOT_HEADERS = {"Content-Security-Policy": "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'",
+                    "X-Content-Type-Options": "nosniff", "Cache-Control": "private, max-age=60"}
+
+
+def _snapshot_or_404(views: HarvestViews, source: str, task_id: str) -> PageSnapshot:
+    _source_or_404(views, source)
+    snapshot = views.snapshot(source, task_id)
+    if snapshot is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no snapshot of task {task_id!r} of {source!r}")
+    return snapshot
+
+
+@api.get("/sources/{source}/dead-letters/{task_id}/snapshot", response_class=HTMLResponse,
+         summary="The HTML of a failed or rejected browser page, as it was (shown sandboxed: no scripts run)",
+         dependencies=[Depends(requires_source_dag_read)])
+def dead_letter_snapshot(source: str, task_id: str, views: ViewsDep) -> HTMLResponse:
+    return HTMLResponse(_snapshot_or_404(views, source, task_id).html, headers=SNAPSHOT_HEADERS)
+
+
+@api.get("/sources/{source}/dead-letters/{task_id}/screenshot", response_class=Response,
+         summary="A screenshot (JPEG) of a failed or rejected browser page",
+         dependencies=[Depends(requires_source_dag_read)])
+def dead_letter_screenshot(source: str, task_id: str, views: ViewsDep) -> Response:
+    snapshot = _snapshot_or_404(views, source, task_id)
+    if snapshot.screenshot is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"the snapshot of task {task_id!r} has no screenshot")
+    return Response(snapshot.screenshot, media_type="image/jpeg", headers=SNAPSHOT_HEADERS)
 
 
 @api.post("/sources/{source}/dead-letters/requeue",

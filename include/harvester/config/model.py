@@ -26,6 +26,7 @@ from harvester.config.attributes import (
     check_link_expression,
     check_selector,
 )
+from harvester.config.browser import BrowserOptions
 from harvester.config.incremental import (
     AfterSchedule,
     HistoryOutput,
@@ -227,6 +228,10 @@ class SourceConfig(StrictModel):
     max_retry_after: float | None = Field(
         default=None, gt=0, description="Seconds: the longest pause a Retry-After of this site may ask for "
                                         "(at most HARVESTER_MAX_RETRY_AFTER_SECONDS).")
+    browser: BrowserOptions = Field(
+        default_factory=BrowserOptions,
+        description="Browser sources: when a page is ready (wait_for, wait_timeout), actions before extraction, "
+                    "isolation of visits, WebSockets (docs/sources.md, the browser section).")
     http_connection_id: str | None = Field(
         default=None, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
         description="An Airflow HTTP connection whose login/password (basic auth) or extras (headers, cookies) "
@@ -278,6 +283,8 @@ class SourceConfig(StrictModel):
         check_incremental_rules(self)
         if self.render == "browser" and self.country is None:
             raise ValueError("country: a browser source needs a country (its page slots are per country)")
+        if self.render != "browser" and self.browser != BrowserOptions():
+            raise ValueError("browser: only browser sources (render: browser) have a browser section")
         if self.input.kind == "listing" and self.listing is None:
             raise ValueError("listing: input.kind is listing, so a listing section must say which links to follow")
         if self.input.kind == "details" and self.listing is not None:

@@ -1,4 +1,4 @@
-"""`harvester health distributor` and `harvester dead-letters list|requeue|purge`.
+"""`harvester health distributor` and `harvester dead-letters list|show|requeue|purge`.
 
 The long-running `harvester distributor` itself is composed with the page slots' hand-off and the
 metrics endpoint, so it is registered by :mod:`harvester.processes` (the distributor imports neither).
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import redis
 
+    from harvester.distributor.dead_letters import DeadLetter, DeadLetters
     from harvester.settings import HarvesterSettings
 
 
@@ -28,10 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     health.set_defaults(handler=_health)
 
     dead = subparsers.add_parser("dead-letters", help="inspect, re-queue or purge a source's dead letters")
-    dead.add_argument("action", choices=["list", "requeue", "purge"])
+    dead.add_argument("action", choices=["list", "show", "requeue", "purge"])
     dead.add_argument("--source", required=True)
     dead.add_argument("--limit", type=int, default=None, help="list: entries shown (20); requeue: at most this many")
     dead.add_argument("--json", action="store_true", help="list: one JSON entry per line")
+    dead.add_argument("--task", help="show: the task id of the dead letter (list shows them with --json)")
+    dead.add_argument("--out", default=".", help="show: where the page's snapshot is written (<task>.html, .jpg)")
     dead.set_defaults(handler=_dead_letters)
 
 
@@ -83,9 +86,12 @@ def _dead_letters(args: argparse.Namespace) -> int:
     from harvester.distributor.dead_letters import DeadLetters
 
     dead_letters = DeadLetters(_redis_client(_settings()))
+    if args.action == "show":
+        return _show_dead_letter(dead_letters, args)
     if args.action == "list":
         total = dead_letters.count(args.source)
         entries = dead_letters.list(args.source, limit=args.limit or 20)
+        with_snapshot = set() if args.json else _with_snapshot(args.source, entries)
         for entry in entries:
             if args.json:
                 print(json.dumps({"message": entry.message, "reason": entry.reason, "failed_at": entry.failed_at}))
@@ -93,7 +99,9 @@ def _dead_letters(args: argparse.Namespace) -> int:
             when = datetime.fromtimestamp(entry.failed_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
             message = entry.message if isinstance(entry.message, dict) else {}
             url = message.get("url", repr(entry.message)[:80])
-            print(f"{when}  attempt {message.get('attempt', '?')}  {url}  {entry.reason}")
+            marker = "  [snapshot]" if message.get("task_id") in with_snapshot else ""
+            print(f"{when}  attempt {message.get('attempt', '?')}  {message.get('task_id', '?')}  {url}  "
+                  f"{entry.reason}{marker}")
         if not args.json:
             shown = f" (showing {len(entries)})" if total > len(entries) else ""
             print(f"{args.source}: {total} dead letters{shown}")
@@ -102,4 +110,52 @@ def _dead_letters(args: argparse.Namespace) -> int:
         print(f"{args.source}: {moved} dead letters re-queued to intake, {dead_letters.count(args.source)} left")
     else:
         print(f"{args.source}: {dead_letters.purge(args.source)} dead letters purged")
+    return 0
+
+
+def _with_snapshot(source: str, entries: list[DeadLetter]) -> set[str]:
+    """Task ids of ``entries`` whose page snapshot is kept (none when MongoDB cannot say: the dead letters
+    live in Redis and are listed without it)."""
+    from harvester.errors import ConnectionNotFound, StorageError
+    from harvester.storage import SnapshotStore
+
+    task_ids = [entry.message.get("task_id") for entry in entries if isinstance(entry.message, dict)]
+    try:
+        return SnapshotStore.from_settings(_settings()).existing(source, [t for t in task_ids if t])
+    except (StorageError, ConnectionNotFound):  # no MongoDB configured or reachable: list without markers
+        return set()
+
+
+def _show_dead_letter(dead_letters: DeadLetters, args: argparse.Namespace) -> int:
+    """One dead letter and the snapshot of its page (written to --out), the evidence of why it failed."""
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from harvester.storage import SnapshotStore
+
+    if not args.task:
+        print("harvester dead-letters show: give --task (the task id; `list` shows them)", file=sys.stderr)
+        return 2
+    letter = dead_letters.find(args.source, args.task)
+    if letter is None:
+        print(f"{args.source}: no dead letter of task {args.task}", file=sys.stderr)
+        return 1
+    message = letter.message if isinstance(letter.message, dict) else {}
+    when = datetime.fromtimestamp(letter.failed_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    print(f"task {args.task} of {args.source}: {message.get('url', '?')}")
+    print(f"  failed {when} UTC after attempt {message.get('attempt', '?')}: {letter.reason}")
+    snapshot = SnapshotStore.from_settings(_settings()).get(args.source, args.task)
+    if snapshot is None:
+        print("  no snapshot of the page (HTTP pages keep none; browser snapshots expire)")
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    html = out / f"{args.task}.html"
+    html.write_text(snapshot.html)
+    print(f"  snapshot taken {snapshot.taken_at:%Y-%m-%d %H:%M:%S} UTC of {snapshot.url}: {snapshot.reason}")
+    print(f"  html ({len(snapshot.html.encode()):,} bytes): {html}")
+    if snapshot.screenshot is not None:
+        image = out / f"{args.task}.jpg"
+        image.write_bytes(snapshot.screenshot)
+        print(f"  screenshot ({len(snapshot.screenshot):,} bytes): {image}")
     return 0

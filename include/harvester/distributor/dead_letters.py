@@ -60,6 +60,21 @@ class DeadLetters:
         return [DeadLetter.from_json(entry) for entry in raw]
 
     @redis_storage_errors()
+    def find(self, source: str, task_id: str, page: int = 1000) -> DeadLetter | None:
+        """The newest dead letter of ``task_id`` (read from the tail a page at a time), or None."""
+        key = SourceKeys(source).dead_letters
+        end = -1
+        while True:
+            raw = self.redis.lrange(key, end - page + 1, end)
+            for entry in reversed(raw):
+                letter = DeadLetter.from_json(entry)
+                if isinstance(letter.message, dict) and letter.message.get("task_id") == task_id:
+                    return letter
+            if len(raw) < page:
+                return None
+            end -= page
+
+    @redis_storage_errors()
     def requeue(self, source: str, limit: int | None = None) -> int:
         """Move entries (oldest first) back to intake with attempt 0; malformed ones stay. Returns how many."""
         def build(pipeline: ScriptPipeline) -> None:

@@ -24,7 +24,7 @@ from harvester.metrics import HarvestSnapshot, SourceSnapshot, read_snapshot, sl
 from harvester.pageslots import SlotRegistry, last_decision, proxy_bytes_by_country
 from harvester.producer import RunMonitor, format_eta
 from harvester.settings import HarvesterSettings
-from harvester.storage import RUNS_COLLECTION
+from harvester.storage import RUNS_COLLECTION, PageSnapshot, SnapshotStore
 
 MAX_PAGE = 500
 
@@ -150,6 +150,8 @@ class DeadLetterView(BaseModel):
     attempt: int | None
     reason: str
     failed_at: datetime
+    snapshot: bool = Field(default=False, description="A browser page's snapshot (HTML and screenshot) is kept: "
+                                                      "GET .../dead-letters/{task_id}/snapshot and /screenshot.")
 
 
 class DeadLettersView(BaseModel):
@@ -349,13 +351,14 @@ class HarvestViews:
 
     def dead_letters(self, name: str, start: int = 0, limit: int = 100) -> DeadLettersView:
         letters = DeadLetters(self.redis)
-        entries = []
-        for offset, entry in enumerate(letters.list(name, start, min(limit, MAX_PAGE))):
-            message = entry.message if isinstance(entry.message, dict) else {}
-            entries.append(DeadLetterView(
-                index=start + offset, url=message.get("url"), task_id=message.get("task_id"),
-                run_id=message.get("run_id"), attempt=message.get("attempt"), reason=entry.reason,
-                failed_at=datetime.fromtimestamp(entry.failed_at, UTC)))
+        listed = letters.list(name, start, min(limit, MAX_PAGE))
+        messages = [entry.message if isinstance(entry.message, dict) else {} for entry in listed]
+        with_snapshot = self.snapshots().existing(name, [m["task_id"] for m in messages if m.get("task_id")])
+        entries = [DeadLetterView(
+            index=start + offset, url=message.get("url"), task_id=message.get("task_id"),
+            run_id=message.get("run_id"), attempt=message.get("attempt"), reason=entry.reason,
+            failed_at=datetime.fromtimestamp(entry.failed_at, UTC), snapshot=message.get("task_id") in with_snapshot)
+            for offset, (entry, message) in enumerate(zip(listed, messages, strict=True))]
         return DeadLettersView(source=name, total=letters.count(name), entries=entries)
 
     def run_records(self, name: str, run_id: str, limit: int = 20) -> RunRecordsView:
@@ -371,6 +374,14 @@ class HarvestViews:
         return RunRecordsView(source=name, run_id=run_id, outcome=outcome, outcome_words=RUN_OUTCOME_WORDS[outcome],
                               reason=reason, records=page.records, records_stored=stored, rejections=letters[:limit],
                               rejections_by_attribute=report.get("rejections") or {})
+
+    def snapshots(self) -> SnapshotStore:
+        return SnapshotStore(self.database, self.settings.browser_snapshot_keep_days,
+                             self.settings.browser_snapshot_max_bytes)
+
+    def snapshot(self, name: str, task_id: str) -> PageSnapshot | None:
+        """The kept snapshot of a dead letter's page (None when there is none, or it expired)."""
+        return self.snapshots().get(name, task_id)
 
     def requeue(self, name: str, limit: int | None = None) -> RequeueResult:
         letters = DeadLetters(self.redis)

@@ -2,19 +2,21 @@
 
 A slot host is a Celery worker on the ``pageslots`` queue; each of its pool processes hosts at most one
 slot at a time. :func:`host_slot` claims the slot record (refused if another process owns it: a slot
-never runs twice), launches one Chromium through its country's proxy with one page, and serves that
-country's admitted browser tasks from the Redis list the distributor fills, one at a time, handing
-each rendered page to the same settle path as HTTP pages (extract, bulk write, release, count down).
-A thread heartbeats the slot record and the running task's lease, and brings the allocator's orders
-(close, delete, move) back to the loop.
+never runs twice), opens the one slot browser (:class:`harvester.scraping.SlotBrowser`: Chromium behind its
+address guard, through its country's proxy) and serves that country's admitted browser tasks from the Redis
+list the distributor fills, one at a time, handing each rendered page to the worker's pipeline through the
+typed :class:`~harvester.pageslots.pipeline.SlotPipeline` (rate tokens for every request of the page, then the
+settle path HTTP pages take). A thread heartbeats the slot record and the running task's lease, and brings the
+allocator's orders (close, delete, move) back to the loop.
 
-Failure rules: a failed load re-opens the page and loads again (RUNNING_SCRAPING_TASK -> PREPARING_PAGE);
-every ``page_slot_relaunch_after_failures`` (4) consecutive failures the browser is re-launched; at
-``page_slot_give_up_after_failures`` (7) the task is given up and the slot goes back to NO_PAGE; a
-blocked task (403, 451 or a block marker) closes the page (CLOSING_PAGE -> NO_PAGE). The browser is
-recycled after ``page_slot_recycle_after_pages`` pages or when its process tree's RSS passes
-``page_slot_recycle_rss_mb``. Whatever stops the process, its Chromium is killed: on exit by its
-process tree, and otherwise by :func:`reap_orphan_browsers`, which every slot host runs.
+Failure rules (the slot browser's one rule; this host moves the record as it goes): a failed load, or a page
+never ready, re-opens the page and loads again (RUNNING_SCRAPING_TASK -> PREPARING_PAGE); every
+``page_slot_relaunch_after_failures`` (4) consecutive failures the browser is re-launched; at
+``page_slot_give_up_after_failures`` (7) the task is given up and the slot goes back to NO_PAGE; a blocked task
+(403, 451 or a block marker) closes the page (CLOSING_PAGE -> NO_PAGE). The browser is recycled after
+``page_slot_recycle_after_pages`` pages or when its process tree's RSS passes ``page_slot_recycle_rss_mb``.
+A failed or rejected page keeps a snapshot (HTML and screenshot) its dead letter links to. Whatever stops the
+process, its Chromium is killed: on exit by its process tree, else by the host's orphan reaper.
 """
 
 from __future__ import annotations
@@ -29,256 +31,28 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import psutil
-import redis
+from typing import Any
 
 from harvester.config import SourceConfig
 from harvester.distributor import TaskMessage
-from harvester.errors import SlotEnded
+from harvester.errors import SlotEnded, StorageError, redis_storage_errors
 from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
 from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher
-from harvester.pageslots.proxies import Proxy, ProxyNotConfigured, require_proxy
-from harvester.pageslots.registry import KEYS, Orders, SlotRegistry, SlotState, SlotTransitionRefused
-from harvester.scraping import (
-    CHROMIUM_ARGS,
-    AddressGuard,
-    FetchResult,
-    PageLoad,
-    ResourceBlocker,
-    load_page,
-    user_agent_and_headers,
-)
+from harvester.pageslots.heartbeat import SlotHeartbeat, reap_orphan_browsers
+from harvester.pageslots.pipeline import SlotPipeline
+from harvester.pageslots.proxies import ProxyNotConfigured, require_proxy
+from harvester.pageslots.registry import KEYS, SlotRegistry, SlotState, SlotTransitionRefused
+from harvester.redis_keys import SourceKeys
+from harvester.scraping import OWNER_FLAG, SLOT_FLAG, Render, SlotBrowser
 from harvester.settings import HarvesterSettings, get_settings
 
-if TYPE_CHECKING:
-    from playwright.async_api import Browser, BrowserContext, Page, Playwright
-
-__all__ = ["BrowserHost", "BrowserPageFetcher", "PageSlotHost", "SlotBrowser", "SlotState", "host_slot",
-           "reap_orphan_browsers"]
+__all__ = ["OWNER_FLAG", "SLOT_FLAG", "BrowserHost", "BrowserPageFetcher", "PageSlotHost", "SlotBrowser",
+           "SlotState", "host_slot", "reap_orphan_browsers"]
 
 log = logging.getLogger("harvester.pageslots.host")
-SLOT_FLAG = "--harvester-slot="  # Chromium ignores unknown switches; ours name the slot and its owner
-OWNER_FLAG = "--harvester-slot-owner="
-# A slot has one page, so one renderer process is enough: no spare renderer kept warm beside it.
-SLOT_CHROMIUM_ARGS = [*CHROMIUM_ARGS, "--renderer-process-limit=1"]
 
 
-# -- the browser of one slot ---------------------------------------------------------------------------
-class SlotBrowser:
-    """One Chromium with one page, browsing through one country's proxy."""
-
-    def __init__(self, slot_id: str, proxy: Proxy | None, settings: HarvesterSettings) -> None:
-        self.slot_id, self.proxy, self.settings = slot_id, proxy, settings
-        self.playwright: Playwright | None = None
-        self.browser: Browser | None = None
-        self.context: BrowserContext | None = None
-        self.page: Page | None = None
-        self.blocker = ResourceBlocker(AddressGuard.from_settings(self.settings))
-        self.user_agent = ""
-        self.pid: int | None = None
-        self.pages_since_launch = 0
-        self.pages_on_page = 0  # loads since the page was opened: re-opened after page_slot_reopen_page_after_pages
-        self.launches = 0
-        self.reopens = 0
-
-    @property
-    def open(self) -> bool:
-        return self.page is not None and not self.page.is_closed() and self.browser is not None \
-            and self.browser.is_connected()
-
-    async def ensure_page(self, source: SourceConfig | None) -> Page:
-        """The open page, or a new one (launching the browser if needed). Raises when Chromium fails."""
-        user_agent = user_agent_and_headers(source, self.settings)[0] if source else self.settings.user_agent
-        worn = self.pages_on_page >= self.settings.page_slot_reopen_page_after_pages
-        if self.open and not worn and (source is None or user_agent == self.user_agent):
-            return self.page  # type: ignore[return-value]
-        if self.open and worn:
-            self.reopens += 1  # a long-navigated page keeps growing its renderer: a fresh one costs ~50 ms
-        await self.close_page()
-        browser = await self._ensure_browser()
-        self.context = await browser.new_context(user_agent=user_agent)
-        self.user_agent = user_agent
-        self.page = await self.context.new_page()
-        self.pages_on_page = 0
-        self.blocker = ResourceBlocker(AddressGuard.from_settings(self.settings))
-        await self.blocker.attach(self.page)
-        return self.page
-
-    async def _ensure_browser(self) -> Browser:
-        if self.browser is not None and self.browser.is_connected():
-            return self.browser
-        await self.close_browser()
-        if self.playwright is None:
-            from playwright.async_api import async_playwright
-
-            self.playwright = await async_playwright().start()
-        args = [*SLOT_CHROMIUM_ARGS, f"{SLOT_FLAG}{self.slot_id}", f"{OWNER_FLAG}{os.getpid()}"]
-        options: dict[str, Any] = {"executable_path": str(self.settings.chromium_executable), "headless": True,
-                                   "args": args, "chromium_sandbox": self.settings.chromium_sandbox}
-        if self.proxy is not None:
-            options["proxy"] = self.proxy.playwright()  # Playwright also sends loopback through it
-        self.browser = await self.playwright.chromium.launch(**options)
-        self.launches += 1
-        self.pages_since_launch = 0
-        self.pid = find_browser_pid(self.slot_id)
-        log.info("slot %s: browser launched (pid %s, proxy %s)", self.slot_id, self.pid,
-                 self.proxy.server if self.proxy else "none: direct")
-        return self.browser
-
-    async def load(self, url: str, source: SourceConfig) -> PageLoad:
-        page = await self.ensure_page(source)
-        loaded = await load_page(page, self.blocker, url, source, self.settings)
-        self.pages_on_page += 1
-        if not loaded.load_failed:
-            self.pages_since_launch += 1
-        return loaded
-
-    def rss_mb(self) -> float:
-        """Resident memory of the browser's process tree (long-lived Chromium grows)."""
-        if self.pid is None:
-            return 0.0
-        try:
-            root = psutil.Process(self.pid)
-            processes = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return 0.0
-        total = 0
-        for process in processes:
-            with contextlib.suppress(psutil.Error):
-                total += process.memory_info().rss
-        return total / (1024 * 1024)
-
-    async def close_page(self) -> None:
-        context, self.context, self.page = self.context, None, None
-        if context is not None:
-            with contextlib.suppress(Exception):  # a crashed browser has nothing left to close
-                await context.close()
-
-    async def close_browser(self) -> None:
-        await self.close_page()
-        browser, self.browser = self.browser, None
-        pid, self.pid = self.pid, None
-        if browser is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(browser.close(), 10)
-        if pid is not None:
-            kill_process_tree(pid)
-
-    async def close(self) -> None:
-        await self.close_browser()
-        playwright, self.playwright = self.playwright, None
-        if playwright is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(playwright.stop(), 10)
-
-
-def _flag_value(command: list[str], flag: str) -> str | None:
-    for argument in command:
-        if argument.startswith(flag):
-            return argument[len(flag):]
-    return None
-
-
-def find_browser_pid(slot_id: str) -> int | None:
-    """The Chromium browser process (not a renderer) launched for ``slot_id`` by this process."""
-    for process in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            command = process.cmdline()
-            if _flag_value(command, SLOT_FLAG) == slot_id and not any(a.startswith("--type=") for a in command):
-                return process.pid
-    return None
-
-
-def kill_process_tree(pid: int) -> int:
-    """SIGKILL a process and everything under it; returns how many were killed."""
-    try:
-        root = psutil.Process(pid)
-        processes = [*root.children(recursive=True), root]
-    except psutil.Error:
-        return 0
-    killed = 0
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-            killed += 1
-    psutil.wait_procs(processes, timeout=5)
-    return killed
-
-
-def reap_orphan_browsers() -> list[int]:
-    """Kill slot browsers whose owning process is gone (a slot process SIGKILLed leaves its Chromium)."""
-    reaped = []
-    for process in psutil.process_iter(["pid", "cmdline"]):
-        command = process.info.get("cmdline") or []
-        owner = _flag_value(command, OWNER_FLAG)
-        if owner is None or any(a.startswith("--type=") for a in command):
-            continue
-        try:
-            owner_alive = psutil.pid_exists(int(owner)) and psutil.Process(int(owner)).status() != "zombie"
-        except (ValueError, psutil.Error):
-            owner_alive = False
-        if not owner_alive:
-            log.warning("killing orphan slot browser pid %s (slot %s, owner %s gone)", process.pid,
-                        _flag_value(command, SLOT_FLAG), owner)
-            kill_process_tree(process.pid)
-            reaped.append(process.pid)
-    return reaped
-
-
-# -- heartbeat -------------------------------------------------------------------------------------------
-class SlotHeartbeat:
-    """Heartbeats the slot record and the running task's lease from a thread (a page load may take its whole
-    timeout), and keeps the latest orders for the loop. ``lost`` once the slot is no longer ours."""
-
-    def __init__(self, client: redis.Redis, settings: HarvesterSettings, slot_id: str, owner: str,
-                 browser_pid: Callable[[], int | None]) -> None:
-        from harvester.distributor import RateLimitStore
-
-        self.registry = SlotRegistry(client)
-        self.store = RateLimitStore(client, settings)
-        self.slot_id, self.owner, self.browser_pid = slot_id, owner, browser_pid
-        self.interval = settings.page_slot_heartbeat_seconds
-        self.orders: Orders | None = None
-        self.lost = False
-        self.task: tuple[str, str, str] | None = None  # (source, task id, lease token) while one runs
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"slot-heartbeat-{slot_id}", daemon=True)
-
-    def start(self) -> None:
-        self.beat()
-        self._thread.start()
-
-    def beat(self) -> Orders | None:
-        try:
-            orders = self.registry.heartbeat(self.slot_id, self.owner, self.browser_pid())
-            task = self.task
-            if task is not None:
-                self.store.heartbeat(task[0], {task[1]: task[2]})
-        except redis.RedisError as error:  # Redis restarting: keep going, the loop retries too
-            log.warning("slot %s: heartbeat failed: %s", self.slot_id, error)
-            return self.orders
-        if orders is None:
-            self.lost = True
-        else:
-            self.orders = orders
-        return orders
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.beat()
-            if self.lost:
-                return
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
-# -- the slot ------------------------------------------------------------------------------------------
 @dataclass
 class SlotReport:
     """What one hosting of a slot did (returned by the Celery task, and for tests)."""
@@ -293,6 +67,7 @@ class SlotReport:
     launches: int = 0
     blocked_closes: int = 0
     gave_up: int = 0
+    snapshots: int = 0
     blocked_requests: Counter[str] = field(default_factory=Counter)
     transferred_bytes: int = 0
 
@@ -302,10 +77,11 @@ class SlotReport:
 
 
 class PageSlotHost:
-    """Hosts one slot until it lands in NO_PAGE (or is taken away). ``PageSlotHost(slot_id).run()``."""
+    """Hosts one slot until it lands in NO_PAGE (or is taken away). ``PageSlotHost(slot_id, pipeline=...).run()``.
+    It is the slot browser's :class:`~harvester.scraping.LoadListener`: each failed load moves the record."""
 
     def __init__(self, slot_id: str, settings: HarvesterSettings | None = None, host: str | None = None,
-                 runner: Any = None) -> None:
+                 pipeline: SlotPipeline | None = None) -> None:
         self.slot_id = slot_id
         self.settings = settings or get_settings()
         self.host = host or socket.gethostname()
@@ -319,20 +95,20 @@ class PageSlotHost:
         self.report = SlotReport(slot_id)
         self.country = ""
         self.state = SlotState.PREPARING_PAGE
-        self.failures = 0
         self.last_used = time.monotonic()
         self.stopping = threading.Event()
-        self._runner = runner
-        self.browser: SlotBrowser | None = None
-        self.heartbeat: SlotHeartbeat | None = None
+        self._pipeline = pipeline
+        self.browser = SlotBrowser(slot_id, None, self.settings)  # its proxy is the country's, once known
+        self.heartbeat = SlotHeartbeat(self.redis, self.settings, slot_id, self.owner, lambda: self.browser.pid)
+        self._snapshots: Any = None  # the SnapshotStore, opened on the first page that needs one
+        self.gave_up_reason = ""
 
     @property
-    def runner(self) -> Any:
-        """The pipeline's settle path, given by the worker that hosts the slot (the same object its HTTP
-        batches use: ``finish(source, messages, fetches, outcomes)`` and ``sources.get(name)``)."""
-        if self._runner is None:
-            raise RuntimeError("a slot host needs the pipeline's settle path (runner=...)")
-        return self._runner
+    def pipeline(self) -> SlotPipeline:
+        """The worker's pipeline (rate tokens, settle path), given by the worker that hosts the slot."""
+        if self._pipeline is None:
+            raise RuntimeError("a slot host needs the worker's pipeline (pipeline=...)")
+        return self._pipeline
 
     # -- life cycle ---------------------------------------------------------------------------------
     def run(self) -> SlotReport:
@@ -342,6 +118,7 @@ class PageSlotHost:
             self.report.outcome = f"not claimed: {status}"
             log.info("slot %s not hosted here: %s", self.slot_id, status)
             return self.report
+        reap_orphan_browsers()  # after the claim, not before: a slot not claimed within two heartbeats is reset
         record = self.registry.get(self.slot_id)
         self.country = record.country if record else ""
         previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
@@ -357,14 +134,11 @@ class PageSlotHost:
 
     async def _host(self) -> None:
         try:
-            proxy = require_proxy(self.country, self.settings.page_slot_allow_direct_connections)
+            self.browser.proxy = require_proxy(self.country, self.settings.page_slot_allow_direct_connections)
         except ProxyNotConfigured as error:
             self._transition(SlotState.NO_PAGE, reason=str(error))
             self.report.outcome = str(error)
             return
-        self.browser = SlotBrowser(self.slot_id, proxy, self.settings)
-        self.heartbeat = SlotHeartbeat(self.redis, self.settings, self.slot_id, self.owner,
-                                       lambda: self.browser.pid if self.browser else None)
         self.heartbeat.start()
         try:
             await self._prepare()
@@ -390,56 +164,43 @@ class PageSlotHost:
             try:
                 self.registry.transition(self.slot_id, target, self.owner, reason=self.report.outcome[:300])
                 self.state = target
-            except (SlotTransitionRefused, redis.RedisError):
+            except (SlotTransitionRefused, StorageError):  # refused or Redis gone: the record is reset by the reaper
                 return
 
     async def _prepare(self) -> None:
         """PREPARING_PAGE: launch the browser through the proxy and open the page, by the failure rules."""
-        while True:
-            self._check_stop()
-            try:
-                await self.browser.ensure_page(None)  # type: ignore[union-attr]
-            except Exception as error:  # Chromium missing or crashing at launch: a failed load like any other
-                reason = f"browser could not open a page: {type(error).__name__}: {str(error).splitlines()[0]}"
-                await self._failed_load(reason)
-                continue
-            self.failures = 0
-            self._transition(SlotState.PAGE_READY, fields={"consecutive_failures": 0})
-            return
+        self._check_stop()
+        if not await self.browser.prepare(listener=self):
+            raise SlotEnded(f"gave up after {self.settings.page_slot_give_up_after_failures} consecutive failed "
+                            f"loads: {self.gave_up_reason}")
+        self._transition(SlotState.PAGE_READY, fields={"consecutive_failures": 0})
+        self.last_used = time.monotonic()  # idle from ready, not from the launch (a slow one is not idleness)
 
-    async def _failed_load(self, reason: str) -> None:
-        """Count a failed load in PREPARING_PAGE; relaunch every 4th, give the slot up at the 7th."""
-        self.failures += 1
+    # -- the failure rule's steps (LoadListener) ------------------------------------------------------
+    def failed_load(self, failures: int, reason: str) -> None:
         self.report.failed_loads += 1
-        log.warning("slot %s: failed load %d: %s", self.slot_id, self.failures, reason)
-        if self.failures >= self.settings.page_slot_give_up_after_failures:
-            self.report.gave_up += 1
-            await self.browser.close_browser()  # type: ignore[union-attr]
-            self._transition(SlotState.NO_PAGE,
-                             reason=f"{reason} (gave up after {self.failures} consecutive failed loads)")
-            raise SlotEnded(f"gave up after {self.failures} consecutive failed loads: {reason}")
-        self._transition(SlotState.PREPARING_PAGE, reason=reason, fields={"consecutive_failures": self.failures})
-        if self.failures % self.settings.page_slot_relaunch_after_failures == 0:
+        if failures % self.settings.page_slot_relaunch_after_failures == 0:
             self.report.relaunches += 1
-            await self.browser.close_browser()  # type: ignore[union-attr]
-        else:
-            await self.browser.close_page()  # type: ignore[union-attr]
-        await asyncio.sleep(self.settings.page_slot_retry_delay_seconds)
+        self._check_stop()
+        self._transition(SlotState.PREPARING_PAGE, reason=reason, fields={"consecutive_failures": failures})
+
+    def gave_up(self, failures: int, reason: str) -> None:
+        self.report.failed_loads += 1
+        self.report.gave_up += 1
+        self.gave_up_reason = reason
+        self._transition(SlotState.NO_PAGE, reason=f"{reason} (gave up after {failures} consecutive failed loads)")
 
     def _check_stop(self) -> None:
         if self.stopping.is_set():
-            self._leave("the slot host is stopping")
-        if self.heartbeat is not None and self.heartbeat.lost:
+            raise SlotEnded("the slot host is stopping")
+        if self.heartbeat.lost:
             raise SlotEnded("the slot record was reset or taken over")
-
-    def _leave(self, reason: str) -> None:
-        raise SlotEnded(reason)
 
     async def _close(self, reason: str) -> None:
         """PAGE_READY/RUNNING -> CLOSING_PAGE -> close the browser -> NO_PAGE (deleted or moved by orders)."""
         if self.state != SlotState.CLOSING_PAGE:
             self._transition(SlotState.CLOSING_PAGE, reason=reason)
-        await self.browser.close_browser()  # type: ignore[union-attr]
+        await self.browser.close_browser()
         outcome = self._transition(SlotState.NO_PAGE, reason=reason)
         raise SlotEnded(f"{reason} ({outcome})")
 
@@ -448,16 +209,9 @@ class PageSlotHost:
         if self.stopping.is_set():
             if self.state in (SlotState.PAGE_READY, SlotState.CLOSING_PAGE):
                 await self._close("the slot host is stopping")
-            self._leave("the slot host is stopping")
+            raise SlotEnded("the slot host is stopping")
         self._check_stop()
-        orders = self.heartbeat.orders if self.heartbeat else None
-        if orders is not None and orders.state == SlotState.CLOSING_PAGE:
-            self.state = SlotState.CLOSING_PAGE  # idle closing by the page_slots DAG
-            await self._close("closed by close_idle_page_slots")
-        if orders is not None and orders.leaving:
-            await self._close("deleted by the allocator" if orders.retire else f"moving to {orders.next_country}")
-        if time.monotonic() - self.last_used >= self.settings.page_slot_idle_seconds:
-            await self._close(f"idle for {self.settings.page_slot_idle_seconds:g}s")
+        await self._obey_orders()
         await self._recycle_if_due()
         raw = await asyncio.to_thread(self._pop_task)
         if raw is None:
@@ -466,7 +220,7 @@ class PageSlotHost:
         member = task_member(message.source, message.task_id)
         status = self.registry.begin_task(self.slot_id, self.owner, self.country, raw, member)
         if status != "ok":
-            fresh = self.heartbeat.beat() if self.heartbeat else None  # learn why: orders, reset
+            fresh = self.heartbeat.beat()  # learn why: orders, reset
             if fresh is not None and fresh.state == SlotState.CLOSING_PAGE:
                 self.state = SlotState.CLOSING_PAGE
             return
@@ -474,11 +228,23 @@ class PageSlotHost:
         self.last_used = time.monotonic()
         await self._run_task(message, member)
 
+    async def _obey_orders(self) -> None:
+        """The allocator's orders (idle closing, delete, move) and our own idle time close the page."""
+        orders = self.heartbeat.orders
+        if orders is not None and orders.state == SlotState.CLOSING_PAGE:
+            self.state = SlotState.CLOSING_PAGE  # idle closing by the page_slots DAG
+            await self._close("closed by close_idle_page_slots")
+        if orders is not None and orders.leaving:
+            await self._close("deleted by the allocator" if orders.retire else f"moving to {orders.next_country}")
+        if time.monotonic() - self.last_used >= self.settings.page_slot_idle_seconds:
+            await self._close(f"idle for {self.settings.page_slot_idle_seconds:g}s")
+
     def _pop_task(self) -> str | None:
         try:
-            popped = self.blocking.blpop([KEYS.browser_tasks(self.country)],
-                                      timeout=self.settings.page_slot_task_wait_seconds)
-        except redis.RedisError as error:  # Redis restarting: wait a little, the loop tries again
+            with redis_storage_errors():
+                popped = self.blocking.blpop([KEYS.browser_tasks(self.country)],
+                                             timeout=self.settings.page_slot_task_wait_seconds)
+        except StorageError as error:  # Redis restarting: wait a little, the loop tries again
             log.warning("slot %s: waiting for tasks failed: %s", self.slot_id, error)
             time.sleep(min(1.0, self.settings.page_slot_task_wait_seconds))
             return None
@@ -497,123 +263,98 @@ class PageSlotHost:
             # outside admission (issue 11)
             self._transition(SlotState.PAGE_READY)
             return
-        self.heartbeat.task = (message.source, message.task_id, token)  # type: ignore[union-attr]
+        self.heartbeat.task = (message.source, message.task_id, token)
         try:
             try:
-                source = self.runner.sources.get(message.source)
+                source = self.pipeline.source(message.source)
             except Exception as error:  # a broken or deleted YAML file: hand the task back, keep the page
                 store.fail(message, f"source config {message.source!r} could not be loaded: {error}")
                 self.book.completed([member])
                 self._transition(SlotState.PAGE_READY)
                 return
-            await self._rate_token(store, message.source)
-            fetch, ending = await self._render(message.url, source)
-            self.report.tasks += 1
-            outcomes = self._outcomes(fetch)
-            await asyncio.to_thread(self.runner.finish, source, [message], [fetch], outcomes)
+            render = await self._render(message, source)
+            failed = render.capture is not None or not render.fetch.ok
+            if failed:  # kept before the settle path dead-letters it: a letter never waits for its snapshot
+                await self._keep_evidence(source, message, render)
+            settled = await asyncio.to_thread(self.pipeline.settle, source, message, render.fetch, render.outcomes)
             self.book.completed([member])
-            self._count_bytes(source, outcomes.get("browser_transferred_bytes", 0))
+            self._count_site(source, message, render)
+            if not failed and (settled.retried or settled.dead):  # a loaded page the settle path rejected
+                await self._keep_evidence(source, message, render)
         finally:
-            self.heartbeat.task = None  # type: ignore[union-attr]
+            self.heartbeat.task = None
             self.last_used = time.monotonic()
-        if ending == "blocked":
+        await self._end_task(render)
+
+    async def _render(self, message: TaskMessage, source: SourceConfig) -> Render:
+        """The task's page by the failure rules; each request it sends its site takes its tokens as it leaves
+        (per_minute and the host's turn, the navigation's too: every attempt is a request the site sees)."""
+        render = await self.browser.render(message.url, source, message.kind, self.pipeline.charger(source),
+                                           listener=self)
+        self.report.tasks += 1
+        if render.ending != "gave_up":
+            self.report.pages += 1
+            if self.state == SlotState.PREPARING_PAGE:
+                self._transition(SlotState.PAGE_READY, fields={"consecutive_failures": 0, "pages_served": "+1"})
+        if render.fetch.outcome == "blocked":
+            render.outcomes["browser_blocked_closes"] += 1
+        self.report.blocked_requests.update({name.split(":", 1)[1]: amount for name, amount in render.outcomes.items()
+                                             if name.startswith("browser_blocked:")})
+        self.report.transferred_bytes += render.transferred_bytes
+        return render
+
+    async def _end_task(self, render: Render) -> None:
+        """After a task: a blocked page closes the slot, a give-up ends it, else the page is ready again."""
+        if render.ending == "blocked":
             self.report.blocked_closes += 1
-            await self._close(f"blocked: {fetch.reason}")
-        if ending == "gave_up":
-            raise SlotEnded(f"gave up after {self.failures} consecutive failed loads: {fetch.reason}")
+            await self._close(f"blocked: {render.fetch.reason}")
+        if render.ending == "gave_up":
+            raise SlotEnded(f"gave up after {self.settings.page_slot_give_up_after_failures} consecutive failed "
+                            f"loads: {render.fetch.reason}")
         if self.state == SlotState.RUNNING_SCRAPING_TASK:
             self._transition(SlotState.PAGE_READY, fields={"pages_served": "+1", "consecutive_failures": 0})
         else:
             self.registry.redis.hincrby(KEYS.slot(self.slot_id), "pages_served", 1)
 
-    @staticmethod
-    async def _rate_token(store: Any, source: str) -> None:
-        """Wait for one of the source's per_minute tokens: taken at fetch time, as the site sees it (issue 11)."""
-        while True:
-            try:
-                wait = await asyncio.to_thread(store.acquire_fetch, source)
-            except redis.RedisError as error:  # Redis restarting: no token, no request; look again shortly
-                log.warning("rate token of %s unavailable: %s", source, error)
-                wait = 0.5
-            if wait <= 0:
-                return
-            await asyncio.sleep(min(wait, 1.0))
-
-    async def _render(self, url: str, source: SourceConfig) -> tuple[FetchResult, str]:
-        """Load ``url`` by the failure rules; returns the result and how the slot ends it: ok, blocked, gave_up."""
-        self._loaded_bytes = 0
-        self._loaded_blocked: Counter[str] = Counter()
-        self._task_counts: Counter[str] = Counter()
-        started_at = time.time()  # the queue latency ends at the first attempt, whatever the retries
-        while True:
-            try:
-                loaded = await self.browser.load(url, source)  # type: ignore[union-attr]
-            except Exception as error:  # the browser crashed or could not start
-                reason = f"browser could not open a page: {type(error).__name__}: {str(error).splitlines()[0]}"
-                loaded = PageLoad(FetchResult(url, "connection_error", reason=reason), load_failed=True)
-            loaded.fetch.started_at = started_at
-            self._loaded_bytes += loaded.transferred_bytes
-            self._loaded_blocked.update(loaded.blocked)
-            if not loaded.load_failed:
-                self.failures = 0
-                self.report.pages += 1
-                fetch = loaded.fetch
-                marker = next((m for m in self.settings.page_slot_block_markers if m and m in fetch.text), None)
-                if marker is not None and fetch.outcome == "ok":
-                    fetch.outcome, fetch.reason = "blocked", f"block marker {marker!r} in the page"
-                if self.state == SlotState.PREPARING_PAGE:
-                    self._transition(SlotState.PAGE_READY, fields={"consecutive_failures": 0, "pages_served": "+1"})
-                return fetch, "blocked" if fetch.outcome == "blocked" else "ok"
-            self.failures += 1
-            self.report.failed_loads += 1
-            self._task_counts["browser_failed_loads"] += 1
-            fetch = loaded.fetch
-            log.warning("slot %s: load %d of %s failed: %s", self.slot_id, self.failures, url, fetch.reason)
-            if self.failures >= self.settings.page_slot_give_up_after_failures:
-                self.report.gave_up += 1
-                self._task_counts["browser_gave_up"] += 1
-                await self.browser.close_browser()  # type: ignore[union-attr]
-                fetch.reason = f"{fetch.reason} (page slot gave up after {self.failures} consecutive failed loads)"
-                self._transition(SlotState.NO_PAGE, reason=fetch.reason)
-                return fetch, "gave_up"
-            self._transition(SlotState.PREPARING_PAGE, reason=fetch.reason,
-                             fields={"consecutive_failures": self.failures})
-            if self.failures % self.settings.page_slot_relaunch_after_failures == 0:
-                self.report.relaunches += 1
-                self._task_counts["browser_relaunches"] += 1
-                await self.browser.close_browser()  # type: ignore[union-attr]
-            else:
-                await self.browser.close_page()  # type: ignore[union-attr]
-            await asyncio.sleep(self.settings.page_slot_retry_delay_seconds)
-
-    def _outcomes(self, fetch: FetchResult) -> dict[str, int]:
-        outcomes: Counter[str] = Counter(self._task_counts)
-        if fetch.outcome == "blocked":
-            outcomes["browser_blocked_closes"] += 1
-        blocked = self._loaded_blocked
-        if blocked:
-            outcomes["browser_blocked_requests"] = sum(blocked.values())
-            for resource_type, amount in blocked.items():
-                outcomes[f"browser_blocked:{resource_type}"] = amount
-            self.report.blocked_requests.update(blocked)
-        if self._loaded_bytes:
-            outcomes["browser_transferred_bytes"] = self._loaded_bytes
-            self.report.transferred_bytes += self._loaded_bytes
-        fetch.blocked_requests = sum(blocked.values())
-        return dict(outcomes)
-
-    def _count_bytes(self, source: SourceConfig, amount: int) -> None:
-        """Bytes browsed through the country's proxy, per country and per source."""
-        if not amount:
-            return
+    def _count_site(self, source: SourceConfig, message: TaskMessage, render: Render) -> None:
+        """Bytes through the country's proxy (per country and per source) and the run's site requests."""
+        amount = render.transferred_bytes
         pipeline = self.redis.pipeline(transaction=False)
-        pipeline.hincrby(KEYS.proxy_bytes, f"country:{self.country}", amount)
-        pipeline.hincrby(KEYS.proxy_bytes, f"source:{source.name}", amount)
-        pipeline.execute()
+        if amount:
+            pipeline.hincrby(KEYS.proxy_bytes, f"country:{self.country}", amount)
+            pipeline.hincrby(KEYS.proxy_bytes, f"source:{source.name}", amount)
+        if message.run_id is not None:
+            run_requests = SourceKeys(source.name).run_site_requests
+            pipeline.hincrby(run_requests, f"{message.run_id}|pages", 1)
+            pipeline.hincrby(run_requests, f"{message.run_id}|sub_requests",
+                             render.outcomes.get("browser_sub_requests", 0))
+        try:
+            with redis_storage_errors():
+                pipeline.execute()
+        except StorageError as error:  # counts only: the task is settled
+            log.warning("slot %s: counting bytes and requests failed: %s", self.slot_id, error)
+
+    async def _keep_evidence(self, source: SourceConfig, message: TaskMessage, render: Render) -> None:
+        """A page that failed, or that did not end stored or followed (retried, rejected), keeps a snapshot for
+        its dead letter: the page as the rule gave up on it, else as it is now (still open)."""
+        capture = render.capture or await self.browser.capture()
+        if capture is None:
+            return
+        reason = render.fetch.reason or render.fetch.counter
+        try:
+            if self._snapshots is None:
+                from harvester.storage import SnapshotStore
+
+                self._snapshots = SnapshotStore.from_settings(self.settings)
+            await asyncio.to_thread(self._snapshots.save, source.name, message.task_id, capture.url or message.url,
+                                    reason, capture.html, capture.screenshot)
+            self.report.snapshots += 1
+        except Exception as error:  # evidence only: MongoDB away must not stop the slot
+            log.warning("slot %s: keeping the snapshot of %s failed: %s", self.slot_id, message.url, error)
 
     async def _recycle_if_due(self) -> None:
         browser = self.browser
-        if browser is None or browser.browser is None:
+        if browser.browser is None:
             return
         reason = None
         if browser.pages_since_launch >= self.settings.page_slot_recycle_after_pages:
@@ -626,20 +367,20 @@ class PageSlotHost:
             log.info("slot %s: recycling its browser (%s)", self.slot_id, reason)
             self.report.recycles += 1
             await browser.close_browser()
-            await browser.ensure_page(None)
+            with contextlib.suppress(Exception):  # a browser that does not come back is the next load's failure
+                await browser.ensure_page(None)
 
     def _transition(self, target: SlotState, reason: str = "", fields: dict[str, str | int] | None = None) -> str:
         try:
             result = self.registry.transition(self.slot_id, target, self.owner, reason=reason, fields=fields)
         except SlotTransitionRefused as refused:
             raise SlotEnded(f"slot record refused {refused.state} -> {target}: {refused.status}") from None
-        except redis.RedisError as error:
+        except StorageError as error:
             raise SlotEnded(f"Redis unavailable during {target}: {error}") from None
         self.state = target
         return result.outcome
 
 
-def host_slot(slot_id: str, runner: Any, host: str | None = None) -> dict[str, Any]:
-    """The body of the ``harvester.host_page_slot`` Celery task; ``runner`` settles the rendered pages."""
-    reap_orphan_browsers()
-    return PageSlotHost(slot_id, host=host, runner=runner).run().as_dict()
+def host_slot(slot_id: str, pipeline: SlotPipeline, host: str | None = None) -> dict[str, Any]:
+    """The body of the ``harvester.host_page_slot`` Celery task; ``pipeline`` takes tokens and settles pages."""
+    return PageSlotHost(slot_id, host=host, pipeline=pipeline).run().as_dict()

@@ -46,10 +46,11 @@ class SlotHostSupervisor:
         self._thread.start()
 
     def beat(self) -> None:
-        from harvester.pageslots.host import kill_process_tree, reap_orphan_browsers
+        from harvester.pageslots.heartbeat import reap_orphan_browsers
+        from harvester.scraping import kill_process_tree
 
         self.hosts.advertise(self.host, self.capacity, 3 * self.interval)
-        for slot in self.registry.reset_stale(2 * self.interval):
+        for slot in self.registry.reset_stale(2 * self.interval, self.settings.page_slot_claim_seconds):
             log.warning("slot %s reset from %s: its process (%s pid %s) stopped heartbeating", slot.id,
                         slot.previous, slot.host, slot.process_id)
             if slot.browser_pid and _is_slot_browser(slot.browser_pid, slot.id):
@@ -74,7 +75,7 @@ class SlotHostSupervisor:
 
 
 def _is_slot_browser(pid: int, slot_id: str) -> bool:
-    from harvester.pageslots.host import SLOT_FLAG
+    from harvester.scraping import SLOT_FLAG
 
     try:
         return f"{SLOT_FLAG}{slot_id}" in psutil.Process(pid).cmdline()

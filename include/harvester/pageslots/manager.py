@@ -264,7 +264,7 @@ class PageSlotManager:
     def reset_dead_slots(self, report: StepReport) -> list[str]:
         """Slots whose process missed two heartbeats go back to NO_PAGE (their tasks return by their leases)."""
         stale_after = 2 * self.settings.page_slot_heartbeat_seconds
-        reset = self.registry.reset_stale(stale_after)
+        reset = self.registry.reset_stale(stale_after, self.settings.page_slot_claim_seconds)
         for slot in reset:
             country = slot.id.split("-")[0]
             report.change(country).reset += 1

@@ -180,9 +180,13 @@ class SlotRegistry:
         return reply.status
 
     @redis_storage_errors()
-    def reset_stale(self, stale_after_seconds: float) -> list[ResetSlot]:
+    def reset_stale(self, stale_after_seconds: float, unclaimed_after_seconds: float | None = None) -> list[ResetSlot]:
+        """Slots silent for ``stale_after_seconds``; one never claimed waits ``unclaimed_after_seconds`` (default
+        the same): its hosting task may still be queued behind busy worker processes, which is not death."""
+        unclaimed = stale_after_seconds if unclaimed_after_seconds is None else unclaimed_after_seconds
         flat = self.scripts.call("slot_reset_stale", KEYS, stale_after_seconds=float(stale_after_seconds),
-                                 slot_prefix=KEYS.slot_prefix, country_prefix=KEYS.country_slots_prefix).reset_slots
+                                 slot_prefix=KEYS.slot_prefix, country_prefix=KEYS.country_slots_prefix,
+                                 unclaimed_after_seconds=float(unclaimed)).reset_slots
         fields = iter(flat)  # six per reset slot, in the order the script's header names them
         return [
             ResetSlot(slot_id, SlotState(previous), host, int(process_id) if process_id else None,

@@ -42,7 +42,7 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
               {"status": text, "state": optional_text}, explicit_keys=("slot", "browser_tasks")),
     _contract("slot_reassign", "slot all_slots", "slot_id new_country country_prefix",
               {"status": text, "state": optional_text}, explicit_keys=("slot",)),
-    _contract("slot_reset_stale", "all_slots", "stale_after_seconds slot_prefix country_prefix",
+    _contract("slot_reset_stale", "all_slots", "stale_after_seconds slot_prefix country_prefix unclaimed_after_seconds",
               {"reset_slots...": optional_text}),
     _contract("hosts_advertise", "hosts host_capacity", "host capacity ttl_seconds",
               {"live_capacity": int, "live_hosts": int}),

@@ -19,6 +19,7 @@ from pymongo.database import Database
 
 from harvester.config import Quality
 from harvester.distributor import DeadLetters, DeadTasks, count_down_dead, dead_tasks_of_run
+from harvester.redis_keys import SourceKeys
 from harvester.storage import PackageStatus, PackageStore, RunFigures, RunStore
 
 
@@ -111,6 +112,15 @@ class RunMonitor:
             failures_by_reason=dict(dead.reasons),
         ).estimate(self._elapsed(source, run_id))
 
+    def _site_requests(self, source: str, run_id: str) -> dict[str, int] | None:
+        """Browser pages of the run and the requests they made to their own site besides their navigation
+        (XHR, fetch, documents: each took a rate token); None for a run without browser pages."""
+        pages, sub_requests = self.redis.hmget(SourceKeys(source).run_site_requests, f"{run_id}|pages",
+                                               f"{run_id}|sub_requests")
+        if pages is None:
+            return None
+        return {"pages": int(pages), "sub_requests": int(sub_requests or 0)}
+
     def _elapsed(self, source: str, run_id: str) -> float | None:
         run = self.runs.collection.find_one({"source": source, "run_id": run_id}, {"_id": 0, "started_at": 1})
         started_at = (run or {}).get("started_at")
@@ -159,6 +169,9 @@ class RunMonitor:
             "finished_at": now.isoformat(),
             "duration_seconds": round((now - started_at).total_seconds(), 3),
         }
+        browser_requests = self._site_requests(source, run_id)
+        if browser_requests is not None:
+            report["browser_requests"] = browser_requests
         from harvester.producer.incremental import incremental_report
 
         report.update(incremental_report(self.output_database[output_collection], self.redis, source, run_id,
@@ -215,4 +228,5 @@ class RunSettlement:
         self.monitor.runs.record_report(source, run_id, report)
         # The run is over: its per-run dead-letter records go (the dead letters themselves stay, capped).
         DeadLetters(self.redis).end_run(source, run_id)
+        self.redis.hdel(SourceKeys(source).run_site_requests, f"{run_id}|pages", f"{run_id}|sub_requests")
         return report

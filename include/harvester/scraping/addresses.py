@@ -103,6 +103,18 @@ def address_problem(address: IPAddress) -> str | None:
     return None
 
 
+def name_refusal(host: str) -> str | None:
+    """Names refused as written, before any lookup (the browser's guard): ``localhost`` and ``*.localhost``
+    (Chromium answers them with loopback itself, whatever DNS says) and names ending in a dot (``localhost.``,
+    ``example.com.``: a spelling resolvers and browsers read differently)."""
+    name = host.lower().strip("[]")
+    if name.endswith("."):
+        return f"name refused: {host} ends with a dot"
+    if name == "localhost" or name.endswith(".localhost"):
+        return f"name refused: {host} is a loopback name"
+    return None
+
+
 def strip_userinfo(url: str) -> str:
     """The URL without ``user:password@``: credentials in links are never sent (nor stored)."""
     parts = urlsplit(url)
@@ -170,6 +182,28 @@ class AddressGuard:
             reason, _ = await self._resolved_refusal(host, port)
         if reason is not None:
             raise AddressRefused(reason)
+
+    async def checked_addresses(self, host: str, port: int) -> list[IPAddress]:
+        """The addresses ``host`` resolves to, resolved ONCE, when every one of them may be reached: the
+        browser's guard connects to exactly these (nobody resolves the name again, so it cannot rebind).
+        Fails closed: a refused name, a name that does not resolve, or any refused address raises
+        :class:`AddressRefused`."""
+        if (reason := name_refusal(host)) is not None:
+            raise AddressRefused(reason)
+        try:
+            addresses = [ipaddress.ip_address(host.strip("[]"))]
+        except ValueError:
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except (socket.gaierror, UnicodeError) as error:
+                raise AddressRefused(f"name refused: {host} does not resolve ({error})") from None
+            addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos))
+        if not addresses:
+            raise AddressRefused(f"name refused: {host} resolves to no address")
+        for address in addresses:
+            if (reason := self.address_refusal(address, port)) is not None:
+                raise AddressRefused(f"{host}: {reason}" if str(address) != host.strip("[]") else reason)
+        return addresses
 
     async def _resolved_refusal(self, host: str, port: int) -> tuple[str | None, bool]:
         """Why ``host``:``port`` is refused (None: it is not), and whether that verdict may be remembered

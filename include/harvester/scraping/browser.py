@@ -1,27 +1,28 @@
-"""Loading pages in Chromium through Playwright: launch flags, resource blocking and one page load.
+"""One page load in Chromium through Playwright: the launch flags, and a navigation read when it is ready.
 
-The harvest's long-lived browsers are hosted by the page slots (``harvester.pageslots.host``);
-:func:`render_page` is the one-shot render of `harvester try`. Both use the helpers here, so a page
-loads, blocks and reports the same way in either.
+The one slot browser (:mod:`harvester.scraping.slot_browser`) serves the page slots, the in-process fetcher and
+`harvester try`; :func:`load_page` is one attempt of it: navigate (the body capped as it streams), run the
+source's actions, wait until the page is ready (:mod:`harvester.scraping.readiness`), read the DOM. What makes
+a load a failed one (re-rendered by the failure rules) is decided here; what to do about it, there.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urljoin
+from typing import TYPE_CHECKING
 
 from harvester.config import SourceConfig
-from harvester.scraping.addresses import AddressGuard, AddressRefused
-from harvester.scraping.fetcher import FetchResult, request_headers
+from harvester.scraping.fetcher import FetchResult
+from harvester.scraping.guard_proxy import REFUSED_HEADER, GuardProxy
+from harvester.scraping.page_guard import BodyCap, ContextGuard, RequestCharger
+from harvester.scraping.readiness import NotReady, Readiness, run_actions
 from harvester.scraping.responses import DEFAULT_CLASSIFIER, ResponseClassifier
 from harvester.settings import HarvesterSettings
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, Page, Playwright, Request, Route
+    from playwright.async_api import Page, Response
 
 # Playwright adds --no-sandbox unless settings.chromium_sandbox asks for Chromium's own sandbox.
 # Nothing but the pages: no background traffic of Chromium's own (updates, sync, translation, safe-browsing
@@ -32,19 +33,19 @@ CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking",
                  "--disable-client-side-phishing-detection",
                  "--disable-features=Translate,OptimizationHints,MediaRouter,AutofillServerCommunication,"
                  "CertificateTransparencyComponentUpdater"]
-
-
-async def launch_chromium(playwright: Playwright, settings: HarvesterSettings) -> Browser:
-    """Headless Chromium from ``settings.chromium_executable`` (the OS package, or the image's own)."""
-    return await playwright.chromium.launch(
-        executable_path=str(settings.chromium_executable), headless=True, args=CHROMIUM_ARGS,
-        chromium_sandbox=settings.chromium_sandbox)
+# The guard proxy is Chromium's only way out: Chromium resolves no name itself (its proxy, 127.0.0.1, needs no
+# lookup) and WebRTC sends no UDP around the proxy. Appended after CHROMIUM_ARGS: the last of a switch wins.
+GUARD_ARGS = ["--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+              "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+              "--webrtc-ip-handling-policy=disable_non_proxied_udp"]
 
 
 def user_agent_and_headers(source: SourceConfig, settings: HarvesterSettings) -> tuple[str, dict[str, str]]:
-    """The browser context's user agent, and the extra headers every request of the source carries."""
-    headers = request_headers(source, settings)
-    return headers.pop("User-Agent"), headers
+    """The context's user agent (the source's ``User-Agent`` header, else Harvester's) and the source's other
+    headers. Chromium sends its own Accept and Accept-Encoding, as a browser does."""
+    headers = {name: value for name, value in source.headers.items() if name.lower() != "user-agent"}
+    agent = next((value for name, value in source.headers.items() if name.lower() == "user-agent"), None)
+    return agent or settings.user_agent, headers
 
 
 def first_line(error: BaseException) -> str:
@@ -53,173 +54,162 @@ def first_line(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
-class ResourceBlocker:
-    """Aborts requests of the blocked resource types and measures what the page did fetch.
-
-    Attached once to a page and re-armed per load with :meth:`begin`. What a blocked request would
-    have cost is unknowable (it never reaches the server), so we count blocked requests per type and
-    the bytes actually transferred (headers and bodies of finished requests), never an estimate.
-    """
-
-    def __init__(self, guard: AddressGuard | None = None) -> None:
-        self.blocked_types: frozenset[str] = frozenset()
-        self.blocked: Counter[str] = Counter()
-        self._finished: list[Request] = []
-        self.guard = guard  # every request and every redirect hop of a navigation is checked (addresses.py)
-        self.navigation_refusal: str | None = None
-
-    async def attach(self, page: Page) -> None:
-        await page.route("**/*", self._intercept)
-        page.on("requestfinished", self._request_finished)
-
-    def begin(self, blocked_types: list[str]) -> None:
-        self.blocked_types = frozenset(blocked_types)
-        self.blocked = Counter()
-        self._finished = []
-        self.navigation_refusal = None
-
-    def _request_finished(self, request: Request) -> None:
-        self._finished.append(request)
-
-    async def _intercept(self, route: Route) -> None:
-        request = route.request
-        resource_type = request.resource_type
-        if resource_type in self.blocked_types:
-            self.blocked[resource_type] += 1
-            await route.abort("blockedbyclient")
-            return
-        if self.guard is None:
-            await route.continue_()
-            return
-        navigation = request.is_navigation_request() and request.frame.parent_frame is None
-        try:
-            await self.guard.check(request.url)
-            if not navigation:
-                await route.continue_()
-                return
-            # Chromium follows redirects without asking the route again: fetch the hop ourselves, check
-            # where it points, and hand the answer to the page (a redirect then comes back here).
-            response = await route.fetch(max_redirects=0)
-            location = response.headers.get("location")
-            if 300 <= response.status < 400 and location:
-                await self.guard.check(urljoin(request.url, location))
-            await route.fulfill(response=response)
-        except AddressRefused as refused:
-            self.blocked["address_refused"] += 1
-            if navigation:
-                self.navigation_refusal = str(refused)
-            await route.abort("addressunreachable")
-        except Exception as error:  # route.fetch failed (refused connection, reset): the page sees the same error
-            await route.abort(abort_code(error))
-
-    async def transferred_bytes(self) -> int:
-        """Response headers plus bodies of every request this load finished (as Chromium counted them)."""
-        sizes = await asyncio.gather(*(request.sizes() for request in self._finished), return_exceptions=True)
-        return sum(size["responseHeadersSize"] + size["responseBodySize"]
-                   for size in sizes if isinstance(size, dict))
-
-
-FETCH_ERRORS_TO_ABORT_CODES = {"ECONNREFUSED": "connectionrefused", "ENOTFOUND": "namenotresolved",
-                               "EAI_AGAIN": "namenotresolved", "ETIMEDOUT": "timedout",
-                               "ECONNRESET": "connectionreset"}
-
-
-def abort_code(error: BaseException) -> str:
-    """The network error a page sees for a failed ``route.fetch`` (as Chromium would have reported it)."""
-    text = str(error)
-    return next((code for name, code in FETCH_ERRORS_TO_ABORT_CODES.items() if name in text), "failed")
-
-
-async def response_body_size(response: Any) -> int:
-    """The decoded size of the main document as Chromium received it (0 when unknown)."""
-    if response is None:
-        return 0
-    try:
-        sizes = await response.request.sizes()
-    except Exception:  # the request may be gone (a crashed page): the DOM size still applies
-        return 0
-    return int(sizes.get("responseBodySize", 0))
-
-
 @dataclass
 class PageLoad:
-    """One navigation: its result, whether the page failed to load at all, and what blocking did."""
+    """One attempt at a page: its result, whether it failed (re-rendered by the rules), and what it cost."""
 
     fetch: FetchResult
     load_failed: bool = False
-    blocked: Counter[str] = field(default_factory=Counter)
-    transferred_bytes: int = 0
+    not_ready: str = ""  # the page loaded but was not ready in time: what it waited for
+    blocked: Counter[str] = field(default_factory=Counter)  # by resource type, address_refused, websocket, popup
+    transferred_bytes: int = 0  # through the guard proxy, both ways: what went through the country proxy
+    site_requests: int = 0  # documents, XHR and fetch to the task's host, the navigation included
+    sub_requests: int = 0  # of those, the ones after the navigation (each charged a rate token)
+    actions: Counter[str] = field(default_factory=Counter)
 
 
-async def load_page(page: Page, blocker: ResourceBlocker, url: str, source: SourceConfig,
-                    settings: HarvesterSettings, classifier: ResponseClassifier = DEFAULT_CLASSIFIER) -> PageLoad:
-    """Navigate ``page`` to ``url`` and wait for ``load``; the DOM after that is the page's text.
+@dataclass
+class LoadTools:
+    """What one page of a slot browser loads with: its context's guard, its body cap, the browser's proxy."""
 
-    A page that did not load (timeout, refused connection, crashed tab) is ``load_failed``: the
-    caller may re-open the page and try again. A page that loaded with an HTTP error is a normal
-    outcome, classified by the same :class:`ResponseClassifier` as the HTTP fetcher's (403/451 blocked,
-    other 4xx/5xx http_error); the DOM is HTML whatever the server sent, so no content-type check.
-    """
+    page: Page
+    guard: ContextGuard
+    cap: BodyCap
+    proxy: GuardProxy
+
+
+async def load_page(tools: LoadTools, url: str, source: SourceConfig, kind: str, settings: HarvesterSettings,
+                    charger: RequestCharger | None = None,
+                    classifier: ResponseClassifier = DEFAULT_CLASSIFIER) -> PageLoad:
+    """Navigate to ``url``, run the actions, wait until ready, read the DOM (one attempt, never raises for what a
+    site does). A page that did not load (timeout, refused connection, crashed tab) or was not ready in time is
+    ``load_failed``; one that answered an HTTP error is an outcome, classified as the HTTP fetcher's are."""
     from playwright.async_api import Error as PlaywrightError
     from playwright.async_api import TimeoutError as PlaywrightTimeout
 
     started, started_at = time.monotonic(), time.time()  # started_at: the queue latency ends here
-    blocker.begin(source.blocked_resource_types)
-    _, headers = user_agent_and_headers(source, settings)
+    page, proxy = tools.page, tools.proxy
+    await tools.guard.begin(url, page, charger)
+    tools.cap.begin()
+    refused_before, bytes_before = proxy.refused, proxy.bytes_relayed
+    loaded = PageLoad(FetchResult(url, "ok", started_at=started_at))
     try:
-        await page.set_extra_http_headers(headers)
-        response = await page.goto(url, wait_until="load", timeout=source.timeout * 1000)
-        text = await page.content()
-        final_url = page.url
+        response = await page.goto(url, wait_until="commit", timeout=source.timeout * 1000)
+        remaining = max(1.0, source.timeout - (time.monotonic() - started)) * 1000
+        status = response.status if response is not None else 200
+        text = None
+        if status < 400 and not _refused_by_proxy(response):  # an error page is an answer: read, not awaited
+            text = await _prepared(tools, Readiness(source, kind), loaded, remaining)
+        else:
+            await tools.cap.loaded(page, remaining)
+        if text is None:
+            text = await page.content()
     except PlaywrightTimeout:
-        fetch = FetchResult(url, "timeout", reason=f"page did not load within {source.timeout:g}s",
-                            elapsed=time.monotonic() - started, started_at=started_at)
-        return PageLoad(fetch, load_failed=True, blocked=blocker.blocked)
+        loaded.fetch = FetchResult(url, "timeout", reason=f"page did not load within {source.timeout:g}s",
+                                   started_at=started_at)
+        loaded.load_failed = True
+        return _finish(loaded, tools, started, refused_before, bytes_before)
     except PlaywrightError as error:
-        if blocker.navigation_refusal is not None:  # our refusal, not a failed load: never retried
-            fetch = FetchResult(url, "refused", reason=blocker.navigation_refusal,
-                                elapsed=time.monotonic() - started, started_at=started_at)
-            return PageLoad(fetch, blocked=blocker.blocked)
-        fetch = FetchResult(url, "connection_error", reason=first_line(error),
-                            elapsed=time.monotonic() - started, started_at=started_at)
-        return PageLoad(fetch, load_failed=True, blocked=blocker.blocked)
-    elapsed = time.monotonic() - started
+        refusal = tools.guard.navigation_refusal or _tunnel_refusal(error, proxy, refused_before,
+                                                                    tools.guard.requested)
+        if refusal is not None:  # our refusal, not a failed load: never retried
+            loaded.fetch = FetchResult(url, "refused", reason=refusal, started_at=started_at)
+        elif "ERR_INVALID_AUTH_CREDENTIALS" in str(error):  # a 401 challenge Chromium had no answer to
+            verdict = classifier.classify(401, {}, None)
+            loaded.fetch = FetchResult(url, verdict.outcome, status=401, started_at=started_at,
+                                       reason=f"{verdict.reason} (the site asks for credentials: http_connection_id)")
+        else:
+            loaded.fetch = FetchResult(url, "connection_error", reason=first_line(error), started_at=started_at)
+            loaded.load_failed = True
+        return _finish(loaded, tools, started, refused_before, bytes_before)
+    _read(loaded, response, text, page.url, settings.body_size_cap_bytes, tools.cap, classifier)
+    return _finish(loaded, tools, started, refused_before, bytes_before)
+
+
+async def _prepared(tools: LoadTools, readiness: Readiness, loaded: PageLoad, remaining_ms: float) -> str | None:
+    """``load``, the actions, then readiness: the page's HTML when the page itself said it was ready (one call
+    that waits and reads), else None (read it now). A page stops being waited for once its body is cut; one
+    not ready in time is a failed load (with the DOM as it was). ``load`` first, as a browser user expects: a
+    skeleton whose placeholders match the selectors before the page's scripts ran is not ready."""
+    page, cap = tools.page, tools.cap
+    await cap.loaded(page, remaining_ms)
+    if cap.cut.is_set():
+        return None
+    loaded.actions = await run_actions(page, readiness.source.browser.actions, readiness)
+    try:
+        if readiness.reads_in_page:
+            return await _read_when_ready(readiness, tools, remaining_ms)
+        await cap.unless_cut(readiness.wait(page))
+    except NotReady as not_ready:
+        loaded.not_ready = str(not_ready)
+        loaded.load_failed = True
+    return None
+
+
+async def _read_when_ready(readiness: Readiness, tools: LoadTools, remaining_ms: float) -> str | None:
+    """The in-page wait; a page that navigates meanwhile (a script's redirect) is waited for again, once, in
+    its new document."""
+    from playwright.async_api import Error as PlaywrightError
+
+    try:
+        return await tools.cap.unless_cut(readiness.read_when_ready(tools.page))
+    except PlaywrightError as error:  # a script navigated the page meanwhile
+        if "context was destroyed" not in str(error) and "navigat" not in str(error):
+            raise
+    await tools.cap.loaded(tools.page, remaining_ms)
+    return await tools.cap.unless_cut(readiness.read_when_ready(tools.page))
+
+
+def _refused_by_proxy(response: Response | None) -> bool:
+    return response is not None and REFUSED_HEADER.lower() in response.headers
+
+
+def _tunnel_refusal(error: BaseException, proxy: GuardProxy, refused_before: int, asked: set[tuple[str, int]]
+                    ) -> str | None:
+    """A navigation whose tunnel the guard refused (HTTPS, or a redirect to a refused address) fails with
+    ``ERR_TUNNEL_CONNECTION_FAILED``; the guard's refusal during this load is why."""
+    if "ERR_TUNNEL_CONNECTION_FAILED" not in str(error):
+        return None
+    refusals = [refusal for refusal in proxy.refusals_since(refused_before)
+                if (refusal.host.lower(), refusal.port) in asked]
+    return refusals[-1].reason if refusals else None
+
+
+def _read(loaded: PageLoad, response: Response | None, text: str, final_url: str, cap: int, body_cap: BodyCap,
+          classifier: ResponseClassifier) -> None:
+    """The DOM as the page's text, cut at the cap; the status classified; a proxy refusal as the outcome."""
     status = response.status if response is not None else 200
-    headers_in: dict[str, Any] = response.headers if response is not None else {}
+    headers = response.headers if response is not None else {}
     body = text.encode()
-    cap = settings.body_size_cap_bytes
-    fetch = FetchResult(url, "ok", final_url=final_url, status=status, text=text, content_type="text/html",
-                        size=len(body), elapsed=elapsed, started_at=started_at)
-    if blocker.navigation_refusal is not None:
-        fetch.outcome, fetch.reason, fetch.text = "refused", blocker.navigation_refusal, ""
-        return PageLoad(fetch, blocked=blocker.blocked)
-    received = await response_body_size(response)
-    if len(body) > cap or received > cap:
+    fetch = loaded.fetch
+    fetch.final_url, fetch.status, fetch.text = final_url, status, text
+    fetch.content_type, fetch.size = "text/html", len(body)
+    if REFUSED_HEADER.lower() in headers:
+        fetch.outcome, fetch.reason, fetch.text = "refused", headers[REFUSED_HEADER.lower()], ""
+        loaded.load_failed, loaded.not_ready = False, ""
+        return
+    if len(body) > cap or body_cap.cut.is_set():
         fetch.text, fetch.truncated = body[:cap].decode(errors="ignore"), True
-        fetch.reason = f"body cut at {cap} decoded bytes (the server sent {max(received, len(body))})"
-    classified = classifier.classify(status, headers_in, None)
+        seen = max(body_cap.received, len(body))
+        fetch.reason = f"body cut at {cap} decoded bytes (the load was stopped after {seen})"
+        loaded.load_failed, loaded.not_ready = False, ""
+    if loaded.not_ready:
+        fetch.reason = loaded.not_ready
+    classified = classifier.classify(status, headers, None)
     if classified.outcome != "ok":
         fetch.outcome, fetch.reason, fetch.retry_after = classified.outcome, classified.reason, classified.retry_after
-    fetch.blocked_requests = sum(blocker.blocked.values())
-    return PageLoad(fetch, blocked=blocker.blocked, transferred_bytes=await blocker.transferred_bytes())
 
 
-async def render_page(url: str, source: SourceConfig, settings: HarvesterSettings) -> FetchResult:
-    """Load ``url`` once in a browser of its own (`harvester try`): no retries, closed afterwards."""
-    from playwright.async_api import async_playwright
-
-    started, started_at = time.monotonic(), time.time()
-    async with async_playwright() as playwright:
-        browser = await launch_chromium(playwright, settings)
-        try:
-            user_agent, _ = user_agent_and_headers(source, settings)
-            context = await browser.new_context(user_agent=user_agent)
-            page = await context.new_page()
-            blocker = ResourceBlocker(AddressGuard.from_settings(settings))
-            await blocker.attach(page)
-            loaded = await load_page(page, blocker, url, source, settings)
-        finally:
-            await browser.close()
+def _finish(loaded: PageLoad, tools: LoadTools, started: float, refused_before: int, bytes_before: int) -> PageLoad:
+    """The load's counts: what the context blocked, what the guard proxy refused and relayed."""
+    loaded.blocked = Counter(tools.guard.blocked)
+    asked = tools.guard.requested
+    refused = sum(1 for refusal in tools.proxy.refusals_since(refused_before)
+                  if (refusal.host.lower(), refusal.port) in asked)
+    if refused:
+        loaded.blocked["address_refused"] += refused
+    loaded.transferred_bytes = tools.proxy.bytes_relayed - bytes_before
+    loaded.site_requests, loaded.sub_requests = tools.guard.site_requests, tools.guard.sub_requests
+    loaded.fetch.elapsed = time.monotonic() - started
     loaded.fetch.blocked_requests = sum(loaded.blocked.values())
-    loaded.fetch.elapsed, loaded.fetch.started_at = time.monotonic() - started, started_at
-    return loaded.fetch
+    return loaded

@@ -53,13 +53,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-async def fetch_for_try(source: Any, url: str, settings: Any) -> Any:
+async def fetch_for_try(source: Any, url: str, settings: Any, kind: str = "details") -> Any:
     """One page as `harvester try` (and `harvester suggest`) fetches it: HTTP, or the one-shot browser
     render for browser sources. The one place these tools call the browser."""
     if source.render == "browser":
-        from harvester.scraping.browser import render_page
+        from harvester.scraping.slot_browser import render_page
 
-        return await render_page(url, source, settings)
+        return await render_page(url, source, settings, kind)
     from harvester.scraping.fetcher import Fetcher
 
     async with Fetcher(settings, max_connections=2) as fetcher:
@@ -86,7 +86,7 @@ async def try_page(source: Any, url: str, kind: str, depth: int, html: Path | No
     from harvester.scraping.page import process_page
     from harvester.settings import get_settings
 
-    fetch = saved_page(html, url) if html is not None else await fetch_for_try(source, url, get_settings())
+    fetch = saved_page(html, url) if html is not None else await fetch_for_try(source, url, get_settings(), kind)
     page = process_page(source, kind, url, depth, fetch, trace=True)
     report: dict[str, Any] = {
         "source": source.name, "url": page.url, "kind": kind, "render": "file" if html else source.render,

@@ -3,7 +3,7 @@
 A batch has one flow whatever renders its pages: the worker asks a :class:`PageFetcher` for every
 URL of the batch and gets one :class:`FetchResult` per URL, in order, plus the counters of the
 fetching itself. The HTTP :class:`~harvester.scraping.fetcher.Fetcher` fetches concurrently on the
-worker's loop; the browser adapter (:class:`harvester.pageslots.host.BrowserPageFetcher`) renders
+worker's loop; the browser adapter (:class:`harvester.pageslots.browser_host.BrowserPageFetcher`) renders
 one page after the other in the process's page slot.
 """
 

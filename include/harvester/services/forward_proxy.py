@@ -97,7 +97,7 @@ class ForwardProxy:
             pass
         finally:
             writer.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # the peer may already be gone; the connection is closed either way
                 await writer.wait_closed()
 
     async def _request(self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:

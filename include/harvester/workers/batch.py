@@ -6,7 +6,7 @@ The flow is the same whatever renders the pages (DESIGN.md section 1):
    still holds; only those are fetched (a redelivered or duplicated message is dropped, issue 11);
 1. a :class:`~harvester.scraping.page_fetcher.PageFetcher` fetches every page of the batch (the HTTP
    :class:`~harvester.scraping.fetcher.Fetcher` concurrently, or the page slot's browser through
-   :class:`~harvester.pageslots.host.BrowserPageFetcher`) while a :class:`LeaseHeartbeat` vouches for
+   :class:`~harvester.pageslots.browser_host.BrowserPageFetcher`) while a :class:`LeaseHeartbeat` vouches for
    the leases; each request waits at the :class:`FetchPermit` for a per_minute token;
 2. :func:`~harvester.scraping.page.process_page` extracts a record (details) or links, and the records of
    its items when the source has ``listing.records`` (listings);
@@ -242,7 +242,8 @@ class BatchRunner:
                 report.outcomes.update(report.extracted.add(message.run_id, page.extraction))
                 if page.extraction.record is None:
                     report.outcomes["rejected"] += 1
-                    self.failures.dead_letter(message, f"record rejected: {page.rejected_reason}", report)
+                    why = f" ({fetch.reason})" if fetch.reason else ""  # a browser page not ready: what it waited for
+                    self.failures.dead_letter(message, f"record rejected: {page.rejected_reason}{why}", report)
                 else:
                     to_store.append((message, page))
             elif page.listing_records is not None and self.count_listing_records(page, report, message.run_id):

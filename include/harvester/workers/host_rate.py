@@ -52,6 +52,7 @@ class HostRateGate:
         """An in-flight place is held at most a lease long (a worker that died frees it then)."""
         return cls(client, settings.rate_window_seconds, settings.host_rate_max_wait_seconds, settings.lease_seconds)
 
+    @redis_storage_errors()
     def try_acquire(self, source: str, host: str, limits: HostLimits, token: str) -> float:
         """One Lua call: 0 when the token was taken, else the seconds to wait before asking again."""
         keys = SourceKeys(source)

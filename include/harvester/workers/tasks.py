@@ -35,8 +35,9 @@ def host_page_slot(slot_id: str) -> dict[str, Any]:
     run twice (a redelivery would also be refused by the slot record's claim)."""
     from harvester.pageslots import host_slot
     from harvester.workers.batch import batch_runner
+    from harvester.workers.slot_pipeline import WorkerSlotPipeline
 
-    return host_slot(slot_id, batch_runner(), host=host_page_slot.request.hostname)
+    return host_slot(slot_id, WorkerSlotPipeline(batch_runner()), host=host_page_slot.request.hostname)
 
 
 @app.task(name="harvester.scrape_batch")

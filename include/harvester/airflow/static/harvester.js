@@ -210,7 +210,7 @@ async function drawDeadLetters() {
   const dead = await api(`sources/${encodeURIComponent(source)}/dead-letters?limit=100`);
   fill(tbody, dead.entries.map((entry) => row([
     cell(new Date(entry.failed_at).toLocaleString()), cell(entry.url), cell(entry.attempt, "number"),
-    cell(entry.run_id), cell(entry.reason),
+    cell(entry.run_id), cell(entry.reason), cell(entry.snapshot ? snapshotLinks(source, entry.task_id) : ""),
   ], { class: "dead-letter", "data-task": entry.task_id || "" })), `no dead letters of ${source}`);
 }
 
@@ -243,6 +243,22 @@ async function drawRunRecords() {
 function showRun(source, runId) {
   shownRun = [source, runId];
   drawRunRecords().catch(setStatus);
+}
+
+// A browser page's evidence: its HTML (served sandboxed by the API) and its screenshot, each in a new tab.
+function snapshotLinks(source, taskId) {
+  const base = `sources/${encodeURIComponent(source)}/dead-letters/${encodeURIComponent(taskId)}`;
+  const links = document.createElement("span");
+  for (const [label, path] of [["page", "snapshot"], ["screenshot", "screenshot"]]) {
+    const link = document.createElement("a");
+    link.href = new URL(`${base}/${path}`, API).href;
+    link.target = "_blank";
+    link.rel = "noopener noreferrer";
+    link.className = `snapshot-${path}`;
+    link.textContent = label;
+    links.append(link, " ");
+  }
+  return links;
 }
 
 async function drawRuns(sources) {

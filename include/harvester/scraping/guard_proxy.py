@@ -1,0 +1,281 @@
+"""The browser's address guard on the network: a local forward proxy every request of a slot's Chromium takes.
+
+Why a proxy and not only a route: behind a proxy Chromium never resolves the names it loads (its proxy does),
+so a check made before Chromium sends a request cannot pin what the proxy then connects to, and
+``--host-resolver-rules`` does not apply to proxied requests. Nor does a route see everything: redirect hops,
+WebSockets, service workers and requests Chromium makes outside any page. So each slot browser is launched
+with this proxy as its only way out (``--proxy-server``, loopback included, and no name resolution of its own),
+and the proxy, for every CONNECT tunnel (HTTPS, WebSockets) and every plain-HTTP request:
+
+1. refuses names by what they are (``localhost``, ``*.localhost``, a trailing dot) and resolves the others
+   ONCE, refusing unresolvable names (fail closed) and any address the :class:`AddressGuard` refuses;
+2. connects to exactly the checked address: directly, or through the country's proxy with ``CONNECT
+   <address>:<port>`` (so the country proxy does not resolve the name again: nothing can rebind it);
+3. counts the bytes it relays both ways (what went through the country proxy) and remembers its refusals
+   for the page that caused them.
+
+A refused plain-HTTP request is answered ``403`` with an ``X-Harvester-Refused`` header (a navigation then
+ends ``refused`` with that reason); a refused tunnel is answered ``403`` (Chromium reports a failed tunnel).
+The country proxy may be ``http://``, ``https://`` or ``socks5://``; it must allow CONNECT to the sites'
+ports (80 as well as 443: squid's default ``SSL_ports`` allows only 443).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import ipaddress
+import logging
+import socket
+import struct
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from harvester.errors import AddressRefused
+from harvester.scraping.addresses import AddressGuard, IPAddress
+
+log = logging.getLogger(__name__)
+MAX_HEAD_BYTES = 64 * 1024
+CONNECT_TIMEOUT_SECONDS = 15.0
+REFUSED_HEADER = "X-Harvester-Refused"
+RECENT_REFUSALS = 200
+
+
+class UpstreamError(OSError):
+    """The country proxy could not open the tunnel (its status or a dead connection)."""
+
+
+@dataclass(frozen=True)
+class UpstreamProxy:
+    """The country's proxy the guard relays through (credentials stay here, never reach Chromium)."""
+
+    scheme: str
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_server(cls, server: str, username: str | None = None, password: str | None = None) -> UpstreamProxy:
+        parts = urlsplit(server if "://" in server else f"http://{server}")
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https", "socks5"):
+            raise ValueError(f"proxy scheme {scheme}:// is not supported by the browser guard (http, https, socks5)")
+        default_port = {"http": 80, "https": 443, "socks5": 1080}[scheme]
+        return cls(scheme, parts.hostname or "", parts.port or default_port, username or parts.username,
+                   password or parts.password)
+
+    async def open_tunnel(self, address: IPAddress, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection through this proxy to ``address``:``port`` (an address: the proxy resolves nothing)."""
+        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.scheme == "https" or None,
+                                                       limit=MAX_HEAD_BYTES)
+        try:
+            if self.scheme == "socks5":
+                await self._socks5(reader, writer, address, port)
+            else:
+                await self._http_connect(reader, writer, address, port)
+        except BaseException:  # cancelled or refused mid-handshake: close our side before it propagates
+            writer.close()
+            raise
+        return reader, writer
+
+    async def _http_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: IPAddress,
+                            port: int) -> None:
+        target = f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
+        head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+        if self.username:
+            token = base64.b64encode(f"{self.username}:{self.password or ''}".encode()).decode()
+            head += f"Proxy-Authorization: Basic {token}\r\n"
+        writer.write((head + "\r\n").encode("latin-1"))
+        await writer.drain()
+        answer = await reader.readuntil(b"\r\n\r\n")
+        status_line = answer.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = status_line.split(" ", 2)
+        if len(parts) < 2 or parts[1] != "200":
+            raise UpstreamError(f"the country proxy refused CONNECT {target}: {status_line}")
+
+    async def _socks5(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: IPAddress,
+                      port: int) -> None:
+        methods = b"\x00\x02" if self.username else b"\x00"
+        writer.write(b"\x05" + bytes([len(methods)]) + methods)
+        await writer.drain()
+        version, method = await reader.readexactly(2)
+        if version != 5 or method not in methods:
+            raise UpstreamError("the country's SOCKS5 proxy accepts none of our authentication methods")
+        if method == 2:
+            user, password = (self.username or "").encode(), (self.password or "").encode()
+            writer.write(b"\x01" + bytes([len(user)]) + user + bytes([len(password)]) + password)
+            await writer.drain()
+            if (await reader.readexactly(2))[1] != 0:
+                raise UpstreamError("the country's SOCKS5 proxy refused our credentials")
+        kind = b"\x01" if address.version == 4 else b"\x04"
+        writer.write(b"\x05\x01\x00" + kind + address.packed + struct.pack(">H", port))
+        await writer.drain()
+        reply = await reader.readexactly(4)
+        if reply[1] != 0:
+            raise UpstreamError(f"the country's SOCKS5 proxy could not connect to {address}:{port} (code {reply[1]})")
+        bound = {1: 4, 4: 16}.get(reply[3])
+        if bound is None:  # a domain name as the bound address: its length first
+            bound = (await reader.readexactly(1))[0]
+        await reader.readexactly(bound + 2)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    host: str
+    port: int
+    reason: str
+
+
+class GuardProxy:
+    """``proxy = GuardProxy(guard, upstream); await proxy.start()``; Chromium is launched with ``proxy.server``."""
+
+    def __init__(self, guard: AddressGuard, upstream: UpstreamProxy | None = None,
+                 connect_timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
+        self.guard = guard
+        self.upstream = upstream
+        self.connect_timeout = connect_timeout
+        self.bytes_relayed = 0  # both ways, every connection: what went through the country proxy
+        self.refusals: list[Refusal] = []  # most recent last (bounded); :meth:`refusals_since` reads them
+        self.refused = 0  # refusals ever (refusals_since counts from here)
+        self._server: asyncio.Server | None = None
+        self._port = 0
+        self._connections: set[asyncio.StreamWriter] = set()
+
+    @property
+    def server(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._client, "127.0.0.1", 0, limit=MAX_HEAD_BYTES)
+        self._port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for writer in list(self._connections):
+            writer.close()
+        if server is not None:
+            with contextlib.suppress(Exception):  # closing at shutdown: a slow or broken close changes nothing
+                await asyncio.wait_for(server.wait_closed(), 5)
+
+    def refusals_since(self, mark: int) -> list[Refusal]:
+        """The refusals after the ``refused`` count was ``mark`` (as many as are still remembered)."""
+        count = self.refused - mark
+        return self.refusals[-count:] if count > 0 else []
+
+    # -- one client connection ---------------------------------------------------------------------
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections.add(writer)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            await self._request(head, reader, writer)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, TimeoutError):
+            pass
+        except Exception:  # never let one connection's fault reach the loop's exception handler
+            log.exception("browser guard: a connection failed")
+        finally:
+            self._connections.discard(writer)
+            writer.close()
+            with contextlib.suppress(Exception):  # the peer may already be gone; the connection is closed either way
+                await writer.wait_closed()
+
+    async def _request(self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request_line, _, header_block = head.decode("latin-1").partition("\r\n")
+        method, target, version = [*request_line.split(" "), "", "", ""][:3]
+        if method == "CONNECT":
+            host, _, port_text = target.rpartition(":")
+            if not port_text.isdigit() or not host:
+                await self._answer(writer, 400, "bad CONNECT target")
+                return
+            upstream = await self._checked_connection(host.strip("[]"), int(port_text), writer, tunnel=True)
+            if upstream is None:
+                return
+            writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            await writer.drain()
+            await self._splice(reader, writer, *upstream)
+            return
+        parts = urlsplit(target)
+        if parts.scheme != "http" or not parts.hostname:
+            await self._answer(writer, 400, f"not an absolute http:// request: {target[:200]}")
+            return
+        port = parts.port or 80
+        upstream = await self._checked_connection(parts.hostname, port, writer, tunnel=False)
+        if upstream is None:
+            return
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        kept = [line for line in header_block.split("\r\n") if line and line.split(":", 1)[0].strip().lower()
+                not in ("proxy-connection", "connection", "keep-alive", "proxy-authorization")]
+        origin_head = f"{method} {path} {version}\r\n" + "".join(f"{line}\r\n" for line in kept)
+        sent = (origin_head + "Connection: close\r\n\r\n").encode("latin-1")
+        upstream[1].write(sent)
+        self.bytes_relayed += len(sent)
+        await self._splice(reader, writer, *upstream)
+
+    async def _checked_connection(self, host: str, port: int, writer: asyncio.StreamWriter, tunnel: bool
+                                  ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A connection to a checked address of ``host``, or None after answering the refusal or failure."""
+        try:
+            addresses = await self.guard.checked_addresses(host, port)
+            if any(address.is_loopback and port == self._port for address in addresses):
+                raise AddressRefused(f"address refused: {host}:{port} is the browser guard itself")
+        except AddressRefused as refused:
+            self._remember(host, port, str(refused))
+            await self._answer(writer, 403, str(refused), refused=True)
+            return None
+        last_error: BaseException | None = None
+        for address in addresses:
+            try:
+                return await asyncio.wait_for(self._open(address, port), self.connect_timeout)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as error:
+                last_error = error
+        kind = "tunnel" if tunnel else "request"
+        await self._answer(writer, 502, f"{kind} to {host}:{port} failed: {type(last_error).__name__}: {last_error}")
+        return None
+
+    async def _open(self, address: IPAddress, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.upstream is not None:
+            return await self.upstream.open_tunnel(address, port)
+        family = socket.AF_INET6 if isinstance(address, ipaddress.IPv6Address) else socket.AF_INET
+        return await asyncio.open_connection(str(address), port, family=family, limit=MAX_HEAD_BYTES)
+
+    def _remember(self, host: str, port: int, reason: str) -> None:
+        self.refused += 1
+        self.refusals.append(Refusal(host, port, reason))
+        del self.refusals[:-RECENT_REFUSALS]
+        log.info("browser guard refused %s:%s: %s", host, port, reason)
+
+    @staticmethod
+    async def _answer(writer: asyncio.StreamWriter, status: int, reason: str, refused: bool = False) -> None:
+        phrase = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+        body = reason.encode("utf-8", "replace")
+        safe = reason.encode("ascii", "replace").decode().replace("\r", " ").replace("\n", " ")
+        extra = f"{REFUSED_HEADER}: {safe}\r\n" if refused else ""
+        writer.write(f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n{extra}"
+                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1") + body)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      upstream_reader: asyncio.StreamReader, upstream_writer: asyncio.StreamWriter) -> None:
+        """Relay both ways until either side ends; then both are closed."""
+        self._connections.add(upstream_writer)
+        directions = [asyncio.ensure_future(self._pipe(reader, upstream_writer)),
+                      asyncio.ensure_future(self._pipe(upstream_reader, writer))]
+        try:
+            await asyncio.wait(directions, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for direction in directions:
+                direction.cancel()
+            await asyncio.gather(*directions, return_exceptions=True)
+            self._connections.discard(upstream_writer)
+            upstream_writer.close()
+
+    async def _pipe(self, source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while chunk := await source.read(65536):
+                self.bytes_relayed += len(chunk)
+                target.write(chunk)
+                await target.drain()

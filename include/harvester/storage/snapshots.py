@@ -1,0 +1,124 @@
+"""Evidence of failed and rejected browser pages (DESIGN.md section 11): the page's HTML and a screenshot.
+
+A dead letter says why a task failed; its snapshot shows what the page looked like then. One document per
+(source, task) in the ``page_snapshots`` collection of the Harvester database, the latest attempt's, found by
+the dead letter's task id (``harvester dead-letters show``, the Harvester page's dead-letter list). Bounded:
+``browser_snapshot_max_bytes`` per snapshot (the screenshot kept when it fits, the HTML cut to what is left),
+and kept ``browser_snapshot_keep_days`` (a TTL index where the server has one, and a purge of the expired
+with every write, so the embedded stand-in forgets them too).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from bson.binary import Binary
+from pymongo import ASCENDING
+from pymongo.collection import Collection
+from pymongo.database import Database
+
+from harvester.errors import mongo_storage_errors
+from harvester.settings import HarvesterSettings
+
+SNAPSHOTS_COLLECTION = "page_snapshots"
+PURGE_EVERY_SECONDS = 60.0  # expired snapshots are purged at most this often per process
+
+
+@dataclass(frozen=True)
+class PageSnapshot:
+    source: str
+    task_id: str
+    url: str
+    reason: str
+    html: str
+    screenshot: bytes | None
+    taken_at: datetime
+
+    @property
+    def id(self) -> str:
+        return snapshot_id(self.source, self.task_id)
+
+
+def snapshot_id(source: str, task_id: str) -> str:
+    return f"{source}|{task_id}"
+
+
+def bounded(html: str, screenshot: bytes | None, max_bytes: int) -> tuple[str, bytes | None]:
+    """What fits in ``max_bytes``: the screenshot if it fits (it shows most), the HTML cut to the rest."""
+    if screenshot is not None and len(screenshot) > max_bytes // 2:
+        screenshot = None  # a screenshot bigger than half the budget would leave no room for the HTML
+    room = max_bytes - (len(screenshot) if screenshot is not None else 0)
+    encoded = html.encode()
+    if len(encoded) > room:
+        html = encoded[:room].decode(errors="ignore")
+    return html, screenshot
+
+
+class SnapshotStore:
+    """Save, find and expire page snapshots."""
+
+    def __init__(self, database: Database, keep_days: float = 7.0, max_bytes: int = 2 << 20) -> None:
+        self.collection: Collection = database[SNAPSHOTS_COLLECTION]
+        self.keep = timedelta(days=keep_days)
+        self.max_bytes = max_bytes
+        self._purged_at = float("-inf")
+        self._indexed = False
+
+    @classmethod
+    def from_settings(cls, settings: HarvesterSettings) -> SnapshotStore:
+        from harvester.connections import MONGO_DEFAULT, mongo_client
+
+        database = mongo_client(MONGO_DEFAULT, settings=settings)[settings.mongo_database]
+        return cls(database, settings.browser_snapshot_keep_days, settings.browser_snapshot_max_bytes)
+
+    @mongo_storage_errors()
+    def save(self, source: str, task_id: str, url: str, reason: str, html: str, screenshot: bytes | None,
+             now: datetime | None = None) -> str:
+        """Keep (or replace) the snapshot of a task; returns its id."""
+        now = now or datetime.now(UTC)
+        self._ensure_index()
+        html, screenshot = bounded(html, screenshot, self.max_bytes)
+        identifier = snapshot_id(source, task_id)
+        self.collection.replace_one({"_id": identifier}, {
+            "_id": identifier, "source": source, "task_id": task_id, "url": url, "reason": reason[:2000],
+            "html": html, "screenshot": Binary(screenshot) if screenshot is not None else None,
+            "taken_at": now, "expires_at": now + self.keep}, upsert=True)
+        self._purge(now)
+        return identifier
+
+    @mongo_storage_errors()
+    def get(self, source: str, task_id: str, now: datetime | None = None) -> PageSnapshot | None:
+        document = self.collection.find_one({"_id": snapshot_id(source, task_id)})
+        if document is None or _aware(document["expires_at"]) <= (now or datetime.now(UTC)):
+            return None
+        screenshot = document.get("screenshot")
+        return PageSnapshot(document["source"], document["task_id"], document.get("url", ""),
+                            document.get("reason", ""), document.get("html", ""),
+                            bytes(screenshot) if screenshot is not None else None, _aware(document["taken_at"]))
+
+    @mongo_storage_errors()
+    def existing(self, source: str, task_ids: list[str], now: datetime | None = None) -> set[str]:
+        """Which of ``task_ids`` have a snapshot (one query: a dead-letter page marks the ones that do)."""
+        if not task_ids:
+            return set()
+        cursor = self.collection.find(
+            {"_id": {"$in": [snapshot_id(source, task_id) for task_id in task_ids]},
+             "expires_at": {"$gt": now or datetime.now(UTC)}}, {"task_id": 1})
+        return {document["task_id"] for document in cursor}
+
+    def _ensure_index(self) -> None:
+        if not self._indexed:
+            self.collection.create_index([("expires_at", ASCENDING)], expireAfterSeconds=0, name="expires")
+            self._indexed = True
+
+    def _purge(self, now: datetime) -> None:
+        if time.monotonic() - self._purged_at < PURGE_EVERY_SECONDS:
+            return
+        self._purged_at = time.monotonic()
+        self.collection.delete_many({"expires_at": {"$lte": now}})
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
