@@ -70,7 +70,7 @@ def details_source(write_source, site, name: str, **overrides: Any) -> SourceCon
 
 
 def test_a_required_field_gone_is_drift_and_fails_the_run(write_source, site, worker_settings, mongo_server,
-                                                          redis_client, crawl) -> None:
+                                                          redis_client, crawl, tmp_path) -> None:
     source = details_source(write_source, site, "quality_drift")
     first = run(source, "run-1", worker_settings, mongo_server, redis_client, crawl)
     assert first["records_stored"] == PRODUCTS and first["extraction"]["shares"]["sku"] == 1.0, first
@@ -91,6 +91,36 @@ def test_a_required_field_gone_is_drift_and_fails_the_run(write_source, site, wo
     assert "selector drift: sku" in quality["reason"]
     published = redis_client.hgetall(SourceKeys(source.name).run_quality)
     assert published[b"outcome"] == b"failed" and published[b"run_id"] == b"run-2"
+
+    # each rejected page kept its body as evidence, linked from its dead letter by task id
+    from harvester.distributor import DeadLetters
+    from harvester.storage import SnapshotStore
+
+    letters = DeadLetters(redis_client).list(source.name, 0, 100)
+    assert len(letters) == PRODUCTS and all(letter.reason.startswith("record rejected: sku: missing")
+                                            for letter in letters)
+    database = mongo_server.client()[worker_settings.mongo_database]
+    task_id = letters[0].message["task_id"]
+    evidence = SnapshotStore(database).get(source.name, task_id)
+    assert evidence is not None and evidence.screenshot is None and evidence.reason == letters[0].reason
+    assert 'class="code"' in evidence.html and "<h1" in evidence.html  # the page as fetched: sku renamed
+
+    # opened from the CLI, then requeued from it once the site is fixed: the records land
+    import subprocess
+
+    from tests.fixtures.servers import VENV_BIN
+
+    shown = subprocess.run([str(VENV_BIN / "harvester"), "dead-letters", "show", "--source", source.name,
+                            "--task", task_id, "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "record rejected: sku: missing" in shown.stdout and (tmp_path / f"{task_id}.html").read_text() == evidence.html
+    markup(site)
+    requeued = subprocess.run([str(VENV_BIN / "harvester"), "dead-letters", "requeue", "--source", source.name],
+                              capture_output=True, text=True, timeout=60)
+    assert requeued.returncode == 0 and f"{PRODUCTS} dead letters re-queued" in requeued.stdout, requeued.stderr
+    while crawl.step(source, 16) is not None:
+        pass
+    assert database[source.output_collection].count_documents({"run_id": "run-2"}) == PRODUCTS
 
 
 def test_on_breach_warn_keeps_the_run_green_but_degraded(write_source, site, worker_settings, mongo_server,

@@ -150,8 +150,10 @@ class DeadLetterView(BaseModel):
     attempt: int | None
     reason: str
     failed_at: datetime
-    snapshot: bool = Field(default=False, description="A browser page's snapshot (HTML and screenshot) is kept: "
+    snapshot: bool = Field(default=False, description="The page's evidence is kept (a failed or rejected browser "
+                                                      "page's HTML and screenshot, a rejected HTTP page's body): "
                                                       "GET .../dead-letters/{task_id}/snapshot and /screenshot.")
+    screenshot: bool = Field(default=False, description="The evidence has a screenshot (browser pages).")
 
 
 class DeadLettersView(BaseModel):
@@ -354,10 +356,12 @@ class HarvestViews:
         listed = letters.list(name, start, min(limit, MAX_PAGE))
         messages = [entry.message if isinstance(entry.message, dict) else {} for entry in listed]
         with_snapshot = self.snapshots().existing(name, [m["task_id"] for m in messages if m.get("task_id")])
+        browser = name in self.sources and self.sources[name].render == "browser"  # an HTTP body has no screenshot
         entries = [DeadLetterView(
             index=start + offset, url=message.get("url"), task_id=message.get("task_id"),
             run_id=message.get("run_id"), attempt=message.get("attempt"), reason=entry.reason,
-            failed_at=datetime.fromtimestamp(entry.failed_at, UTC), snapshot=message.get("task_id") in with_snapshot)
+            failed_at=datetime.fromtimestamp(entry.failed_at, UTC), snapshot=message.get("task_id") in with_snapshot,
+            screenshot=message.get("task_id") in with_snapshot and browser)
             for offset, (entry, message) in enumerate(zip(listed, messages, strict=True))]
         return DeadLettersView(source=name, total=letters.count(name), entries=entries)
 

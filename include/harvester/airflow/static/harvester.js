@@ -210,7 +210,7 @@ async function drawDeadLetters() {
   const dead = await api(`sources/${encodeURIComponent(source)}/dead-letters?limit=100`);
   fill(tbody, dead.entries.map((entry) => row([
     cell(new Date(entry.failed_at).toLocaleString()), cell(entry.url), cell(entry.attempt, "number"),
-    cell(entry.run_id), cell(entry.reason), cell(entry.snapshot ? snapshotLinks(source, entry.task_id) : ""),
+    cell(entry.run_id), cell(entry.reason), cell(entry.snapshot ? snapshotLinks(source, entry.task_id, entry.screenshot) : ""),
   ], { class: "dead-letter", "data-task": entry.task_id || "" })), `no dead letters of ${source}`);
 }
 
@@ -228,7 +228,7 @@ async function drawRunRecords() {
   document.getElementById("run-records-reason").textContent = view.reason;
   document.getElementById("run-records-stored").textContent = view.records_stored;
   fill(document.querySelector("#run-rejections tbody"), view.rejections.map((entry) => row([
-    cell(entry.url), cell(entry.reason), cell(entry.snapshot ? snapshotLinks(source, entry.task_id) : "", "evidence"),
+    cell(entry.url), cell(entry.reason), cell(entry.snapshot ? snapshotLinks(source, entry.task_id, entry.screenshot) : "", "evidence"),
   ], { class: "rejection", "data-task": entry.task_id || "" })), "no rejections or dead letters in this run");
   const fields = [...new Set(view.records.flatMap((record) => Object.keys(record)))]
     .filter((name) => !["_http", "first_seen_at", "changed_at", "run_id"].includes(name));
@@ -246,10 +246,11 @@ function showRun(source, runId) {
 }
 
 // A browser page's evidence: its HTML (served sandboxed by the API) and its screenshot, each in a new tab.
-function snapshotLinks(source, taskId) {
+function snapshotLinks(source, taskId, withScreenshot = true) {
   const base = `sources/${encodeURIComponent(source)}/dead-letters/${encodeURIComponent(taskId)}`;
   const links = document.createElement("span");
-  for (const [label, path] of [["page", "snapshot"], ["screenshot", "screenshot"]]) {
+  const kinds = [["page", "snapshot"], ["screenshot", "screenshot"]].slice(0, withScreenshot ? 2 : 1);
+  for (const [label, path] of kinds) {
     const link = document.createElement("a");
     link.href = new URL(`${base}/${path}`, API).href;
     link.target = "_blank";
