@@ -59,8 +59,8 @@ def test_the_page_shows_a_degraded_runs_reason_and_opens_a_rejections_evidence(
             context = browser.new_context(viewport={"width": 1400, "height": 1000})
             page = context.new_page()
             page.goto(f"{airflow.base_url}/")
-            page.fill("input[name=username]", "watcher")
-            page.fill("input[name=password]", USERS["watcher"][1])
+            page.fill("input[name=username]", "operator")  # may read and requeue (edit) the source's DAG
+            page.fill("input[name=password]", USERS["operator"][1])
             page.keyboard.press("Enter")
             page.get_by_role("link", name="Harvester").first.click()
             frame = page.frame_locator("iframe")
@@ -94,7 +94,38 @@ def test_the_page_shows_a_degraded_runs_reason_and_opens_a_rejections_evidence(
             expect(rejections.first).to_contain_text("record rejected: sku: missing")
             frame.locator("#run-records").scroll_into_view_if_needed()
             page.screenshot(path=str(shots / "2-run-rejections.png"), full_page=True)
+
+            # a rejection's evidence: the body of the page as it was fetched, served sandboxed
+            evidence_link = rejections.first.locator("a.snapshot-snapshot")
+            expect(evidence_link).to_be_visible()
+            expect(rejections.first.locator("a.snapshot-screenshot")).to_have_count(0)  # an HTTP page: no screenshot
+            evidence_link.click()
+            viewer = frame.locator("#evidence")
+            expect(viewer).to_be_visible()
+            expect(viewer).to_have_attribute("data-kind", "snapshot")
+            body = frame.frame_locator("#evidence-frame")
+            expect(body.locator("h1")).to_be_visible(timeout=30_000)
+            expect(body.locator("span.code")).to_have_count(1)  # the page as fetched: the sku's class renamed
+            expect(body.locator("span.sku")).to_have_count(0)
+            headers = context.request.get(evidence_link.get_attribute("href")).headers
+            assert "sandbox" in headers["content-security-policy"]  # a stranger's HTML runs no script here
+            viewer.scroll_into_view_if_needed()
+            page.screenshot(path=str(shots / "3-evidence.png"), full_page=True)
+
+            # the site is fixed: requeue from the page, and the pages land
+            markup(site)
+            frame.locator("#dead-source").select_option(SOURCE)
+            frame.locator("#requeue").click()
+            expect(frame.locator("#requeue-result")).to_contain_text(f"{len(source.input.seeds)} requeued, 0 left",
+                                                                     timeout=30_000)
+            expect(frame.locator("#dead-letters tr.dead-letter")).to_have_count(0, timeout=30_000)
+            page.screenshot(path=str(shots / "4-requeued.png"), full_page=True)
             browser.close()
+        # the requeued tasks are harvested (by the worker's pipeline, out of Playwright's event loop): they land
+        while crawl.step(source, 16) is not None:
+            pass
+        output = mongo_server.client()[worker_settings.mongo_database][source.output_collection]
+        assert output.count_documents({"run_id": "run-2"}) == len(source.input.seeds)
     finally:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         for picture in shots.glob("*.png"):

@@ -113,7 +113,8 @@ def test_a_required_field_gone_is_drift_and_fails_the_run(write_source, site, wo
     shown = subprocess.run([str(VENV_BIN / "harvester"), "dead-letters", "show", "--source", source.name,
                             "--task", task_id, "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
-    assert "record rejected: sku: missing" in shown.stdout and (tmp_path / f"{task_id}.html").read_text() == evidence.html
+    assert "record rejected: sku: missing" in shown.stdout
+    assert (tmp_path / f"{task_id}.html").read_text() == evidence.html
     markup(site)
     requeued = subprocess.run([str(VENV_BIN / "harvester"), "dead-letters", "requeue", "--source", source.name],
                               capture_output=True, text=True, timeout=60)

@@ -257,9 +257,30 @@ function snapshotLinks(source, taskId, withScreenshot = true) {
     link.rel = "noopener noreferrer";
     link.className = `snapshot-${path}`;
     link.textContent = label;
+    // Airflow's plugin frame may not open new tabs: a plain click shows the evidence on this page
+    link.addEventListener("click", (event) => {
+      if (event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;
+      event.preventDefault();
+      showEvidence(source, taskId, path, link.href);
+    });
     links.append(link, " ");
   }
   return links;
+}
+
+// The evidence viewer: the page's HTML in a sandboxed frame (the route also sends a sandbox CSP), or its screenshot.
+function showEvidence(source, taskId, kind, href) {
+  const section = document.getElementById("evidence");
+  section.hidden = false;
+  section.dataset.task = taskId;
+  section.dataset.kind = kind;
+  document.getElementById("evidence-name").textContent = `${source} ${taskId}`;
+  const frame = document.getElementById("evidence-frame");
+  const picture = document.getElementById("evidence-screenshot");
+  frame.hidden = kind !== "snapshot";
+  picture.hidden = kind !== "screenshot";
+  if (kind === "snapshot") frame.src = href; else picture.src = href;
+  section.scrollIntoView({ block: "nearest" });
 }
 
 async function drawRuns(sources) {
@@ -309,6 +330,9 @@ function startOverview() {
       result.textContent = `refused: ${error.message}`;
     }
     refreshOverview();
+  });
+  document.getElementById("evidence-close").addEventListener("click", () => {
+    document.getElementById("evidence").hidden = true;
   });
   document.getElementById("dead-source").addEventListener("change", () => drawDeadLetters().catch(setStatus));
   document.getElementById("job-form").addEventListener("submit", async (event) => {
