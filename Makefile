@@ -1,6 +1,6 @@
 # Harvester: `make run` starts everything locally on loopback; `make test` runs the whole suite.
 # `make run MODE=cluster` starts the production topology of docker-compose.yaml instead (PostgreSQL,
-# Airflow's CeleryExecutor, separate worker hosts), still on loopback; `make stop` stops either.
+# Airflow's CeleryExecutor, separate worker machines), still on loopback; `make stop` stops either.
 SHELL := /bin/bash
 PY := .venv/bin/python
 PYTEST_ARGS ?=

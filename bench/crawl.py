@@ -22,7 +22,10 @@ and the same link discovery and extraction code; pages are counted by the demo s
   (``end_to_end_cpu_ms_per_page``, ``site_cpu_ms_per_page``, ``storage_cpu_ms_per_record``) and the
   ratio (b) could reach with every core (``cores``) flat out for those three
   (``storage_ceiling_ratio_cpu_bound``), and the ratio no crawler with ``concurrency`` requests of
-  ``latency_ms`` in flight could pass (``storage_ceiling_ratio_concurrency_bound``).
+  ``latency_ms`` in flight could pass (``storage_ceiling_ratio_concurrency_bound``);
+- (e) the settle path near its ceiling (bench/settle.py): the worker's ending of a batch fed pre-fetched pages
+  against raw unordered ``bulk_write``s of the same records, same servers -> ``settle_ceiling_ratio`` (goal >= 0.8)
+  and the figures beside it (``settle_records_per_s``, ``raw_bulk_records_per_s``, ...).
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
        [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2]
@@ -39,12 +42,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,9 +52,18 @@ from typing import Any
 import pymongo
 import redis
 import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from rig import (
+    BIN,
+    DEMO_PRODUCT_ATTRIBUTES,
+    ROOT,
+    Processes,
+    bench_processes,
+    site_stats,
+    start_demo_site,
+    start_mongo,
+    start_redis,
+)
+from settle import settle_ceiling  # bench/settle.py, beside this file
 
 
 def ensure_scrapy() -> str:
@@ -80,37 +89,6 @@ def ensure_crawlee() -> tuple[str, Path]:
     return version, target
 
 
-class Processes:
-    """Every process this bench starts, stopped (by pid, in reverse order) at the end."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.started: list[subprocess.Popen] = []
-
-    def start(self, name: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-        log = (self.directory / f"{name}.log").open("ab")
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=env or dict(os.environ), cwd=ROOT, start_new_session=True)
-        log.close()
-        self.started.append(process)
-        return process
-
-    def stop(self, process: subprocess.Popen) -> None:
-        if process.poll() is None:
-            os.killpg(process.pid, 15)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, 9)
-                process.wait()
-        if process in self.started:
-            self.started.remove(process)
-
-    def stop_all(self) -> None:
-        for process in reversed(list(self.started)):
-            self.stop(process)
-
-
 def tree_cpu_seconds(processes: list[subprocess.Popen]) -> float:
     """User + system CPU of processes and all their children (Celery's pool) so far."""
     import psutil
@@ -127,26 +105,13 @@ def tree_cpu_seconds(processes: list[subprocess.Popen]) -> float:
     return total
 
 
-def site_stats(site_url: str, client: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{site_url}/_stats", timeout=10) as response:
-        return json.load(response)["clients"].get(client, {"total": 0, "max_concurrent": 0})
-
-
 def write_source(directory: Path, name: str, site_url: str, per_page: int, concurrency: int) -> Path:
     document = {
         "name": name,
         "input": {"seeds": [f"{site_url}/shop?per_page={per_page}"], "kind": "listing"},
         "listing": {"link_selectors": ["a.product-link", "a.more"], "next_page_selectors": ["a.next"],
                     "follow": r"^http://127\.0\.0\.1:\d+/product/\d+$", "max_depth": 50, "max_new_urls": 1_000_000},
-        "attributes": {
-            "sku": {"css": ".sku", "required": True}, "title": {"css": "h1.title"},
-            "price": {"css": ".price", "type": "float"}, "stock": {"css": ".stock", "type": "int"},
-            "in_stock": {"css": ".in-stock", "type": "bool"},
-            "released": {"css": "time.released::attr(datetime)", "type": "date"},
-            "image": {"css": "img.photo::attr(src)", "type": "url"},
-            "tags": {"css": "li.tag", "type": "list[str]"}, "ratings": {"css": "li.rating", "type": "list[int]"},
-            "description": {"css": ".description"},
-        },
+        "attributes": DEMO_PRODUCT_ATTRIBUTES,
         "rate_limit": {"max_active": concurrency, "per_minute": 1_000_000},
         "headers": {"X-Demo-Client": name},
         "retries": 2, "timeout": 30,
@@ -321,35 +286,19 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args()
 
-    from harvester.services import readiness
-    from harvester.services.mongo import choose_mongo
-    from harvester.services.ports import LOOPBACK, free_port
+    from harvester.services.ports import LOOPBACK
     from harvester.settings import HarvesterSettings
 
     scrapy_version = ensure_scrapy()
     crawlee_version, crawlee_path = ensure_crawlee()
-    directory = Path(tempfile.mkdtemp(prefix="harvester-bench-crawl-"))
-    sources = directory / "sources"
-    sources.mkdir()
-    processes = Processes(directory)
-    try:
-        redis_port = free_port()
-        redis_url = f"redis://{LOOPBACK}:{redis_port}/0"
-        processes.start("redis", ["redis-server", "--bind", LOOPBACK, "--port", str(redis_port), "--save", "",
-                                  "--appendonly", "no", "--dir", str(directory)])
-        readiness.wait_until(lambda: readiness.redis_ping(redis_url), 20, "redis-server")
-        choice = choose_mongo(free_port(), directory)
-        rig: dict[str, subprocess.Popen] = {}
-        if choice.command is not None:
-            (directory / "mongod").mkdir()
-            rig["storage"] = processes.start("mongo", choice.command)
-            readiness.wait_until(lambda: readiness.mongo_ping(choice.uri), 90, choice.kind)
-        site_port = free_port()
-        site_url = f"http://{LOOPBACK}:{site_port}"
-        rig["site"] = processes.start("demo-site", [str(BIN / "harvester-demo-site"), "--port", str(site_port),
-                                      "--products", str(args.products), "--per-page", str(args.per_page),
-                                      "--latency-ms", str(args.latency_ms), "--slow-every", "0"])
-        readiness.wait_until(lambda: readiness.tcp_open(LOOPBACK, site_port), 30, "demo site")
+    with bench_processes("crawl", keep=args.keep) as processes:
+        directory, sources = processes.directory, processes.sources
+        redis_url = start_redis(processes)
+        choice, storage = start_mongo(processes)
+        rig: dict[str, subprocess.Popen] = {"storage": storage} if storage is not None else {}
+        rig["site"], site_port, site_url = start_demo_site(
+            processes, "--products", str(args.products), "--per-page", str(args.per_page),
+            "--latency-ms", str(args.latency_ms), "--slow-every", "0")
         listing_pages = -(-args.products // args.per_page)
         expected = args.products + listing_pages
         database = "harvester_bench_crawl"
@@ -394,6 +343,7 @@ def main() -> None:
         records = bulk_against_insert_one(settings, args.records)
         best_e2e_round = runs["ours_e2e"].index(ours_e2e) + 1
         ceiling = storage_ceiling(choice.uri, database, f"ours_mongo_{best_e2e_round}")
+        settle = settle_ceiling(redis_url, choice.uri, database, args.records, publish_batch, site_url=site_url)
         ours_records_per_s = ours_records / ours_e2e["seconds"]
         bound = ceiling_bounds(ours_e2e, ours_records, ceiling["records_per_s"], args.concurrency, args.latency_ms)
         rate = {name: run["pages"] / run["seconds"] for name, run in
@@ -443,15 +393,10 @@ def main() -> None:
             "storage_ceiling_ratio": round(ours_records_per_s / ceiling["records_per_s"], 3)
             if ceiling["records_per_s"] else None,
             **bound,
+            **settle,
             "mongo": choice.kind,
         }
         print(json.dumps(result))
-    finally:
-        processes.stop_all()
-        if not args.keep:
-            shutil.rmtree(directory, ignore_errors=True)
-        else:
-            print(f"logs kept in {directory}", file=sys.stderr)
 
 
 if __name__ == "__main__":

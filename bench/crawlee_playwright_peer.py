@@ -29,28 +29,7 @@ from crawlee import ConcurrencySettings, service_locator
 from crawlee.crawlers import PlaywrightCrawler, PlaywrightCrawlingContext, PlaywrightPreNavCrawlingContext
 from crawlee.storage_clients import MemoryStorageClient
 from playwright.async_api import Route
-
-
-def process_kind(process: psutil.Process) -> str:
-    """As bench/pageslots.py: driver, browser, or Chromium's --type= (renderer, gpu-process, utility...)."""
-    command = process.cmdline()
-    if not command or "chrom" not in command[0]:
-        return "driver"
-    return next((a.split("=", 1)[1] for a in command if a.startswith("--type=")), "browser")
-
-
-def pss_by_kind() -> dict[str, float]:
-    """PSS in MB of everything this process started (Playwright's driver, Chromium's tree), by kind."""
-    kinds: dict[str, float] = {}
-    for process in psutil.Process(os.getpid()).children(recursive=True):
-        try:
-            kind = process_kind(process)
-            memory = process.memory_full_info()
-            kinds[kind] = kinds.get(kind, 0.0) + memory.pss / (1024 * 1024)
-            kinds["uss"] = kinds.get("uss", 0.0) + memory.uss / (1024 * 1024)  # private: blind to other Chromiums
-        except psutil.Error:
-            continue
-    return {kind: round(mb, 1) for kind, mb in sorted(kinds.items())}
+from process_memory import pss_by_kind
 
 
 async def crawl(urls: list[str], chromium: str, args: list[str], proxy: str, blocked: set[str],
@@ -90,7 +69,7 @@ async def crawl(urls: list[str], chromium: str, args: list[str], proxy: str, blo
             seen["failed"] += 1
         times.append(time.perf_counter())
         if len(times) == len(urls):
-            seen["pss_by_kind"] = pss_by_kind()
+            seen["pss_by_kind"] = pss_by_kind(psutil.Process(os.getpid()))
 
     await crawler.run(urls)
     if len(times) != len(urls) or seen["failed"]:

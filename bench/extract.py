@@ -23,20 +23,15 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pymongo
 import yaml
+from rig import bench_processes, site_stats, start_demo_site, start_mongo, start_redis
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 FIELDS = ("title", "sku", "price", "stock", "in_stock", "released", "image")
 PRODUCT = {"type": "Product"}
 
@@ -57,32 +52,6 @@ JSONLD_ATTRIBUTES = {
     "stock": ld("offers.inventoryLevel.value", type="int"), "in_stock": ld("offers.availability", type="bool"),
     "released": ld("releaseDate", type="date"), "image": ld("image", type="url"),
 }
-
-
-class Processes:
-    """Every process this bench starts, stopped by pid (in reverse order) at the end."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.started: list[subprocess.Popen] = []
-
-    def start(self, name: str, command: list[str]) -> subprocess.Popen:
-        log = (self.directory / f"{name}.log").open("ab")
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   cwd=ROOT, start_new_session=True)
-        log.close()
-        self.started.append(process)
-        return process
-
-    def stop_all(self) -> None:
-        for process in reversed(self.started):
-            if process.poll() is None:
-                os.killpg(process.pid, 15)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, 9)
-                    process.wait()
 
 
 def source_config(name: str, attributes: dict[str, Any], seeds: list[str], **fields: Any) -> Any:
@@ -133,11 +102,6 @@ def cpu_ratio(settings: Any, site_url: str, pages: int, repeat: int) -> dict[str
             "css_extract_cpu_ms_per_page": round(css_extract_ms, 3),
             "jsonld_extract_cpu_ms_per_page": round(jsonld_extract_ms, 3),
             "jsonld_extract_cpu_ratio": round(jsonld_extract_ms / css_extract_ms, 3)}
-
-
-def site_requests(site_url: str, client: str) -> int:
-    with urllib.request.urlopen(f"{site_url}/_stats", timeout=10) as response:
-        return json.load(response)["clients"].get(client, {"total": 0})["total"]
 
 
 def harvest(settings: Any, document: dict[str, Any], timeout: float = 300.0) -> int:
@@ -197,8 +161,8 @@ def request_ratio(settings: Any, site_url: str, products: int, per_page: int) ->
             "bench_listing_details"):
         raise SystemExit(f"the two sources did not store the same {products} records "
                          f"({stored_records} and {stored_details})")
-    asked_records = site_requests(site_url, "bench_listing_records")
-    asked_details = site_requests(site_url, "bench_listing_details")
+    asked_records = site_stats(site_url, "bench_listing_records")["total"]
+    asked_details = site_stats(site_url, "bench_listing_details")["total"]
     return {"products": products, "per_page": per_page, "listing_records_requests": asked_records,
             "listing_details_requests": asked_details,
             "listing_records_request_ratio": round(asked_records / asked_details, 4)}
@@ -212,31 +176,15 @@ def main() -> None:
     parser.add_argument("--per-page", type=int, default=50)
     args = parser.parse_args()
 
-    from harvester.services import readiness
-    from harvester.services.mongo import choose_mongo
-    from harvester.services.ports import LOOPBACK, free_port
+    from harvester.services.ports import LOOPBACK
     from harvester.settings import HarvesterSettings
 
-    directory = Path(tempfile.mkdtemp(prefix="harvester-bench-extract-"))
-    sources = directory / "sources"
-    sources.mkdir()
-    processes = Processes(directory)
-    try:
-        redis_port = free_port()
-        redis_url = f"redis://{LOOPBACK}:{redis_port}/0"
-        processes.start("redis", ["redis-server", "--bind", LOOPBACK, "--port", str(redis_port), "--save", "",
-                                  "--appendonly", "no", "--dir", str(directory)])
-        readiness.wait_until(lambda: readiness.redis_ping(redis_url), 20, "redis-server")
-        choice = choose_mongo(free_port(), directory)
-        if choice.command is not None:
-            (directory / "mongod").mkdir()
-            processes.start("mongo", choice.command)
-            readiness.wait_until(lambda: readiness.mongo_ping(choice.uri), 90, choice.kind)
-        site_port = free_port()
-        site_url = f"http://{LOOPBACK}:{site_port}"
-        processes.start("demo-site", [str(BIN / "harvester-demo-site"), "--host", LOOPBACK, "--port", str(site_port),
-                                      "--products", str(args.products), "--latency-ms", "0", "--slow-every", "0"])
-        readiness.wait_until(lambda: readiness.tcp_open(LOOPBACK, site_port), 30, "demo site")
+    with bench_processes("extract", keep=True) as processes:  # its logs stay for a look after the run
+        sources = processes.sources
+        redis_url = start_redis(processes)
+        choice, _ = start_mongo(processes)
+        _, site_port, site_url = start_demo_site(processes, "--products", str(args.products), "--latency-ms", "0",
+                                                 "--slow-every", "0")
         database = "harvester_bench_extract"
         os.environ.update({"HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": choice.uri,
                            "HARVESTER_MONGO_DATABASE": database, "HARVESTER_SOURCES_DIR": str(sources),
@@ -254,8 +202,6 @@ def main() -> None:
         result.update(request_ratio(settings, site_url, args.products, args.per_page))
         result["goals"] = {"jsonld_cpu_ratio": "<= 1.0", "listing_records_request_ratio": "<= 0.1"}
         print(json.dumps(result))
-    finally:
-        processes.stop_all()
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ from harvester.scraping import CHROMIUM_ARGS, SLOT_ARGS, FetchResult, SlotBrowse
 from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import HarvesterSettings
+from process_memory import pss_by_kind
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,36 +111,15 @@ def proxy_stats(proxy_url: str, reset: bool = False) -> dict[str, Any]:
 SERVER_PIDS: set[int] = set()  # the demo site and the proxy: not the slot's
 
 
-def process_kind(process: psutil.Process) -> str:
-    """driver (Playwright's node), browser, or Chromium's --type= (renderer, gpu-process, utility, zygote)."""
-    command = process.cmdline()
-    if not command or "chrom" not in command[0]:
-        return "driver"
-    kind = next((a.split("=", 1)[1] for a in command if a.startswith("--type=")), "browser")
-    return kind
-
-
-def pss_by_kind(root_pid: int) -> dict[str, float]:
+def browser_pss_by_kind(root_pid: int) -> dict[str, float]:
     """PSS in MB of this process's children that belong to the browser (driver and Chromium), by kind."""
-    kinds: dict[str, float] = {}
-    root = psutil.Process(root_pid)
     servers = set(SERVER_PIDS)
     for pid in SERVER_PIDS:
         try:
             servers |= {child.pid for child in psutil.Process(pid).children(recursive=True)}
         except psutil.Error:
             continue
-    for process in root.children(recursive=True):
-        if process.pid in servers:
-            continue
-        try:
-            kind = process_kind(process)
-            memory = process.memory_full_info()
-            kinds[kind] = kinds.get(kind, 0.0) + memory.pss / (1024 * 1024)
-            kinds["uss"] = kinds.get("uss", 0.0) + memory.uss / (1024 * 1024)  # private: blind to other Chromiums
-        except psutil.Error:
-            continue
-    return {kind: round(mb, 1) for kind, mb in sorted(kinds.items())}
+    return pss_by_kind(psutil.Process(root_pid), servers)
 
 
 async def slot_run(settings: HarvesterSettings, proxy_url: str, urls: list[str], config: SourceConfig) -> dict:
@@ -154,7 +134,7 @@ async def slot_run(settings: HarvesterSettings, proxy_url: str, urls: list[str],
             assert loaded.fetch.ok and "SKU-" in loaded.fetch.text, loaded.fetch.reason
         elapsed = time.perf_counter() - started
         seen = proxy_stats(proxy_url)
-        kinds = pss_by_kind(os.getpid())
+        kinds = browser_pss_by_kind(os.getpid())
     finally:
         await browser.close()
     uss = kinds.pop("uss", 0.0)

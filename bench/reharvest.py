@@ -42,6 +42,7 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from crawl import Processes, tree_cpu_seconds  # noqa: E402  (the bench's process helpers)
+from rig import DEMO_PRODUCT_ATTRIBUTES  # noqa: E402
 
 
 def demo_stats(site_url: str, client: str) -> dict[str, Any]:
@@ -59,15 +60,7 @@ def write_source(directory: Path, name: str, site_url: str, pages: int, concurre
         "name": name,
         "input": index if sitemap else seeds,
         **({"listing": {"follow": r"/inc/all/product/\d+$", "max_new_urls": pages}} if sitemap else {}),
-        "attributes": {
-            "sku": {"css": ".sku", "required": True}, "title": {"css": "h1.title"},
-            "price": {"css": ".price", "type": "float"}, "stock": {"css": ".stock", "type": "int"},
-            "in_stock": {"css": ".in-stock", "type": "bool"},
-            "released": {"css": "time.released::attr(datetime)", "type": "date"},
-            "image": {"css": "img.photo::attr(src)", "type": "url"},
-            "tags": {"css": "li.tag", "type": "list[str]"}, "ratings": {"css": "li.rating", "type": "list[int]"},
-            "description": {"css": ".description"},
-        },
+        "attributes": DEMO_PRODUCT_ATTRIBUTES,
         "harvesting_lag": 0,  # the second run re-visits every page
         "batch": {"size": 100, "max_packages": 100},  # the default package size
         "rate_limit": {"max_active": concurrency, "per_minute": 1_000_000},

@@ -10,6 +10,9 @@ log_dir=var/log; mkdir -p "$log_dir"
 
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# Redis Sentinel for the cluster mode and the failover test (they run `redis-server <conf> --sentinel`, which
+# the plain binary does too; the package is what production hosts install).
+command -v redis-sentinel >/dev/null 2>&1 || need_apt+=(redis-sentinel)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)  # the metrics tests scrape with a real one
 command -v make >/dev/null 2>&1 || need_apt+=(make)
@@ -24,10 +27,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     $sudo_cmd apt-get install -y "${need_apt[@]}" >>"$log_dir/apt.log" 2>&1 \
       || { echo "!! apt-get install failed; see $log_dir/apt.log" >&2; exit 1; }
   fi
-  # Debian starts its own redis-server on 6379 where an init system runs; ours runs on its own terms.
+  # Debian starts its own redis-server on 6379 (and redis-sentinel on 26379) where an init system runs; ours
+  # run on their own terms.
   # The same for PostgreSQL's main cluster on 5432 (the topology runs a private cluster of its own) and
   # for Prometheus on 9090 (the metrics tests start their own on a free port).
-  for unit in redis-server postgresql prometheus; do
+  for unit in redis-server redis-sentinel postgresql prometheus; do
     if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$unit" 2>/dev/null; then
       $sudo_cmd systemctl disable --now "$unit" >>"$log_dir/apt.log" 2>&1 || true
     fi

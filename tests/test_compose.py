@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import shlex
 import tomllib
@@ -289,8 +290,12 @@ def test_redis_has_a_password_and_every_client_url_carries_it() -> None:
     assert SERVICES["redis"]["environment"]["REDISCLI_AUTH"] == "${REDIS_PASSWORD}"  # for the healthcheck
     urls = [value for value in strings(COMPOSE) if "redis://" in value]
     assert len(urls) >= 4
-    for url in urls:
-        assert re.fullmatch(r"redis://:\$\{REDIS_PASSWORD(:\?[^}]*)?\}@redis:6379/\d", url), url
+    for url in urls:  # a connection's extras may name the sentinels and their password (the same secret)
+        assert re.fullmatch(r"redis://:\$\{REDIS_PASSWORD(:\?[^}]*)?\}@redis:6379/\d(\?sentinels=[^&]+&sentinel_master="
+                            r"harvester&sentinel_password=\$\{REDIS_PASSWORD\})?", url), url
+    for urls in (value for value in strings(COMPOSE) if "sentinel://" in value):
+        for url in urls.split(";"):
+            assert re.fullmatch(r"sentinel://:\$\{REDIS_PASSWORD\}@redis-sentinel-\d:26379/1", url), url
 
 
 def test_the_ui_needs_a_login_from_a_persisted_passwords_file() -> None:
@@ -325,7 +330,8 @@ def test_harvester_services_get_only_the_variables_they_need() -> None:
             assert secret not in text, f"{name} sees {secret}"
         assert not any(key.startswith("AIRFLOW__") for key in SERVICES[name].get("environment") or {}), name
         assert "/opt/airflow/logs" not in str(SERVICES[name].get("volumes", [])), name
-    redis_only = {"HARVESTER_REDIS_URL", "AIRFLOW_CONN_REDIS_DEFAULT"}
+    redis_only = {"HARVESTER_REDIS_URL", "AIRFLOW_CONN_REDIS_DEFAULT", "HARVESTER_REDIS_SENTINELS",
+                  "HARVESTER_REDIS_SENTINEL_MASTER", "HARVESTER_REDIS_SENTINEL_PASSWORD"}
     # the distributor also serves the Prometheus collector, which needs nothing but Redis
     metrics = {"HARVESTER_METRICS_PORT", "HARVESTER_METRICS_HOST"}
     assert set(SERVICES["distributor"]["environment"]) == {*redis_only, *metrics}
@@ -394,3 +400,64 @@ def test_prometheus_scrapes_the_distributor_and_grafana_is_provisioned() -> None
     assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
     assert (REPOSITORY_ROOT / "deploy" / "grafana" / "dashboards" / "harvester.json").is_file()
     assert "?" in grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"]  # required, never a default password
+
+
+SENTINELS = ("redis-sentinel-1", "redis-sentinel-2", "redis-sentinel-3")
+
+
+def test_redis_fails_over_through_a_replica_and_three_sentinels_every_client_asks() -> None:
+    """The compose side of the cluster mode's Sentinel topology (harvester.services.cluster): a replica of
+    the primary, three sentinels (quorum 2) that announce names, and every Redis client pointed at them."""
+    replica = SERVICES["redis-replica"]["command"]
+    assert replica[replica.index("--replicaof") + 1:replica.index("--replicaof") + 3] == ["redis", "6379"]
+    assert replica[replica.index("--masterauth") + 1] == "${REDIS_PASSWORD}"
+    assert "--masterauth" in SERVICES["redis"]["command"]  # it may come back as a replica of the new primary
+    volumes = set()
+    for name in SENTINELS:
+        sentinel = SERVICES[name]
+        assert sentinel["environment"]["SENTINEL_NAME"] == name
+        assert "get-master-addr-by-name harvester" in str(sentinel["healthcheck"]["test"])
+        volumes |= set(sentinel["volumes"])
+    assert len(volumes) == 3  # each its own sentinel.conf
+    sentinels = COMPOSE["x-redis-sentinels"]
+    assert sentinels.split(",") == [f"{name}:26379" for name in SENTINELS]
+    for name in ("worker-priority", "worker-default", "worker-pageslots", "distributor", "flower", "airflow-worker",
+                 "airflow-scheduler"):
+        environment = SERVICES[name]["environment"]
+        assert environment["HARVESTER_REDIS_SENTINELS"] == sentinels, name
+        assert environment["HARVESTER_REDIS_SENTINEL_MASTER"] == "harvester", name
+        assert set(SENTINELS) <= set(SERVICES[name]["depends_on"]), name
+    scheduler = SERVICES["airflow-scheduler"]["environment"]
+    assert scheduler["AIRFLOW__CELERY__BROKER_URL"].count("sentinel://") == 3
+    assert scheduler["AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__MASTER_NAME"] == "harvester"
+    assert json.loads(interpolate(scheduler["AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__SENTINEL_KWARGS"],
+                                  {"REDIS_PASSWORD": "pw"})) == {"password": "pw"}
+
+
+def test_a_compose_sentinel_writes_the_configuration_redis_sentinel_reads(tmp_path: Path) -> None:
+    """The sentinel's shell command run for real (up to its exec): the file it writes, as a sentinel reads it."""
+    import subprocess
+
+    script = SERVICES["redis-sentinel-2"]["command"][2].replace("/data/", f"{tmp_path}/").replace("$$", "$")
+    script = script.replace("exec redis-sentinel", "echo would start")
+    environment = {"PATH": "/usr/bin:/bin", **{key: interpolate(value, {"REDIS_PASSWORD": "s3cret"})
+                                                for key, value in SERVICES["redis-sentinel-2"]["environment"].items()}}
+    for _ in range(2):  # the second start keeps the file the sentinel rewrote
+        subprocess.run(["sh", "-c", script], env=environment, check=True, capture_output=True)
+    lines = (tmp_path / "sentinel.conf").read_text().splitlines()
+    assert lines.count("sentinel monitor harvester redis 6379 2") == 1
+    assert {"sentinel auth-pass harvester s3cret", "requirepass s3cret", "sentinel announce-ip redis-sentinel-2",
+            "sentinel resolve-hostnames yes", "sentinel announce-hostnames yes", "port 26379"} <= set(lines)
+
+
+def test_a_metadata_cleanup_service_runs_the_harvester_command_daily_where_airflow_reaches_its_database() -> None:
+    service = SERVICES["metadata-cleanup"]
+    command = service["command"]
+    assert command[:2] == ["harvester", "metadata-cleanup"] and "metadata-cleanup" in harvester_subcommands()
+    assert float(command[command.index("--every-hours") + 1]) == 24
+    assert service["entrypoint"] == ["/usr/bin/dumb-init", "--"]  # not `airflow harvester ...`
+    environment = service["environment"]
+    assert environment["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == \
+        SERVICES["airflow-scheduler"]["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert interpolate(environment["HARVESTER_METADATA_RETENTION_DAYS"]) == "30"
+    assert "airflow-init" in service["depends_on"]

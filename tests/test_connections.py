@@ -3,11 +3,13 @@ unix-socket URLs kept, one client per process, and the options every client gets
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,10 @@ from harvester.connections import (
     ConnectionFields,
     ConnectionNotFound,
     EnvironmentResolver,
+    MongoTarget,
+    RedisTarget,
+    aresolve_mongo,
+    aresolve_redis,
     blocking_twin,
     mongo_client,
     redis_client,
@@ -63,6 +69,40 @@ def test_defaults_are_harvester_mongo_uri_and_harvester_redis_url() -> None:
 def test_without_any_default_the_error_names_the_id_and_the_variable() -> None:
     with pytest.raises(ConnectionNotFound, match="'mongo_archive' and HARVESTER_MONGO_URI is not set"):
         resolve_mongo("mongo_archive", HarvesterSettings(mongo_uri=None))
+
+
+@pytest.mark.unit
+def test_in_an_event_loop_a_resolvers_async_method_is_awaited_else_its_plain_one() -> None:
+    """The triggerer's path: ``amongo``/``aredis`` where a resolver has them, ``mongo``/``redis`` where it
+    has not, the first that knows the id wins, and an id nobody knows falls back to the HARVESTER_* default."""
+
+    class Plain:
+        def mongo(self, connection_id: str) -> MongoTarget | None:
+            return MongoTarget(connection_id, "mongodb://plain.test/", "plain") if connection_id == "plain" else None
+
+        def redis(self, connection_id: str) -> RedisTarget | None:
+            return RedisTarget(connection_id, "redis://plain.test/0", "plain") if connection_id == "plain" else None
+
+    class Awaited(Plain):
+        async def amongo(self, connection_id: str) -> MongoTarget | None:
+            return MongoTarget(connection_id, "mongodb://awaited.test/", "awaited") if connection_id != "x" else None
+
+        async def aredis(self, connection_id: str) -> RedisTarget | None:
+            return RedisTarget(connection_id, "redis://awaited.test/0", "awaited") if connection_id != "x" else None
+
+    plain, awaited = Plain(), Awaited()
+    connections.register_resolver(awaited)
+    connections.register_resolver(plain)  # consulted first (the last registered is)
+    try:
+        assert asyncio.run(aresolve_mongo("plain", SETTINGS)).via == "plain"  # the first resolver knows it
+        assert asyncio.run(aresolve_redis("plain", SETTINGS)).via == "plain"
+        assert asyncio.run(aresolve_mongo("other", SETTINGS)).uri == "mongodb://awaited.test/"
+        assert asyncio.run(aresolve_redis("other", SETTINGS)).url == "redis://awaited.test/0"
+        assert asyncio.run(aresolve_mongo("x", SETTINGS)).via == "HARVESTER_MONGO_URI"
+        assert asyncio.run(aresolve_redis("x", SETTINGS)).via == "HARVESTER_REDIS_URL"
+    finally:
+        connections.unregister_resolver(awaited)
+        connections.unregister_resolver(plain)
 
 
 @pytest.mark.unit
@@ -253,3 +293,87 @@ def test_unix_socket_urls_work_for_commands_and_blocking_reads(tmp_path: Path) -
     finally:
         connections.close_clients()
         server.stop()
+
+
+# -- Redis Sentinel (issue 25) ----------------------------------------------------------------------
+@pytest.mark.unit
+def test_a_redis_connection_may_name_sentinels_in_its_extras() -> None:
+    """As compose and the cluster mode set AIRFLOW_CONN_REDIS_DEFAULT: the URI's host is then ignored."""
+    resolver = EnvironmentResolver({
+        "AIRFLOW_CONN_R": "redis://:pw@ignored:6379/2?sentinels=s1%3A26379%2Cs2%3A26380&sentinel_master=shop",
+        "AIRFLOW_CONN_J": json.dumps({"conn_type": "redis", "password": "pw", "extra": {
+            "sentinels": ["s1:26379", "s3:1"], "sentinel_password": "spw"}})})
+    uri, from_json = resolver.redis("r"), resolver.redis("j")
+    assert uri is not None and from_json is not None
+    assert (uri.sentinels, uri.sentinel_master, uri.url) == ((("s1", 26379), ("s2", 26380)), "shop",
+                                                              "redis://:pw@ignored:6379/2")
+    assert (from_json.sentinels, from_json.sentinel_master, from_json.sentinel_password) == (
+        (("s1", 26379), ("s3", 1)), "harvester", "spw")
+    assert "spw" not in repr(from_json) and "pw@" not in from_json.redacted
+    assert uri.cache_key() != resolver.redis("r").__class__(**{**vars(uri), "sentinels": ()}).cache_key()
+    with pytest.raises(ValueError, match="host:port"):
+        EnvironmentResolver({"AIRFLOW_CONN_R": json.dumps({"conn_type": "redis", "extra": {"sentinels": "s1"}})}
+                            ).redis("r")
+
+
+@pytest.mark.unit
+def test_the_blocking_twin_of_a_sentinel_client_follows_the_same_sentinels() -> None:
+    from redis.sentinel import SentinelConnectionPool
+
+    settings = SETTINGS.model_copy(update={"redis_sentinels": "127.0.0.1:1", "redis_sentinel_master": "m"})
+    client = redis_client(settings=settings)
+    twin = blocking_twin(client, 5)
+    assert isinstance(twin.connection_pool, SentinelConnectionPool)
+    assert twin.connection_pool is not client.connection_pool
+    assert twin.connection_pool.service_name == "m"
+    assert twin.connection_pool.sentinel_manager is client.connection_pool.sentinel_manager
+    assert twin.connection_pool.connection_kwargs["socket_timeout"] == 15
+
+
+@pytest.mark.integration
+def test_a_sentinel_client_reaches_the_new_primary_after_a_failover(redis_sentinel_group, tmp_path: Path) -> None:
+    """Once the sentinels have promoted the replica the same cached client writes there, and a script the
+    new primary does not know is loaded again (NOSCRIPT: harvester.redis_scripts)."""
+    from harvester.redis_keys import SourceKeys
+    from harvester.redis_scripts import Scripts, declare_script
+
+    group = redis_sentinel_group
+    settings = SETTINGS.model_copy(update={"redis_url": f"redis://:{group.password}@127.0.0.1:1/0",
+                                           "redis_sentinels": group.sentinels,
+                                           "redis_sentinel_password": group.password})
+    client = redis_client(settings=settings)
+    (tmp_path / "common.lua").write_text("")
+    (tmp_path / "incr.lua").write_text("return redis.call('INCRBY', KEYS[1], ARGV[1])\n")
+    contract = declare_script("incr", "counter", "by", {"value": int}, directory=tmp_path, key_space=SourceKeys,
+                              table=False, explicit_keys=("counter",))
+    scripts = Scripts(client, [contract])
+    call = lambda: scripts.call("incr", "any", {"counter": "n"}, by=1).value  # noqa: E731
+    assert call() == 1
+    assert client.wait(1, 5000) == 1  # replicated: asynchronous replication could otherwise lose it with the primary
+    old = group.primary_port()
+    group.kill_primary()
+    group.wait_failover(old)
+    deadline = time.monotonic() + 30
+    while True:  # the first commands may still meet the dead primary's sockets: they fail, never hang
+        try:
+            client.execute_command("SCRIPT", "FLUSH")  # as on a primary that never saw the script
+            break
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "no command reached the new primary"
+            time.sleep(0.2)
+    value = call()
+    assert value == 2  # the first write had reached the replica
+    assert client.connection_pool.connection_kwargs  # the same cached client
+    assert group.primary_port() == group.ports["replica"]
+
+
+@pytest.mark.unit
+def test_no_primary_during_a_failover_is_an_outage_callers_wait_out() -> None:
+    """While the sentinels have no primary to name (between the loss and the promotion) a command fails with
+    redis-py's MasterNotFoundError; at the boundary it is StorageUnavailableError, which every loop waits out."""
+    from harvester.errors import StorageUnavailableError, redis_storage_errors
+    from redis.sentinel import MasterNotFoundError
+
+    with pytest.raises(StorageUnavailableError) as raised, redis_storage_errors():
+        raise MasterNotFoundError("No master found for 'harvester'")
+    assert isinstance(raised.value.__cause__, MasterNotFoundError)

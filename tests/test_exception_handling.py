@@ -29,7 +29,7 @@ BROAD = ("Exception", "BaseException")
 # Where a backend's own exception classes may be caught, and why there.
 BACKEND_BOUNDARY: dict[str, str] = {
     "errors.py": "the wrappers themselves: redis-py and pymongo errors become StorageError",
-    "connections.py": "the client factory: pymongo's server-selection failure becomes MongoUnavailableError",
+    "connections/clients.py": "the client factory: pymongo's server-selection failure becomes MongoUnavailableError",
     "distributor/scripts.py": "the script runner: NOSCRIPT means load the scripts again and retry once",
     "storage/data_handler.py": "a bulk upsert's BulkWriteError names the documents that failed (inside the wrapper)",
     "storage/packages.py": "a bulk insert's BulkWriteError tells duplicates from failures (inside the wrapper)",

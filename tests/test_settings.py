@@ -21,6 +21,7 @@ from harvester.scraping.fetcher import request_headers
 from harvester.settings import REPOSITORY_ROOT, HarvesterSettings, get_settings
 from harvester.storage.data_handler import DataHandler
 
+from tests.fixtures.environment import harvester_environment
 from tests.scraping.test_http2 import h2_site  # noqa: F401  (a TLS site that speaks only HTTP/2)
 
 PACKAGE = REPOSITORY_ROOT / "include" / "harvester"
@@ -100,30 +101,30 @@ def test_lease_seconds_is_the_lease_an_admitted_task_gets(redis_client, lease_se
     assert redis_client.zscore(SourceKeys("shop").active, task_id) == 1000.0 + lease_seconds
 
 
+def second_fetch_start_allowed(redis_client: redis.Redis, settings: HarvesterSettings, after_seconds: float) -> bool:
+    """Whether shop, at one fetch start a minute, may start a second fetch ``after_seconds`` after its first."""
+    redis_client.flushdb()
+    source = SOURCE.model_copy(update={"rate_limit": SOURCE.rate_limit.model_copy(update={"per_minute": 1})})
+    Intake(redis_client, settings).register_source(source)
+    store = RateLimitStore(redis_client, settings)
+    assert store.acquire_fetch("shop", now=1000.0) == 0.0
+    return store.acquire_fetch("shop", now=1000.0 + after_seconds) == 0.0
+
+
 @covers_setting("rate_window_seconds")
 @pytest.mark.integration
 def test_rate_window_seconds_is_how_long_a_fetch_start_counts_against_per_minute(redis_client):
-    source = SOURCE.model_copy(update={"rate_limit": SOURCE.rate_limit.model_copy(update={"per_minute": 1})})
     for window, allowed_later in ((10.0, True), (100.0, False)):
-        redis_client.flushdb()
         settings = HarvesterSettings(rate_window_seconds=window)
-        Intake(redis_client, settings).register_source(source)
-        store = RateLimitStore(redis_client, settings)
-        assert store.acquire_fetch("shop", now=1000.0) == 0.0
-        assert (store.acquire_fetch("shop", now=1050.0) == 0.0) is allowed_later, window
+        assert second_fetch_start_allowed(redis_client, settings, after_seconds=50) is allowed_later, window
 
 
 @covers_setting("rate_window_margin_seconds")
 @pytest.mark.integration
 def test_rate_window_margin_seconds_keeps_a_fetch_start_counted_past_the_window(redis_client):
-    source = SOURCE.model_copy(update={"rate_limit": SOURCE.rate_limit.model_copy(update={"per_minute": 1})})
-    Intake(redis_client, HarvesterSettings()).register_source(source)
     for margin, allowed in ((0.0, True), (5.0, False)):
-        redis_client.delete(SourceKeys("shop").window)
         settings = HarvesterSettings(rate_window_seconds=10, rate_window_margin_seconds=margin)
-        store = RateLimitStore(redis_client, settings)
-        assert store.acquire_fetch("shop", now=1000.0) == 0.0
-        assert (store.acquire_fetch("shop", now=1012.0) == 0.0) is allowed, margin
+        assert second_fetch_start_allowed(redis_client, settings, after_seconds=12) is allowed, margin
 
 
 @covers_setting("reap_batch_size")
@@ -172,6 +173,59 @@ def test_redis_url_is_the_broker_the_distributor_publishes_to():
 
     assert celery_app_for(HarvesterSettings(redis_url="redis://127.0.0.1:1/5")).conf.broker_url == \
         "redis://127.0.0.1:1/5"
+
+
+@covers_setting("redis_sentinels")
+@pytest.mark.unit
+def test_redis_sentinels_make_every_client_and_the_broker_ask_them_for_the_primary():
+    from harvester.connections import close_clients, redis_client, resolve_redis
+    from harvester.distributor.service import celery_app_for
+    from redis.sentinel import SentinelConnectionPool
+
+    plain = HarvesterSettings(redis_url="redis://:secret@127.0.0.1:1/3")
+    sentinels = plain.model_copy(update={"redis_sentinels": "10.0.0.1:26379, 10.0.0.2:26380"})
+    assert resolve_redis("redis_default", plain).sentinels == ()
+    assert resolve_redis("redis_default", sentinels).sentinels == (("10.0.0.1", 26379), ("10.0.0.2", 26380))
+    client = redis_client(settings=sentinels)  # nothing is connected yet
+    assert isinstance(client.connection_pool, SentinelConnectionPool)
+    assert client.connection_pool.connection_kwargs["db"] == 3
+    assert client.connection_pool.connection_kwargs["password"] == "secret"
+    assert celery_app_for(sentinels).conf.broker_url == \
+        "sentinel://:secret@10.0.0.1:26379/3;sentinel://:secret@10.0.0.2:26380/3"
+    assert celery_app_for(plain).conf.broker_transport_options == {}
+    with pytest.raises(ValueError, match="TLS"):  # never a silent downgrade to plain TCP
+        celery_app_for(sentinels.model_copy(update={"redis_url": "rediss://:secret@127.0.0.1:1/3"}))
+    close_clients()
+
+
+@covers_setting("redis_sentinel_master")
+@pytest.mark.unit
+def test_redis_sentinel_master_names_the_service_the_clients_and_the_broker_follow():
+    from harvester.connections import close_clients, redis_client
+    from harvester.distributor.service import celery_app_for
+
+    settings = HarvesterSettings(redis_sentinels="10.0.0.1:26379", redis_sentinel_master="shop-redis")
+    assert redis_client(settings=settings).connection_pool.service_name == "shop-redis"
+    assert celery_app_for(settings).conf.broker_transport_options["master_name"] == "shop-redis"
+    close_clients()
+
+
+@covers_setting("redis_sentinel_password")
+@pytest.mark.unit
+def test_redis_sentinel_password_is_sent_to_the_sentinels_not_to_the_primary():
+    from harvester.connections import close_clients, redis_client
+    from harvester.distributor.service import celery_app_for
+
+    for password in ("", "sentinel-secret"):
+        settings = HarvesterSettings(redis_url="redis://:primary-secret@127.0.0.1:1/0",
+                                     redis_sentinels="10.0.0.1:26379", redis_sentinel_password=password)
+        pool = redis_client(settings=settings).connection_pool
+        [sentinel] = pool.sentinel_manager.sentinels
+        assert sentinel.connection_pool.connection_kwargs.get("password") == (password or None)
+        assert pool.connection_kwargs["password"] == "primary-secret"
+        options = celery_app_for(settings).conf.broker_transport_options
+        assert options.get("sentinel_kwargs") == ({"password": password} if password else None)
+        close_clients()
 
 
 # -- storage, scraping, config ---------------------------------------------------------------------
@@ -584,13 +638,9 @@ def test_host_pause_max_seconds_caps_a_host_pause_and_its_key(redis_client):
 def test_celery_delivery_settings_reach_the_workers_app(monkeypatch: pytest.MonkeyPatch):
     from harvester.workers.celery_app import create_app
 
-    monkeypatch.setenv("HARVESTER_CELERY_VISIBILITY_TIMEOUT_SECONDS", "600")
-    monkeypatch.setenv("HARVESTER_WORKER_MAX_MEMORY_PER_CHILD_KB", "123456")
-    get_settings.cache_clear()
-    try:
+    with harvester_environment(monkeypatch, celery_visibility_timeout_seconds=600,
+                               worker_max_memory_per_child_kb=123456):
         conf = create_app().conf
-    finally:
-        get_settings.cache_clear()
     assert conf.broker_transport_options["visibility_timeout"] == 600
     assert conf.worker_max_memory_per_child == 123456
 
@@ -698,7 +748,7 @@ def slot_host(redis_server, monkeypatch: pytest.MonkeyPatch, loads: list[bool | 
     (slot_id,) = registry.create("SG", 1)
     registry.transition(slot_id, SlotState.PREPARING_PAGE)
     host = PageSlotHost(slot_id, settings)
-    assert registry.claim(slot_id, host.owner, host.host, 1, 10) == "ok"
+    assert registry.claim(slot_id, host.owner, host.worker, 1, 10) == "ok"
     host.country, host.browser = "SG", ScriptedBrowser(slot_id, None, settings)
     return host
 

@@ -240,6 +240,20 @@ class HarvesterSettings(BaseSettings):
         description="`harvester metadata-cleanup` removes runs of page_slots and harvest_* older than this "
                     "from Airflow's metadata database (the latest scheduled run of each DAG stays).")
 
+    # Redis failover (issue 25): Redis Sentinel for the broker, the rate-limit store and the slot records.
+    redis_sentinels: str = Field(
+        default="",
+        description="Comma-separated host:port of Redis Sentinels. Set: every Redis client of HARVESTER_REDIS_URL "
+                    "and the Celery broker ask them for the current primary of redis_sentinel_master (the URL "
+                    "then gives only the password, database and TLS); empty: HARVESTER_REDIS_URL is the server.")
+    redis_sentinel_master: str = Field(
+        default="harvester", min_length=1,
+        description="The service name the sentinels monitor (`sentinel monitor <name> ...`).")
+    redis_sentinel_password: str = Field(
+        default="", repr=False,
+        description="The sentinels' own password (their `requirepass`); empty: they need none. The primary's "
+                    "password stays in HARVESTER_REDIS_URL.")
+
     # Observability.
     metrics_port: int = Field(default=0, ge=0, le=65535,
                               description="The distributor serves Prometheus metrics here (0: off).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import redis
@@ -18,6 +19,18 @@ from tests.distributor.helpers import admit_and_start, leases_of
 pytestmark = pytest.mark.integration
 
 
+def one_task_of_shop(redis_client: redis.Redis, settings: HarvesterSettings, *, retries: int | None = None,
+                     max_active: int = 1, policy: RetryPolicy | None = None, **task: Any
+                     ) -> tuple[RateLimitStore, float]:
+    """Source "shop" (the model's retries unless given) with one task (of ``task``'s run and package) in its
+    intake: its store, and the server's time."""
+    source = make_source("shop", rate_limit={"max_active": max_active, "per_minute": 100},
+                         **({} if retries is None else {"retries": retries}))
+    Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url="http://a.test/1", **task)])
+    store = RateLimitStore(redis_client, settings, policy)
+    return store, store.server_time()
+
+
 def admit_one(store: RateLimitStore, source: str, now: float) -> TaskMessage:
     """Admit, publish and start one task (its lease starts now); the message with its fencing token."""
     [message] = admit_and_start(store, source, 1, now=now)
@@ -27,11 +40,7 @@ def admit_one(store: RateLimitStore, source: str, now: float) -> TaskMessage:
 def test_an_expired_lease_goes_back_to_intake_with_attempt_raised(
     redis_client: redis.Redis, settings: HarvesterSettings
 ):
-    source = make_source("shop", retries=2, rate_limit={"max_active": 1, "per_minute": 100})
-    Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url="http://a.test/1", run_id="r1",
-                                                             package_id=7)])
-    store = RateLimitStore(redis_client, settings)
-    now = store.server_time()
+    store, now = one_task_of_shop(redis_client, settings, retries=2, run_id="r1", package_id=7)
     lease = settings.lease_seconds
     task = admit_one(store, "shop", now)
 
@@ -55,10 +64,7 @@ def test_an_expired_lease_goes_back_to_intake_with_attempt_raised(
 def test_a_reap_wakes_distributors_only_when_it_brought_tasks_back(
     redis_client: redis.Redis, settings: HarvesterSettings
 ):
-    source = make_source("shop", rate_limit={"max_active": 1, "per_minute": 100})
-    Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url="http://a.test/1")])
-    store = RateLimitStore(redis_client, settings)
-    now = store.server_time()
+    store, now = one_task_of_shop(redis_client, settings)
     admit_one(store, "shop", now)
     redis_client.delete(INTAKE_SIGNAL)
     assert store.reap(now=now + 0.1).reaped == 0
@@ -70,11 +76,7 @@ def test_a_reap_wakes_distributors_only_when_it_brought_tasks_back(
 def test_reaped_past_retries_lands_in_dead_letters_with_the_reason(
     redis_client: redis.Redis, settings: HarvesterSettings
 ):
-    source = make_source("shop", retries=1, rate_limit={"max_active": 1, "per_minute": 100})
-    Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url="http://a.test/1", run_id="r9",
-                                                             package_id=3)])
-    store = RateLimitStore(redis_client, settings)
-    now = store.server_time()
+    store, now = one_task_of_shop(redis_client, settings, retries=1, run_id="r9", package_id=3)
     for attempt in range(2):
         admit_one(store, "shop", now + attempt * 10)
         result = store.reap(now=now + attempt * 10 + settings.lease_seconds + 1)
@@ -92,11 +94,8 @@ def test_reaped_past_retries_lands_in_dead_letters_with_the_reason(
 def test_failure_retries_after_exponential_backoff_then_dead_letters(
     redis_client: redis.Redis, settings: HarvesterSettings
 ):
-    source = make_source("shop", retries=2, rate_limit={"max_active": 5, "per_minute": 100})
-    Intake(redis_client, settings).push(source, [TaskMessage(source="shop", url="http://a.test/1", run_id="r1",
-                                                             package_id=1)])
-    store = RateLimitStore(redis_client, settings, RetryPolicy(base_seconds=1.0, max_seconds=3.0, jitter=0))
-    now = store.server_time()
+    store, now = one_task_of_shop(redis_client, settings, retries=2, max_active=5, run_id="r1", package_id=1,
+                                  policy=RetryPolicy(base_seconds=1.0, max_seconds=3.0, jitter=0))
     expected_delays = [1.0, 2.0]
     for attempt, delay in enumerate(expected_delays):
         task = admit_one(store, "shop", now)

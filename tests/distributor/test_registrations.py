@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import redis
-from harvester.distributor import Intake, TaskMessage
-from harvester.distributor import service as distributor_service
+from harvester.distributor import Intake, TaskMessage, known_sources
 from harvester.distributor.registry import SourceRegistry
 from harvester.distributor.service import Distributor
 from harvester.redis_keys import SOURCES_INDEX
@@ -41,10 +40,10 @@ def test_a_new_source_is_admitted_at_once_and_known_ones_are_not_read_again(
 
     monkeypatch.setattr(SourceRegistry, "read_all", counting_read_all)
     monkeypatch.setattr(SourceRegistry, "queue_read", staticmethod(counting_queue_read))
-    monkeypatch.setattr(distributor_service, "SOURCES_REFRESH_SECONDS", 0.0)  # look at the index every round
+    monkeypatch.setattr(known_sources, "SOURCES_REFRESH_SECONDS", 0.0)  # look at the index every round
     distributor = Distributor(redis_client, settings)
     distributor.run_round()
-    assert reads == [None] and set(distributor._registered_sources()) == {"alpha", "beta"}
+    assert reads == [None] and set(distributor.known.current()) == {"alpha", "beta"}
 
     gamma = make_source("gamma")
     intake.push(gamma, [TaskMessage(source="gamma", url="http://gamma.test/1")])
@@ -52,8 +51,8 @@ def test_a_new_source_is_admitted_at_once_and_known_ones_are_not_read_again(
     assert reads[1:] == [["gamma"]]  # only the new source's registration was read
     redis_client.srem(SOURCES_INDEX, "beta")
     distributor.run_round()
-    assert set(distributor._registered_sources()) == {"alpha", "gamma"} and reads[1:] == [["gamma"]]
+    assert set(distributor.known.current()) == {"alpha", "gamma"} and reads[1:] == [["gamma"]]
 
-    monkeypatch.setattr(distributor_service, "SOURCES_FULL_REFRESH_SECONDS", 0.0)
+    monkeypatch.setattr(known_sources, "SOURCES_FULL_REFRESH_SECONDS", 0.0)
     distributor.run_round()
     assert reads[-1] is None  # every registration again (a changed queue or priority is seen)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,3 +82,30 @@ def start_api_server(home: Path) -> AirflowServer:
                            ready=lambda: readiness.http_ok(f"{base_url}/api/v2/monitor/health"))
     server.start(timeout=180)
     return AirflowServer(server, base_url, home)
+
+
+@contextmanager
+def standalone_airflow_and_distributor(directory: Path) -> Iterator[str]:
+    """`airflow standalone` (scheduler, dag-processor, triggerer, api-server; LocalExecutor, DAGs unpaused,
+    every user an admin, DAG files read again every 5 s) and a Harvester distributor beside it, for a test that
+    drives harvests through the REST API: the API's base URL, both stopped after. Logs in ``directory``."""
+    port = free_port()
+    base_url = f"http://{LOOPBACK}:{port}"
+    env = airflow_environment(directory / "airflow", port, AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+                              AIRFLOW__CORE__PARALLELISM="4", AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+                              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+                              AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
+                              AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="5",
+                              AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1")
+    airflow = ServerProcess("airflow standalone", [str(VENV_BIN / "airflow"), "standalone"],
+                            directory / "standalone.log", env=env,
+                            ready=lambda: readiness.http_ok(f"{base_url}/api/v2/monitor/health"))
+    distributor = ServerProcess("distributor", [str(VENV_BIN / "harvester"), "distributor"],
+                                directory / "distributor.log", ready=lambda: True, env=dict(os.environ))
+    airflow.start(timeout=240)
+    try:
+        distributor.start(timeout=30)
+        yield base_url
+    finally:
+        distributor.stop()
+        airflow.stop()

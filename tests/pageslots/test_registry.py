@@ -32,7 +32,7 @@ def slot_in(registry: SlotRegistry, state: SlotState, country: str = "SG", owner
     for step in path:
         registry.transition(slot_id, step, owner if step != S.PREPARING_PAGE else "")
         if step == S.PREPARING_PAGE:
-            assert registry.claim(slot_id, owner, "host", 1, 10) == "ok"
+            assert registry.claim(slot_id, owner, "pageslots@machine", 1, 10) == "ok"
     return slot_id
 
 
@@ -42,7 +42,7 @@ def test_a_new_slot_has_every_field_and_is_indexed_per_country(redis_client: red
     assert ids == ["SG-1", "SG-2", "MY-3"]
     record = registry.get("SG-1")
     assert record is not None and record.state == S.NO_PAGE and record.country == "SG"
-    assert record.pages_served == 0 and record.consecutive_failures == 0 and record.host == ""
+    assert record.pages_served == 0 and record.consecutive_failures == 0 and record.worker == ""
     assert record.process_id is None and record.browser_pid is None and record.last_used is not None
     assert {m.decode() for m in redis_client.smembers(KEYS.country_slots("SG"))} == {"SG-1", "SG-2"}
     assert slot_counts(registry.slots()) == {"SG": 2, "MY": 1}
@@ -90,11 +90,11 @@ def test_another_process_cannot_drive_a_slot_and_a_slot_runs_in_one_process(redi
     # a redelivered host task finds the slot owned and fresh: refused; not started: refused
     registry.transition(slot_id, S.CLOSING_PAGE, "host:1:a")
     registry.transition(slot_id, S.NO_PAGE, "host:1:a")
-    assert registry.claim(slot_id, "host:2:b", "host", 2, 10) == "not_started"
+    assert registry.claim(slot_id, "host:2:b", "pageslots@machine", 2, 10) == "not_started"
     registry.transition(slot_id, S.PREPARING_PAGE)
-    assert registry.claim(slot_id, "host:2:b", "host", 2, 10) == "ok"
-    assert registry.claim(slot_id, "host:3:c", "host", 3, 10) == "owned"
-    assert registry.claim("nope", "host:3:c", "host", 3, 10) == "missing"
+    assert registry.claim(slot_id, "host:2:b", "pageslots@machine", 2, 10) == "ok"
+    assert registry.claim(slot_id, "host:3:c", "pageslots@machine", 3, 10) == "owned"
+    assert registry.claim("nope", "host:3:c", "pageslots@machine", 3, 10) == "missing"
 
 
 def test_landing_in_no_page_clears_the_process_and_failures(redis_client: redis.Redis) -> None:
@@ -105,7 +105,7 @@ def test_landing_in_no_page_clears_the_process_and_failures(redis_client: redis.
     assert registry.get(slot_id).consecutive_failures == 2  # type: ignore[union-attr]
     registry.transition(slot_id, S.NO_PAGE, "host:1:a", reason="gave up after 7 consecutive failed loads")
     record = registry.get(slot_id)
-    assert record is not None and record.state == S.NO_PAGE and record.owner == "" and record.host == ""
+    assert record is not None and record.state == S.NO_PAGE and record.owner == "" and record.worker == ""
     assert record.consecutive_failures == 0 and "gave up" in record.reason
 
 
@@ -179,7 +179,7 @@ def test_a_slot_that_stops_heartbeating_is_reset(redis_client: redis.Redis) -> N
     registry.heartbeat(alive, "host:1:a", None)
     [reset] = registry.reset_stale(0.5)
     assert reset.id == dead and reset.previous == S.RUNNING_SCRAPING_TASK and reset.browser_pid == 999
-    assert reset.host == "host" and reset.outcome == "NO_PAGE"
+    assert reset.worker == "pageslots@machine" and reset.outcome == "NO_PAGE"
     record = registry.get(dead)
     assert record is not None and record.state == S.NO_PAGE and "heartbeat" in record.reason
     assert registry.get(alive).state == S.PAGE_READY  # type: ignore[union-attr]

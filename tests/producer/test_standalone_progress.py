@@ -4,7 +4,6 @@ of a real `airflow standalone` (scheduler, dag-processor, triggerer, api-server,
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Callable
@@ -14,12 +13,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from harvester.services import readiness
-from harvester.services.ports import LOOPBACK, free_port
-from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
+from harvester.settings import HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source_document
-from tests.fixtures.servers import VENV_BIN, ServerProcess
+from tests.observability.airflow_server import standalone_airflow_and_distributor
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 PROGRESS = re.compile(r"packages (\d+)/(\d+) done")
@@ -50,86 +47,56 @@ def test_sensor_log_shows_progress_through_the_rest_api(
     (standalone_settings.sources_dir / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     celery_worker_factory(queues="default,priority", concurrency=2)
 
-    port = free_port()
-    base_url = f"http://{LOOPBACK}:{port}"
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPOSITORY_ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
-        "AIRFLOW__API__HOST": LOOPBACK,
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": base_url,
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    airflow = ServerProcess("airflow standalone", [str(VENV_BIN / "airflow"), "standalone"],
-                            tmp_path / "standalone.log", env=env,
-                            ready=lambda: readiness.http_ok(f"{base_url}/api/v2/monitor/health"))
-    distributor = ServerProcess("distributor", [str(VENV_BIN / "harvester"), "distributor"],
-                                tmp_path / "distributor.log", ready=lambda: True, env=dict(os.environ))
-    airflow.start(timeout=240)
-    distributor.start(timeout=30)
-    try:
-        with httpx.Client(base_url=f"{base_url}/api/v2", timeout=30) as client:
-            dag_id = f"harvest_{name}"
-            deadline = time.monotonic() + 180
-            while client.get(f"/dags/{dag_id}").status_code != 200:
-                assert time.monotonic() < deadline, "the DAG was never parsed: " + _tail(tmp_path)
-                time.sleep(1)
-            response = client.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {}})
-            assert response.status_code in (200, 201), response.text
-            run_id = response.json()["dag_run_id"]
+    with (standalone_airflow_and_distributor(tmp_path) as base_url,
+          httpx.Client(base_url=f"{base_url}/api/v2", timeout=30) as client):
+        dag_id = f"harvest_{name}"
+        deadline = time.monotonic() + 180
+        while client.get(f"/dags/{dag_id}").status_code != 200:
+            assert time.monotonic() < deadline, "the DAG was never parsed: " + _tail(tmp_path)
+            time.sleep(1)
+        response = client.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {}})
+        assert response.status_code in (200, 201), response.text
+        run_id = response.json()["dag_run_id"]
 
-            seen: list[tuple[int, int]] = []
-            deferred_seen = False
-            rates: set[str] = set()
-            states: list[str] = []
-            deadline = time.monotonic() + 240
-            while True:
-                assert time.monotonic() < deadline, f"run did not finish; progress seen {seen}: " + _tail(tmp_path)
-                run = _get(client, f"/dags/{dag_id}/dagRuns/{run_id}")
-                sensor = client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wait_for_harvest")
-                if sensor.status_code == 200 and sensor.json().get("state") in ("deferred", "running", "success"):
-                    instance = sensor.json()
-                    if not states or states[-1] != instance["state"]:
-                        states.append(instance["state"])
-                    deferred_seen = deferred_seen or instance["state"] == "deferred"
-                    logs = client.get(
-                        f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wait_for_harvest/logs/"
-                        f"{max(1, instance.get('try_number') or 1)}",
-                        params={"full_content": "true"}, headers={"Accept": "application/json"})
-                    if logs.status_code == 200:
-                        text = json.dumps(logs.json())
-                        rates.update(match.group(0) for match in RATE.finditer(text))
-                        for done, total in PROGRESS.findall(text):
-                            if (int(done), int(total)) not in seen:
-                                seen.append((int(done), int(total)))
-                if run["state"] in ("success", "failed"):
-                    break
-                time.sleep(1)
-            assert run["state"] == "success", _tail(tmp_path)
-            assert deferred_seen, f"the sensor never deferred to the triggerer: states {states}, progress {seen}"
-            # Progress lines appeared while the run was in flight, and the last one shows it complete.
-            assert any(done < total for done, total in seen), seen
-            assert (4, 4) in seen, seen
-            assert any("ETA" in rate for rate in rates), rates  # the progress line has a rate and an ETA
-            report = _get(client, f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/report/xcomEntries/return_value")
-            value = report["value"]
-            value = json.loads(value) if isinstance(value, str) else value
-            assert value["records_stored"] == 12 and value["complete"], value
-            events = _get(client, "/assets/events", source_dag_id=dag_id)
-            assert events["total_entries"] >= 1
-    finally:
-        distributor.stop()
-        airflow.stop()
+        seen: list[tuple[int, int]] = []
+        deferred_seen = False
+        rates: set[str] = set()
+        states: list[str] = []
+        deadline = time.monotonic() + 240
+        while True:
+            assert time.monotonic() < deadline, f"run did not finish; progress seen {seen}: " + _tail(tmp_path)
+            run = _get(client, f"/dags/{dag_id}/dagRuns/{run_id}")
+            sensor = client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wait_for_harvest")
+            if sensor.status_code == 200 and sensor.json().get("state") in ("deferred", "running", "success"):
+                instance = sensor.json()
+                if not states or states[-1] != instance["state"]:
+                    states.append(instance["state"])
+                deferred_seen = deferred_seen or instance["state"] == "deferred"
+                logs = client.get(
+                    f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wait_for_harvest/logs/"
+                    f"{max(1, instance.get('try_number') or 1)}",
+                    params={"full_content": "true"}, headers={"Accept": "application/json"})
+                if logs.status_code == 200:
+                    text = json.dumps(logs.json())
+                    rates.update(match.group(0) for match in RATE.finditer(text))
+                    for done, total in PROGRESS.findall(text):
+                        if (int(done), int(total)) not in seen:
+                            seen.append((int(done), int(total)))
+            if run["state"] in ("success", "failed"):
+                break
+            time.sleep(1)
+        assert run["state"] == "success", _tail(tmp_path)
+        assert deferred_seen, f"the sensor never deferred to the triggerer: states {states}, progress {seen}"
+        # Progress lines appeared while the run was in flight, and the last one shows it complete.
+        assert any(done < total for done, total in seen), seen
+        assert (4, 4) in seen, seen
+        assert any("ETA" in rate for rate in rates), rates  # the progress line has a rate and an ETA
+        report = _get(client, f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/report/xcomEntries/return_value")
+        value = report["value"]
+        value = json.loads(value) if isinstance(value, str) else value
+        assert value["records_stored"] == 12 and value["complete"], value
+        events = _get(client, "/assets/events", source_dag_id=dag_id)
+        assert events["total_entries"] >= 1
 
 
 def _tail(tmp_path: Path) -> str:

@@ -15,6 +15,7 @@ from harvester.redis_keys import SourceKeys
 from harvester.settings import HarvesterSettings
 
 from tests.distributor.conftest import make_source
+from tests.fixtures.environment import harvester_environment
 
 pytestmark = pytest.mark.integration
 
@@ -198,15 +199,10 @@ def test_per_minute_is_taken_at_fetch_time(redis_client: redis.Redis, settings: 
 # -- Celery: no redelivery outside admission ----------------------------------------------------------
 @pytest.mark.unit
 def test_the_celery_app_bounds_redelivery(monkeypatch: pytest.MonkeyPatch):
-    from harvester.settings import get_settings
     from harvester.workers.celery_app import create_app
 
-    monkeypatch.setenv("HARVESTER_CELERY_VISIBILITY_TIMEOUT_SECONDS", "900")
-    get_settings.cache_clear()
-    try:
+    with harvester_environment(monkeypatch, celery_visibility_timeout_seconds=900):
         conf = create_app().conf
-    finally:
-        get_settings.cache_clear()
     assert conf.broker_transport_options["visibility_timeout"] == 900
     assert conf.worker_max_memory_per_child > 0
     assert conf.worker_cancel_long_running_tasks_on_connection_loss is True

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -52,14 +53,31 @@ def fetching_now(harvest: Harvest) -> bool:
     return harvest.site.client_stats(harvest.source.name)["current"] > 0
 
 
+@pytest.fixture
+def harvest_in_flight(harvest_factory, celery_worker_factory: WorkerFactory,
+                      start_distributor) -> Callable[..., tuple[Harvest, ServerProcess]]:
+    """Start a harvest of 40 pages under a distributor and a worker of ``concurrency`` processes; it is returned
+    with that worker once 8 records are stored (``mid_batch``: and a page is being fetched right now), the
+    moment a row's fault strikes."""
+
+    def start(name: str, delay: float = 0.3, concurrency: int = 2, mid_batch: bool = False,
+              **harvest_options: Any) -> tuple[Harvest, ServerProcess]:
+        harvest = harvest_factory(name, count=40, delay=delay, **harvest_options)
+        start_distributor()
+        worker = celery_worker_factory(queues="default", concurrency=concurrency)
+        harvest.start()
+        if mid_batch:
+            harvest.wait_until(lambda: harvest.stored() >= 8 and fetching_now(harvest), 60, "mid-batch")
+        else:
+            harvest.wait_until(lambda: harvest.stored() >= 8, 60, "mid-harvest")
+        return harvest, worker
+
+    return start
+
+
 # -- 1 ------------------------------------------------------------------------------------------------
-def test_row_1_a_worker_process_sigkilled_mid_batch(
-        harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
-    harvest = harvest_factory("row1", count=40, delay=0.4)
-    start_distributor()
-    worker = celery_worker_factory(queues="default", concurrency=2)
-    harvest.start()
-    harvest.wait_until(lambda: harvest.stored() >= 8 and fetching_now(harvest), 60, "mid-batch")
+def test_row_1_a_worker_process_sigkilled_mid_batch(harvest_in_flight) -> None:
+    harvest, worker = harvest_in_flight("row1", delay=0.4, mid_batch=True)
     assert kill_pool_children(worker) >= 1  # the pool process running the batch dies as a crash would
     harvest.wait_finished(timeout=120)
     harvest.assert_every_row_holds()
@@ -68,13 +86,9 @@ def test_row_1_a_worker_process_sigkilled_mid_batch(
 
 # -- 2 ------------------------------------------------------------------------------------------------
 def test_row_2_a_whole_worker_host_sigkilled_then_celery_redelivers(
-        harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
-    harvest = harvest_factory("row2", count=40, delay=0.4,
-                              overrides={"celery_visibility_timeout_seconds": 8, "queue_max_depth": 50})
-    start_distributor()
-    host = celery_worker_factory(queues="default", concurrency=2)
-    harvest.start()
-    harvest.wait_until(lambda: harvest.stored() >= 8 and fetching_now(harvest), 60, "mid-batch")
+        harvest_in_flight, celery_worker_factory: WorkerFactory) -> None:
+    harvest, host = harvest_in_flight("row2", delay=0.4, mid_batch=True,
+                                      overrides={"celery_visibility_timeout_seconds": 8, "queue_max_depth": 50})
     host.kill()  # SIGKILL of the whole process group: its unacked messages stay with kombu
     celery_worker_factory(queues="default", concurrency=2)
     harvest.wait_finished(timeout=120)
@@ -87,13 +101,8 @@ def test_row_2_a_whole_worker_host_sigkilled_then_celery_redelivers(
 
 # -- 3 ------------------------------------------------------------------------------------------------
 def test_row_3_a_worker_sigstopped_past_its_lease_then_sigconted(
-        harvest_factory, celery_worker_factory: WorkerFactory, start_distributor) -> None:
-    harvest = harvest_factory("row3", count=40, delay=0.4)
-    start_distributor()
-    stalled = celery_worker_factory(queues="default", concurrency=1)
-    harvest.start()
-    # mid-batch: the only worker is fetching right now
-    harvest.wait_until(lambda: harvest.stored() >= 8 and fetching_now(harvest), 60, "mid-batch")
+        harvest_in_flight, celery_worker_factory: WorkerFactory) -> None:
+    harvest, stalled = harvest_in_flight("row3", delay=0.4, concurrency=1, mid_batch=True)  # the only worker fetches
     assert stalled.process is not None
     os.killpg(stalled.process.pid, signal.SIGSTOP)
     celery_worker_factory(queues="default", concurrency=1)
@@ -134,25 +143,15 @@ def test_row_4_b_two_distributors_one_sigkilled(
 
 
 # -- 5 ------------------------------------------------------------------------------------------------
-def test_row_5_a_redis_restarted_mid_harvest(
-        harvest_factory, celery_worker_factory: WorkerFactory, start_distributor, redis_server: RedisServer) -> None:
-    harvest = harvest_factory("row5a", count=40, delay=0.3)
-    start_distributor()
-    celery_worker_factory(queues="default", concurrency=2)
-    harvest.start()
-    harvest.wait_until(lambda: harvest.stored() >= 8, 60, "mid-harvest")
+def test_row_5_a_redis_restarted_mid_harvest(harvest_in_flight, redis_server: RedisServer) -> None:
+    harvest, _ = harvest_in_flight("row5a")
     redis_server.server.restart(timeout=30)  # SIGTERM (AOF flushed), then the same server again
     harvest.wait_finished(timeout=180)
     harvest.assert_every_row_holds()
 
 
-def test_row_5_b_redis_unreachable_for_30_seconds_mid_harvest(
-        harvest_factory, celery_worker_factory: WorkerFactory, start_distributor, redis_server: RedisServer) -> None:
-    harvest = harvest_factory("row5b", count=40, delay=0.3)
-    start_distributor()
-    celery_worker_factory(queues="default", concurrency=2)
-    harvest.start()
-    harvest.wait_until(lambda: harvest.stored() >= 8, 60, "mid-harvest")
+def test_row_5_b_redis_unreachable_for_30_seconds_mid_harvest(harvest_in_flight, redis_server: RedisServer) -> None:
+    harvest, _ = harvest_in_flight("row5b")
     process = redis_server.server.process
     assert process is not None
     os.kill(process.pid, signal.SIGSTOP)  # connections hang, as when the network to Redis goes away
@@ -165,15 +164,10 @@ def test_row_5_b_redis_unreachable_for_30_seconds_mid_harvest(
 
 
 # -- 6 ------------------------------------------------------------------------------------------------
-def test_row_6_a_mongodb_killed_and_restarted_mid_harvest(
-        harvest_factory, celery_worker_factory: WorkerFactory, start_distributor, mongo_server: MongoServer) -> None:
+def test_row_6_a_mongodb_killed_and_restarted_mid_harvest(harvest_in_flight, mongo_server: MongoServer) -> None:
     if mongo_server.server is None:
         pytest.skip("the MongoDB server is external (HARVESTER_MONGO_URI): this test cannot restart it")
-    harvest = harvest_factory("row6a", count=40, delay=0.3)
-    start_distributor()
-    celery_worker_factory(queues="default", concurrency=2)
-    harvest.start()
-    harvest.wait_until(lambda: harvest.stored() >= 8, 60, "mid-harvest")
+    harvest, _ = harvest_in_flight("row6a")
     if mongo_server.kind == "secantusdb":
         # The stand-in acknowledges writes it has not made durable: SIGKILL would lose acknowledged
         # records whatever the client does. It is stopped (SIGTERM, it flushes) and started again.

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from harvester.services.cluster import Cluster, ClusterPorts, ClusterSecrets, WorkerHost
+from harvester.services.cluster import Cluster, ClusterPorts, ClusterSecrets, WorkerMachine
 
 pytestmark = pytest.mark.unit
 
@@ -56,12 +56,13 @@ def test_ports_default_beside_make_run_and_move_with_the_environment() -> None:
     assert len(set(vars(ClusterPorts.free()).values())) == len(vars(ports))
 
 
-def test_worker_hosts_run_the_compose_commands_with_their_own_node_names(cluster: Cluster) -> None:
-    http = cluster.worker_host_service(WorkerHost("host-a", "http"))
-    assert [command[command.index("-n") + 1] for command in http.commands] == ["priority@host-a", "default@host-a"]
+def test_worker_machines_run_the_compose_commands_with_their_own_node_names(cluster: Cluster) -> None:
+    http = cluster.machine_service(WorkerMachine("machine-a", "http"))
+    names = [command[command.index("-n") + 1] for command in http.commands]
+    assert names == ["priority@machine-a", "default@machine-a"]
     assert [command[command.index("-Q") + 1] for command in http.commands] == ["priority", "default"]
-    [slots] = cluster.worker_host_service(WorkerHost("host-c", "pageslots", concurrency=3)).commands
-    assert slots[slots.index("-n") + 1] == "pageslots@host-c"
+    [slots] = cluster.machine_service(WorkerMachine("machine-c", "pageslots", concurrency=3)).commands
+    assert slots[slots.index("-n") + 1] == "pageslots@machine-c"
     assert slots[slots.index("--pool") + 1] == "prefork" and slots[slots.index("--concurrency") + 1] == "3"
     assert slots[slots.index("-Q") + 1].split(",")[0] == "pageslots"
 
@@ -73,3 +74,32 @@ def test_postgres_data_is_reachable_by_the_postgres_user_when_run_as_root(cluste
         assert postgres.user == "postgres"
     else:
         assert cluster.postgres_data == cluster.base_dir / "postgres"
+
+
+def test_redis_is_a_primary_a_replica_and_three_sentinels_and_every_client_asks_the_sentinels(
+        cluster: Cluster) -> None:
+    from harvester.connections import EnvironmentResolver
+
+    services = {service.name: service for service in cluster.infrastructure()}
+    replica = services["redis-replica"].command
+    assert replica[replica.index("--replicaof") + 2] == str(cluster.ports.redis)
+    assert replica[replica.index("--masterauth") + 1] == cluster.secrets.redis_password
+    sentinels = [services[f"redis-sentinel-{number}"] for number in (1, 2, 3)]
+    for sentinel in sentinels:
+        assert sentinel.command[-1] == "--sentinel"
+        [(path, text)] = sentinel.files
+        assert path.name == "sentinel.conf"
+        assert f"sentinel monitor harvester 127.0.0.1 {cluster.ports.redis} 2" in text
+        assert f"requirepass {cluster.secrets.redis_password}" in text
+    assert sorted(sentinel.port for sentinel in sentinels) == cluster.sentinel_ports
+    for env in (cluster.harvester_environment(), cluster.harvester_redis_environment(), cluster.airflow_environment()):
+        assert env["HARVESTER_REDIS_SENTINELS"] == ",".join(f"127.0.0.1:{port}" for port in cluster.sentinel_ports)
+        target = EnvironmentResolver(env).redis("redis_default")
+        assert target is not None and target.sentinels == tuple(("127.0.0.1", port) for port in cluster.sentinel_ports)
+        assert target.sentinel_password == cluster.secrets.redis_password
+    airflow = cluster.airflow_environment()
+    assert airflow["AIRFLOW__CELERY__BROKER_URL"].count("sentinel://") == 3
+    assert airflow["AIRFLOW__CELERY__BROKER_URL"].endswith("/1")
+    assert airflow["AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__MASTER_NAME"] == "harvester"
+    url, options = cluster.broker
+    assert url.startswith("sentinel://") and url.endswith("/0") and options["master_name"] == "harvester"

@@ -2,9 +2,9 @@
 
 PostgreSQL, Redis with a password, the tests' MongoDB, Airflow with the CeleryExecutor as separate
 processes (api-server, scheduler, dag-processor, triggerer, `airflow celery worker`), the distributor,
-and Harvester worker hosts with node names of their own (harvester.services.cluster, which
+and Harvester worker machines with node names of their own (harvester.services.cluster, which
 `make run MODE=cluster` also uses). A demo harvest runs end to end through the REST API; then a worker
-host is SIGKILLed and the next run is served by the host that remains. A browser harvest is rendered by
+machine is SIGKILLed and the next run is served by the machine that remains. A browser harvest is rendered by
 a page slot on the slot host, opened by the `page_slots` DAG, through the SG forward proxy.
 """
 
@@ -20,17 +20,17 @@ from typing import Any
 import pytest
 import yaml
 from harvester.services import readiness
-from harvester.services.cluster import CELERY_APP, Cluster, ClusterPorts, WorkerHost
+from harvester.services.cluster import CELERY_APP, Cluster, ClusterPorts, WorkerMachine
 from harvester.settings import REPOSITORY_ROOT
 
 from tests.fixtures.forward_proxy import ForwardProxyServer, start_forward_proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-DEMO_PRODUCTS = 40  # max_new_urls of the test's demo_shop: enough batches for both hosts, quick on 2 cores
-HOST_A = WorkerHost("host-a", "http")
-HOST_B = WorkerHost("host-b", "http")
-PAGESLOTS_HOST = WorkerHost("host-c", "pageslots", concurrency=1)
+DEMO_PRODUCTS = 40  # max_new_urls of the test's demo_shop: enough batches for both machines, quick on 2 cores
+MACHINE_A = WorkerMachine("machine-a", "http")
+MACHINE_B = WorkerMachine("machine-b", "http")
+PAGESLOTS_MACHINE = WorkerMachine("machine-c", "pageslots", concurrency=1)
 
 
 def unscheduled_source(name: str, **changes: Any) -> dict[str, Any]:
@@ -60,7 +60,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, mongo_server, demo_site_se
         (sources / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     topology = Cluster(
         base, ClusterPorts.free(), mongo_uri=mongo_server.uri, mongo_database=f"test_cluster_{uuid.uuid4().hex[:8]}",
-        demo_site_url=demo_site_server.url, sources_dir=sources, hosts=[HOST_A, PAGESLOTS_HOST],
+        demo_site_url=demo_site_server.url, sources_dir=sources, machines=[MACHINE_A, PAGESLOTS_MACHINE],
         harvester_overrides={"HARVESTER_PRODUCER_POLL_SECONDS": "2", "HARVESTER_LEASE_SECONDS": "20",
                              "HARVESTER_HEARTBEAT_SECONDS": "3"},
         proxies={"SG": sg_proxy.url},
@@ -84,7 +84,7 @@ def run_to_the_end(cluster: Cluster, dag_id: str, timeout: float = 300, run_id: 
     assert run["state"] == "success", (
         f"{dag_id} {run_id}: {run['state']}, tasks {run['task_states']}\n"
         + "\n".join(cluster.log_tail(name, 15) for name in ("airflow-worker", "airflow-triggerer", "distributor",
-                                                            "worker-host-a", "worker-host-b", "worker-host-c"))
+                                                            "worker-machine-a", "worker-machine-b", "worker-machine-c"))
     )
     return run
 
@@ -98,9 +98,9 @@ def report_of(cluster: Cluster, dag_id: str, run_id: str, task_id: str = "report
     return json.loads(value) if isinstance(value, str) else value
 
 
-def batches_received(cluster: Cluster, host: WorkerHost, task: str = "harvester.scrape_batch") -> int:
+def batches_received(cluster: Cluster, machine: WorkerMachine, task: str = "harvester.scrape_batch") -> int:
     """Celery's "Task <name>[<id>] received" lines (not the task list printed at start-up)."""
-    log = cluster.log_dir / f"worker-{host.name}.log"
+    log = cluster.log_dir / f"worker-{machine.name}.log"
     return log.read_text(errors="replace").count(f"Task {task}[") if log.exists() else 0
 
 
@@ -110,7 +110,7 @@ def compose_healthcheck(cluster: Cluster, *command: str) -> subprocess.Completed
                           timeout=120, cwd=REPOSITORY_ROOT)
 
 
-def test_a_harvest_runs_on_the_production_topology_and_survives_losing_a_worker_host(cluster, mongo_server) -> None:
+def test_a_harvest_runs_on_the_production_topology_and_survives_losing_a_worker_machine(cluster, mongo_server) -> None:
     products = mongo_server.client()[cluster.mongo_database]["demo_shop_products"]
 
     first = run_to_the_end(cluster, "harvest_demo_shop")
@@ -118,10 +118,10 @@ def test_a_harvest_runs_on_the_production_topology_and_survives_losing_a_worker_
     stored = products.count_documents({"run_id": first["dag_run_id"]})
     assert stored == report["records_stored"] == DEMO_PRODUCTS, report
     assert report["complete"], report
-    assert batches_received(cluster, HOST_A) > 0  # host-a was the only priority host: it did the work
+    assert batches_received(cluster, MACHINE_A) > 0  # machine-a was the only priority machine: it did the work
 
     # The compose healthchecks answer (the same commands, with the Redis password in the URL).
-    for node in HOST_A.node_names():
+    for node in MACHINE_A.node_names():
         ping = compose_healthcheck(cluster, str(cluster.bin / "celery"), "-A", CELERY_APP, "inspect", "ping",
                                    "-d", node)
         assert ping.returncode == 0, ping.stdout + ping.stderr
@@ -129,20 +129,20 @@ def test_a_harvest_runs_on_the_production_topology_and_survives_losing_a_worker_
                                  "--name", "distributor")
     assert health.returncode == 0, health.stderr
 
-    # A second host joins, then the first loses power: its whole process group gets SIGKILL.
-    cluster.start_host(HOST_B)
-    assert batches_received(cluster, HOST_B) == 0
-    cluster.kill_host(HOST_A)
-    assert not readiness.celery_nodes_answer(cluster.redis_url, HOST_A.node_names()[:1])
+    # A second machine joins, then the first loses power: its whole process group gets SIGKILL.
+    cluster.start_machine(MACHINE_B)
+    assert batches_received(cluster, MACHINE_B) == 0
+    cluster.kill_machine(MACHINE_A)
+    assert not readiness.celery_nodes_answer(*cluster.broker, MACHINE_A.node_names()[:1])
     ping = compose_healthcheck(cluster, str(cluster.bin / "celery"), "-A", CELERY_APP, "inspect", "ping",
-                               "-d", HOST_A.node_names()[0])
-    assert ping.returncode != 0, "the healthcheck of a dead host must fail"
+                               "-d", MACHINE_A.node_names()[0])
+    assert ping.returncode != 0, "the healthcheck of a dead machine must fail"
 
     second = run_to_the_end(cluster, "harvest_demo_shop")
     report = report_of(cluster, "harvest_demo_shop", second["dag_run_id"])
     assert products.count_documents({"run_id": second["dag_run_id"]}) == report["records_stored"] == DEMO_PRODUCTS
     assert products.count_documents({}) == DEMO_PRODUCTS  # upserts: the second run rewrote, never duplicated
-    assert batches_received(cluster, HOST_B) > 0, "the surviving host did not serve the queue"
+    assert batches_received(cluster, MACHINE_B) > 0, "the surviving machine did not serve the queue"
 
 
 def test_a_page_slots_run_and_a_browser_harvest_succeed_on_the_production_topology(
@@ -164,17 +164,17 @@ def test_a_page_slots_run_and_a_browser_harvest_succeed_on_the_production_topolo
     assert len(rendered.distinct("sku")) == rendered.count_documents({}) == planned  # each record landed once
 
     # Rendered by a slot of the slot host: its Celery worker received host_page_slot, the slot record names it.
-    assert batches_received(cluster, PAGESLOTS_HOST, "harvester.host_page_slot") >= 1
-    assert batches_received(cluster, HOST_A, "harvester.host_page_slot") == 0
+    assert batches_received(cluster, PAGESLOTS_MACHINE, "harvester.host_page_slot") >= 1
+    assert batches_received(cluster, MACHINE_A, "harvester.host_page_slot") == 0
     slots = compose_healthcheck(cluster, str(cluster.bin / "harvester"), "slots", "--json")
     assert slots.returncode == 0, slots.stderr
     census = json.loads(slots.stdout)
     sg_slots = [slot for slot in census["slots"] if slot["country"] == "SG"]
-    assert sg_slots and {slot["host"] for slot in sg_slots} == {PAGESLOTS_HOST.node_names()[0]}, census["slots"]
+    assert sg_slots and {slot["worker"] for slot in sg_slots} == {PAGESLOTS_MACHINE.node_names()[0]}, census["slots"]
     assert sum(slot["pages_served"] for slot in sg_slots) >= planned, sg_slots
     # The allocator's last decision: one SG slot, capped by the slot host's live capacity (concurrency 1).
     figures = census["last_decision"]["figures"]
-    assert figures["desired"] == {"SG": 1} and figures["live_capacity"] == PAGESLOTS_HOST.concurrency, figures
+    assert figures["desired"] == {"SG": 1} and figures["live_capacity"] == PAGESLOTS_MACHINE.concurrency, figures
 
     # Every product page went through the SG proxy (Playwright sends loopback through it too). The slot's
     # navigations are fetched by Playwright (route.fetch, so each redirect hop is checked) and reach the

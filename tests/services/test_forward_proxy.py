@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 from harvester.services.forward_proxy import ForwardProxy
@@ -20,7 +21,17 @@ async def _ask(port: int, request: bytes) -> bytes:
     return answer
 
 
-async def _with_proxy(proxy: ForwardProxy, requests: list[bytes]) -> list[bytes]:
+async def _upstream_ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A loopback upstream that answers a request 200 with the body ``ok``."""
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+    await writer.drain()
+    writer.close()
+
+
+@contextlib.asynccontextmanager
+async def _serving(proxy: ForwardProxy) -> AsyncIterator[int]:
+    """The proxy serving on a free port (yielded) once it accepts connections; stopped after."""
     port = free_port()
     server = asyncio.create_task(proxy.serve(LOOPBACK, port))
     try:
@@ -30,11 +41,16 @@ async def _with_proxy(proxy: ForwardProxy, requests: list[bytes]) -> list[bytes]
                 writer.close()
                 break
             await asyncio.sleep(0.05)
-        return [await _ask(port, request) for request in requests]
+        yield port
     finally:
         server.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await server
+
+
+async def _with_proxy(proxy: ForwardProxy, requests: list[bytes]) -> list[bytes]:
+    async with _serving(proxy) as port:
+        return [await _ask(port, request) for request in requests]
 
 
 @pytest.mark.unit
@@ -56,13 +72,7 @@ def test_loopback_upstreams_are_relayed() -> None:
     upstream_port = free_port()
 
     async def scenario() -> list[bytes]:
-        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-            await writer.drain()
-            writer.close()
-
-        upstream = await asyncio.start_server(answer, LOOPBACK, upstream_port)
+        upstream = await asyncio.start_server(_upstream_ok, LOOPBACK, upstream_port)
         async with upstream:
             return await _with_proxy(proxy, [
                 f"GET http://{LOOPBACK}:{upstream_port}/page HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
@@ -74,24 +84,15 @@ def test_loopback_upstreams_are_relayed() -> None:
     assert proxy.counters.refused == {} and proxy.counters.requests == 2
 
 
-
 @pytest.mark.unit
 def test_plain_http_through_a_tunnel_is_recorded_by_url() -> None:
     """Playwright's route.fetch tunnels http:// through CONNECT: the test proxy still sees which pages."""
     proxy = ForwardProxy("SG")
-    upstream_port, port = free_port(), free_port()
+    upstream_port = free_port()
 
     async def scenario() -> bytes:
-        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-            await writer.drain()
-            writer.close()
-
-        upstream = await asyncio.start_server(answer, LOOPBACK, upstream_port)
-        server = asyncio.create_task(proxy.serve(LOOPBACK, port))
-        async with upstream:
-            await asyncio.sleep(0.2)
+        upstream = await asyncio.start_server(_upstream_ok, LOOPBACK, upstream_port)
+        async with upstream, _serving(proxy) as port:
             reader, writer = await asyncio.open_connection(LOOPBACK, port)
             writer.write(f"CONNECT {LOOPBACK}:{upstream_port} HTTP/1.1\r\n\r\n".encode())
             await reader.readuntil(b"\r\n\r\n")
@@ -99,9 +100,6 @@ def test_plain_http_through_a_tunnel_is_recorded_by_url() -> None:
             await writer.drain()
             body = await asyncio.wait_for(reader.readuntil(b"\r\n\r\nok"), 10)
             writer.close()
-        server.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await server
         return body
 
     assert asyncio.run(scenario()).endswith(b"ok")

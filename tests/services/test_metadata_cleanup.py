@@ -30,7 +30,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     sources.mkdir()
     (sources / "demo_shop.yaml").write_text((REPOSITORY_ROOT / "include" / "sources" / "demo_shop.yaml").read_text())
     topology = Cluster(base, ClusterPorts.free(), mongo_uri="mongodb://127.0.0.1:1/",
-                       demo_site_url="http://127.0.0.1:9", sources_dir=sources, hosts=[], fast_unsafe_postgres=True)
+                       demo_site_url="http://127.0.0.1:9", sources_dir=sources, machines=[], fast_unsafe_postgres=True)
     try:
         topology.start_metadata_database()
         yield topology

@@ -11,15 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harvester.connections import (
-    ConnectionFields,
-    HttpCredentials,
-    MongoTarget,
-    RedisTarget,
-    http_credentials_from_fields,
-    mongo_target_from_fields,
-    redis_target_from_fields,
-)
+from harvester.connections import ConnectionFields, FieldsResolver, MongoTarget
 
 
 def _is_not_found(error: Exception) -> bool:
@@ -34,10 +26,33 @@ def _fields(connection: Any) -> ConnectionFields:
     )
 
 
-class AirflowConnectionResolver:
+class AirflowConnectionResolver(FieldsResolver):
     """Ids from Airflow; None when Airflow has no such connection (the factory then falls back)."""
 
+    def fields(self, connection_id: str) -> tuple[ConnectionFields, str] | None:
+        """The connection's fields (``BaseHook.get_connection``), or None when Airflow has no such connection."""
+        from airflow.sdk import BaseHook
+
+        try:
+            return _fields(BaseHook.get_connection(connection_id)), _via(connection_id)
+        except Exception as error:  # only AirflowNotFoundException (no stable import path) means None; re-raised
+            if _is_not_found(error):
+                return None
+            raise
+
+    async def afields(self, connection_id: str) -> tuple[ConnectionFields, str] | None:
+        """:meth:`fields` for the triggerer's event loop (``aget_connection``)."""
+        from airflow.sdk import BaseHook
+
+        try:
+            return _fields(await BaseHook.aget_connection(connection_id)), _via(connection_id)
+        except Exception as error:  # only AirflowNotFoundException (no stable import path) means None; re-raised
+            if _is_not_found(error):
+                return None
+            raise
+
     def mongo(self, connection_id: str) -> MongoTarget | None:
+        """Through MongoHook: its URI and the extras it passes to MongoClient, exactly."""
         from airflow.providers.mongo.hooks.mongo import MongoHook
 
         try:
@@ -51,47 +66,6 @@ class AirflowConnectionResolver:
             options["tlsAllowInvalidCertificates"] = True
         return MongoTarget(connection_id, hook.uri, _via(connection_id), options)
 
-    def redis(self, connection_id: str) -> RedisTarget | None:
-        fields = _connection_fields(connection_id)
-        return None if fields is None else redis_target_from_fields(connection_id, fields, _via(connection_id))
-
-    def http(self, connection_id: str) -> HttpCredentials | None:
-        """An HTTP connection (a source's ``http_connection_id``) read as HttpHook reads it."""
-        fields = _connection_fields(connection_id)
-        return None if fields is None else http_credentials_from_fields(connection_id, fields, _via(connection_id))
-
-    async def amongo(self, connection_id: str) -> MongoTarget | None:
-        fields = await _aconnection_fields(connection_id)
-        return None if fields is None else mongo_target_from_fields(connection_id, fields, _via(connection_id))
-
-    async def aredis(self, connection_id: str) -> RedisTarget | None:
-        fields = await _aconnection_fields(connection_id)
-        return None if fields is None else redis_target_from_fields(connection_id, fields, _via(connection_id))
-
 
 def _via(connection_id: str) -> str:
     return f"Airflow connection {connection_id}"
-
-
-def _connection_fields(connection_id: str) -> ConnectionFields | None:
-    """The connection's fields, or None when Airflow has no connection of that id."""
-    from airflow.sdk import BaseHook
-
-    try:
-        return _fields(BaseHook.get_connection(connection_id))
-    except Exception as error:  # only AirflowNotFoundException (no stable import path) means None; re-raised
-        if _is_not_found(error):
-            return None
-        raise
-
-
-async def _aconnection_fields(connection_id: str) -> ConnectionFields | None:
-    """:func:`_connection_fields` for the triggerer's event loop (``aget_connection``)."""
-    from airflow.sdk import BaseHook
-
-    try:
-        return _fields(await BaseHook.aget_connection(connection_id))
-    except Exception as error:  # only AirflowNotFoundException (no stable import path) means None; re-raised
-        if _is_not_found(error):
-            return None
-        raise

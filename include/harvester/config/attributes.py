@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from harvester.config.value_rules import ValueRules
 
@@ -104,6 +104,58 @@ def meta_expression(value: str) -> str:
     return value
 
 
+def check_jmespath(value: str) -> str:
+    compile_jmespath(value)
+    return value
+
+
+def check_xpath(value: str) -> str:
+    return check_selector(XPATH_PREFIX + value)[len(XPATH_PREFIX):]
+
+
+def check_meta(value: str) -> str:
+    meta_expression(value)
+    return value
+
+
+def check_pattern(value: str) -> str:
+    """On the linear-time engine values and links are matched with (Python's re would backtrack)."""
+    from harvester.patterns import compile_pattern
+
+    compile_pattern(value)
+    return value
+
+
+def check_locale(value: str) -> str:
+    from babel import Locale, UnknownLocaleError
+
+    try:
+        Locale.parse(value)
+    except (UnknownLocaleError, ValueError, TypeError) as error:
+        raise ValueError(f"not a locale babel knows: {value!r} ({error})") from None
+    return value
+
+
+def check_timezone(value: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as error:
+        raise ValueError(f"not an IANA time zone: {value!r} ({error})") from None
+    return value
+
+
+# Strings checked where a field is declared, whatever model holds it (pydantic's reusable validators).
+Selector = Annotated[str, AfterValidator(check_selector)]
+XPath = Annotated[str, AfterValidator(check_xpath)]
+JMESPath = Annotated[str, AfterValidator(check_jmespath)]
+MetaExpression = Annotated[str, AfterValidator(check_meta)]
+Pattern = Annotated[str, AfterValidator(check_pattern)]
+LocaleName = Annotated[str, AfterValidator(check_locale)]
+TimeZoneName = Annotated[str, AfterValidator(check_timezone)]
+
+
 class StructuredPath(StrictModel):
     """A JMESPath expression over each structured-data item of the page, optionally only items of one type.
 
@@ -111,7 +163,7 @@ class StructuredPath(StrictModel):
     so ``Product`` matches ``Product``, ``schema:Product`` and ``https://schema.org/Product``.
     """
 
-    path: str = Field(default="@", description="JMESPath over one item (default: the item itself).")
+    path: JMESPath = Field(default="@", description="JMESPath over one item (default: the item itself).")
     type: str | None = Field(default=None, min_length=1, description="Only items of this @type, e.g. Product.")
 
     @model_validator(mode="before")
@@ -119,43 +171,27 @@ class StructuredPath(StrictModel):
     def _shorthand(cls, value: Any) -> Any:
         return {"path": value} if isinstance(value, str) else value
 
-    @field_validator("path")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        compile_jmespath(value)
-        return value
-
 
 class ScriptJson(StrictModel):
     """A ``<script>`` holding JSON or a JavaScript object literal (``__NEXT_DATA__``, ``window.__NUXT__ = {...}``),
     and a JMESPath expression over what it holds."""
 
-    script: str = Field(description="CSS (or xpath:...) selecting the <script> element.")
-    path: str = Field(default="@", description="JMESPath over the script's data.")
-
-    @field_validator("script")
-    @classmethod
-    def _selector_compiles(cls, value: str) -> str:
-        return check_selector(value)
-
-    @field_validator("path")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        compile_jmespath(value)
-        return value
+    script: Selector = Field(description="CSS (or xpath:...) selecting the <script> element.")
+    path: JMESPath = Field(default="@", description="JMESPath over the script's data.")
 
 
 class SelectorFields(StrictModel):
     """Exactly one of these says where the values come from."""
 
-    css: str | None = Field(default=None, description="CSS selector (parsel: ::text, ::attr(name)).")
-    xpath: str | None = Field(default=None, description="XPath expression.")
+    css: Selector | None = Field(default=None, description="CSS selector (parsel: ::text, ::attr(name)).")
+    xpath: XPath | None = Field(default=None, description="XPath expression.")
     jsonld: StructuredPath | None = Field(default=None, description="JMESPath over the page's JSON-LD items.")
     microdata: StructuredPath | None = Field(default=None, description="JMESPath over the page's microdata items.")
-    meta: str | None = Field(default=None, description="A <meta> name (og:title, twitter:card, description) or "
-                                                       "JMESPath over {name: [contents]}.")
+    meta: MetaExpression | None = Field(
+        default=None, description="A <meta> name (og:title, twitter:card, description) or JMESPath over "
+                                  "{name: [contents]}.")
     script_json: ScriptJson | None = Field(default=None, description="A <script>'s JSON or object literal.")
-    json_path: str | None = Field(default=None, alias="json",
+    json_path: JMESPath | None = Field(default=None, alias="json",
                                   description="JMESPath over a JSON response or a record item.")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -171,30 +207,6 @@ class SelectorFields(StrictModel):
             if stripped.startswith(JSON_PREFIX):
                 return {"json": stripped[len(JSON_PREFIX):].strip()}
             return {"css": value}
-        return value
-
-    @field_validator("css")
-    @classmethod
-    def _css_compiles(cls, value: str | None) -> str | None:
-        return value if value is None else check_selector(value)
-
-    @field_validator("xpath")
-    @classmethod
-    def _xpath_compiles(cls, value: str | None) -> str | None:
-        return value if value is None else check_selector(XPATH_PREFIX + value)[len(XPATH_PREFIX):]
-
-    @field_validator("json_path")
-    @classmethod
-    def _json_compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            compile_jmespath(value)
-        return value
-
-    @field_validator("meta")
-    @classmethod
-    def _meta_compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            meta_expression(value)
         return value
 
     @model_validator(mode="after")
@@ -238,7 +250,7 @@ class Attribute(SelectorFields, ValueRules):
     type: AttributeType = "str"
     required: bool = False
     # post-processing, in this order: regex, strip, join, default
-    regex: str | None = Field(default=None, description="RE2 pattern; a value becomes its first group (or the "
+    regex: Pattern | None = Field(default=None, description="RE2 pattern; a value becomes its first group (or the "
                                                         "whole match); a value it does not match is dropped.")
     strip: bool | str | None = Field(default=None, description="true: strip whitespace; a string: strip these "
                                                               "characters from both ends.")
@@ -252,7 +264,7 @@ class Attribute(SelectorFields, ValueRules):
         description="int, float, price: the decimal mark (the other one groups thousands). "
                     "Unset: the last of . and , when both appear; see docs/sources.md.",
     )
-    locale: str | None = Field(default=None, description="int, float, price: the locale numbers are written in "
+    locale: LocaleName | None = Field(default=None, description="int, float, price: the locale numbers are written in "
                                                         "(de_DE, fr_CH, en_US), through babel.")
     currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$",
                                  description="price: the ISO 4217 currency when the text names none or an "
@@ -260,41 +272,8 @@ class Attribute(SelectorFields, ValueRules):
     format: str | None = Field(default=None, min_length=1,
                                description="date, datetime: a strptime format such as %d.%m.%Y %H:%M.")
     dayfirst: bool = Field(default=False, description="date, datetime: 03/04/2024 is the 3rd of April.")
-    timezone: str | None = Field(default=None, description="datetime: the IANA zone of times written without an "
-                                                          "offset (default UTC).")
-
-    @field_validator("regex")
-    @classmethod
-    def _regex_compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            from harvester.patterns import compile_pattern
-
-            compile_pattern(value)
-        return value
-
-    @field_validator("locale")
-    @classmethod
-    def _known_locale(cls, value: str | None) -> str | None:
-        if value is not None:
-            from babel import Locale, UnknownLocaleError
-
-            try:
-                Locale.parse(value)
-            except (UnknownLocaleError, ValueError, TypeError) as error:
-                raise ValueError(f"not a locale babel knows: {value!r} ({error})") from None
-        return value
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_timezone(cls, value: str | None) -> str | None:
-        if value is not None:
-            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-            try:
-                ZoneInfo(value)
-            except (ZoneInfoNotFoundError, ValueError) as error:
-                raise ValueError(f"not an IANA time zone: {value!r} ({error})") from None
-        return value
+    timezone: TimeZoneName | None = Field(
+        default=None, description="datetime: the IANA zone of times written without an offset (default UTC).")
 
     @model_validator(mode="after")
     def _options_fit_the_type(self) -> Attribute:
@@ -323,6 +302,15 @@ class Attribute(SelectorFields, ValueRules):
         return self
 
 
+def usable_attribute_names(attributes: dict[str, Attribute]) -> dict[str, Attribute]:
+    check_attribute_names(attributes)
+    return attributes
+
+
+# A record's attributes by field name: names Harvester does not write itself, usable as document fields.
+AttributeFields = Annotated[dict[str, Attribute], AfterValidator(usable_attribute_names)]
+
+
 class RecordItem(SelectorFields):
     """What one record of a listing page is: elements (``css``/``xpath``) or data items (``jsonld``,
     ``microdata``, ``script_json``, ``json``: a JMESPath result that is a list of objects)."""
@@ -339,16 +327,10 @@ class ListingRecords(StrictModel):
 
     item: RecordItem = Field(description="Selects the items: elements (css, xpath) or data objects (jsonld, "
                                          "microdata, script_json, json).")
-    attributes: dict[str, Attribute] = Field(
+    attributes: AttributeFields = Field(
         min_length=1, description="Fields of each item's record: css/xpath relative to an element item, "
                                   "json (JMESPath) relative to a data item.")
     key: list[str] = Field(min_length=1, description="Fields of the upsert key (the records' output.key).")
-
-    @field_validator("attributes")
-    @classmethod
-    def _attribute_names(cls, value: dict[str, Attribute]) -> dict[str, Attribute]:
-        check_attribute_names(value)
-        return value
 
     @model_validator(mode="after")
     def _relative_selectors(self) -> ListingRecords:

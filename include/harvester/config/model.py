@@ -92,7 +92,8 @@ class RateLimit(StrictModel):
     max_active: int = Field(default=4, ge=1, le=10_000, description="Tasks in flight at once, across all workers.")
     per_minute: int = Field(default=120, ge=1, le=1_000_000, description="Requests admitted in any rolling minute.")
     per_host_max_active: int | None = Field(
-        default=None, ge=1, description="Politeness: tasks in flight per host (like Scrapy's slots)."
+        default=None, ge=1, description="Politeness: in flight at one host, across all workers: tasks admitted, and "
+                                       "requests at fetch time (like Scrapy's per-domain slots)."
     )
     per_host_per_minute: int | None = Field(
         default=None, ge=1, le=1_000_000,

@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import redis
 from celery import Celery
 from kombu import Queue
+from kombu.exceptions import BatchPublishError
 
+from harvester.connections import celery_broker
+from harvester.errors import StorageUnavailableError
 from harvester.queues import kombu_queue
 from harvester.settings import HarvesterSettings
 
@@ -23,10 +27,12 @@ SOFT_LIMIT_MARGIN_SECONDS = 15.0  # a batch past its soft limit gets this long t
 
 
 def celery_app_for(settings: HarvesterSettings) -> Celery:
-    """A Celery app that only publishes, to ``settings.redis_url``, in the message format the workers'
-    app (``harvester.workers.celery_app``) consumes: the distributor never imports worker code."""
-    app = Celery("harvester", broker=settings.redis_url, set_as_current=False)
-    app.conf.update(task_serializer="json", accept_content=["json"], result_backend=None, task_ignore_result=True,
+    """A Celery app that only publishes, to ``settings.redis_url`` (or its sentinels' primary), in the message
+    format the workers' app (``harvester.workers.celery_app``) consumes: the distributor never imports worker code."""
+    broker_url, sentinel_options = celery_broker(settings)  # sentinel:// and its master_name when sentinels are set
+    app = Celery("harvester", broker=broker_url, set_as_current=False)
+    app.conf.update(broker_transport_options=sentinel_options, task_serializer="json", accept_content=["json"],
+                    result_backend=None, task_ignore_result=True,
                     broker_connection_retry_on_startup=True,
                     # send_task then publishes a task-sent event per message through the same producer
                     # batch (Celery's event dispatcher), so Flower shows each batch from the moment it is queued
@@ -60,8 +66,17 @@ class CeleryPublisher:
     def publish(self, work: Iterable[tuple[str, list[dict[str, Any]]]]) -> int:
         """Publish (queue, task dicts of ONE source) pairs in one pipelined batch; returns Celery messages sent."""
         work = list(work)
-        with self.app.producer_or_acquire() as producer, producer.batch(max_size=1000):
-            self._send(producer, work)
+        try:
+            with self.app.producer_or_acquire() as producer, producer.batch(max_size=1000):
+                self._send(producer, work)
+        except BatchPublishError as error:
+            # kombu's pipelined batch met a dead or failed-over broker: an outage the distributor waits out (its
+            # unconfirmed reservations come back after publish_grace_seconds; a message sent twice is dropped at
+            # the worker's start call). Anything else that failed the batch is not an outage and is raised as is.
+            if isinstance(error.__cause__, redis.ConnectionError | redis.TimeoutError | OSError):
+                raise StorageUnavailableError(f"{error} ({type(error.__cause__).__name__}: {error.__cause__})"
+                                              ) from error
+            raise
         return sum(-(-len(tasks) // self.batch_size) for _, tasks in work)
 
     def _send(self, producer: Any, work: list[tuple[str, list[dict[str, Any]]]]) -> None:

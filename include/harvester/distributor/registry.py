@@ -41,7 +41,7 @@ class RegisteredSource:
     priority: str
     max_active: int  # the source's tasks in flight (reserved or leased) across every worker
     per_minute: int
-    per_host_max_active: int  # requests in flight at one host (0: no such limit)
+    per_host_max_active: int  # in flight at one site host: tasks at admission, requests at fetch (0: no limit)
     retries: int
     timeout: float = 30.0  # seconds a fetch of this source may take (batch time limits)
     render: str = "http"

@@ -30,13 +30,14 @@ from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harvester.connections import blocking_twin
+from harvester.distributor.known_sources import SOURCES_REFRESH_SECONDS, KnownSources
 from harvester.distributor.lost_messages import LostMessageProbe
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.publisher import SCRAPE_TASK, SOFT_LIMIT_MARGIN_SECONDS, CeleryPublisher, celery_app_for
 from harvester.distributor.registry import RegisteredSource, SourceRegistry
 from harvester.distributor.store import Admission, RateLimitStore, wake_distributors
 from harvester.errors import DistributorError, ShutdownRequested, StorageUnavailableError
-from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SourceKeys, distributor_heartbeat
+from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys, distributor_heartbeat
 from harvester.redis_scripts import ScriptPipeline
 from harvester.settings import HarvesterSettings
 
@@ -45,11 +46,6 @@ log = logging.getLogger("harvester.distributor")
 __all__ = ["SCRAPE_TASK", "SOFT_LIMIT_MARGIN_SECONDS", "BrowserHandoff", "CeleryPublisher", "Distributor",
            "celery_app_for"]
 
-SOURCES_REFRESH_SECONDS = 1.0
-# Registrations already known are read again this often (a new source is seen within SOURCES_REFRESH_SECONDS):
-# the limits themselves are read by the Lua scripts from Redis at every admission, so only the queue and the
-# priority of a changed source can lag this long.
-SOURCES_FULL_REFRESH_SECONDS = 30.0
 SUMMARY_SECONDS = 60.0
 MAX_WAIT_SECONDS = 30.0  # a blocking wait never outlasts the blocking connection's socket timeout
 BACKPRESSURE_POLL_SECONDS = 0.2  # Celery gives no event when a queue drains: look again this often
@@ -121,13 +117,11 @@ class Distributor:
         self.on_dead_letters = on_dead_letters
         self.browser_handoff = browser_handoff  # None: browser sources wait for a distributor that has one
         self.registry = SourceRegistry(redis_client)
+        self.known = KnownSources(redis_client, self.registry)
         self.totals = DistributorTotals()
         self._stop = threading.Event()
         self._waiting = False
         self._round_number = 0
-        self._sources: dict[str, RegisteredSource] = {}
-        self._sources_read_at = float("-inf")
-        self._sources_fully_read_at = float("-inf")
         self._next_reap = 0.0
         self.lost_messages = LostMessageProbe(redis_client, self.store.scripts, self.settings)
         self._unpublished: list[tuple[str | None, list[dict[str, Any]]]] = []  # (Celery queue or None: slots, tasks)
@@ -222,7 +216,7 @@ class Distributor:
             self.reap()
         if self.lost_messages.due:
             self.return_lost_messages()
-        sources = self._deliverable(self._registered_sources())
+        sources = self._deliverable(self.known.current())
         if not sources:
             return outcome
         requests, waits = self._requests(self.fair_order(list(sources.values()), self._round_number), outcome)
@@ -360,14 +354,14 @@ class Distributor:
         """Celery's hard time limit of one message: every fetch ends by the source's timeout, storing gets
         two leases, and the per_minute tokens of the batch may take their share of windows. Keep
         ``celery_visibility_timeout_seconds`` above it, so kombu never redelivers a running batch."""
-        registered = self._sources.get(source)
+        registered = self.known.sources.get(source)
         timeout = registered.timeout if registered is not None else 30.0
         per_minute = registered.per_minute if registered is not None and registered.per_minute > 0 else tasks
         rate_windows = -(-tasks // per_minute)
         return timeout * 2 + 2 * self.settings.lease_seconds + rate_windows * self.settings.rate_window_seconds + 30
 
     def reap(self) -> int:
-        result = self.store.reap(list(self._registered_sources()))
+        result = self.store.reap(list(self.known.current()))
         self._next_reap = time.monotonic() + self.settings.reap_interval_seconds
         self.totals.reaped += result.reaped
         if result.reaped:
@@ -383,7 +377,7 @@ class Distributor:
 
     def return_lost_messages(self) -> int:
         """Queued tasks whose Celery message was lost back to intake (harvester.distributor.lost_messages)."""
-        queues = {name: source.queue for name, source in self._registered_sources().items() if not source.browser}
+        queues = {name: source.queue for name, source in self.known.current().items() if not source.browser}
         returned = self.lost_messages.look(queues)
         if returned:
             pipeline = self.redis.pipeline(transaction=False)
@@ -402,32 +396,6 @@ class Distributor:
                 shift = round_number % len(members)
                 ordered += members[shift:] + members[:shift]
         return ordered
-
-    def _registered_sources(self) -> dict[str, RegisteredSource]:
-        now = time.monotonic()
-        if now - self._sources_read_at >= SOURCES_REFRESH_SECONDS:
-            if now - self._sources_fully_read_at >= SOURCES_FULL_REFRESH_SECONDS:
-                self._sources = self.registry.read_all()
-                self._sources_fully_read_at = now
-            else:
-                self._sources = self._newly_registered(self._sources)
-            self._sources_read_at = now
-        return self._sources
-
-    def _newly_registered(self, known: dict[str, RegisteredSource]) -> dict[str, RegisteredSource]:
-        """The index read again, and only the sources new to it read whole: at 5,000 sources re-reading every
-        registration each second cost more than the admission it serves."""
-        members = self.redis.smembers(SOURCES_INDEX)
-        names = {name.decode() if isinstance(name, bytes) else str(name) for name in members}
-        sources = {name: source for name, source in known.items() if name in names}
-        if new := sorted(names - sources.keys()):
-            pipeline = self.redis.pipeline(transaction=False)
-            for name in new:
-                self.registry.queue_read(pipeline, name)
-            for name, values in zip(new, pipeline.execute(), strict=True):
-                if (source := self.registry.registered(name, values)) is not None:
-                    sources[name] = source
-        return dict(sorted(sources.items()))
 
     def _queue_depths_and_ready_work(
         self, sources: list[RegisteredSource]
@@ -477,7 +445,7 @@ class Distributor:
             candidates.append(outcome.wait_seconds)
         if outcome.backpressured:
             candidates.append(BACKPRESSURE_POLL_SECONDS)
-        if not self._sources:
+        if not self.known.sources:
             candidates.append(SOURCES_REFRESH_SECONDS * 5)
         return max(0.005, min(MAX_WAIT_SECONDS, *candidates))
 
@@ -498,23 +466,26 @@ class Distributor:
         # the token names the source that woke us: one not known yet has just registered, so read the
         # sources now; a known one (a released lease, more intake) changes nothing the 1 s refresh misses
         woken_by = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-        if woken_by not in self._sources:
-            self._sources_read_at = float("-inf")
+        if woken_by not in self.known.sources:
+            self.known.read_index_soon()
         return True
 
     # -- outages ----------------------------------------------------------------------------------
     def _redis_location(self) -> str:
-        kwargs = self.redis.connection_pool.connection_kwargs
+        pool = self.redis.connection_pool
+        if (service := getattr(pool, "service_name", None)) is not None:  # a Sentinel pool: no fixed address
+            return f"the primary {service!r} of the sentinels"
+        kwargs = pool.connection_kwargs
         return kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
 
     def _outage(self, error: BaseException) -> None:
         if self._outage_since is None:
             self._outage_since = time.monotonic()
-            log.warning("Redis unavailable at %s (%s: %s); retrying with backoff up to %.0fs",
+            log.warning("Redis unavailable at %s (%s: %s); retrying with backoff up to %.1fs",
                         self._redis_location(), type(error).__name__, error, self.settings.redis_retry_max_seconds)
 
     def _back_online(self) -> None:
         if self._outage_since is not None:
             log.warning("Redis reachable again after %.1fs", time.monotonic() - self._outage_since)
             self._outage_since = None
-            self._sources_read_at = self._sources_fully_read_at = float("-inf")
+            self.known.read_all_soon()

@@ -441,7 +441,7 @@ def export_to_temporary_file(source: SourceConfig, output_database: Database, ru
     handle, path = tempfile.mkstemp(prefix=f"harvester-{source.name}-", suffix=f".{fmt}")
     try:
         with os.fdopen(handle, "wb") as out:
-            count = export_records(source, output_database[source.output_collection], fmt, out,  # type: ignore[arg-type]
+            count = export_records(source, output_database[source.output_collection], fmt, out,
                                    query)
     except BaseException:  # the file is removed whatever went wrong, then the error goes on
         os.unlink(path)

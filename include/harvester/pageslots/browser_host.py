@@ -34,7 +34,7 @@ from harvester.config import SourceConfig
 from harvester.pageslots.proxies import proxy_for
 from harvester.pageslots.registry import SlotState
 from harvester.scraping import SKIPPED_REASON, FetchedBatch, FetchPermit, FetchResult, Render, SlotBrowser, first_line
-from harvester.settings import HarvesterSettings, get_settings
+from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,8 +76,8 @@ class HostTotals:
 class BrowserHost:
     """One slot browser per country of this process. ``async with BrowserHost(settings) as host``."""
 
-    def __init__(self, settings: HarvesterSettings | None = None) -> None:
-        self.settings = settings or get_settings()
+    def __init__(self, settings: HarvesterSettings) -> None:
+        self.settings = settings
         self.totals = HostTotals()
         self.browsers: dict[str, SlotBrowser] = {}
         self._lock = asyncio.Lock()
@@ -163,8 +163,8 @@ class BrowserHost:
 class BrowserHostThread:
     """A :class:`BrowserHost` on an event loop of its own thread, driven synchronously by Celery tasks."""
 
-    def __init__(self, settings: HarvesterSettings | None = None) -> None:
-        self.settings = settings or get_settings()
+    def __init__(self, settings: HarvesterSettings) -> None:
+        self.settings = settings
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="browser-host", daemon=True)
         self._thread.start()
@@ -262,7 +262,7 @@ _host_pid: int | None = None
 _host_lock = threading.Lock()
 
 
-def browser_host(settings: HarvesterSettings | None = None) -> BrowserHostThread:
+def browser_host(settings: HarvesterSettings) -> BrowserHostThread:
     """The browser host of this process, started on first use and closed at exit."""
     global _host, _host_pid
     with _host_lock:

@@ -60,7 +60,7 @@ def _slots(args: argparse.Namespace) -> int:
             beat = f"{now_seconds - r.heartbeat:.0f}s ago" if r.heartbeat else "never"
             orders = " deleting after its task" if r.retire else (f" moving to {r.next_country}" if r.next_country
                                                                    else "")
-            print(f"  {r.id:<10} {r.state.value:<22} host {r.host or '-'} pid {r.process_id or '-'} "
+            print(f"  {r.id:<10} {r.state.value:<22} worker {r.worker or '-'} pid {r.process_id or '-'} "
                   f"browser {r.browser_pid or '-'} pages {r.pages_served} failures {r.consecutive_failures} "
                   f"heartbeat {beat}{orders}{f' ({r.reason})' if r.reason else ''}")
     if decision:

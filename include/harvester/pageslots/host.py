@@ -80,12 +80,12 @@ class PageSlotHost:
     """Hosts one slot until it lands in NO_PAGE (or is taken away). ``PageSlotHost(slot_id, pipeline=...).run()``.
     It is the slot browser's :class:`~harvester.scraping.LoadListener`: each failed load moves the record."""
 
-    def __init__(self, slot_id: str, settings: HarvesterSettings | None = None, host: str | None = None,
+    def __init__(self, slot_id: str, settings: HarvesterSettings, worker: str | None = None,
                  pipeline: SlotPipeline | None = None) -> None:
         self.slot_id = slot_id
-        self.settings = settings or get_settings()
-        self.host = host or socket.gethostname()
-        self.owner = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.settings = settings
+        self.worker = worker or socket.gethostname()  # the slot host's Celery node name, kept in the slot record
+        self.owner = f"{self.worker}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         from harvester.connections import redis_client
 
         self.redis = redis_client(settings=self.settings)
@@ -112,7 +112,7 @@ class PageSlotHost:
 
     # -- life cycle ---------------------------------------------------------------------------------
     def run(self) -> SlotReport:
-        status = self.registry.claim(self.slot_id, self.owner, self.host, os.getpid(),
+        status = self.registry.claim(self.slot_id, self.owner, self.worker, os.getpid(),
                                      2 * self.settings.page_slot_heartbeat_seconds)
         if status != "ok":
             self.report.outcome = f"not claimed: {status}"
@@ -381,6 +381,7 @@ class PageSlotHost:
         return result.outcome
 
 
-def host_slot(slot_id: str, pipeline: SlotPipeline, host: str | None = None) -> dict[str, Any]:
-    """The body of the ``harvester.host_page_slot`` Celery task; ``pipeline`` takes tokens and settles pages."""
-    return PageSlotHost(slot_id, host=host, pipeline=pipeline).run().as_dict()
+def host_slot(slot_id: str, pipeline: SlotPipeline, worker: str | None = None) -> dict[str, Any]:
+    """The body of the ``harvester.host_page_slot`` Celery task (an entry point: it reads the settings);
+    ``pipeline`` takes tokens and settles pages, ``worker`` is the Celery node name of this slot host."""
+    return PageSlotHost(slot_id, get_settings(), worker=worker, pipeline=pipeline).run().as_dict()

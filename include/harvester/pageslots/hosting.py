@@ -52,7 +52,7 @@ class SlotHostSupervisor:
         self.hosts.advertise(self.host, self.capacity, 3 * self.interval)
         for slot in self.registry.reset_stale(2 * self.interval, self.settings.page_slot_claim_seconds):
             log.warning("slot %s reset from %s: its process (%s pid %s) stopped heartbeating", slot.id,
-                        slot.previous, slot.host, slot.process_id)
+                        slot.previous, slot.worker, slot.process_id)
             if slot.browser_pid and _is_slot_browser(slot.browser_pid, slot.id):
                 kill_process_tree(slot.browser_pid)
         reap_orphan_browsers()

@@ -42,6 +42,15 @@ SURRENDER_ORDER = {SlotState.NO_PAGE: 0, SlotState.CLOSING_PAGE: 1, SlotState.PA
                    SlotState.PREPARING_PAGE: 3, SlotState.RUNNING_SCRAPING_TASK: 4}
 
 
+# What a job may do to a country's slots, in the order its story tells it (a move names the other country).
+_CHANGE_STORY = (
+    ("created", "+{} created"), ("moved_in", "+{} moved from {}"), ("kept", "{} kept (orders cancelled)"),
+    ("deleted", "{} deleted"), ("deleted_after_tasks", "{} deleted after their tasks"),
+    ("moved_out", "{} moving to {}"), ("started", "{} started"), ("closed_idle", "{} idle closed"),
+    ("reset", "{} reset (process gone)"),
+)
+
+
 @dataclass
 class CountryChange:
     """What a job did to one country's slots."""
@@ -61,30 +70,17 @@ class CountryChange:
 
     def story(self) -> str:
         parts: list[str] = []
-        if self.created:
-            parts.append(f"+{self.created} created")
-        for origin, amount in sorted(self.moved_in.items()):
-            parts.append(f"+{amount} moved from {origin}")
-        if self.kept:
-            parts.append(f"{self.kept} kept (orders cancelled)")
-        if self.deleted:
-            parts.append(f"{self.deleted} deleted")
-        if self.deleted_after_tasks:
-            parts.append(f"{self.deleted_after_tasks} deleted after their tasks")
-        for target, amount in sorted(self.moved_out.items()):
-            parts.append(f"{amount} moving to {target}")
-        if self.started:
-            parts.append(f"{self.started} started")
-        if self.closed_idle:
-            parts.append(f"{self.closed_idle} idle closed")
-        if self.reset:
-            parts.append(f"{self.reset} reset (process gone)")
+        for name, template in _CHANGE_STORY:
+            value = getattr(self, name)
+            if isinstance(value, Counter):  # moves, by the other country
+                parts += [template.format(amount, country) for country, amount in sorted(value.items())]
+            elif value:
+                parts.append(template.format(value))
         return f"{self.country} {self.before} → {self.after} slots: {', '.join(parts) or 'unchanged'}"
 
     @property
     def changed(self) -> bool:
-        return bool(self.created or self.deleted or self.deleted_after_tasks or self.moved_in or self.moved_out
-                    or self.kept or self.started or self.closed_idle or self.reset)
+        return any(getattr(self, name) for name, _ in _CHANGE_STORY)
 
 
 @dataclass
@@ -269,7 +265,7 @@ class PageSlotManager:
             country = slot.id.split("-")[0]
             report.change(country).reset += 1
             report.notes.append(f"slot {slot.id} reset from {slot.previous} (no heartbeat for {stale_after:g}s, "
-                                f"host {slot.host or '?'} pid {slot.process_id or '?'})")
+                                f"worker {slot.worker or '?'} pid {slot.process_id or '?'})")
         return [slot.id for slot in reset]
 
     def refuse_unproxied(self, country: str, report: StepReport) -> int:

@@ -1,9 +1,9 @@
 """Slot records in Redis, the authority on page slots (DESIGN.md section 5).
 
-One hash per slot (id, country, state, host, process id, browser pid, pages served, consecutive failures,
-last used, heartbeat, and the allocator's orders: retire, next country), indexed per country. Every change
-is one atomic Lua call with the Redis server's clock, so allocators and slot hosts on any number of
-machines agree on what each slot is doing.
+One hash per slot (id, country, state, worker: the Celery node name of its slot host, process id, browser pid,
+pages served, consecutive failures, last used, heartbeat, and the allocator's orders: retire, next country),
+indexed per country. Every change is one atomic Lua call with the Redis server's clock, so allocators and slot
+hosts on any number of machines agree on what each slot is doing.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class SlotRecord:
     id: str
     country: str
     state: SlotState
-    host: str = ""
+    worker: str = ""  # the Celery node name of the slot host whose process holds it (pageslots@<machine>)
     process_id: int | None = None
     browser_pid: int | None = None
     pages_served: int = 0
@@ -77,7 +77,8 @@ class SlotRecord:
     def from_hash(cls, fields: dict[bytes | str, bytes | str]) -> SlotRecord:
         values = {_text(key): _text(value) for key, value in fields.items()}
         return cls(
-            id=values["id"], country=values["country"], state=SlotState(values["state"]), host=values.get("host", ""),
+            id=values["id"], country=values["country"], state=SlotState(values["state"]),
+            worker=values.get("worker", ""),
             process_id=int(values["process_id"]) if values.get("process_id") else None,
             browser_pid=int(values["browser_pid"]) if values.get("browser_pid") else None,
             pages_served=int(values.get("pages_served") or 0),
@@ -127,7 +128,7 @@ class ResetSlot:
 
     id: str
     previous: SlotState
-    host: str
+    worker: str
     process_id: int | None
     browser_pid: int | None
     outcome: str
@@ -189,9 +190,9 @@ class SlotRegistry:
                                  unclaimed_after_seconds=float(unclaimed)).reset_slots
         fields = iter(flat)  # six per reset slot, in the order the script's header names them
         return [
-            ResetSlot(slot_id, SlotState(previous), host, int(process_id) if process_id else None,
+            ResetSlot(slot_id, SlotState(previous), worker, int(process_id) if process_id else None,
                       int(browser_pid) if browser_pid else None, outcome)
-            for slot_id, previous, host, process_id, browser_pid, outcome in zip(*[fields] * 6, strict=True)
+            for slot_id, previous, worker, process_id, browser_pid, outcome in zip(*[fields] * 6, strict=True)
         ]
 
     # -- transitions -----------------------------------------------------------------------------------
@@ -219,9 +220,9 @@ class SlotRegistry:
         return TransitionResult(SlotState(reply.previous), reply.outcome)
 
     @redis_storage_errors()
-    def claim(self, slot_id: str, owner: str, host: str, process_id: int, stale_after_seconds: float) -> str:
+    def claim(self, slot_id: str, owner: str, worker: str, process_id: int, stale_after_seconds: float) -> str:
         """A host process takes a started slot; returns ok | missing | not_started | owned (then it must exit)."""
-        return self.scripts.call("slot_claim", KEYS, {"slot": KEYS.slot(slot_id)}, owner=owner, host=host,
+        return self.scripts.call("slot_claim", KEYS, {"slot": KEYS.slot(slot_id)}, owner=owner, worker=worker,
                                  process_id=process_id, stale_after_seconds=float(stale_after_seconds)).status
 
     @redis_storage_errors()

@@ -33,7 +33,7 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
     _contract("slot_transition", "slot all_slots",
               "slot_id target owner country_prefix required min_idle_seconds reason fields...",
               {"status": text, "previous": optional_text, "outcome": optional_text}, explicit_keys=("slot",)),
-    _contract("slot_claim", "slot", "owner host process_id stale_after_seconds",
+    _contract("slot_claim", "slot", "owner worker process_id stale_after_seconds",
               {"status": text, "state": optional_text, "country": optional_text}, explicit_keys=("slot",)),
     _contract("slot_heartbeat", "slot", "owner browser_pid",
               {"status": text, "state": optional_text, "country": optional_text, "retire": optional_text,

@@ -96,7 +96,7 @@ class SourceCookieJars:
         if not values:
             return
         jar = self.jar(source)
-        jar.extract_cookies(_Response(values), urllib.request.Request(url))  # type: ignore[arg-type]
+        jar.extract_cookies(_Response(values), urllib.request.Request(url))  # type: ignore[arg-type]  # duck: only .info()
         if len(jar) > self.max_cookies:
             jar.clear_expired_cookies()
             if len(jar) > self.max_cookies:

@@ -7,6 +7,7 @@ engine of :mod:`harvester.patterns`: no link a site writes can stall a worker.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import re2
@@ -97,6 +98,39 @@ class Discovery:
     def ignore(self, reason: str) -> None:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
 
+    def usable_url(self, raw: str, base: str, limit: int) -> str | None:
+        """``raw``'s canonical form against ``base`` when it is at most ``limit`` characters before and after
+        it is canonicalised; else None, counted (too_long, not_http)."""
+        url = canonicalise_url(raw, base) if len(raw) <= limit else None
+        if len(raw) > limit or (url is not None and len(url) > limit):
+            self.ignore("too_long")
+        elif url is None:
+            self.ignore("not_http")
+        else:
+            return url
+        return None
+
+    def add_detail(self, url: str, follow: re2._Regexp | None, seen: set[str]) -> bool:
+        """Keep ``url`` as a detail link unless the follow pattern refuses it or this page named it already
+        (each counted); whether it was kept."""
+        if follow is not None and not follow.search(url):
+            self.ignore("not_followed")
+        elif url in seen:
+            self.ignore("repeated_on_page")
+        else:
+            seen.add(url)
+            self.details.append(url)
+            return True
+        return False
+
+
+def _usable_links(selector: Selector | PageData, expressions: list[str], page_url: str, limit: int,
+                  discovery: Discovery) -> Iterator[str]:
+    """The canonical URLs the expressions select (:meth:`Discovery.usable_url`)."""
+    for raw in select_links(selector, expressions):
+        if (url := discovery.usable_url(raw, page_url, limit)) is not None:
+            yield url
+
 
 def discover_links(source: SourceConfig, page_url: str, selector: Selector | PageData, depth: int,
                    max_url_length: int | None = None, max_next_pages: int | None = None) -> Discovery:
@@ -113,28 +147,12 @@ def discover_links(source: SourceConfig, page_url: str, selector: Selector | Pag
     limit = max_url_length if max_url_length is not None else _max_url_length()
     follow = follow_matcher(listing.follow)
     seen: set[str] = set()
-    for raw in select_links(selector, listing.link_selectors):
-        url = canonicalise_url(raw, page_url) if len(raw) <= limit else None
-        if len(raw) > limit or (url is not None and len(url) > limit):
-            discovery.ignore("too_long")
-        elif url is None:
-            discovery.ignore("not_http")
-        elif not follow.search(url):
-            discovery.ignore("not_followed")
-        elif url in seen:
-            discovery.ignore("repeated_on_page")
-        else:
-            seen.add(url)
-            discovery.details.append(url)
+    for url in _usable_links(selector, listing.link_selectors, page_url, limit, discovery):
+        discovery.add_detail(url, follow, seen)
     if listing.next_page_selectors:
         next_cap = max_next_pages if max_next_pages is not None else _max_next_pages()
-        for raw in select_links(selector, listing.next_page_selectors):
-            url = canonicalise_url(raw, page_url) if len(raw) <= limit else None
-            if len(raw) > limit or (url is not None and len(url) > limit):
-                discovery.ignore("too_long")
-            elif url is None:
-                discovery.ignore("not_http")
-            elif depth + 1 > listing.max_depth:
+        for url in _usable_links(selector, listing.next_page_selectors, page_url, limit, discovery):
+            if depth + 1 > listing.max_depth:
                 discovery.ignore("beyond_max_depth")
             elif not next_page_followed(source, page_url, url):
                 discovery.ignore("not_followed")

@@ -434,18 +434,7 @@ def sitemap_discovery(source: SourceConfig, fetch: FetchResult, max_url_length: 
             discovery.listings.append(url)
     seen: set[str] = set()
     for entry in document.pages:
-        url = canonicalise_url(entry.url, base) if len(entry.url) <= max_url_length else None
-        if len(entry.url) > max_url_length or (url is not None and len(url) > max_url_length):
-            discovery.ignore("too_long")
-        elif url is None:
-            discovery.ignore("not_http")
-        elif follow is not None and not follow.search(url):
-            discovery.ignore("not_followed")
-        elif url in seen:
-            discovery.ignore("repeated_on_page")
-        else:
-            seen.add(url)
-            discovery.details.append(url)
-            if entry.lastmod is not None:
-                discovery.lastmod[url] = entry.lastmod
+        url = discovery.usable_url(entry.url, base, max_url_length)
+        if url is not None and discovery.add_detail(url, follow, seen) and entry.lastmod is not None:
+            discovery.lastmod[url] = entry.lastmod
     return discovery

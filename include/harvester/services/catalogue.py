@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harvester.services import readiness
@@ -25,6 +25,56 @@ def redis_server(port: int, data_dir: Path, env: Mapping[str, str], url: str, po
     command += ["--requirepass", password] if password else ["--protected-mode", "yes"]
     return Service("redis", [command], env, port=port, port_variable=port_variable,
                    ready=lambda: readiness.redis_ping(url), ready_timeout=20, directories=(data_dir,))
+
+
+def redis_replica(name: str, port: int, primary_port: int, data_dir: Path, env: Mapping[str, str], url: str,
+                  port_variable: str, password: str | None = None) -> Service:
+    """A replica of the Redis on ``primary_port`` (asynchronous replication, AOF on as the primary's). Its
+    ``masterauth`` is the shared password, so it can follow whichever server the sentinels promote."""
+    service = redis_server(port, data_dir, env, url, port_variable, password)
+    auth = ["--masterauth", password] if password else []
+    return replace(service, name=name, commands=[[*service.command, "--replicaof", LOOPBACK, str(primary_port),
+                                                   *auth]])
+
+
+@dataclass(frozen=True)
+class SentinelPlan:
+    """Redis Sentinel for one primary: how soon the sentinels call it down and fail over.
+
+    ``down_after_ms``: a primary that has not answered this long is subjectively down (Redis' default is
+    30 s; a short value fails over sooner and risks a failover on a slow host); ``failover_timeout_ms``: a
+    failover that stalls is retried by another sentinel after it (and a sentinel waits twice this before
+    failing over the same primary again)."""
+
+    master_name: str = "harvester"
+    quorum: int = 2
+    down_after_ms: int = 5000
+    failover_timeout_ms: int = 30_000
+
+
+def sentinel_configuration(port: int, data_dir: Path, primary_port: int, plan: SentinelPlan,
+                           password: str | None = None) -> str:
+    """sentinel.conf for a sentinel on loopback watching the primary on ``primary_port``; it rewrites the
+    file itself as the primary changes. ``password``: the Redis password (``auth-pass``) and, as in
+    compose, the sentinel's own (``requirepass``: the same secret, one fewer to keep)."""
+    lines = [f"port {port}", f"bind {LOOPBACK}", f"dir {data_dir}",
+             f"sentinel monitor {plan.master_name} {LOOPBACK} {primary_port} {plan.quorum}",
+             f"sentinel down-after-milliseconds {plan.master_name} {plan.down_after_ms}",
+             f"sentinel failover-timeout {plan.master_name} {plan.failover_timeout_ms}",
+             f"sentinel parallel-syncs {plan.master_name} 1"]
+    if password:
+        lines += [f"sentinel auth-pass {plan.master_name} {password}", f"requirepass {password}"]
+    return "\n".join(lines) + "\n"
+
+
+def redis_sentinel(name: str, port: int, primary_port: int, data_dir: Path, env: Mapping[str, str],
+                   port_variable: str, plan: SentinelPlan, password: str | None = None) -> Service:
+    """One Redis Sentinel (``redis-server <conf> --sentinel``: Debian's redis-sentinel is that binary)."""
+    config = data_dir / "sentinel.conf"
+    return Service(name, [["redis-server", str(config), "--sentinel"]], env, port=port, port_variable=port_variable,
+                   ready=lambda: readiness.sentinel_knows_primary(port, plan.master_name, password),
+                   ready_timeout=20, directories=(data_dir,),
+                   files=((config, sentinel_configuration(port, data_dir, primary_port, plan, password)),))
 
 
 def mongo_server(choice: MongoChoice, data_dir: Path, port: int, env: Mapping[str, str], port_variable: str,

@@ -2,14 +2,14 @@
 
 PostgreSQL (the Debian package, a private cluster), Redis with a password, MongoDB, the demo site,
 Airflow with the CeleryExecutor as separate processes (``airflow db migrate``, api-server, scheduler,
-dag-processor, triggerer, ``airflow celery worker``), the distributor, and Harvester worker *hosts*:
+dag-processor, triggerer, ``airflow celery worker``), the distributor, and Harvester worker *machines*:
 process groups with node names of their own, running the commands compose runs. The topology test
 (tests/services/test_cluster_topology.py) and ``make run MODE=cluster`` both use this module, so what
 users try is what CI proves.
 
 This module declares the services and their environments; the launcher core
-(:mod:`harvester.services.launcher`) runs them: a PID file under ``<base>/run`` per service (for a host:
-its process group) and a log under ``<base>/log``, so a second start starts nothing twice and ``stop``
+(:mod:`harvester.services.launcher`) runs them: a PID file under ``<base>/run`` per service (for a worker
+machine: its process group) and a log under ``<base>/log``, so a second start starts nothing twice and ``stop``
 stops exactly what was started.
 """
 
@@ -25,6 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from harvester.connections import RedisTarget, celery_broker, format_sentinels
 from harvester.errors import ClusterError
 from harvester.queues import PAGESLOTS_QUEUE
 from harvester.services import catalogue, readiness
@@ -33,6 +34,7 @@ from harvester.services.catalogue import (
     CELERY_APP,
     DEMO_SOURCE_DAG,
     CountryProxies,
+    SentinelPlan,
     browser_countries,
     celery_worker_command,
 )
@@ -41,12 +43,13 @@ from harvester.services.launcher import main as launcher_main
 from harvester.services.mongo import airflow_connection_uri, choose_mongo, redact
 from harvester.services.ports import LOOPBACK, PortPlan
 from harvester.services.postgres import PostgresServer, data_directory
-from harvester.settings import REPOSITORY_ROOT
+from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
 
-__all__ = ["CELERY_APP", "Cluster", "ClusterError", "ClusterPorts", "ClusterSecrets", "WorkerHost", "main"]
+__all__ = ["CELERY_APP", "Cluster", "ClusterError", "ClusterPorts", "ClusterSecrets", "WorkerMachine", "main"]
 
 AIRFLOW_USER = "admin"
 POSTGRES_USER = "airflow"
+SENTINELS = 3  # a majority (quorum 2) survives the loss of one sentinel
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,11 @@ class ClusterPorts(PortPlan):
 
     ENVIRONMENT_PREFIX = "HARVESTER_CLUSTER_"
     postgres: int = 5433
-    redis: int = 6380
+    redis: int = 6380  # the first primary; the sentinels may promote the replica in its place
+    redis_replica: int = 6381
+    sentinel_1: int = 26380  # the three Redis Sentinels
+    sentinel_2: int = 26381
+    sentinel_3: int = 26382
     mongo: int = 27018
     airflow: int = 8081
     demo_site: int = 8009
@@ -94,8 +101,9 @@ class ClusterSecrets:
 
 
 @dataclass
-class WorkerHost:
-    """A Harvester worker "host": the compose worker services of one machine, with its own node names."""
+class WorkerMachine:
+    """A machine of Harvester workers: the compose worker services of one machine, with its own node names
+    (``<queue>@<machine>``, as compose's ``%h``)."""
 
     name: str
     kind: str  # "http": worker-priority + worker-default; "pageslots": worker-pageslots
@@ -119,8 +127,8 @@ class Cluster:
     mongo_database: str = "harvester"
     demo_site_url: str | None = None  # an already running demo site; else one is started
     sources_dir: Path | None = None
-    hosts: list[WorkerHost] = field(default_factory=lambda: [WorkerHost("host-a", "http"),
-                                                            WorkerHost("host-c", "pageslots")])
+    machines: list[WorkerMachine] = field(default_factory=lambda: [WorkerMachine("machine-a", "http"),
+                                                                  WorkerMachine("machine-c", "pageslots")])
     harvester_overrides: dict[str, str] = field(default_factory=dict)  # HARVESTER_* of every Harvester process
     # Country -> forward proxy URL, given to the slot hosts and the allocator as AIRFLOW_CONN_PROXY_<C>
     # (compose sets the same variables). The caller's own AIRFLOW_CONN_PROXY_<C> count as configured too.
@@ -128,6 +136,7 @@ class Cluster:
     demo_proxies: bool = False  # start a counting forward proxy for each browser country left without one
     fast_unsafe_postgres: bool = False  # fsync off: for throwaway clusters (tests) only
     dag_refresh_seconds: int = 30
+    sentinel_plan: SentinelPlan = field(default_factory=SentinelPlan)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     def __post_init__(self) -> None:
@@ -150,9 +159,55 @@ class Cluster:
         return f"redis://:{self.secrets.redis_password}@{LOOPBACK}:{self.ports.redis}/0"
 
     @property
+    def sentinel_ports(self) -> list[int]:
+        return [getattr(self.ports, f"sentinel_{number}") for number in range(1, SENTINELS + 1)]
+
+    @property
+    def sentinels(self) -> str:
+        """HARVESTER_REDIS_SENTINELS: every Redis client asks these for the current primary."""
+        return format_sentinels(tuple((LOOPBACK, port) for port in self.sentinel_ports))
+
+    def redis_settings(self, database: int = 0) -> HarvesterSettings:
+        """What a Harvester process of this cluster is told about Redis (for the broker URLs built from it)."""
+        return HarvesterSettings(redis_url=f"{self.redis_url.rsplit('/', 1)[0]}/{database}",
+                                 redis_sentinels=self.sentinels,
+                                 redis_sentinel_master=self.sentinel_plan.master_name,
+                                 redis_sentinel_password=self.secrets.redis_password)
+
+    @property
+    def redis_environment(self) -> dict[str, str]:
+        """The Redis part of every Harvester process's environment: the primary through the sentinels, and
+        the same as the Airflow connection ``redis_default`` (its extras name the sentinels)."""
+        settings = self.redis_settings()
+        connection = (f"{settings.redis_url}?sentinels={self.sentinels.replace(':', '%3A').replace(',', '%2C')}"
+                      f"&sentinel_master={settings.redis_sentinel_master}"
+                      f"&sentinel_password={self.secrets.redis_password}")
+        return {"HARVESTER_REDIS_URL": settings.redis_url, "HARVESTER_REDIS_SENTINELS": settings.redis_sentinels,
+                "HARVESTER_REDIS_SENTINEL_MASTER": settings.redis_sentinel_master,
+                "HARVESTER_REDIS_SENTINEL_PASSWORD": settings.redis_sentinel_password,
+                "AIRFLOW_CONN_REDIS_DEFAULT": connection}
+
+    @property
+    def redis_target(self) -> RedisTarget:
+        """Database 0's primary, wherever the sentinels say it is (for the readiness probes)."""
+        settings = self.redis_settings()
+        return RedisTarget("redis_default", settings.redis_url, "the cluster", sentinels=tuple(
+            (LOOPBACK, port) for port in self.sentinel_ports), sentinel_master=settings.redis_sentinel_master,
+            sentinel_password=settings.redis_sentinel_password)
+
+    @property
+    def broker(self) -> tuple[str, dict[str, object]]:
+        """The Harvester workers' Celery broker (kombu's sentinel:// transport) and its transport options."""
+        return celery_broker(self.redis_settings())
+
+    @property
+    def airflow_broker(self) -> tuple[str, dict[str, object]]:
+        """Airflow's Celery through the same sentinels, database 1 (compose does the same)."""
+        return celery_broker(self.redis_settings(database=1))
+
+    @property
     def airflow_broker_url(self) -> str:
-        """Airflow's Celery on the same Redis, database 1 (compose does the same)."""
-        return f"redis://:{self.secrets.redis_password}@{LOOPBACK}:{self.ports.redis}/1"
+        return self.airflow_broker[0]
 
     @property
     def postgres_address(self) -> str:
@@ -203,22 +258,20 @@ class Cluster:
 
     def harvester_redis_environment(self) -> dict[str, str]:
         """The distributor's: Redis only."""
-        return {**self._base_environment(), "HARVESTER_REDIS_URL": self.redis_url,
-                "AIRFLOW_CONN_REDIS_DEFAULT": self.redis_url,
+        return {**self._base_environment(), **self.redis_environment,
                 **{k: v for k, v in self.harvester_overrides.items() if k != "HARVESTER_MONGO_DATABASE"}}
 
     def harvester_environment(self) -> dict[str, str]:
         """A Harvester worker's: Redis, MongoDB, the demo site and the sources; no Airflow secret."""
         env = {
             **self._base_environment(),
-            "HARVESTER_REDIS_URL": self.redis_url,
+            **self.redis_environment,
             "HARVESTER_MONGO_URI": self.resolved_mongo_uri,
             "HARVESTER_MONGO_DATABASE": self.mongo_database,
             "HARVESTER_DEMO_SITE_URL": self.resolved_demo_site_url,
             # The fetcher refuses private and loopback addresses: only the local demo site is let through.
             "HARVESTER_ALLOWED_PRIVATE_NETWORKS": self.demo_site_network,
             "AIRFLOW_CONN_MONGO_DEFAULT": airflow_connection_uri(self.resolved_mongo_uri),
-            "AIRFLOW_CONN_REDIS_DEFAULT": self.redis_url,
             **self.country_proxies.environment(),
             **self.harvester_overrides,
         }
@@ -240,6 +293,10 @@ class Cluster:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://{self.postgres_address}",
             "AIRFLOW__CELERY__BROKER_URL": self.airflow_broker_url,
+            # the celery provider reads these as broker_transport_options (sentinel_kwargs as JSON)
+            "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__MASTER_NAME": self.sentinel_plan.master_name,
+            "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__SENTINEL_KWARGS":
+                json.dumps({"password": self.secrets.redis_password}),
             "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://{self.postgres_address}",
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": "4",
             "AIRFLOW__CORE__FERNET_KEY": self.secrets.fernet_key,
@@ -258,8 +315,7 @@ class Cluster:
         base, port = self._base_environment(), ClusterPorts.variable
         services = [
             self.postgres.service(base, port("postgres")),
-            catalogue.redis_server(self.ports.redis, self.base_dir / "data" / "redis", base, self.redis_url,
-                                   port("redis"), password=self.secrets.redis_password),
+            *self.redis_services(base),
         ]
         if self._mongo is not None:
             services += catalogue.mongo_server(self._mongo, self.base_dir / "data", self.ports.mongo, base,
@@ -267,6 +323,22 @@ class Cluster:
         if self.demo_site_url is None:
             services.append(catalogue.demo_site(self.ports.demo_site, base, port("demo_site")))
         return services + self.country_proxies.services(base, port("forward_proxy"))
+
+    def redis_services(self, base: dict[str, str]) -> list[Service]:
+        """One primary, one replica and three sentinels (compose runs the same): every client asks the
+        sentinels where the primary is, so losing it costs a failover (docs/production.md), not the cluster."""
+        port, password, data = ClusterPorts.variable, self.secrets.redis_password, self.base_dir / "data"
+        replica_url = f"redis://:{password}@{LOOPBACK}:{self.ports.redis_replica}/0"
+        return [
+            catalogue.redis_server(self.ports.redis, data / "redis", base, self.redis_url, port("redis"),
+                                   password=password),
+            catalogue.redis_replica("redis-replica", self.ports.redis_replica, self.ports.redis, data / "redis-replica",
+                                    base, replica_url, port("redis_replica"), password=password),
+            *(catalogue.redis_sentinel(f"redis-sentinel-{index + 1}", sentinel_port, self.ports.redis,
+                                       data / f"redis-sentinel-{index + 1}", base, port(f"sentinel_{index + 1}"),
+                                       self.sentinel_plan, password=password)
+              for index, sentinel_port in enumerate(self.sentinel_ports)),
+        ]
 
     def airflow_services(self) -> list[Service]:
         """The compose commands; ready when the API's health shows each component's heartbeat."""
@@ -284,25 +356,25 @@ class Cluster:
                     ready=lambda: readiness.airflow_component_healthy(self.airflow_url, "triggerer")),
             Service("airflow-worker", [[airflow, "celery", "worker", "--skip-serve-logs",
                                         "--celery-hostname", "celery@airflow-worker"]], env, ready_timeout=240,
-                    ready=lambda: readiness.celery_nodes_answer(self.airflow_broker_url, ["celery@airflow-worker"])),
+                    ready=lambda: readiness.celery_nodes_answer(*self.airflow_broker, ["celery@airflow-worker"])),
         ]
 
     def distributor_service(self) -> Service:
         env = {**self.harvester_redis_environment(), "HARVESTER_METRICS_PORT": str(self.ports.metrics)}
         return Service("distributor", [[str(self.bin / "harvester"), "distributor", "--name", "distributor"]],
                        env, ready_timeout=60, port=self.ports.metrics, port_variable=ClusterPorts.variable("metrics"),
-                       ready=lambda: readiness.distributor_heartbeat_fresh(self.redis_url, "distributor"))
+                       ready=lambda: readiness.distributor_heartbeat_fresh(self.redis_target, "distributor"))
 
-    def worker_host_service(self, host: WorkerHost) -> Service:
-        """The compose worker commands of one host, with %h spelled out (every host is this machine)."""
-        if host.kind == "http":
-            commands = [celery_worker_command(queue, f"{queue}@{host.name}", host.concurrency)
+    def machine_service(self, machine: WorkerMachine) -> Service:
+        """The compose worker commands of one machine, with %h spelled out (every machine is this one)."""
+        if machine.kind == "http":
+            commands = [celery_worker_command(queue, f"{queue}@{machine.name}", machine.concurrency)
                         for queue in ("priority", "default")]
         else:  # a slot host, as compose's worker-pageslots: one page slot per prefork child
-            commands = [celery_worker_command(PAGESLOTS_QUEUE, f"pageslots@{host.name}", host.concurrency,
+            commands = [celery_worker_command(PAGESLOTS_QUEUE, f"pageslots@{machine.name}", machine.concurrency,
                                               pool="prefork")]
-        return Service(host.service_name, commands, self.harvester_environment(), ready_timeout=120,
-                       ready=lambda: readiness.celery_nodes_answer(self.redis_url, host.node_names()))
+        return Service(machine.service_name, commands, self.harvester_environment(), ready_timeout=120,
+                       ready=lambda: readiness.celery_nodes_answer(*self.broker, machine.node_names()))
 
     def prometheus_service(self) -> Service:
         from harvester.services.prometheus import prometheus_service
@@ -312,7 +384,7 @@ class Cluster:
 
     def all_services(self) -> list[Service]:
         return [*self.infrastructure(), *self.airflow_services(), self.distributor_service(),
-                self.prometheus_service(), *(self.worker_host_service(host) for host in self.hosts)]
+                self.prometheus_service(), *(self.machine_service(machine) for machine in self.machines)]
 
     # -- life cycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -324,7 +396,7 @@ class Cluster:
 
         write_prometheus_config(self.base_dir, self.ports.metrics)  # the shipped alert rules, the distributor's metrics
         self.supervisor.start_all([self.prometheus_service()])
-        self.supervisor.start_all([self.worker_host_service(host) for host in self.hosts])
+        self.supervisor.start_all([self.machine_service(machine) for machine in self.machines])
 
     def start_metadata_database(self) -> None:
         """PostgreSQL, Redis and MongoDB, then Airflow's metadata database migrated (compose's airflow-init)."""
@@ -344,14 +416,14 @@ class Cluster:
             self.supervisor.step(f"airflow: triggered {DEMO_SOURCE_DAG} ({run_id})")
         print(self.describe(), flush=True)
 
-    def start_host(self, host: WorkerHost) -> None:
-        self.supervisor.start_all([self.worker_host_service(host)])
-        if host not in self.hosts:
-            self.hosts.append(host)
+    def start_machine(self, machine: WorkerMachine) -> None:
+        self.supervisor.start_all([self.machine_service(machine)])
+        if machine not in self.machines:
+            self.machines.append(machine)
 
-    def kill_host(self, host: WorkerHost) -> None:
-        """SIGKILL the host's whole process group, as a machine that loses power."""
-        self.supervisor.kill(host.service_name)
+    def kill_machine(self, machine: WorkerMachine) -> None:
+        """SIGKILL the machine's whole process group, as a machine that loses power."""
+        self.supervisor.kill(machine.service_name)
 
     def stop(self) -> None:
         """Stop in reverse start order: SIGTERM (warm shutdown; PostgreSQL's fast SIGINT), SIGKILL after 30 s."""
@@ -390,10 +462,11 @@ class Cluster:
             f"  Airflow UI:   {self.airflow_url}  user {AIRFLOW_USER}, password in {self.base_dir / 'secrets.json'}"
             " (admin_password)\n"
             f"  PostgreSQL:   {LOOPBACK}:{self.ports.postgres} (data {self.postgres_data})\n"
-            f"  Redis:        {LOOPBACK}:{self.ports.redis} (password in secrets.json)\n"
+            f"  Redis:        primary {LOOPBACK}:{self.ports.redis}, replica {LOOPBACK}:{self.ports.redis_replica}, "
+            f"sentinels {self.sentinels} (master {self.sentinel_plan.master_name!r}; password in secrets.json)\n"
             f"  MongoDB:      {mongo}\n"
             f"  Demo site:    {self.resolved_demo_site_url}\n"
-            f"  Worker hosts: {', '.join(node for host in self.hosts for node in host.node_names())}\n"
+            f"  Workers:      {', '.join(node for machine in self.machines for node in machine.node_names())}\n"
             f"  Prometheus:   http://{LOOPBACK}:{self.ports.prometheus}  (deploy/prometheus/alerts.yml loaded)\n"
             f"  Proxies:      {proxies}\n"
             f"  Logs:         {self.log_dir}/\n"

@@ -52,7 +52,7 @@ class ProxyCounters:
                 "by_host": dict(self.by_host), "bytes_by_host": dict(self.bytes_by_host), "urls": list(self.urls)}
 
     def reset(self) -> None:
-        self.__init__(self.label)  # type: ignore[misc]
+        self.__dict__.update(vars(type(self)(self.label)))  # every counter back to its default, declared once
 
 
 class ForwardProxy:

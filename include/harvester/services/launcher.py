@@ -67,11 +67,23 @@ class Service:
     cwd: Path | None = None  # None: the supervisor's
     stop_signal: int = signal.SIGTERM
     directories: tuple[Path, ...] = ()  # created before the start (data directories)
+    # (path, text) written before the start unless the file exists: a configuration the server rewrites
+    # itself and must find again after a restart (a sentinel records the primary it follows there)
+    files: tuple[tuple[Path, str], ...] = ()
 
     @property
     def command(self) -> list[str]:
         """The group leader's command."""
         return self.commands[0]
+
+
+def write_missing_files(files: tuple[tuple[Path, str], ...]) -> None:
+    """Write each (path, text) whose file does not exist yet (mode 0600: it may hold a password)."""
+    for path, text in files:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            path.chmod(0o600)
 
 
 class Supervisor:
@@ -111,6 +123,7 @@ class Supervisor:
         self.step(f"{service.name}: starting" + (f" on {LOOPBACK}:{service.port}" if service.port else ""))
         for directory in (self.run_dir, self.log_dir, *service.directories):
             directory.mkdir(parents=True, exist_ok=True)
+        write_missing_files(service.files)
         processes: list[subprocess.Popen[bytes]] = []
         with self.log_path(service.name).open("ab") as log:
             for command in service.commands:

@@ -59,13 +59,12 @@ def cleanup_command(dag_ids: Sequence[str], before: datetime, dry_run: bool = Fa
     return [*command, "--dry-run"] if dry_run else command
 
 
-def clean_metadata(settings: HarvesterSettings | None = None, dry_run: bool = False,
+def clean_metadata(settings: HarvesterSettings, dry_run: bool = False,
                    now: datetime | None = None, environ: dict[str, str] | None = None,
                    extra_dag_ids: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """Remove the metadata rows of Harvester's DAGs older than the retention; the CLI's output is returned."""
     from harvester.config import load_sources
 
-    settings = settings or get_settings()
     names = load_sources(settings.sources_dir).sources
     before = (now or datetime.now(UTC)) - timedelta(days=settings.metadata_retention_days)
     command = cleanup_command([*harvester_dag_ids(names), *extra_dag_ids], before, dry_run)

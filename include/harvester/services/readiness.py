@@ -7,8 +7,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from harvester.errors import ServiceNotReady
+from harvester.services.ports import LOOPBACK
+
+if TYPE_CHECKING:
+    from harvester.connections import RedisTarget
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
@@ -44,6 +49,18 @@ def redis_ping(url: str) -> bool:
         client.close()
 
 
+def sentinel_knows_primary(port: int, master_name: str, password: str | None = None) -> bool:
+    """The sentinel on ``port`` answers and names a primary for ``master_name``."""
+    from harvester.connections import open_redis_client
+
+    client = open_redis_client(f"redis://{LOOPBACK}:{port}/0", socket_timeout=1, socket_connect_timeout=1,
+                               password=password or None)
+    try:
+        return bool(client.sentinel_get_master_addr_by_name(master_name))
+    finally:
+        client.close()
+
+
 def mongo_ping(uri: str) -> bool:
     from harvester.connections import open_mongo_client
 
@@ -62,11 +79,15 @@ def http_ok(url: str) -> bool:
         return False
 
 
-def celery_nodes_answer(broker_url: str, nodes: list[str]) -> bool:
-    """`celery inspect ping -d <node>` for every node, in-process (one broker round trip)."""
+def celery_nodes_answer(broker_url: str, *args: Any) -> bool:
+    """`celery inspect ping -d <node>` for every node, in-process (one broker round trip): ``(url, nodes)``,
+    or ``(url, transport_options, nodes)`` for a broker that needs them (``sentinel://`` and its master_name)."""
     from celery import Celery
 
+    *options, nodes = args
     probe = Celery("probe", broker=broker_url)
+    if options:
+        probe.conf.broker_transport_options = options[0]
     try:
         replies = probe.control.ping(destination=nodes, timeout=1.0)
     finally:
@@ -75,7 +96,7 @@ def celery_nodes_answer(broker_url: str, nodes: list[str]) -> bool:
     return set(nodes) <= answered
 
 
-def distributor_heartbeat_fresh(redis_url: str, name: str, max_age: float = 90.0) -> bool:
+def distributor_heartbeat_fresh(redis_url: str | RedisTarget, name: str, max_age: float = 90.0) -> bool:
     """What `harvester health distributor --name NAME` checks: its heartbeat is at most ``max_age`` old."""
     from harvester.connections import open_redis_client
     from harvester.redis_keys import distributor_heartbeat

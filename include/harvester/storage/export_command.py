@@ -55,7 +55,7 @@ def run_export(args: argparse.Namespace) -> int:
                   console=None) as progress:
         bar = progress.add_task("export", total=total)
         with open(partial, "wb") as out:
-            written = export_records(source, collection, fmt, out, query,  # type: ignore[arg-type]
+            written = export_records(source, collection, fmt, out, query,
                                      lambda count: progress.update(bar, completed=count))
         os.replace(partial, output)
     print(f"{written} record(s) of {source.name} written to {output} ({fmt})")

@@ -111,11 +111,13 @@ def _records(collection: Collection, query: ExportQuery) -> Iterator[dict[str, A
         yield from cursor
 
 
-def export_records(source: SourceConfig, collection: Collection, fmt: Format, out: IO[bytes],
+def export_records(source: SourceConfig, collection: Collection, fmt: str, out: IO[bytes],
                    query: ExportQuery | None = None, progress: Progress | None = None) -> int:
-    """Write the selected records to ``out`` in ``fmt``; how many were written."""
+    """Write the selected records to ``out`` in ``fmt`` (one of :data:`FORMATS`); how many were written."""
+    writer = {"jsonl": _write_jsonl, "csv": _write_csv, "parquet": _write_parquet}.get(fmt)
+    if writer is None:  # the command and the download check first; a caller that did not learns it here
+        raise ValueError(f"no export format {fmt!r}: one of {', '.join(FORMATS)}")
     records = _records(collection, query or ExportQuery())
-    writer = {"jsonl": _write_jsonl, "csv": _write_csv, "parquet": _write_parquet}[fmt]
     return writer(source, records, out, progress or (lambda count: None))
 
 

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any
 
-from pymongo import ASCENDING, UpdateOne
+from pymongo import ASCENDING, ReturnDocument, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError
@@ -224,7 +224,11 @@ class PackageStore:
         else:
             update = {"$pull": {"pending": {"$in": ids}, "failed": {"$in": ids}}, "$addToSet": {"done": {"$each": ids}}}
         update["$set"] = {"updated_at": _now()}
-        if self.collection.update_one(key, update).matched_count == 0:
+        # One round trip while the package still has work: the count-down answers what is left, and only the
+        # count-down that empties it sends the (conditional, so once only) finishing update.
+        after = self.collection.find_one_and_update(key, update, projection={"_id": 0, "pending": 1, "status": 1},
+                                                    return_document=ReturnDocument.AFTER)
+        if after is None or after.get("pending") or after.get("status") == int(PackageStatus.FINISHED):
             return False
         return self._finish_if_empty(key)
 

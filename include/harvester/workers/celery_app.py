@@ -8,6 +8,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Exchange, Queue
 
+from harvester.connections import celery_broker
 from harvester.queues import (
     DECLARED_QUEUES,
     DEFAULT_QUEUE,
@@ -30,7 +31,8 @@ def declared_queues() -> tuple[Queue, ...]:
 
 def create_app() -> Celery:
     settings = get_settings()
-    celery = Celery("harvester", broker=settings.redis_url, include=["harvester.workers.tasks"])
+    broker_url, sentinel_options = celery_broker(settings)  # sentinel:// and its master_name when sentinels are set
+    celery = Celery("harvester", broker=broker_url, include=["harvester.workers.tasks"])
     celery.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -49,6 +51,7 @@ def create_app() -> Celery:
             "visibility_timeout": settings.celery_visibility_timeout_seconds,
             "unacked_restore_interval": max(1.0, min(10.0, settings.celery_visibility_timeout_seconds / 4)),
             "unacked_restore_throttle": 1,
+            **sentinel_options,
         },
         worker_max_memory_per_child=settings.worker_max_memory_per_child_kb,
         worker_cancel_long_running_tasks_on_connection_loss=True,

@@ -37,7 +37,7 @@ def host_page_slot(slot_id: str) -> dict[str, Any]:
     from harvester.workers.batch import batch_runner
     from harvester.workers.slot_pipeline import WorkerSlotPipeline
 
-    return host_slot(slot_id, WorkerSlotPipeline(batch_runner()), host=host_page_slot.request.hostname)
+    return host_slot(slot_id, WorkerSlotPipeline(batch_runner()), worker=host_page_slot.request.hostname)
 
 
 @app.task(name="harvester.scrape_batch")

@@ -33,7 +33,7 @@ local function land_in_no_page(slot_key, all_slots, country_prefix, id, now)
     redis.call('SREM', country_prefix .. country, id)
     return 'deleted'
   end
-  redis.call('HSET', slot_key, 'state', 'NO_PAGE', 'host', '', 'process_id', '', 'browser_pid', '',
+  redis.call('HSET', slot_key, 'state', 'NO_PAGE', 'worker', '', 'process_id', '', 'browser_pid', '',
     'owner', '', 'task', '', 'state_since', fmt(now), 'consecutive_failures', 0)
   if next_country ~= '' and next_country ~= country then
     redis.call('SREM', country_prefix .. country, id)

@@ -8,7 +8,7 @@ local now = server_now()
 local ids = {}
 for _ = 1, count do
   local id = country .. '-' .. redis.call('INCR', sequence)
-  redis.call('HSET', slot_prefix .. id, 'id', id, 'country', country, 'state', 'NO_PAGE', 'host', '',
+  redis.call('HSET', slot_prefix .. id, 'id', id, 'country', country, 'state', 'NO_PAGE', 'worker', '',
     'process_id', '', 'browser_pid', '', 'owner', '', 'task', '', 'pages_served', 0,
     'consecutive_failures', 0, 'last_used', fmt(now), 'heartbeat', '', 'created_at', fmt(now),
     'state_since', fmt(now), 'retire', '0', 'next_country', '', 'reason', '')

@@ -4,7 +4,7 @@
 -- KEYS[1] all_slots (set)
 -- ARGV[1] stale_after_seconds (s)   ARGV[2] slot_prefix (slot key prefix)   ARGV[3] country_prefix (country index)
 -- ARGV[4] unclaimed_after_seconds (s)
--- Returns {reset_slots... (flat: slot id, previous state, host, process id, browser pid, outcome per reset slot)}
+-- Returns {reset_slots... (flat: slot id, previous state, worker, process id, browser pid, outcome per reset slot)}
 local all_slots = KEYS[1]
 local stale_after, slot_prefix, country_prefix = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local unclaimed_after = tonumber(ARGV[4])
@@ -12,7 +12,7 @@ local now = server_now()
 local reply = {}
 for _, id in ipairs(redis.call('SMEMBERS', all_slots)) do
   local slot_key = slot_prefix .. id
-  local record = redis.call('HMGET', slot_key, 'state', 'heartbeat', 'state_since', 'host', 'process_id', 'browser_pid')
+  local record = redis.call('HMGET', slot_key, 'state', 'heartbeat', 'state_since', 'worker', 'process_id', 'browser_pid')
   local state = record[1]
   if not state then
     redis.call('SREM', all_slots, id)

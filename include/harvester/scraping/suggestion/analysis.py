@@ -1,0 +1,162 @@
+"""A suggestion for one URL: fetch it (HTTP, or the one-shot browser render of `harvester try`),
+read what it offers, then keep only the attributes that give a value on that very page."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from harvester.scraping.structured import PageData, search
+from harvester.scraping.suggestion.choices import Suggestion, pick_key
+from harvester.scraping.suggestion.data import (
+    best_object,
+    data_choices,
+    data_fields,
+    next_key,
+    object_lists,
+    structured_choices,
+)
+from harvester.scraping.suggestion.listing import suggest_listing
+from harvester.scraping.suggestion.markup import css_choices
+from harvester.scraping.suggestion.writer import render_yaml
+
+
+def suggest_detail(page: PageData, suggestion: Suggestion) -> None:
+    """Structured data first; CSS where it gives fewer than two attributes (or none at all)."""
+    choices, notes = structured_choices(page)
+    suggestion.notes += notes
+    suggestion.add(choices)
+    css = css_choices(page.selector)
+    if len(suggestion.attributes) < 2 or not choices:
+        suggestion.add(css)
+    key, why = pick_key(suggestion.attributes)
+    suggestion.key, suggestion.key_why = (key, why) if key else (["url"], "no identifier found: the page's url")
+
+
+def suggest_json(page: PageData, suggestion: Suggestion) -> None:
+    """A JSON response: records of its largest list of objects, else the attributes of its main object."""
+    suggestion.content = "json"
+    data = page.json
+    lists = object_lists(data)
+    if lists:
+        path, items = lists[0]
+        suggestion.kind = "listing"
+        suggestion.records_item = {"json": path}
+        suggestion.records_why = f"{path}: the response's largest list of objects ({len(items)} items)"
+        suggestion.add(data_choices(data_fields(items[0]), lambda inner: {"json": inner}, "each item's"),
+                       suggestion.records)
+        values = {choice.name: [search(choice.spec["json"], item) for item in items] for choice in suggestion.records}
+        suggestion.key, suggestion.key_why = pick_key(suggestion.records, values)
+        following = next_key(data)
+        suggestion.listing = {"next_page_selectors": [f"json:{following}"]} if following else {}
+        if following:
+            suggestion.listing_why.append(f"next_page_selectors: json:{following}, the response's next page")
+        return
+    found = best_object(data) or ("", data if isinstance(data, dict) else {})
+    path, obj = found
+    prefix = f"{path}." if path else ""
+    suggestion.add(data_choices(data_fields(obj), lambda inner: {"json": prefix + inner}, "the response's"))
+    key, why = pick_key(suggestion.attributes)
+    suggestion.key, suggestion.key_why = (key, why) if key else (["url"], "no identifier found: the page's url")
+
+
+def prune(suggestion: Suggestion, pages: dict[str, PageData]) -> None:
+    """Drop the attributes that give no value on the page they were suggested from."""
+    from harvester.config import parse_source
+    from harvester.scraping.extraction import extract_listing_records, extract_record
+
+    source = parse_source(render_yaml(suggestion, "harvester suggest"), "<suggested>")
+    if suggestion.records and "listing" in pages:
+        listing = extract_listing_records(source, pages["listing"], suggestion.url)
+        bad = {problem.attribute: str(problem) for extraction in listing.extractions[:3]
+               for problem in extraction.problems}
+        suggestion.dropped += [bad[choice.name] for choice in suggestion.records if choice.name in bad]
+        suggestion.records = [choice for choice in suggestion.records if choice.name not in bad]
+    if suggestion.attributes and "details" in pages:
+        extraction = extract_record(source, pages["details"], pages["details"].url)
+        bad = {problem.attribute: str(problem) for problem in extraction.problems}
+        suggestion.dropped += [bad[choice.name] for choice in suggestion.attributes if choice.name in bad]
+        suggestion.attributes = [choice for choice in suggestion.attributes if choice.name not in bad]
+    if suggestion.key != ["url"] and not set(suggestion.key) <= {choice.name for choice in
+                                                                 suggestion.attributes + suggestion.records}:
+        suggestion.key, suggestion.key_why = ["url"], "the identifier gave no value: the page's url"
+
+
+async def _fetch(url: str, name: str, render: str, country: str | None, content: str = "html") -> Any:
+    """The page as `harvester try` fetches it (:func:`harvester.scraping.commands.fetch_for_try`)."""
+    from harvester.config import SourceConfig
+    from harvester.scraping.commands import fetch_for_try
+    from harvester.settings import get_settings
+
+    probe = SourceConfig.model_validate({"name": name, "render": render, "country": country, "content": content,
+                                         "input": {"seeds": [url]},
+                                         "attributes": {"probe": "json:@" if content == "json" else "title"}})
+    return await fetch_for_try(probe, url, get_settings())
+
+
+def _is_json(fetch: Any) -> bool:
+    media = (fetch.content_type or "").split(";", 1)[0].strip().lower()
+    return media.endswith(("/json", "+json")) or (not media and fetch.text.lstrip()[:1] in ("{", "["))
+
+
+def suggest(url: str, name: str, listing: bool = False, render: str | None = None, country: str = "SG"
+            ) -> Suggestion:
+    """Fetch the page (HTTP; Chromium when asked, or when the HTTP body lacks what the rendered page has)."""
+    suggestion = Suggestion(url, name)
+    mode = render or "http"
+    fetch = asyncio.run(_fetch(url, name, mode, country if mode == "browser" else None))
+    if fetch.outcome == "parse_error" and "content type" in fetch.reason and "json" in fetch.reason:
+        fetch = asyncio.run(_fetch(url, name, "http", None, "json"))  # an API: read its JSON
+    if not fetch.ok:
+        raise SuggestError(f"{url}: {fetch.counter}: {fetch.reason or 'no page'}")
+    suggestion.render = mode
+    if mode == "browser":
+        suggestion.render_why, suggestion.country = "asked for with --render browser", country
+    pages = analyse(fetch, suggestion, listing)
+    if render is None and not _is_json(fetch) and len(suggestion.attributes) + len(suggestion.records) < 2 \
+            and not listing:
+        browser = Suggestion(url, name, render="browser", country=country)
+        try:
+            rendered = asyncio.run(_fetch(url, name, "browser", country))
+        except Exception as error:  # no Chromium here: the HTTP suggestion stands, with the reason
+            suggestion.notes.append(f"the HTTP body had few fields and rendering failed: {error}")
+        else:
+            if rendered.ok:
+                rendered_pages = analyse(rendered, browser, listing)
+                if len(browser.attributes) > len(suggestion.attributes):
+                    browser.render_why = (f"the HTTP body has {len(suggestion.attributes)} of the fields the rendered "
+                                          f"page has ({len(browser.attributes)}): the page is built by JavaScript")
+                    suggestion, pages = browser, rendered_pages
+    if listing and suggestion.kind == "listing" and not suggestion.records and (detail := pages.pop("first_detail",
+                                                                                                    None)):
+        detail_fetch = asyncio.run(_fetch(detail, name, suggestion.render, suggestion.country))
+        if detail_fetch.ok:
+            pages["details"] = page_of(detail_fetch, detail, suggestion.content)
+            suggestion.notes.append(f"attributes: from the first detail page, {detail}")
+            suggest_detail(pages["details"], suggestion)
+    prune(suggestion, pages)
+    return suggestion
+
+
+def page_of(fetch: Any, url: str, content: str) -> PageData:
+    from harvester.scraping.structured import DataBounds
+
+    return PageData(fetch.text, fetch.final_url or url, content, DataBounds.from_settings())
+
+
+def analyse(fetch: Any, suggestion: Suggestion, listing: bool) -> dict[str, Any]:
+    """Fill ``suggestion`` from one fetched page; the pages to check it against."""
+    if _is_json(fetch):
+        page = page_of(fetch, suggestion.url, "json")
+        suggest_json(page, suggestion)
+        return {"listing" if suggestion.records else "details": page}
+    page = page_of(fetch, suggestion.url, "html")
+    if listing:
+        first = suggest_listing(page, suggestion)
+        return {"listing": page, **({"first_detail": first} if first else {})}
+    suggest_detail(page, suggestion)
+    return {"details": page}
+
+
+class SuggestError(Exception):
+    """The page could not be fetched or read."""
