@@ -124,6 +124,11 @@ class SourceKeys:
         return self._key("extraction-health")
 
     @property
+    def run_quality(self) -> str:
+        """Hash: the last reported run's outcome (green, degraded, failed), reason, shares (issue 21)."""
+        return self._key("run-quality")
+
+    @property
     def run_dead(self) -> str:
         """Hash: run id (and "run id|package id") -> tasks of that run now in dead letters."""
         return self._key("run-dead")

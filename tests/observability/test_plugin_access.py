@@ -75,7 +75,8 @@ def test_a_viewer_of_one_dag_reads_only_that_source(sub_path_server: AirflowServ
         assert [entry["name"] for entry in listed.json()] == [MINE]
         assert watcher.get(f"/harvester/api/sources/{MINE}/dead-letters").json()["total"] == 1
         for path in (f"/api/sources/{OTHER}", f"/api/sources/{OTHER}/runs", f"/api/sources/{OTHER}/dead-letters",
-                     f"/api/sources/{OTHER}/runs/run-1/progress", f"/api/results/{OTHER}",
+                     f"/api/sources/{OTHER}/runs/run-1/progress", f"/api/sources/{OTHER}/runs/run-1/records",
+                     f"/api/results/{OTHER}",
                      f"/api/dag-runs/harvest_{OTHER}/manual__1/progress"):
             response = watcher.get(f"/harvester{path}")
             assert response.status_code == 403, (path, response.status_code, response.text)

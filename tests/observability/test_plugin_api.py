@@ -71,6 +71,12 @@ def seed(settings, redis_client, mongo_server) -> dict:
     database = mongo_server.client()[settings.mongo_database]
     runs = RunStore(database)
     started = datetime.now(UTC) - timedelta(minutes=2)
+    runs.start(SOURCE, "run-0", started - timedelta(hours=6))  # an earlier run, reported failed by its data
+    runs.record_report(SOURCE, "run-0", {
+        "complete": True, "urls_planned": 10, "records_stored": 1, "shares": {"rejected": 0.9},
+        "rejections": {"sku": {"missing": 9}},
+        "quality": {"outcome": "failed", "reason": "90 % of pages rejected: sku missing on 9 of 10",
+                    "breached": True}})
     runs.start(SOURCE, "run-1", started)
     runs.adopt(SOURCE, "run-1", "manual__airflow-1")
     packages = PackageStore(database)
@@ -114,7 +120,16 @@ def test_api_returns_the_figures_of_a_seeded_state(api_server, plugin_settings, 
         assert client.get(f"/harvester/api/sources/{SOURCE}/dead-letters/nothing/snapshot").status_code == 404
 
         runs = client.get(f"/harvester/api/sources/{SOURCE}/runs").json()
-        assert [run["run_id"] for run in runs] == ["run-1"]
+        assert [run["run_id"] for run in runs] == ["run-1", "run-0"]
+        running, failed = runs
+        assert running["outcome_words"] == "running" and running["progress"]["packages_total"] == 2
+        assert failed["outcome"] == "failed" and failed["outcome_words"] == "failed"
+        assert failed["reason"] == "90 % of pages rejected: sku missing on 9 of 10" and failed["rejected_share"] == 0.9
+        records = client.get(f"/harvester/api/sources/{SOURCE}/runs/run-0/records").json()
+        assert [record["sku"] for record in records["records"]] == ["SKU-2"] and records["records_stored"] == 1
+        assert records["outcome"] == "failed" and records["rejections_by_attribute"] == {"sku": {"missing": 9}}
+        live = client.get(f"/harvester/api/sources/{SOURCE}/runs/run-1/records").json()
+        assert [entry["task_id"] for entry in live["rejections"]] == [seeded["dead_task"]]
         progress = client.get(f"/harvester/api/sources/{SOURCE}/runs/run-1/progress").json()
         assert progress["packages_total"] == 2 and progress["tasks_pending"] == 5 and not progress["complete"]
         assert progress["elapsed_seconds"] >= 110 and progress["pages_per_minute"] == 0
@@ -136,7 +151,8 @@ def test_api_returns_the_figures_of_a_seeded_state(api_server, plugin_settings, 
         schema = client.get("/harvester/openapi.json").json()
         for path in ("/api/sources", "/api/sources/{source}", "/api/sources/{source}/runs",
                      "/api/sources/{source}/runs/{run_id}/progress", "/api/slots", "/api/sources/{source}/dead-letters",
-                     "/api/sources/{source}/dead-letters/requeue", "/api/results/{source}", "/api/jobs"):
+                     "/api/sources/{source}/dead-letters/requeue", "/api/results/{source}", "/api/jobs",
+                     "/api/sources/{source}/runs/{run_id}/records"):
             assert path in schema["paths"], path
         page = client.get("/harvester/ui/")
         assert page.status_code == 200 and "Harvester" in page.text

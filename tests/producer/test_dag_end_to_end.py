@@ -193,3 +193,52 @@ def test_harvesting_lag_skips_fresh_urls_and_batch_limit_defers_the_rest(
     assert (manual["urls_planned"], manual["urls_skipped_fresh"], manual["records_stored"]) == (1, 0, 1), manual
     assert output.find_one({"url": urls[0]})["sku"] != "FRESH"
     assert output.count_documents({"sku": "FRESH"}) == 3 and output.count_documents({}) == 20
+
+
+def _dag_run_states(home: Path, dag_id: str) -> list[str]:
+    listed = subprocess.run([str(VENV_BIN / "airflow"), "dags", "list-runs", dag_id, "-o", "json"],
+                            env=_airflow_env(home), capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    runs = json.loads(listed.stdout.strip().splitlines()[-1])  # warnings come before the JSON
+    return [run["state"] for run in sorted(runs, key=lambda run: run.get("start_date") or "")]
+
+
+def test_a_run_whose_pages_lose_a_required_field_fails_with_the_reason_or_warns(
+        airflow_home, dag_settings, demo_site, mongo_server, celery_worker_factory, distributor, tmp_path) -> None:
+    """Issue 21: the site drops the required sku; the report task fails the DAG run with the reason in one line.
+    The same source with ``quality: {on_breach: warn}`` stays green and its report says degraded."""
+    import urllib.request
+
+    def markup(query: str = "") -> None:
+        urllib.request.urlopen(urllib.request.Request(f"{demo_site.url}/_markup{query}", method="POST", data=b""),
+                               timeout=5).close()
+
+    name = "e2e_dag_quality"
+    document = demo_source_document(demo_site.url, name, harvesting_lag=0, retries=0,
+                                    batch={"size": 10, "max_packages": 5})
+    document.pop("listing")
+    document["input"] = {"kind": "details", "seeds": [f"{demo_site.url}/product/{n}" for n in range(1, 11)]}
+    _write_source(dag_settings, document)
+    database = mongo_server.client()[dag_settings.mongo_database]
+    celery_worker_factory(queues="default,priority", concurrency=2)
+    markup("?sku=code")
+    try:
+        log_path = tmp_path / "dags-test-fail.log"
+        _dags_test(airflow_home, f"harvest_{name}", log_path)
+        log_text = log_path.read_text(errors="replace")
+        assert _dag_run_states(airflow_home, f"harvest_{name}")[-1] == "failed", log_text[-5000:]
+        assert "breached its quality: 100 % of pages rejected: sku missing on 10 of 10" in log_text, log_text[-5000:]
+        failed = _report(database, name)
+        assert failed["quality"]["outcome"] == "failed" and failed["selector_drift"] == [], failed["quality"]
+
+        _write_source(dag_settings, {**document, "quality": {"on_breach": "warn"}})
+        log_path = tmp_path / "dags-test-warn.log"
+        _dags_test(airflow_home, f"harvest_{name}", log_path)
+        log_text = log_path.read_text(errors="replace")
+        assert _dag_run_states(airflow_home, f"harvest_{name}")[-1] == "success", log_text[-5000:]
+        warned = _report(database, name)
+        assert warned["run_id"] != failed["run_id"]
+        assert warned["quality"]["outcome"] == "degraded" and "sku missing on 10 of 10" in warned["quality"]["reason"]
+        assert "is degraded: 100 % of pages rejected" in log_text
+    finally:
+        markup()

@@ -80,7 +80,7 @@ def source_doc_md(source: SourceConfig, file: Path | None = None) -> str:
 
 
 def source_params(source: SourceConfig) -> dict[str, Param]:
-    """What a manual trigger may override: batch size, max packages, and a subset of URLs."""
+    """What a manual trigger may override: batch size, max packages, a subset of URLs, the quality thresholds."""
     return {
         BATCH_SIZE_PARAM: Param(
             source.batch.size, type="integer", minimum=1, maximum=MAX_BATCH_SIZE,
@@ -95,6 +95,27 @@ def source_params(source: SourceConfig) -> dict[str, Param]:
             title="URLs", description="When not empty, harvest only these URLs instead of the source's input.",
             **_PARAM_DIALECT,
         ),
+        **quality_params(source),
+    }
+
+
+def quality_params(source: SourceConfig) -> dict[str, Param]:
+    """The run's quality thresholds (issue 21), the source's by default: a trigger may loosen or tighten them."""
+    quality = source.quality
+    share = {"type": "number", "minimum": 0, "maximum": 1, **_PARAM_DIALECT}
+    return {
+        "min_stored_share": Param(quality.min_stored_share, title="Quality: min stored share",
+                                  description="Share (0-1) of the pages that answered whose records must be stored.",
+                                  **share),
+        "max_rejected_share": Param(quality.max_rejected_share, title="Quality: max rejected share",
+                                    description="Share (0-1) of extracted records that may be rejected.", **share),
+        "max_dead_share": Param(quality.max_dead_share, title="Quality: max dead share",
+                                description="Share (0-1) of settled tasks that may end in dead letters.", **share),
+        "min_records": Param(quality.min_records, type="integer", minimum=0, title="Quality: min records",
+                             description="Records the run must store (0: no minimum).", **_PARAM_DIALECT),
+        "on_breach": Param(quality.on_breach, type="string", enum=["fail", "warn"], title="Quality: on breach",
+                           description="fail: the run fails when a threshold is breached; warn: it stays green, "
+                                       "flagged degraded.", **_PARAM_DIALECT),
     }
 
 

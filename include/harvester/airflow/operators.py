@@ -131,17 +131,26 @@ def _settlement(source: SourceConfig, connections: _Connections) -> RunSettlemen
                          connections.redis)
 
 
-def report_run(source: SourceConfig, run_id: str) -> dict[str, Any]:
+def report_run(source: SourceConfig, run_id: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's report, with its outcome against the source's quality thresholds (a trigger's params over
+    them); the caller fails the task on a ``failed`` outcome."""
+    from harvester.config import RunOptions
+
+    quality = RunOptions.for_run(source, params).quality
+    unit = "records" if source.listing is not None and source.listing.records is not None else "pages"
     with _connections(source) as connections:
         report = _settlement(source, connections).report(
             source.name, source.output_collection, run_id, attributes=source.record_attributes,
-            drift_threshold=source.drift_threshold)
+            drift_threshold=source.drift_threshold, quality=quality, unit=unit)
     if report.get("selector_drift"):
         log.warning("selector drift in run %s of %s: %s (share of records down by at least %s points from the "
                     "median of previous runs)", run_id, source.name, ", ".join(report["selector_drift"]),
                     source.drift_threshold)
     log.info("report of run %s of %s: %s", run_id, source.name,
              ", ".join(f"{key}={value}" for key, value in report.items()))
+    outcome = report["quality"]
+    if outcome["outcome"] != "green":
+        log.warning("run %s of %s is %s: %s", run_id, source.name, outcome["outcome"], outcome["reason"])
     return report
 
 
@@ -241,12 +250,19 @@ class ProduceOperator(_AfterPlanOperator):
 
 
 class ReportOperator(_AfterPlanOperator):
-    """The run's figures, returned (XCom), logged and stored in the runs collection."""
+    """The run's figures, returned (XCom), logged and stored in the runs collection; a run whose data breached
+    the source's quality thresholds fails here with the reason in one line (unless ``on_breach: warn``)."""
 
     ui_color = "#e9fde8"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        report = report_run(self.source, self.planned_run_id(context))
+        report = report_run(self.source, self.planned_run_id(context), context.get("params"))
+        quality = report["quality"]
+        if quality["outcome"] == "failed":
+            from airflow.sdk.exceptions import AirflowException
+
+            raise AirflowException(f"run {report['run_id']} of {self.source.name} breached its quality: "
+                                   f"{quality['reason']}")
         for outlet in self.outlets:  # the output's Asset event carries the run's figures (issue 23)
             context["outlet_events"][outlet].extra = asset_event_extra(self.source, report)
         return report

@@ -40,6 +40,7 @@ from harvester.observability import (
     RequeueResult,
     ResultsPage,
     RunProgressView,
+    RunRecordsView,
     RunSummary,
     SlotsView,
     SourceSummary,
@@ -173,6 +174,15 @@ def list_runs(source: str, views: ViewsDep, limit: Annotated[int, Query(ge=1, le
 def run_progress(source: str, run_id: str, views: ViewsDep) -> RunProgressView:
     _source_or_404(views, source)
     return views.run_progress(source, run_id)
+
+
+@api.get("/sources/{source}/runs/{run_id}/records",
+         summary="One run's outcome, first records and dead letters (each rejection linked to its evidence)",
+         dependencies=[Depends(requires_source_dag_read)])
+def run_records(source: str, run_id: str, views: ViewsDep,
+                limit: Annotated[int, Query(ge=1, le=500)] = 20) -> RunRecordsView:
+    _source_or_404(views, source)
+    return views.run_records(source, run_id, limit)
 
 
 @api.get("/dag-runs/{dag_id}/{dag_run_id}/progress", dependencies=[Depends(requires_access_dag("GET"))],

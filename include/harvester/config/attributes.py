@@ -6,8 +6,8 @@ blob or JavaScript object literal in a ``<script>``; ``json`` over a JSON respon
 or over one item of ``listing.records``. The structured kinds take JMESPath expressions.
 
 Extraction runs the fields of this model in stages: select (the selector kind) → post-process
-(``regex``, ``strip``, ``join``, ``default``) → coerce (``type`` and its options). A validation stage
-(value rules) can be added after coercion without touching the others.
+(``regex``, ``strip``, ``join``, ``default``) → coerce (``type`` and its options) → validate (the value
+rules of :mod:`harvester.config.value_rules`).
 
 Nothing here imports the scraping layer: the config layer is below it. Library imports that cost
 (babel's locale data) are made inside the validators that need them, so DAG parsing stays fast.
@@ -20,6 +20,8 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from harvester.config.value_rules import ValueRules
 
 XPATH_PREFIX = "xpath:"
 JSON_PREFIX = "json:"
@@ -238,8 +240,8 @@ class SelectorFields(StrictModel):
         return f"{kind}: {value}"
 
 
-class Attribute(SelectorFields):
-    """One field of the record: a selector, post-processing and a type.
+class Attribute(SelectorFields, ValueRules):
+    """One field of the record: a selector, post-processing, a type and value rules (after coercion).
 
     A plain string is shorthand for a CSS selector of a ``str`` (``xpath:`` prefix for XPath, ``json:``
     for JMESPath over JSON).

@@ -34,6 +34,7 @@ from harvester.config.incremental import (
     check_incremental_rules,
     schedule_shape,
 )
+from harvester.config.quality import Quality
 from harvester.queues import DEFAULT_QUEUE, PAGESLOTS_QUEUE, PRIORITY_QUEUE
 
 __all__ = ["RESERVED_FIELDS", "XPATH_PREFIX", "Attribute", "AttributeType", "ListingRecords", "SourceConfig",
@@ -221,6 +222,8 @@ class SourceConfig(StrictModel):
         description="Selector drift: an attribute found in this many percentage points fewer records than "
                     "the median of the previous runs is flagged.",
     )
+    quality: Quality = Field(default_factory=Quality, description="When a run's data makes it red: thresholds "
+                                                                  "and what a breach does (fail or warn).")
     robots: Literal["obey", "ignore"] = Field(
         default="obey", description="obey: robots.txt Disallow, Crawl-delay and Request-rate apply (the default).")
     max_retry_after: float | None = Field(

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harvester.config.model import MAX_BATCH_SIZE, SourceConfig, check_http_url
+from harvester.config.quality import Quality
 
 BATCH_SIZE_PARAM = "batch_size"
 MAX_PACKAGES_PARAM = "max_packages"
@@ -25,6 +26,7 @@ class RunOptions(BaseModel):
     batch_size: int = Field(ge=1, le=MAX_BATCH_SIZE)
     max_packages: int = Field(ge=1)
     urls: list[str] = Field(default_factory=list, description="When given, harvest only these URLs.")
+    quality: Quality = Field(default_factory=Quality, description="The thresholds this run's data must meet.")
 
     @field_validator("urls")
     @classmethod
@@ -44,4 +46,5 @@ class RunOptions(BaseModel):
             "batch_size": given(BATCH_SIZE_PARAM, source.batch.size),
             "max_packages": given(MAX_PACKAGES_PARAM, source.batch.max_packages),
             "urls": given(URLS_PARAM, []),
+            "quality": source.quality.overridden(params),
         })

@@ -146,7 +146,7 @@ def _show_dead_letter(dead_letters: DeadLetters, args: argparse.Namespace) -> in
     print(f"  failed {when} UTC after attempt {message.get('attempt', '?')}: {letter.reason}")
     snapshot = SnapshotStore.from_settings(_settings()).get(args.source, args.task)
     if snapshot is None:
-        print("  no snapshot of the page (HTTP pages keep none; browser snapshots expire)")
+        print("  no snapshot of the page (only failed browser pages and rejected pages keep one; snapshots expire)")
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

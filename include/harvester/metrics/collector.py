@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from harvester.config import RULE_NAMES
 from harvester.errors import StorageError
 from harvester.metrics.recording import FETCH_SECONDS, QUEUE_LATENCY_SECONDS
 from harvester.metrics.slots import slots_by_country_and_state
@@ -39,9 +40,10 @@ TASK_COUNTERS = {
 }
 
 
-# What extraction counts per attribute (harvester.scraping.extraction.Problem kinds).
+# What extraction counts per attribute (harvester.scraping.extraction.Problem kinds, the value rules among them).
 EXTRACTION_PROBLEM_KINDS = ("missing", "wrong_type", "too_long", "too_large", "too_deep", "bad_json", "bad_data",
-                            "bad_selector")
+                            "bad_selector", *RULE_NAMES)
+RUN_OUTCOMES = ("green", "degraded", "failed")
 
 
 class HarvesterCollector(Collector):
@@ -96,6 +98,25 @@ class HarvesterCollector(Collector):
         for country, amount in sorted(proxy_bytes.items()):
             proxy.add_metric([country], amount)
         yield from (depth, slots, proxy)
+        yield from process_metrics(snapshot)
+
+
+def process_metrics(snapshot: HarvestSnapshot) -> Iterator[Metric]:
+    """The browser backlog per country (where browser tasks really wait), the live slot hosts and distributors:
+    what the shipped alert rules (deploy/prometheus/alerts.yml) watch besides the per-source series."""
+    waiting = GaugeMetricFamily("harvester_browser_tasks_waiting",
+                                "Admitted browser tasks waiting for a page slot of their country.", labels=["country"])
+    for country, tasks in sorted(snapshot.browser_tasks.items()):
+        waiting.add_metric([country], tasks)
+    hosts = GaugeMetricFamily("harvester_slot_hosts", "Slot hosts whose advertisement is live.")
+    capacity = GaugeMetricFamily("harvester_slot_host_capacity", "Page slots the live slot hosts can host.")
+    live = snapshot.slot_hosts
+    hosts.add_metric([], live.hosts if live else 0)
+    capacity.add_metric([], live.slots if live else 0)
+    distributors = GaugeMetricFamily("harvester_distributors_alive", "Distributors whose heartbeat is fresh.")
+    distributors.add_metric([], snapshot.distributors)
+    yield from (waiting, hosts, capacity, distributors)
+
 
 # Per-source gauges: name (after harvester_) -> help, and the value of a source.
 SOURCE_GAUGES: dict[str, tuple[str, Callable[[SourceSnapshot], float]]] = {
@@ -158,6 +179,19 @@ class SourceFamilies:
         self.drift = GaugeMetricFamily("harvester_selector_drift",
                                        "1 when the attribute's share dropped past the source's drift threshold.",
                                        labels=["source", "attribute"])
+        # issue 21: the last reported run's outcome from its data, and rejections by attribute and rule
+        self.rejections = CounterMetricFamily("harvester_rejections", "Records rejected, by attribute and rule.",
+                                              labels=["source", "attribute", "rule"])
+        self.breached = GaugeMetricFamily("harvester_run_quality_breached",
+                                          "1 when the last reported run breached a quality threshold (failed, or "
+                                          "degraded with on_breach: warn).", labels=["source", "on_breach"])
+        self.outcome = GaugeMetricFamily("harvester_run_outcome",
+                                         "1 for the last reported run's outcome: green, degraded or failed.",
+                                         labels=["source", "outcome"])
+        self.run_share = GaugeMetricFamily("harvester_run_share",
+                                           "Shares (0-1) of the last reported run: stored (of the pages that "
+                                           "answered), rejected (of the records extracted), dead (unanswered).",
+                                           labels=["source", "kind"])
         self.histograms = {
             FETCH_SECONDS: HistogramMetricFamily("harvester_fetch_seconds", "Time to fetch a page.",
                                                  labels=SOURCE_LABEL),
@@ -206,6 +240,18 @@ class SourceFamilies:
         for attribute, health in sorted(source.extraction_health.items()):
             self.share.add_metric([source.name, attribute], float(health.get("share", 0.0)))
             self.drift.add_metric([source.name, attribute], 1 if health.get("drift") else 0)
+        for key, amount in sorted(source.outcomes_with_prefix("rejected:").items()):
+            rule, _, attribute = key.rpartition(":")
+            self.rejections.add_metric([source.name, attribute, rule], amount)
+        quality = source.run_quality
+        if quality:
+            self.breached.add_metric([source.name, quality.get("on_breach", "fail")],
+                                     1 if quality.get("breached") == "1" else 0)
+            for outcome in RUN_OUTCOMES:
+                self.outcome.add_metric([source.name, outcome], 1 if quality.get("outcome") == outcome else 0)
+            for kind, share in sorted(source.last_run_shares.items()):
+                if share is not None:
+                    self.run_share.add_metric([source.name, kind], float(share))
 
     def all(self) -> Iterator[Metric]:
         """Every family, in the order the collector always yielded them."""
@@ -217,6 +263,7 @@ class SourceFamilies:
         yield self.blocked
         yield from self.browser.values()
         yield from (self.share, self.drift)
+        yield from (self.rejections, self.breached, self.outcome, self.run_share)
         yield from self.histograms.values()
 
 

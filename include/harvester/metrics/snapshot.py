@@ -20,13 +20,14 @@ import redis
 from harvester.distributor import RateLimitStore, RegisteredSource, SourceRegistry, SourceStats
 from harvester.errors import redis_storage_errors
 from harvester.metrics.recording import BUCKETS, INFINITY
-from harvester.pageslots import SlotRecord, SlotRegistry
+from harvester.pageslots import HostCapacity, SlotHosts, SlotRecord, SlotRegistry
 from harvester.queues import DECLARED_QUEUES
-from harvester.redis_keys import SOURCES_INDEX, SourceKeys
+from harvester.redis_keys import SOURCES_INDEX, PageSlotKeys, SourceKeys, distributor_heartbeat
 from harvester.redis_scripts import ScriptPipeline, text
 from harvester.settings import HarvesterSettings
 
-PER_SOURCE_READS = 8  # replies queued per source by read_snapshot, in order
+PER_SOURCE_READS = 9  # replies queued per source by read_snapshot, in order
+SCAN_COUNT = 500
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,12 @@ class SourceSnapshot:
     paused_until: float  # the whole source waits until then (0: not paused)
     extraction_health: dict[str, dict[str, Any]]  # attribute -> {share, median, drop, drift}
     now: float
+    run_quality: dict[str, str] = field(default_factory=dict)  # the last reported run: outcome, reason, shares
+
+    @property
+    def last_run_shares(self) -> dict[str, float | None]:
+        """stored, rejected, dead shares of the last reported run (issue 21)."""
+        return json.loads(self.run_quality.get("shares") or "{}")
 
     @property
     def max_active(self) -> int:
@@ -102,6 +109,9 @@ class HarvestSnapshot:
     queue_depths: dict[str, int]
     slots: list[SlotRecord] = field(default_factory=list)
     now: float = 0.0
+    browser_tasks: dict[str, int] = field(default_factory=dict)  # country -> admitted browser tasks waiting
+    slot_hosts: HostCapacity | None = None  # live slot hosts and the slots they can host
+    distributors: int = 0  # distributors whose heartbeat is fresh
 
 
 def parse_histogram(name: str, fields: dict[str, str]) -> Histogram:
@@ -138,6 +148,7 @@ def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[s
             for key in (keys.counters, keys.requests, keys.histograms, keys.host_paused, keys.extraction_health):
                 pipeline.pipeline.hgetall(key)
             pipeline.pipeline.get(keys.paused_until)
+            pipeline.pipeline.hgetall(keys.run_quality)
 
     replies = store.scripts.run_pipeline(build) if names else []
     sources = {name: _source_snapshot(name, replies[index * PER_SOURCE_READS:(index + 1) * PER_SOURCE_READS], now)
@@ -147,11 +158,32 @@ def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[s
     for queue in queues:
         pipeline.llen(queue)
     depths = {queue: int(depth) for queue, depth in zip(queues, pipeline.execute(), strict=True)}
-    return HarvestSnapshot(sources=sources, queue_depths=depths, slots=SlotRegistry(client).slots(), now=now)
+    countries = {source.country for source in sources.values() if source.render == "browser" and source.country}
+    return HarvestSnapshot(sources=sources, queue_depths=depths, slots=SlotRegistry(client).slots(), now=now,
+                           browser_tasks=browser_tasks_waiting(client, countries),
+                           slot_hosts=SlotHosts(client).live_capacity(), distributors=live_distributors(client))
+
+
+def browser_tasks_waiting(client: redis.Redis, countries: set[str]) -> dict[str, int]:
+    """Admitted browser tasks waiting for a page slot, per country: the lists the slots pop from (a browser
+    task is no Celery message, so no queue depth shows them). ``countries`` (the browser sources') are listed
+    even when empty."""
+    prefix = PageSlotKeys().browser_tasks_prefix
+    found = {text(key)[len(prefix):] for key in client.scan_iter(match=f"{prefix}*", count=SCAN_COUNT)}
+    names = sorted(found | countries)
+    pipeline = client.pipeline(transaction=False)
+    for country in names:
+        pipeline.llen(PageSlotKeys().browser_tasks(country))
+    return {country: int(length) for country, length in zip(names, pipeline.execute(), strict=True)}
+
+
+def live_distributors(client: redis.Redis) -> int:
+    """Distributors whose heartbeat has not expired (each round refreshes it)."""
+    return sum(1 for _ in client.scan_iter(match=distributor_heartbeat("*"), count=SCAN_COUNT))
 
 
 def _source_snapshot(name: str, replies: list[Any], now: float) -> SourceSnapshot:
-    registration, stats, counters, requests, histograms, host_paused, health, paused = replies
+    registration, stats, counters, requests, histograms, host_paused, health, paused, quality = replies
     decoded = {text(k): text(v) for k, v in histograms.items()}
     request_counts: dict[tuple[str, str], int] = {}
     for raw_field, amount in requests.items():
@@ -168,4 +200,5 @@ def _source_snapshot(name: str, replies: list[Any], now: float) -> SourceSnapsho
         paused_until=float(paused or 0),
         extraction_health={text(k): json.loads(v) for k, v in health.items()},
         now=now,
+        run_quality={text(k): text(v) for k, v in quality.items()},
     )

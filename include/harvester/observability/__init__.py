@@ -12,13 +12,15 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         RequeueResult,
         ResultsPage,
         RunProgressView,
+        RunRecordsView,
         RunSummary,
         SlotsView,
         SourceSummary,
     )
 
 __all__ = [
-    "DeadLettersView", "HarvestViews", "RequeueResult", "ResultsPage", "RunProgressView", "RunSummary", "SlotsView",
-    "SourceSummary", "UnknownSource",
+    "DeadLettersView", "HarvestViews", "RequeueResult", "ResultsPage", "RunProgressView", "RunRecordsView",
+    "RunSummary",
+    "SlotsView", "SourceSummary", "UnknownSource",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

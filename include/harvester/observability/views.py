@@ -29,11 +29,37 @@ from harvester.storage import RUNS_COLLECTION, PageSnapshot, SnapshotStore
 MAX_PAGE = 500
 
 
+RUN_OUTCOME_WORDS = {"green": "success", "degraded": "success, degraded", "failed": "failed", "running": "running"}
+
+
+def run_outcome(run: dict[str, Any]) -> tuple[str, str]:
+    """(green, degraded, failed or running; the reason in words) of a run document (issue 21)."""
+    report = run.get("report") or {}
+    if not report:
+        return "running", f"{run.get('status', 'planning')}: no report yet"
+    quality = report.get("quality") or {}
+    outcome, reason = quality.get("outcome"), quality.get("reason", "")
+    if outcome is None:  # reported before runs had an outcome: complete or not is all it says
+        outcome = "green" if report.get("complete") else "degraded"
+    if not reason and not report.get("urls_planned") and not report.get("tasks_discovered"):
+        fresh = int(report.get("urls_skipped_fresh", 0))
+        reason = f"nothing was due ({fresh} URLs harvested within the harvesting lag)" if fresh else "nothing was due"
+    if not report.get("complete"):
+        missing = int(report.get("packages", 0)) - int(report.get("packages_finished", 0))
+        incomplete = f"reported with {missing} package(s) unfinished"
+        reason = f"{reason}; {incomplete}" if reason else incomplete
+        outcome = "degraded" if outcome == "green" else outcome
+    return outcome, reason
+
+
 class LastRun(BaseModel):
     run_id: str
     status: str
     started_at: datetime | None = None
-    outcome: str = Field(description="complete, incomplete, or running (no report yet)")
+    outcome: str = Field(description="green, degraded or failed (from the run's data, issue 21), or running")
+    outcome_words: str = Field(default="", description="success, success, degraded, failed or running")
+    reason: str = Field(default="", description="Why the run is degraded or failed, in one line.")
+    rejected_share: float | None = Field(default=None, description="Share (0-1) of extracted records rejected.")
     records_stored: int | None = None
     selector_drift: list[str] = Field(default_factory=list)
 
@@ -73,14 +99,6 @@ class SourceSummary(BaseModel):
     last_run: LastRun | None = None
 
 
-class RunSummary(BaseModel):
-    run_id: str
-    status: str
-    started_at: datetime | None = None
-    airflow_run_ids: list[str] = Field(default_factory=list)
-    report: dict[str, Any] | None = None
-
-
 class RunProgressView(BaseModel):
     source: str
     run_id: str
@@ -101,10 +119,26 @@ class RunProgressView(BaseModel):
     line: str = Field(description="The progress line the sensor logs.")
 
 
+class RunSummary(BaseModel):
+    run_id: str
+    status: str
+    started_at: datetime | None = None
+    airflow_run_ids: list[str] = Field(default_factory=list)
+    outcome: str = Field(default="running", description="green, degraded, failed, or running (no report yet)")
+    outcome_words: str = Field(default="running", description="success, success, degraded, failed or running")
+    reason: str = Field(default="", description="Why the run is degraded or failed, in one line.")
+    rejected_share: float | None = Field(default=None, description="Share (0-1) of extracted records rejected.")
+    progress: RunProgressView | None = Field(default=None, description="While running: progress, rate and ETA.")
+    report: dict[str, Any] | None = None
+
+
 class SlotsView(BaseModel):
     by_country: dict[str, dict[str, int]] = Field(description="Country -> slot state -> slots.")
     proxy_bytes: dict[str, int] = Field(description="Country -> bytes browsed through its proxy.")
     last_decision: dict[str, Any] | None = Field(description="The allocator's last decision.")
+    decision: list[str] = Field(default_factory=list,
+                                description="The allocator's last decision as the sentences it logs.")
+    decided_at: datetime | None = Field(default=None, description="When it decided.")
     slots: list[dict[str, Any]]
 
 
@@ -116,8 +150,10 @@ class DeadLetterView(BaseModel):
     attempt: int | None
     reason: str
     failed_at: datetime
-    snapshot: bool = Field(default=False, description="A browser page's snapshot (HTML and screenshot) is kept: "
+    snapshot: bool = Field(default=False, description="The page's evidence is kept (a failed or rejected browser "
+                                                      "page's HTML and screenshot, a rejected HTTP page's body): "
                                                       "GET .../dead-letters/{task_id}/snapshot and /screenshot.")
+    screenshot: bool = Field(default=False, description="The evidence has a screenshot (browser pages).")
 
 
 class DeadLettersView(BaseModel):
@@ -132,10 +168,41 @@ class RequeueResult(BaseModel):
     remaining: int
 
 
+class RunRecordsView(BaseModel):
+    source: str
+    run_id: str
+    outcome: str
+    outcome_words: str
+    reason: str
+    records: list[dict[str, Any]] = Field(description="The run's first records.")
+    records_stored: int
+    rejections: list[DeadLetterView] = Field(description="The run's dead letters (rejected pages among them), "
+                                                         "each with a link to its evidence when kept.")
+    rejections_by_attribute: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="attribute -> rule -> records rejected (the report's figures).")
+
+
 class ResultsPage(BaseModel):
     source: str
     records: list[dict[str, Any]]
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; None at the end.")
+
+
+def decision_sentences(decision: dict[str, Any] | None) -> list[str]:
+    """The allocator's decision as the page shows it: the sentences its step logs (``StepReport.story``), one per
+    country changed, note or error, and the figures it decided on."""
+    if not decision:
+        return []
+    story = str(decision.get("story") or "nothing to change")
+    sentences = [part.strip() for part in story.split("; ") if part.strip()]
+    figures = decision.get("figures") or {}
+    if figures.get("desired"):
+        sentences.append("slots wanted per country: "
+                         + ", ".join(f"{country} {count}" for country, count in sorted(figures["desired"].items())))
+    if figures.get("effective_max") is not None:
+        sentences.append(f"at most {figures['effective_max']} page slots in all (MAX_PAGE_SLOTS "
+                         f"{figures.get('max_page_slots')}, live slot hosts can host {figures.get('live_capacity')})")
+    return [sentence[0].upper() + sentence[1:] + ("" if sentence.endswith(".") else ".") for sentence in sentences]
 
 
 def _jsonable(value: Any) -> Any:
@@ -231,21 +298,32 @@ class HarvestViews:
         for group in self.database[RUNS_COLLECTION].aggregate(pipeline):
             run = group["run"]
             report = run.get("report") or {}
-            outcome = "running" if not report else ("complete" if report.get("complete") else "incomplete")
+            outcome, reason = run_outcome(run)
             runs[group["_id"]] = LastRun(
                 run_id=run["run_id"], status=run.get("status", ""), started_at=run.get("started_at"),
-                outcome=outcome, records_stored=report.get("records_stored"),
-                selector_drift=report.get("selector_drift", []))
+                outcome=outcome, outcome_words=RUN_OUTCOME_WORDS[outcome], reason=reason,
+                rejected_share=(report.get("shares") or {}).get("rejected"),
+                records_stored=report.get("records_stored"), selector_drift=report.get("selector_drift", []))
         return runs
 
     # -- runs ----------------------------------------------------------------------------------------
     def runs(self, name: str, limit: int = 20) -> list[RunSummary]:
+        """The source's runs, newest first, each with its outcome in words; a running one with its progress."""
         self.source(name)
         cursor = self.database[RUNS_COLLECTION].find({"source": name}, {"_id": 0}, sort=[("started_at", -1)],
                                                       limit=min(limit, MAX_PAGE))
-        return [RunSummary(run_id=run["run_id"], status=run.get("status", ""), started_at=run.get("started_at"),
-                           airflow_run_ids=run.get("airflow_run_ids", []), report=_jsonable(run.get("report")))
-                for run in cursor]
+        summaries = []
+        for run in cursor:
+            outcome, reason = run_outcome(run)
+            report = run.get("report") or {}
+            summaries.append(RunSummary(
+                run_id=run["run_id"], status=run.get("status", ""), started_at=run.get("started_at"),
+                airflow_run_ids=run.get("airflow_run_ids", []), outcome=outcome,
+                outcome_words=RUN_OUTCOME_WORDS[outcome], reason=reason,
+                rejected_share=(report.get("shares") or {}).get("rejected"),
+                progress=self.run_progress(name, run["run_id"]) if outcome == "running" else None,
+                report=_jsonable(run.get("report"))))
+        return summaries
 
     def harvest_run_of(self, name: str, airflow_run_id: str) -> str | None:
         """The harvest run id an Airflow dag run worked on (None before its plan task ran)."""
@@ -264,8 +342,12 @@ class HarvestViews:
     # -- slots and dead letters ----------------------------------------------------------------------
     def slots(self) -> SlotsView:
         records = SlotRegistry(self.redis).slots()
+        decision = last_decision(self.redis)
         return SlotsView(by_country=slots_by_country_and_state(records),
-                         proxy_bytes=proxy_bytes_by_country(self.redis), last_decision=last_decision(self.redis),
+                         proxy_bytes=proxy_bytes_by_country(self.redis), last_decision=decision,
+                         decision=decision_sentences(decision),
+                         decided_at=datetime.fromtimestamp(float(decision["at"]), UTC)
+                         if decision and decision.get("at") else None,
                          slots=[{"slot_id": slot.id, "country": slot.country, "state": str(slot.state)}
                                 for slot in records])
 
@@ -274,12 +356,28 @@ class HarvestViews:
         listed = letters.list(name, start, min(limit, MAX_PAGE))
         messages = [entry.message if isinstance(entry.message, dict) else {} for entry in listed]
         with_snapshot = self.snapshots().existing(name, [m["task_id"] for m in messages if m.get("task_id")])
+        browser = name in self.sources and self.sources[name].render == "browser"  # an HTTP body has no screenshot
         entries = [DeadLetterView(
             index=start + offset, url=message.get("url"), task_id=message.get("task_id"),
             run_id=message.get("run_id"), attempt=message.get("attempt"), reason=entry.reason,
-            failed_at=datetime.fromtimestamp(entry.failed_at, UTC), snapshot=message.get("task_id") in with_snapshot)
+            failed_at=datetime.fromtimestamp(entry.failed_at, UTC), snapshot=message.get("task_id") in with_snapshot,
+            screenshot=message.get("task_id") in with_snapshot and browser)
             for offset, (entry, message) in enumerate(zip(listed, messages, strict=True))]
         return DeadLettersView(source=name, total=letters.count(name), entries=entries)
+
+    def run_records(self, name: str, run_id: str, limit: int = 20) -> RunRecordsView:
+        """A run's records and its dead letters (each rejection with its evidence link): what the run gave and
+        why the rest was refused."""
+        config = self.source(name)
+        run = self.database[RUNS_COLLECTION].find_one({"source": name, "run_id": run_id}, {"_id": 0}) or {}
+        outcome, reason = run_outcome(run) if run else ("running", "no such run")
+        page = self.results(name, limit=limit, run_id=run_id)
+        stored = self.output_database(config)[config.output_collection].count_documents({"run_id": run_id})
+        letters = [entry for entry in self.dead_letters(name, 0, MAX_PAGE).entries if entry.run_id == run_id]
+        report = run.get("report") or {}
+        return RunRecordsView(source=name, run_id=run_id, outcome=outcome, outcome_words=RUN_OUTCOME_WORDS[outcome],
+                              reason=reason, records=page.records, records_stored=stored, rejections=letters[:limit],
+                              rejections_by_attribute=report.get("rejections") or {})
 
     def snapshots(self) -> SnapshotStore:
         return SnapshotStore(self.database, self.settings.browser_snapshot_keep_days,

@@ -1,4 +1,10 @@
-"""Extraction health: per attribute, the share of a run's records that had it, against earlier runs.
+"""Extraction health: per attribute, the share of a run's extracted records that had it, against earlier runs.
+
+The share is over every record the workers extracted, stored or rejected (issue 21): a selector that
+stops matching a required field rejects the records, so a share over the stored ones alone stayed at
+100 % while the run stored nothing. The workers count it per run (``seen:``/``present:`` figures, see
+:mod:`harvester.workers.extraction_tally`); a run without those figures (older, or expired) is measured
+on its stored records.
 
 A site that changes its markup does not fail: its pages still load and the records still store,
 with an attribute gone. Comparing each attribute's share with the median of the previous runs'
@@ -31,6 +37,19 @@ def attribute_shares(collection: Collection, run_id: str, attributes: Iterable[s
     return total, shares
 
 
+def extracted_shares(figures: dict[str, int], attributes: Iterable[str]) -> tuple[int, dict[str, float]]:
+    """Records extracted (stored or rejected) and, per attribute, the share of them that had a value."""
+    total = int(figures.get("records_extracted", 0))
+    if total == 0:
+        return 0, {}
+    shares = {}
+    for name in attributes:
+        seen = int(figures.get(f"seen:{name}", 0))
+        if seen:
+            shares[name] = int(figures.get(f"present:{name}", 0)) / seen
+    return total, shares
+
+
 def previous_shares(runs: Collection, source: str, run_id: str, limit: int = PREVIOUS_RUNS) -> list[dict[str, float]]:
     """The attribute shares of the source's earlier reported runs, newest first."""
     cursor = runs.find(
@@ -53,9 +72,14 @@ def assess_drift(shares: dict[str, float], previous: list[dict[str, float]], thr
 
 
 def extraction_report(collection: Collection, runs: Collection, source: str, run_id: str,
-                      attributes: Iterable[str], threshold_points: float) -> dict[str, Any]:
-    """The report's ``extraction`` section: shares, per-attribute health, and the drifted attributes."""
-    records, shares = attribute_shares(collection, run_id, attributes)
+                      attributes: Iterable[str], threshold_points: float,
+                      figures: dict[str, int] | None = None) -> dict[str, Any]:
+    """The report's ``extraction`` section: shares, per-attribute health, and the drifted attributes; over the
+    records extracted (``figures``, the run's worker counters) when the workers counted them."""
+    attributes = list(attributes)
+    records, shares = extracted_shares(figures or {}, attributes)
+    if not records:
+        records, shares = attribute_shares(collection, run_id, attributes)
     health = assess_drift(shares, previous_shares(runs, source, run_id), threshold_points) if records else {}
     return {"records": records, "shares": shares, "threshold_points": threshold_points, "attributes": health,
             "selector_drift": sorted(name for name, entry in health.items() if entry["drift"])}

@@ -37,6 +37,6 @@ def incremental_report(output: Collection, redis_client: redis.Redis, source: st
         "records_unchanged": max(0, stored - new - changed - not_modified),
         "records_not_modified": not_modified,
         "bytes_saved": bytes_saved,
-        "sitemaps": figures,
+        "sitemaps": {name: amount for name, amount in figures.items() if name.startswith("sitemap")},
         "sitemap_problems": problems,
     }

@@ -17,9 +17,10 @@ from typing import Any
 import redis
 from pymongo.database import Database
 
+from harvester.config import Quality
 from harvester.distributor import DeadLetters, DeadTasks, count_down_dead, dead_tasks_of_run
 from harvester.redis_keys import SourceKeys
-from harvester.storage import PackageStatus, PackageStore, RunStore
+from harvester.storage import PackageStatus, PackageStore, RunFigures, RunStore
 
 
 @dataclass
@@ -131,9 +132,11 @@ class RunMonitor:
 
     def report_figures(self, source: str, output_collection: str, run_id: str, now: datetime | None = None,
                        attributes: list[str] | None = None, drift_threshold: float = 20.0,
-                       dead: DeadTasks | None = None) -> dict[str, Any]:
+                       dead: DeadTasks | None = None, quality: Quality | None = None,
+                       unit: str = "pages") -> dict[str, Any]:
         """The run's figures: URLs planned, records stored (new vs updated), failures by reason, duration,
-        and (given the source's ``attributes``) extraction health with any selector drift."""
+        (given the source's ``attributes``) extraction health with any selector drift, and the quality
+        figures with the run's outcome (``quality``: the thresholds; the source's defaults when None)."""
         now = now or datetime.now(UTC)
         progress = self.measure(source, output_collection, run_id, dead)
         run = self.runs.get(source, run_id) or {}
@@ -173,12 +176,17 @@ class RunMonitor:
 
         report.update(incremental_report(self.output_database[output_collection], self.redis, source, run_id,
                                          started_at, report))
+        from harvester.producer.quality import assess_quality, quality_figures
+
+        figures, _ = RunFigures(self.redis).read(source, run_id)
+        report.update(quality_figures(report, figures))
         if attributes:
             from harvester.producer.health import extraction_report
 
             report["extraction"] = extraction_report(self.output_database[output_collection], self.runs.collection,
-                                                     source, run_id, attributes, drift_threshold)
+                                                     source, run_id, attributes, drift_threshold, figures)
             report["selector_drift"] = report["extraction"]["selector_drift"]
+        report["quality"] = assess_quality(report, quality or Quality(), unit)
         return report
 
 
@@ -203,16 +211,20 @@ class RunSettlement:
         return self.monitor.measure(source, output_collection, run_id, self.settle(source, run_id))
 
     def report(self, source: str, output_collection: str, run_id: str, now: datetime | None = None,
-               attributes: list[str] | None = None, drift_threshold: float = 20.0) -> dict[str, Any]:
-        """Settle a last time, then write the run's report (and its extraction health, for the metrics and
-        the page); the run's per-run dead-letter records go."""
+               attributes: list[str] | None = None, drift_threshold: float = 20.0,
+               quality: Quality | None = None, unit: str = "pages") -> dict[str, Any]:
+        """Settle a last time, then write the run's report (and its extraction health and outcome, for the
+        metrics and the page); the run's per-run dead-letter records go."""
         dead = self.settle(source, run_id)
         report = self.monitor.report_figures(source, output_collection, run_id, now, attributes, drift_threshold,
-                                             dead)
-        if "extraction" in report:
+                                             dead, quality, unit)
+        if report.get("extraction", {}).get("records"):  # a run that extracted nothing keeps the last health
             from harvester.producer.health import publish_health
 
             publish_health(self.redis, source, report["extraction"])
+        from harvester.producer.quality import publish_run_quality
+
+        publish_run_quality(self.redis, source, report)
         self.monitor.runs.record_report(source, run_id, report)
         # The run is over: its per-run dead-letter records go (the dead letters themselves stay, capped).
         DeadLetters(self.redis).end_run(source, run_id)

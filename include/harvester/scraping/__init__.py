@@ -8,7 +8,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.errors import HostRateTimeout
     from harvester.scraping.addresses import SCREENING_TIMEOUT, TOO_MANY_HOSTS, AddressGuard, strip_userinfo
     from harvester.scraping.browser import CHROMIUM_ARGS, PageLoad, first_line, load_page, user_agent_and_headers
-    from harvester.scraping.extraction import extract_record
+    from harvester.scraping.extraction import Extraction, extract_record
     from harvester.scraping.fetcher import Fetcher
     from harvester.scraping.guard_proxy import GuardProxy
     from harvester.scraping.links import discover_links
@@ -42,11 +42,11 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 
 __all__ = [
     "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "OWNER_FLAG", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON",
-    "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "FetchPermit", "FetchResult",
-    "FetchedBatch", "Fetcher", "GuardProxy", "HostLimits", "HostRateTimeout", "LoadListener", "PageCapture",
-    "PageFetcher", "PageLoad", "PageResult", "Readiness", "Render", "RequestCharger", "ResponseClassifier",
-    "RobotsCache", "SitemapDiscovery", "SitemapFetcher", "SlotBrowser", "Verdict", "canonicalise_url",
-    "discover_links", "extract_record", "first_line", "flag_value", "kill_process_tree", "load_page",
-    "process_page", "record_url", "render_page", "strip_userinfo", "user_agent_and_headers",
+    "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "Extraction", "FetchPermit",
+    "FetchResult", "FetchedBatch", "Fetcher", "GuardProxy", "HostLimits", "HostRateTimeout", "LoadListener",
+    "PageCapture", "PageFetcher", "PageLoad", "PageResult", "Readiness", "Render", "RequestCharger",
+    "ResponseClassifier", "RobotsCache", "SitemapDiscovery", "SitemapFetcher", "SlotBrowser", "Verdict",
+    "canonicalise_url", "discover_links", "extract_record", "first_line", "flag_value", "kill_process_tree",
+    "load_page", "process_page", "record_url", "render_page", "strip_userinfo", "user_agent_and_headers",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

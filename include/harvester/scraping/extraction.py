@@ -1,14 +1,15 @@
 """Extraction: a source's attributes into a typed record, or a listing page's items into records.
 
-Each attribute goes through three stages, one function each, so a later stage (value rules, issue 21)
-can be added after coercion without touching the others:
+Each attribute goes through four stages, one function each:
 
 1. :func:`select`: the attribute's selector kind gives raw values: CSS or XPath over the HTML (an
    element gives its normalised text), JMESPath over the page's JSON-LD, microdata or ``<meta>``
    names, over a ``<script>``'s data, or over a JSON response or record item
    (:class:`~harvester.scraping.structured.PageData` parses each of those once per page);
 2. :func:`post_process`: ``regex`` (RE2, the first group), ``strip``, ``join``, ``default``;
-3. :func:`coerce_values`: the ``type`` (:mod:`harvester.scraping.coercion`).
+3. :func:`coerce_values`: the ``type`` (:mod:`harvester.scraping.coercion`);
+4. :func:`~harvester.scraping.validation.validate_value`: the value rules (``min``, ``max``, ``pattern``,
+   ``enum``, ``min_length``, ``max_length``, ``not_empty``), issue 21.
 
 The rules of DESIGN.md section 9: a missing or mistyped optional attribute is stored as null and the
 gap counted; a missing or mistyped required attribute rejects the record with the reason. Malformed
@@ -35,6 +36,7 @@ from harvester.errors import CoercionError
 from harvester.patterns import compile_pattern
 from harvester.scraping.coercion import INT64_MAX, INT64_MIN, coerce, coerce_value, parse_decimal
 from harvester.scraping.structured import PageData, StructuredDataError, gather, search
+from harvester.scraping.validation import validate_value
 
 if TYPE_CHECKING:
     from harvester.settings import HarvesterSettings
@@ -84,6 +86,17 @@ class Extraction:
     record: dict[str, Any] | None
     problems: list[Problem] = field(default_factory=list)
     traces: dict[str, AttributeTrace] | None = None
+    values: dict[str, Any] = field(default_factory=dict)  # what was extracted, the rejected record's too
+
+    def has_value(self, attribute: str) -> bool:
+        """Whether the page gave the attribute a value (stored or rejected): the drift figures count it."""
+        value = self.values.get(attribute)
+        return value is not None and value != []
+
+    @property
+    def rejections(self) -> list[Problem]:
+        """The problems that rejected the record: each names its attribute and rule (kind)."""
+        return [problem for problem in self.problems if problem.required]
 
     @property
     def rejected_reason(self) -> str | None:
@@ -277,7 +290,7 @@ def _missing_detail(attribute: Attribute, selection: Selection) -> str:
 
 def extract_attribute(name: str, attribute: Attribute, scope: Scope, base: str, budget: _Budget,
                       problems: list[Problem], traces: dict[str, AttributeTrace] | None = None) -> Any:
-    """One attribute through the three stages; its problems are appended to ``problems``."""
+    """One attribute through the four stages; its problems are appended to ``problems``."""
     is_list = attribute.type.startswith("list[")
     present_with_regex = attribute.type == "present" and attribute.regex is not None
     first_only = not is_list and attribute.join is None and not present_with_regex
@@ -305,6 +318,7 @@ def extract_attribute(name: str, attribute: Attribute, scope: Scope, base: str, 
             value = empty
         else:
             value = coerce_values(name, attribute, values, base, True, problems)
+        value = validate_value(name, attribute, value, problems)
     if traces is not None:
         samples = [_sample(raw) for raw in selection.values[:TRACE_SAMPLES]]
         problem = str(problems[before]) if len(problems) > before else None
@@ -334,7 +348,7 @@ def _record(attributes: dict[str, Attribute], scope: Scope, url: str, base: str,
     traces: dict[str, AttributeTrace] | None = {} if trace else None
     for name, attribute in attributes.items():
         record[name] = extract_attribute(name, attribute, scope, base, budget, problems, traces)
-    extraction = Extraction(record, problems, traces)
+    extraction = Extraction(record, problems, traces, values=record)
     if extraction.rejected_reason is not None:
         extraction.record = None
     return extraction

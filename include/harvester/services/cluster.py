@@ -70,6 +70,8 @@ class ClusterPorts(PortPlan):
     worker_logs: int = 8794
     trigger_logs: int = 8795
     forward_proxy: int = 3138  # the first demo country's proxy; the next countries take the next ports
+    metrics: int = 9109  # the distributor's collector (compose: 9108)
+    prometheus: int = 9091  # Prometheus with the shipped alert rules (compose: 9090)
 
 
 @dataclass(frozen=True)
@@ -358,8 +360,9 @@ class Cluster:
         ]
 
     def distributor_service(self) -> Service:
+        env = {**self.harvester_redis_environment(), "HARVESTER_METRICS_PORT": str(self.ports.metrics)}
         return Service("distributor", [[str(self.bin / "harvester"), "distributor", "--name", "distributor"]],
-                       self.harvester_redis_environment(), ready_timeout=60,
+                       env, ready_timeout=60, port=self.ports.metrics, port_variable=ClusterPorts.variable("metrics"),
                        ready=lambda: readiness.distributor_heartbeat_fresh(self.redis_target, "distributor"))
 
     def machine_service(self, machine: WorkerMachine) -> Service:
@@ -373,9 +376,15 @@ class Cluster:
         return Service(machine.service_name, commands, self.harvester_environment(), ready_timeout=120,
                        ready=lambda: readiness.celery_nodes_answer(*self.broker, machine.node_names()))
 
+    def prometheus_service(self) -> Service:
+        from harvester.services.prometheus import prometheus_service
+
+        return prometheus_service(self.base_dir, self.ports.prometheus, ClusterPorts.variable("prometheus"),
+                                  self._base_environment())
+
     def all_services(self) -> list[Service]:
         return [*self.infrastructure(), *self.airflow_services(), self.distributor_service(),
-                *(self.machine_service(machine) for machine in self.machines)]
+                self.prometheus_service(), *(self.machine_service(machine) for machine in self.machines)]
 
     # -- life cycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -383,6 +392,10 @@ class Cluster:
         self.start_metadata_database()
         self.supervisor.start_all(self.airflow_services())  # together: each spends its first seconds importing
         self.supervisor.start_all([self.distributor_service()])
+        from harvester.services.prometheus import write_prometheus_config
+
+        write_prometheus_config(self.base_dir, self.ports.metrics)  # the shipped alert rules, the distributor's metrics
+        self.supervisor.start_all([self.prometheus_service()])
         self.supervisor.start_all([self.machine_service(machine) for machine in self.machines])
 
     def start_metadata_database(self) -> None:
@@ -454,6 +467,7 @@ class Cluster:
             f"  MongoDB:      {mongo}\n"
             f"  Demo site:    {self.resolved_demo_site_url}\n"
             f"  Workers:      {', '.join(node for machine in self.machines for node in machine.node_names())}\n"
+            f"  Prometheus:   http://{LOOPBACK}:{self.ports.prometheus}  (deploy/prometheus/alerts.yml loaded)\n"
             f"  Proxies:      {proxies}\n"
             f"  Logs:         {self.log_dir}/\n"
             "  Stop:         make stop MODE=cluster\n"

@@ -30,20 +30,27 @@ class RunFigures:
     @redis_storage_errors()
     def add(self, source: str, run_id: str | None, figures: Mapping[str, int],
             problems: list[tuple[str, str]] | None = None) -> None:
-        figures = {name: amount for name, amount in figures.items() if amount}
-        if not figures and not problems:
+        if not any(figures.values()) and not problems:
             return
         keys = SourceKeys(source)
         pipeline = self.redis.pipeline(transaction=False)
-        for name, amount in figures.items():
-            pipeline.hincrby(keys.run_figures(run_id), name, int(amount))
-        pipeline.expire(keys.run_figures(run_id), self.ttl)
+        self.queue_add(pipeline, source, run_id, figures)
         if problems:
             key = keys.run_sitemap_problems(run_id)
             pipeline.rpush(key, *(json.dumps({"url": url, "problem": problem}) for url, problem in problems))
             pipeline.ltrim(key, 0, PROBLEMS_KEPT - 1)
             pipeline.expire(key, self.ttl)
         pipeline.execute()
+
+    def queue_add(self, pipeline: redis.client.Pipeline, source: str, run_id: str | None,
+                  figures: Mapping[str, int]) -> None:
+        """Queue the counters on a caller's pipeline (a batch sends them with its outcome counters)."""
+        key = SourceKeys(source).run_figures(run_id)
+        given = {name: int(amount) for name, amount in figures.items() if amount}
+        for name, amount in given.items():
+            pipeline.hincrby(key, name, amount)
+        if given:
+            pipeline.expire(key, self.ttl)
 
     @redis_storage_errors()
     def read(self, source: str, run_id: str | None) -> tuple[dict[str, int], list[dict[str, Any]]]:

@@ -37,11 +37,11 @@ import redis
 
 from harvester.config import SourceConfig
 from harvester.distributor import RateLimitStore, RegisteredSources, TaskMessage
-from harvester.errors import SourceNotRegistered, StorageError, redis_storage_errors
+from harvester.errors import ConnectionNotFound, SourceNotRegistered, StorageError, redis_storage_errors
 from harvester.metrics import record_fetches
 from harvester.scraping import AddressGuard, Fetcher, FetchResult, PageFetcher, PageResult, RobotsCache, process_page
 from harvester.settings import HarvesterSettings, get_settings
-from harvester.storage import DataHandler
+from harvester.storage import DataHandler, RunFigures
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
@@ -53,7 +53,7 @@ from harvester.workers.settler import Settler, StoredPage
 from harvester.workers.sitemaps import SitemapFollower
 
 if TYPE_CHECKING:
-    from harvester.storage import PackageStore
+    from harvester.storage import PackageStore, SnapshotStore
 
 __all__ = ["DEFAULT_RETRY_AFTER_SECONDS", "BatchReport", "BatchRunner", "LeaseHeartbeat", "batch_runner",
            "discovered_task_id", "new_event_loop"]
@@ -87,6 +87,7 @@ class BatchRunner:
             self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis),
             guard=self.guard)
         self._browser: PageFetcher | None = None
+        self._evidence: SnapshotStore | None = None  # rejected HTTP pages' bodies (opened on the first one)
         # incremental harvests (issue 23): conditional requests, sitemaps
         self.incremental = IncrementalFetching.from_settings(self.settings, self.clients.data, self.fetcher)
         self.sitemaps = SitemapFollower.from_settings(self.settings, self.clients, self.follower, self.failures)
@@ -239,13 +240,16 @@ class BatchRunner:
             elif page.extraction is not None:
                 for problem in page.extraction.problems:
                     report.outcomes[problem.counter] += 1
+                report.outcomes.update(report.extracted.add(message.run_id, page.extraction))
                 if page.extraction.record is None:
                     report.outcomes["rejected"] += 1
                     why = f" ({fetch.reason})" if fetch.reason else ""  # a browser page not ready: what it waited for
-                    self.failures.dead_letter(message, f"record rejected: {page.rejected_reason}{why}", report)
+                    reason = f"record rejected: {page.rejected_reason}{why}"
+                    self.keep_evidence(source, message, fetch, reason, report)
+                    self.failures.dead_letter(message, reason, report)
                 else:
                     to_store.append((message, page))
-            elif page.listing_records is not None and self.count_listing_records(page, report):
+            elif page.listing_records is not None and self.count_listing_records(page, report, message.run_id):
                 record_listings.append((message, page))  # stored first, then its links followed
             else:
                 listings.append((message, page))
@@ -268,8 +272,26 @@ class BatchRunner:
         finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
         self.settler.complete(source, finished + stored + followed, report)
 
+    def keep_evidence(self, source: SourceConfig, message: TaskMessage, fetch: FetchResult, reason: str,
+                      report: BatchReport) -> None:
+        """A rejected HTTP page keeps its body (bounded, for ``browser_snapshot_keep_days``) in the evidence store the
+        browser's snapshots use, before its dead letter is written, so the letter links to it at once (a slot
+        keeps its browser pages' snapshots itself). Evidence that cannot be kept never fails the batch."""
+        if source.render != "http" or not message.task_id:
+            return
+        try:
+            if self._evidence is None:
+                from harvester.storage import SnapshotStore
+
+                self._evidence = SnapshotStore.from_settings(self.settings)
+            self._evidence.save(source.name, message.task_id, fetch.final_url or message.url, reason, fetch.text or "",
+                                None)
+            report.outcomes["evidence_kept"] += 1
+        except (StorageError, ConnectionNotFound) as error:
+            log.warning("%s: keeping the body of %s as evidence failed: %s", source.name, message.url, error)
+
     @staticmethod
-    def count_listing_records(page: PageResult, report: BatchReport) -> bool:
+    def count_listing_records(page: PageResult, report: BatchReport, run_id: str | None = None) -> bool:
         """Count a listing page's records and their problems; True when it has records to store. An item
         a ``required`` attribute rejects is counted (``rejected``), never the page's other records."""
         listing = page.listing_records
@@ -279,6 +301,7 @@ class BatchRunner:
         for extraction in listing.extractions:
             for problem in extraction.problems:
                 report.outcomes[problem.counter] += 1
+            report.outcomes.update(report.extracted.add(run_id, extraction))
         rejected = listing.rejected
         if rejected:
             report.outcomes["rejected"] += len(rejected)
@@ -296,6 +319,8 @@ class BatchRunner:
             with redis_storage_errors():  # the round trip is sent here, not by a store
                 pipeline = self.redis.pipeline(transaction=False)
                 self.store.count_outcomes(source, report.outcomes, pipeline)
+                for run_id, figures in report.extracted.by_run.items():  # the run's quality and drift figures
+                    RunFigures(self.redis).queue_add(pipeline, source, run_id, figures)
                 if messages and fetches:
                     record_fetches(self.redis, source, messages, fetches, pipeline=pipeline)
                 pipeline.execute()

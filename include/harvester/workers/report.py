@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from harvester.workers.extraction_tally import ExtractionTally
+
 
 @dataclass
 class BatchReport:
@@ -18,6 +20,7 @@ class BatchReport:
     dead: int = 0
     discovered: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
+    extracted: ExtractionTally = field(default_factory=ExtractionTally)  # per run: what the quality is over
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "tasks": self.tasks, "stored": self.stored, "retried": self.retried,

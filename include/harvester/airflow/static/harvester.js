@@ -49,6 +49,29 @@ function fill(tbody, rows, empty) {
   }
 }
 
+// A run's outcome from its data (issue 21): a coloured word, and the reason beside it.
+function outcomeBadge(outcome, words) {
+  const span = document.createElement("span");
+  span.className = `outcome outcome-${outcome}`;
+  span.textContent = words || outcome;
+  return span;
+}
+
+function progressText(p) {
+  if (!p) return "";
+  const rate = p.pages_per_minute === null || p.pages_per_minute === undefined ? "" : `, ${p.pages_per_minute} pages/min`;
+  const eta = p.eta ? `, ETA ${p.eta}` : "";
+  return `${p.packages_finished} / ${p.packages_total} packages, ${p.tasks_done} pages stored, ${p.tasks_pending} pending${rate}${eta}`;
+}
+
+function link(text, onClick) {
+  const a = document.createElement("a");
+  a.href = "#";
+  a.textContent = text;
+  a.addEventListener("click", (event) => { event.preventDefault(); onClick(); });
+  return a;
+}
+
 function percent(share) { return share === null || share === undefined ? "—" : `${(share * 100).toFixed(1)}%`; }
 
 function reasons(byReason) {
@@ -83,15 +106,28 @@ function drawSources(sources) {
     why.className = "reasons";
     why.textContent = reasons(s.failed_by_reason);
     failed.appendChild(why);
-    const last = s.last_run ? `${s.last_run.run_id} (${s.last_run.outcome})` : "never";
+    const last = document.createElement("div");
+    if (s.last_run) {
+      last.append(outcomeBadge(s.last_run.outcome, s.last_run.outcome_words), ` ${s.last_run.run_id}`);
+      if (s.last_run.reason) {
+        const why = document.createElement("div");
+        why.className = "reasons";
+        why.textContent = s.last_run.reason;
+        last.appendChild(why);
+      }
+    } else {
+      last.textContent = "never";
+    }
+    const rejected = s.last_run ? percent(s.last_run.rejected_share) : "—";
     const drift = s.selector_drift.length ? flag(`selector drift: ${s.selector_drift.join(", ")}`) : "ok";
     const hosts = Object.entries(s.paused_hosts).map(([host, wait]) => `${host} (${wait}s)`).join(", ");
     return row([
       cell(s.name), cell(s.pending, "number"), cell(`${s.active} / ${s.max_active}`, "number"),
       cell(`${s.started_last_minute} / ${s.per_minute}`, "number"), cell(s.done, "number"), cell(failed),
       cell(s.dead_letters, "number"), cell((s.paused ? "source paused; " : "") + (hosts || "")),
-      cell(last, "last-run"), cell(drift, "drift"), cell(notModified(s), "number not-modified"),
-    ], { "data-source": s.name });
+      cell(last, "last-run"), cell(rejected, "number rejected"), cell(drift, "drift"),
+      cell(notModified(s), "number not-modified"),
+    ], { "data-source": s.name, "data-outcome": s.last_run ? s.last_run.outcome : "" });
   }), "no sources yet");
 
   const health = [];
@@ -154,8 +190,17 @@ function drawSlots(slots) {
     Object.entries(slots.proxy_bytes).map(([country, bytes]) => row([cell(country), cell(bytes.toLocaleString(), "number")],
       { "data-country": country, "data-bytes": String(bytes) })),
     "no proxy traffic yet");
-  document.getElementById("last-decision").textContent =
-    slots.last_decision ? JSON.stringify(slots.last_decision, null, 1) : "none yet";
+  // the allocator's decision as the sentences it logs, not JSON
+  const decision = document.getElementById("last-decision");
+  const sentences = slots.decision && slots.decision.length ? slots.decision : null;
+  decision.replaceChildren(...(sentences || ["none yet"]).map((sentence) => {
+    const li = document.createElement("li");
+    li.textContent = sentence;
+    if (!sentences) li.className = "muted";
+    return li;
+  }));
+  document.getElementById("decided-at").textContent =
+    slots.decided_at ? `at ${new Date(slots.decided_at).toLocaleTimeString()}` : "";
 }
 
 async function drawDeadLetters() {
@@ -165,24 +210,77 @@ async function drawDeadLetters() {
   const dead = await api(`sources/${encodeURIComponent(source)}/dead-letters?limit=100`);
   fill(tbody, dead.entries.map((entry) => row([
     cell(new Date(entry.failed_at).toLocaleString()), cell(entry.url), cell(entry.attempt, "number"),
-    cell(entry.run_id), cell(entry.reason), cell(entry.snapshot ? snapshotLinks(source, entry.task_id) : ""),
+    cell(entry.run_id), cell(entry.reason), cell(entry.snapshot ? snapshotLinks(source, entry.task_id, entry.screenshot) : ""),
   ], { class: "dead-letter", "data-task": entry.task_id || "" })), `no dead letters of ${source}`);
 }
 
+let shownRun = null;
+
+async function drawRunRecords() {
+  if (!shownRun) return;
+  const [source, runId] = shownRun;
+  const view = await api(`sources/${encodeURIComponent(source)}/runs/${encodeURIComponent(runId)}/records?limit=20`);
+  const section = document.getElementById("run-records");
+  section.hidden = false;
+  section.dataset.run = runId;
+  document.getElementById("run-records-name").textContent = `${source} ${runId}`;
+  document.getElementById("run-records-outcome").replaceChildren(outcomeBadge(view.outcome, view.outcome_words));
+  document.getElementById("run-records-reason").textContent = view.reason;
+  document.getElementById("run-records-stored").textContent = view.records_stored;
+  fill(document.querySelector("#run-rejections tbody"), view.rejections.map((entry) => row([
+    cell(entry.url), cell(entry.reason), cell(entry.snapshot ? snapshotLinks(source, entry.task_id, entry.screenshot) : "", "evidence"),
+  ], { class: "rejection", "data-task": entry.task_id || "" })), "no rejections or dead letters in this run");
+  const fields = [...new Set(view.records.flatMap((record) => Object.keys(record)))]
+    .filter((name) => !["_http", "first_seen_at", "changed_at", "run_id"].includes(name));
+  const head = document.querySelector("#run-records-table thead tr");
+  head.replaceChildren(...fields.map((name) => { const th = document.createElement("th"); th.textContent = name; return th; }));
+  fill(document.querySelector("#run-records-table tbody"), view.records.map((record) => row(fields.map((name) => {
+    const value = record[name];
+    return cell(value !== null && typeof value === "object" ? JSON.stringify(value) : value);
+  }), { class: "record" })), "no records stored by this run");
+}
+
+function showRun(source, runId) {
+  shownRun = [source, runId];
+  drawRunRecords().catch(setStatus);
+}
+
 // A browser page's evidence: its HTML (served sandboxed by the API) and its screenshot, each in a new tab.
-function snapshotLinks(source, taskId) {
+function snapshotLinks(source, taskId, withScreenshot = true) {
   const base = `sources/${encodeURIComponent(source)}/dead-letters/${encodeURIComponent(taskId)}`;
   const links = document.createElement("span");
-  for (const [label, path] of [["page", "snapshot"], ["screenshot", "screenshot"]]) {
+  const kinds = [["page", "snapshot"], ["screenshot", "screenshot"]].slice(0, withScreenshot ? 2 : 1);
+  for (const [label, path] of kinds) {
     const link = document.createElement("a");
     link.href = new URL(`${base}/${path}`, API).href;
     link.target = "_blank";
     link.rel = "noopener noreferrer";
     link.className = `snapshot-${path}`;
     link.textContent = label;
+    // Airflow's plugin frame may not open new tabs: a plain click shows the evidence on this page
+    link.addEventListener("click", (event) => {
+      if (event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;
+      event.preventDefault();
+      showEvidence(source, taskId, path, link.href);
+    });
     links.append(link, " ");
   }
   return links;
+}
+
+// The evidence viewer: the page's HTML in a sandboxed frame (the route also sends a sandbox CSP), or its screenshot.
+function showEvidence(source, taskId, kind, href) {
+  const section = document.getElementById("evidence");
+  section.hidden = false;
+  section.dataset.task = taskId;
+  section.dataset.kind = kind;
+  document.getElementById("evidence-name").textContent = `${source} ${taskId}`;
+  const frame = document.getElementById("evidence-frame");
+  const picture = document.getElementById("evidence-screenshot");
+  frame.hidden = kind !== "snapshot";
+  picture.hidden = kind !== "screenshot";
+  if (kind === "snapshot") frame.src = href; else picture.src = href;
+  section.scrollIntoView({ block: "nearest" });
 }
 
 async function drawRuns(sources) {
@@ -191,13 +289,17 @@ async function drawRuns(sources) {
     const runs = await api(`sources/${encodeURIComponent(s.name)}/runs?limit=5`);
     for (const run of runs) {
       const report = run.report || {};
-      rows.push(row([
-        cell(s.name), cell(run.run_id), cell(run.status),
+      const tr = row([
+        cell(s.name), cell(run.run_id), cell(outcomeBadge(run.outcome, run.outcome_words), "outcome-cell"),
+        cell(run.reason, "reason"),
         cell(run.started_at ? new Date(run.started_at).toLocaleString() : ""),
-        cell(report.records_stored ?? "", "number"),
+        cell(report.records_stored ?? "", "number"), cell(percent(run.rejected_share), "number rejected"),
+        cell(progressText(run.progress), "progress"),
         cell((report.selector_drift || []).length ? flag(report.selector_drift.join(", ")) : ""),
         cell(changes(report), "number changes"),
-      ], { "data-run": run.run_id, "data-source": s.name }));
+      ], { "data-run": run.run_id, "data-source": s.name, "data-outcome": run.outcome, class: "clickable" });
+      tr.addEventListener("click", () => showRun(s.name, run.run_id));
+      rows.push(tr);
     }
   }
   fill(document.querySelector("#runs-table tbody"), rows, "no runs yet");
@@ -210,6 +312,7 @@ async function refreshOverview() {
     drawSlots(slots);
     await drawDeadLetters();
     await drawRuns(sources);
+    await drawRunRecords();
     setStatus(null);
   } catch (error) {
     setStatus(error);
@@ -227,6 +330,9 @@ function startOverview() {
       result.textContent = `refused: ${error.message}`;
     }
     refreshOverview();
+  });
+  document.getElementById("evidence-close").addEventListener("click", () => {
+    document.getElementById("evidence").hidden = true;
   });
   document.getElementById("dead-source").addEventListener("change", () => drawDeadLetters().catch(setStatus));
   document.getElementById("job-form").addEventListener("submit", async (event) => {
