@@ -55,6 +55,32 @@ def test_robots_rules_in_the_process_are_used_until_they_expire(redis_client, mo
     assert fetched == [f"{origin}/robots.txt"]
 
 
+@pytest.mark.integration
+def test_a_cold_robots_txt_is_looked_up_once_and_a_lookup_failing_for_its_own_request_is_not_the_others(
+        redis_client) -> None:
+    origin = "http://cold.example"
+    cache = RobotsCache(redis_client, cache_seconds=24 * 3600.0)
+    fetched: list[str] = []
+
+    def fetcher(held: bool):
+        async def fetch_robots(url: str) -> tuple[int | None, str]:
+            fetched.append(url)
+            await asyncio.sleep(0.05)
+            if not held:  # the looking request's task went to another worker: its own failure
+                raise RuntimeError("no longer held")
+            return 200, "User-agent: *\nDisallow: /private/\n"
+        return fetch_robots
+
+    async def batch() -> list[object]:
+        asks = [cache.rules(f"{origin}/{index}", fetcher(held=index != 0)) for index in range(6)]
+        return await asyncio.gather(*asks, return_exceptions=True)
+
+    answers = asyncio.run(batch())
+    assert isinstance(answers[0], RuntimeError)  # the failing request hears its own failure ...
+    assert all(getattr(answer, "origin", None) == origin for answer in answers[1:])  # ... the others the rules
+    assert fetched == [f"{origin}/robots.txt"] * 2  # the failed lookup, then ONE more for the five who waited
+
+
 # -- address verdicts per host and port ----------------------------------------------------------------
 class CountingGuard(AddressGuard):
     """The real guard, counting how often it resolves a host and port."""

@@ -42,9 +42,9 @@ def test_a_batch_fetched_by_the_fetcher_takes_its_tokens_in_one_call(write_sourc
     assert outcomes == ["ok"] * 2 * PAGES
     robots_fetches = 1 if robots == "obey" else 0  # robots.txt is a request at the site: it takes a token too
     assert int(redis_client.hget(SourceKeys(source.name).counters, "fetch_starts")) == 2 * PAGES + robots_fetches
-    # a cold robots.txt lets the pages through its lock one by one: its fetch and the first page ask alone,
-    # the rest together
-    assert first.token_calls <= (3 if robots == "obey" else 1)
+    # a cold robots.txt is looked up once while the pages wait: its fetch asks alone, then the pages, woken
+    # together, ask in one call
+    assert first.token_calls == (2 if robots == "obey" else 1)
     assert second.token_calls == 1  # robots.txt known: the whole batch asks in one loop turn
 
 

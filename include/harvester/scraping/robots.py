@@ -22,6 +22,7 @@ more is dropped. Both are counted (``robots_rules_dropped``, ``robots_rules_cut`
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -147,7 +148,7 @@ class RobotsCache:
         self.outcomes: Counter[str] = Counter()
         self._memory: dict[str, tuple[float, RobotsRules]] = {}
         self._last_good: dict[str, RobotsRules] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._lookups: dict[str, asyncio.Future[RobotsRules]] = {}  # origin: the one lookup in flight
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, client: redis.Redis | None) -> RobotsCache:
@@ -205,31 +206,49 @@ class RobotsCache:
         return rules
 
     async def rules(self, url: str, fetch: FetchRobots) -> RobotsRules:
-        """The rules of ``url``'s origin, fetched at most once at a time per origin in this process. Rules
-        this process holds are answered at once: no thread hop, no Redis round trip per request."""
+        """The rules of ``url``'s origin, looked up at most once at a time per origin in this process: every
+        request that asks meanwhile awaits that one lookup and all of them wake in the same loop turn (so a
+        batch's pages still reach their rate permit together). Rules this process holds are answered at
+        once: no thread hop, no Redis round trip per request. A lookup that fails for its own request (its
+        task no longer held) is not the others' answer: the next one looks up with its own ``fetch``."""
         origin = origin_of(url)
-        if (rules := self.remembered(origin)) is not None:
-            return rules
+        while (rules := self.remembered(origin)) is None:
+            lookup = self._lookups.get(origin)
+            if lookup is None:
+                lookup = self._lookups[origin] = asyncio.ensure_future(self._look_up(url, origin, fetch))
+                lookup.add_done_callback(functools.partial(self._looked_up, origin))
+                return await asyncio.shield(lookup)  # one caller's cancellation does not cancel the others'
+            try:
+                return await asyncio.shield(lookup)
+            except asyncio.CancelledError:
+                if not lookup.cancelled():
+                    raise
+            except Exception as error:  # the looking request's own failure: look again with this request's fetch
+                log.debug("robots.txt lookup of %s failed for another request (%s): asking again", origin, error)
+        return rules
+
+    def _looked_up(self, origin: str, lookup: asyncio.Future[RobotsRules]) -> None:
+        self._lookups.pop(origin, None)
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved: a failure whose request went away is not reported as unobserved
+
+    async def _look_up(self, url: str, origin: str, fetch: FetchRobots) -> RobotsRules:
+        """Redis's copy if another process fetched it, else a fetch, remembered here and cached in Redis."""
         if (rules := await asyncio.to_thread(self.cached, url)) is not None:
             return rules
-        lock = self._locks.setdefault(origin, asyncio.Lock())
-        async with lock:
-            if (rules := self.remembered(origin)) is not None:
-                return rules
-            status, text = await fetch(robots_url(origin))
-            rules, ttl = await self._read(origin, status, text)
-            self._remember(rules)
-            if self.client is not None:
-                payload = json.dumps({"status": status, "text": rules.text, "fetched_at": rules.fetched_at,
-                                      "unavailable": rules.unavailable})
-                try:
-                    await asyncio.to_thread(self.client.set, robots_key(origin), payload, ex=max(1, int(ttl)))
-                    if status is not None and 200 <= status < 300:
-                        await asyncio.to_thread(self.client.set, robots_last_good_key(origin), payload,
-                                                ex=max(1, int(self.last_good_seconds)))
-                except Exception as error:  # Redis down: this process still remembers the rules
-                    log.warning("caching robots.txt of %s failed: %s", origin, error)
-        self._locks.pop(origin, None)
+        status, text = await fetch(robots_url(origin))
+        rules, ttl = await self._read(origin, status, text)
+        self._remember(rules)
+        if self.client is not None:
+            payload = json.dumps({"status": status, "text": rules.text, "fetched_at": rules.fetched_at,
+                                  "unavailable": rules.unavailable})
+            try:
+                await asyncio.to_thread(self.client.set, robots_key(origin), payload, ex=max(1, int(ttl)))
+                if status is not None and 200 <= status < 300:
+                    await asyncio.to_thread(self.client.set, robots_last_good_key(origin), payload,
+                                            ex=max(1, int(self.last_good_seconds)))
+            except Exception as error:  # Redis down: this process still remembers the rules
+                log.warning("caching robots.txt of %s failed: %s", origin, error)
         return rules
 
     async def _read(self, origin: str, status: int | None, text: str) -> tuple[RobotsRules, float]:
