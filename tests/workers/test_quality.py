@@ -179,3 +179,26 @@ def test_a_run_with_nothing_to_harvest_keeps_the_last_extraction_health(write_so
     empty = run(source, "run-2", worker_settings, mongo_server, redis_client, crawl)
     assert empty["urls_planned"] == 0 and empty["extraction"]["records"] == 0, empty
     assert set(redis_client.hkeys(key)) >= {b"sku", b"title"}, "the last run's health was wiped by an empty run"
+
+
+def test_a_retried_report_task_keeps_the_reported_figures(write_source, site, worker_settings, mongo_server,
+                                                          redis_client, crawl) -> None:
+    """Under `make run` a run whose pages lost a required field failed its `report` task, as it should; the
+    task's retry (a source's `retries` apply to it) reported again after the first report had dropped the run's
+    per-run dead-letter records, so the rejected pages became "dead-lettered unanswered", `failures_by_reason`
+    went empty and the reason on the Harvester page and in the log changed to a breach that never happened."""
+    from harvester.config import RunOptions
+
+    source = details_source(write_source, site, "quality_retry")
+    markup(site, "?sku=code")
+    first = run(source, "run-1", worker_settings, mongo_server, redis_client, crawl)
+    assert first["quality"]["outcome"] == "failed" and first["tasks_dead_unreached"] == 0, first
+    database = mongo_server.client()[worker_settings.mongo_database]
+    retried = RunSettlement(database, database, redis_client).report(
+        source.name, source.output_collection, "run-1", attributes=source.record_attributes,
+        drift_threshold=source.drift_threshold, quality=RunOptions.for_run(source, None).quality)
+    for figure in ("failures_by_reason", "tasks_reached", "tasks_dead_unreached", "shares", "quality",
+                   "finished_at", "duration_seconds"):
+        assert retried[figure] == first[figure], (figure, retried[figure], first[figure])
+    stored = database["runs"].find_one({"source": source.name, "run_id": "run-1"})["report"]
+    assert stored["quality"]["reason"] == first["quality"]["reason"]

@@ -214,7 +214,15 @@ class RunSettlement:
                attributes: list[str] | None = None, drift_threshold: float = 20.0,
                quality: Quality | None = None, unit: str = "pages") -> dict[str, Any]:
         """Settle a last time, then write the run's report (and its extraction health and outcome, for the
-        metrics and the page); the run's per-run dead-letter records go."""
+        metrics and the page); the run's per-run dead-letter records go.
+
+        A complete run already reported (the ``report`` task's retry, after a breach failed it) answers its
+        stored report: the per-run dead-letter records it was computed from are gone, so computing it again
+        would count the rejected pages as dead unanswered and change the reason."""
+        reported = self.monitor.runs.get(source, run_id) or {}
+        if reported.get("status") == "reported" and (reported.get("report") or {}).get("complete"):
+            DeadLetters(self.redis).end_run(source, run_id)  # a report written, then a crash before this
+            return dict(reported["report"])
         dead = self.settle(source, run_id)
         report = self.monitor.report_figures(source, output_collection, run_id, now, attributes, drift_threshold,
                                              dead, quality, unit)
