@@ -258,11 +258,11 @@ class ReportOperator(_AfterPlanOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         report = report_run(self.source, self.planned_run_id(context), context.get("params"))
         quality = report["quality"]
-        if quality["outcome"] == "failed":
-            from airflow.sdk.exceptions import AirflowException
+        if quality["outcome"] == "failed":  # the harvest is over: a retry would report the same data again
+            from airflow.sdk.exceptions import AirflowFailException
 
-            raise AirflowException(f"run {report['run_id']} of {self.source.name} breached its quality: "
-                                   f"{quality['reason']}")
+            raise AirflowFailException(f"run {report['run_id']} of {self.source.name} breached its quality: "
+                                       f"{quality['reason']}")
         for outlet in self.outlets:  # the output's Asset event carries the run's figures (issue 23)
             context["outlet_events"][outlet].extra = asset_event_extra(self.source, report)
         return report
