@@ -69,3 +69,21 @@ def test_suggested_listing_of_a_hashed_shop_still_finds_its_links_after_the_next
     main(["try", str(path), f"{site.url}/shop", "--json"])
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert sorted(report["follow_details"]) == [f"{site.url}/p/{n}" for n in range(1, 6)], report
+
+
+def test_a_suggested_paginated_api_reads_past_the_default_depth(site, tmp_path: Path) -> None:
+    """Under `make run` the suggested source of a paginated JSON API had no max_depth: the default, 2, read three
+    pages of five and the run stayed green with 6 of 10 records (an HTML listing's suggestion says max_depth: 5)."""
+    async def items(request: web.Request) -> web.Response:
+        page = int(request.query.get("page", "1"))
+        following = f"/api/items?page={page + 1}" if page < 5 else None
+        return web.json_response({"items": [{"sku": f"API-{page}-{n}", "name": f"Item {n}"} for n in (1, 2)],
+                                  "next": following})
+
+    site.route("/api/items", items)
+    path = tmp_path / "api.yaml"
+    assert main(["suggest", f"{site.url}/api/items", "--listing", "--name", "api", "-o", str(path)]) == 0
+    text = path.read_text()
+    listing = yaml.safe_load(text)["listing"]
+    assert listing["next_page_selectors"] == ["json:next"] and listing["max_depth"] >= 4, listing
+    assert "max_depth: 5 pages deep" in text

@@ -48,9 +48,10 @@ def suggest_json(page: PageData, suggestion: Suggestion) -> None:
         values = {choice.name: [search(choice.spec["json"], item) for item in items] for choice in suggestion.records}
         suggestion.key, suggestion.key_why = pick_key(suggestion.records, values)
         following = next_key(data)
-        suggestion.listing = {"next_page_selectors": [f"json:{following}"]} if following else {}
-        if following:
-            suggestion.listing_why.append(f"next_page_selectors: json:{following}, the response's next page")
+        suggestion.listing = {"next_page_selectors": [f"json:{following}"], "max_depth": 5} if following else {}
+        if following:  # max_depth as an HTML listing's: the default (2) would read three pages and stop, unsaid
+            suggestion.listing_why += [f"next_page_selectors: json:{following}, the response's next page",
+                                       "max_depth: 5 pages deep (raise it to read more of the pagination)"]
         return
     found = best_object(data) or ("", data if isinstance(data, dict) else {})
     path, obj = found
