@@ -154,6 +154,16 @@ def test_stack_ports_move_with_environment_and_stay_on_loopback(tmp_path: Path) 
             assert "0.0.0.0" not in " ".join(service.command)
 
 
+def test_airflows_log_server_ports_move_with_the_environment_too(tmp_path: Path) -> None:
+    """Under `make run` with every documented port moved, Airflow's scheduler and triggerer still bound their log
+    servers on 8793 and 8794 ("address already in use": another checkout's Airflow had them)."""
+    environ = {"PATH": "/usr/bin", "HARVESTER_RUN_WORKER_LOGS_PORT": "18593",
+               "HARVESTER_RUN_TRIGGER_LOGS_PORT": "18594"}
+    env = LocalStack(root=tmp_path, environ=environ).environment()
+    assert env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] == "18593"
+    assert env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"] == "18594"
+
+
 def test_airflow_connection_uri_has_the_conn_type_mongo_hook_accepts() -> None:
     from airflow.models.connection import Connection
 

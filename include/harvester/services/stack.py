@@ -36,6 +36,8 @@ class StackPorts(PortPlan):
     demo_site: int = 8008
     airflow: int = 8080
     forward_proxy: int = 3128  # the first demo country's proxy; the next countries take the next ports
+    worker_logs: int = 8793  # the log servers of Airflow's scheduler (LocalExecutor tasks) and triggerer
+    trigger_logs: int = 8794
 
 
 class LocalStack:
@@ -88,6 +90,8 @@ class LocalStack:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.ports.worker_logs),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.ports.trigger_logs),
             **self.proxies.environment(),  # the demo's proxies, as Airflow connections
         })
 
