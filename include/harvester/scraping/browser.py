@@ -137,9 +137,9 @@ async def _prepared(tools: LoadTools, readiness: Readiness, loaded: PageLoad, re
         return None
     loaded.actions = await run_actions(page, readiness.source.browser.actions, readiness)
     try:
+        await cap.unless_cut(readiness.wait(page))  # network_idle or a delay (a selector is waited for in the page)
         if readiness.reads_in_page:
             return await _read_when_ready(readiness, tools, remaining_ms)
-        await cap.unless_cut(readiness.wait(page))
     except NotReady as not_ready:
         loaded.not_ready = str(not_ready)
         loaded.load_failed = True

@@ -44,9 +44,10 @@ log = logging.getLogger(__name__)
 _PSEUDO_ELEMENT = re.compile(r"::(?:text|attr\([^)]*\))")
 _TRAILING_NODE_TEST = re.compile(r"/(?:text\(\)|@[\w:.-]+)\s*$")
 # One call reads a page when it is ready: resolves with the page's HTML (as page.content() serialises it) once the
-# condition holds, looking at every DOM change and every 50 ms, or with null at the deadline. The condition is a
-# selector's state (attached, or visible as Playwright means it), or the default rule: each XPath (all of them, or
-# any one) finds a node with non-blank text; an XPath the page cannot evaluate (an lxml extension) is left out.
+# condition holds, looking at every DOM change and every 50 ms, or with null at the deadline. The condition is the
+# default rule: each XPath (all of them, or any one) finds a node with non-blank text (an XPath the page cannot
+# evaluate, an lxml extension, is left out); with a wait_for selector, that selector's state (attached, or visible
+# as Playwright means it) as well.
 READ_WHEN_READY_JS = """async ({xpaths, any, element, state, timeoutMs}) => {
   const nodes = (xpath) => document.evaluate(xpath, document, null, XPathResult.ORDERED_NODE_SNAPSHOT_TYPE, null);
   const shows = (node) => node.checkVisibility ? node.checkVisibility({visibilityProperty: true})
@@ -61,16 +62,17 @@ READ_WHEN_READY_JS = """async ({xpaths, any, element, state, timeoutMs}) => {
     }
     return false;
   };
-  const holds = () => {
-    if (element) {
-      let result;
-      try { result = nodes(element); } catch (error) { return true; }
-      for (let i = 0; i < result.snapshotLength; i++) {
-        const node = result.snapshotItem(i);
-        if (state === 'attached' || (node.nodeType === 1 && shows(node))) return true;
-      }
-      return false;
+  const elementHolds = () => {
+    let result;
+    try { result = nodes(element); } catch (error) { return true; }
+    for (let i = 0; i < result.snapshotLength; i++) {
+      const node = result.snapshotItem(i);
+      if (state === 'attached' || (node.nodeType === 1 && shows(node))) return true;
     }
+    return false;
+  };
+  const holds = () => {
+    if (element && !elementHolds()) return false;
     const found = xpaths.map(matches).filter((value) => value !== null);
     return found.length === 0 || (any ? found.some(Boolean) : found.every(Boolean));
   };
@@ -180,20 +182,19 @@ class Readiness:
     @property
     def reads_in_page(self) -> bool:
         """Whether the page itself says when it is ready (a selector, or the default rule with something to wait
-        for): then, after ``load``, one call waits and reads it."""
-        wait_for = self.source.browser.wait_for
-        return isinstance(wait_for, SelectorWait) or (wait_for is None and bool(self.default_rule()[0]))
+        for): then, after ``load`` (and a ``network_idle`` or delay wait), one call waits and reads it. The
+        default rule holds beside every ``wait_for``: a page read before its required attributes came would
+        only be rejected for them."""
+        return isinstance(self.source.browser.wait_for, SelectorWait) or bool(self.default_rule()[0])
 
     async def read_when_ready(self, page: Page) -> str:
         """The page's HTML once it is ready; raise :class:`NotReady` naming what did not hold in time."""
         wait_for = self.source.browser.wait_for
+        selectors, any_one = self.default_rule()
+        spec = {"xpaths": [selector_xpath(selector) for _, selector in selectors], "any": any_one,
+                "element": None, "state": "attached", "timeoutMs": self.timeout_ms}
         if isinstance(wait_for, SelectorWait):
-            spec = {"xpaths": [], "any": False, "element": element_selector(wait_for.selector)[len("xpath="):],
-                    "state": wait_for.state, "timeoutMs": self.timeout_ms}
-        else:
-            selectors, any_one = self.default_rule()
-            spec = {"xpaths": [selector_xpath(selector) for _, selector in selectors], "any": any_one,
-                    "element": None, "state": "attached", "timeoutMs": self.timeout_ms}
+            spec.update(element=element_selector(wait_for.selector)[len("xpath="):], state=wait_for.state)
         html = await page.evaluate(READ_WHEN_READY_JS, spec)
         if html is None:
             raise NotReady(await self._not_ready(page))
@@ -202,14 +203,18 @@ class Readiness:
     async def _not_ready(self, page: Page) -> str:
         seconds = f"{self.source.browser.wait_timeout:g}s"
         wait_for = self.source.browser.wait_for
-        if wait_for is not None:
-            return f"not ready: waited {seconds} for {wait_for.describe()}"
         selectors, any_one = self.default_rule()
+        waited = f"{wait_for.describe()} and " if wait_for is not None and selectors else ""
+        if not selectors and wait_for is not None:
+            return f"not ready: waited {seconds} for {wait_for.describe()}"
         if any_one:
-            return f"not ready: waited {seconds} for a link ({', '.join(selector for _, selector in selectors)})"
+            return (f"not ready: waited {seconds} for {waited}a link "
+                    f"({', '.join(selector for _, selector in selectors)})")
         missing = await page.evaluate(MISSING_JS, [selector_xpath(selector) for _, selector in selectors])
         absent = [f"{name} ({selector})" for (name, selector), gone in zip(selectors, missing, strict=True) if gone]
-        return (f"not ready: waited {seconds} for every required attribute; {', '.join(absent) or 'some'} "
+        if not absent and wait_for is not None:
+            return f"not ready: waited {seconds} for {wait_for.describe()}"
+        return (f"not ready: waited {seconds} for {waited}every required attribute; {', '.join(absent) or 'some'} "
                 "did not appear")
 
     async def wait(self, page: Page) -> None:
