@@ -87,3 +87,19 @@ def test_a_suggested_paginated_api_reads_past_the_default_depth(site, tmp_path: 
     listing = yaml.safe_load(text)["listing"]
     assert listing["next_page_selectors"] == ["json:next"] and listing["max_depth"] >= 4, listing
     assert "max_depth: 5 pages deep" in text
+
+
+def test_a_field_only_a_hashed_class_holds_is_suggested_with_a_warning(site, tmp_path: Path) -> None:
+    """A page whose fields sit only in hashed classes: each is suggested (it says where the data is) with a
+    warning to rename it and find a stable hook; the page's one <h1> is read as `h1`, not by its hash."""
+    site.route("/p/1", content_type="text/html", text='<html><body><div class="css-1x2y3z">'
+               '<h1 class="css-9a8b7c">Widget 1</h1><span class="css-q1w2e3">SKU-00001</span>'
+               '<span class="css-p7r8c9">11.50 \u20ac</span></div></body></html>')
+    path = tmp_path / "hashed_fields.yaml"
+    assert main(["suggest", f"{site.url}/p/1", "--name", "hashed_fields", "-o", str(path), "--render", "http"]) == 0
+    text = path.read_text()
+    attributes = yaml.safe_load(text)["attributes"]
+    assert attributes["title"] == {"css": "h1::text"}, attributes
+    hashed = {name: spec for name, spec in attributes.items() if "css-" in spec["css"]}
+    assert {spec["css"] for spec in hashed.values()} == {"span.css-q1w2e3::text", "span.css-p7r8c9::text"}
+    assert text.count("WARNING: a class name the site's build hashed") == 2, text

@@ -42,7 +42,7 @@ def css_choices(scope: Selector, relative: bool = False) -> list[Choice]:
     counts: Counter[str] = Counter()
     nodes: dict[str, list[Selector]] = defaultdict(list)
     for node in scope.xpath(".//*[@class]"):
-        css = css_of(node)
+        css = css_of(node, generated=True)  # a hashed class still says where a field is: suggested with a warning
         if css is None or (css.split(".")[0] in ("nav", "footer", "script", "style", "body", "html", "main", "ul",
                                                  "ol", "article", "section", "div") and not relative):
             continue
@@ -51,6 +51,7 @@ def css_choices(scope: Selector, relative: bool = False) -> list[Choice]:
     headings = scope.xpath(".//h1") if not relative else []
     if len(headings) == 1 and not css_of(headings[0]):
         choices.append(Choice("title", {"css": "h1::text"}, "the page's one <h1>: its title"))
+        counts.pop(css_of(headings[0], generated=True) or "", None)  # h1.css-9a8b7c is that same title
     for css, count in counts.items():
         node = nodes[css][0]
         tag = css.split(".")[0]
@@ -78,4 +79,13 @@ def css_choices(scope: Selector, relative: bool = False) -> list[Choice]:
             kind = "list[int]" if kinds == {"int"} else "list[str]"
             choices.append(Choice(name + ("s" if not name.endswith("s") else ""), {"css": f"{css}::text", "type": kind},
                                   f"{count} {css} elements: a list"))
-    return choices
+    return [_warned(choice) for choice in choices]
+
+
+def _warned(choice: Choice) -> Choice:
+    """A choice on a class a build hashed says so: the user renames the field and looks for a stable hook."""
+    element = str(choice.spec.get("css", "")).split("::")[0]
+    if "." in element and generated_class(element.split(".", 1)[1]):
+        choice.why += ("; WARNING: a class name the site's build hashed, it changes at the next deploy: rename "
+                       "the field, and prefer the page's data (jsonld, script_json) or a stable attribute")
+    return choice
