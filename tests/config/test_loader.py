@@ -104,6 +104,19 @@ def test_credential_keys_are_rejected_pointing_to_airflow_connections(lines: tup
     assert any(CONNECTIONS_HINT in problem.reason for problem in found), [str(problem) for problem in found]
 
 
+@pytest.mark.parametrize("lines, field", [
+    (("headers: {X-Api-Key: abc}",), "http_connection_id"),
+    (("password: hunter2",), "http_connection_id"),
+    (("output:", "  password: hunter2"), "output.connection_id"),
+])
+def test_the_credentials_hint_names_the_field_that_takes_the_connection(lines: tuple[str, ...], field: str) -> None:
+    """Under `make run` a header `X-Api-Key` was refused with "name it with connection_id": a site's connection
+    is named by `http_connection_id` (a top-level `connection_id` is an unknown key)."""
+    found = problems(MINIMAL + "\n".join(lines) + "\n")
+    reasons = [problem.reason for problem in found if CONNECTIONS_HINT in problem.reason]
+    assert reasons and all(reason.endswith(f"name it with {field}") for reason in reasons), reasons
+
+
 def test_a_uri_with_a_password_is_rejected() -> None:
     problem = one_problem(with_lines("description: copy of mongodb://harvester:s3cret@db.example:27017/x"))
     assert problem.field == "description" and "carries a password" in problem.reason

@@ -34,8 +34,18 @@ SOURCE_SUFFIXES = (".yaml", ".yml")
 ROOT_FIELD = "(source)"
 CONNECTIONS_HINT = (
     "credentials never go in source YAML: store them in an Airflow connection "
-    "(Admin > Connections, or `airflow connections add`) and name it with connection_id"
+    "(Admin > Connections, or `airflow connections add`)"
 )
+
+
+def connections_hint(location: tuple[str | int, ...]) -> str:
+    """The hint with the field that names the connection: MongoDB's (input.mongo, output) its ``connection_id``,
+    a site's (headers, URLs, a login) the source's ``http_connection_id`` (docs/sources.md)."""
+    for section in (("input", "mongo"), ("output",)):
+        if location[:len(section)] == section:
+            return f"{CONNECTIONS_HINT} and name it with {'.'.join(section)}.connection_id"
+    return (f"{CONNECTIONS_HINT} of type http (its login and password, or extras headers and cookies) and name it "
+            "with http_connection_id")
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _STR_TAG = "tag:yaml.org,2002:str"
@@ -397,14 +407,14 @@ class _Document:
                 if location != ("attributes",) and location[:3] != _MONGO_FILTER:
                     in_headers = location == ("headers",)
                     if _SECRET_KEY.search(str(key)) or (in_headers and str(key).lower() in _SECRET_HEADERS):
-                        self.problem(child_location, CONNECTIONS_HINT)
+                        self.problem(child_location, connections_hint(child_location))
                         continue
                 self.check_credentials(child, child_location)
         elif isinstance(value, list):
             for index, child in enumerate(value):
                 self.check_credentials(child, (*location, index))
         elif isinstance(value, str) and _URI_WITH_PASSWORD.search(value):
-            self.problem(location, f"this URI carries a password; {CONNECTIONS_HINT}")
+            self.problem(location, f"this URI carries a password; {connections_hint(location)}")
 
     def validation_problem(self, detail: dict[str, Any]) -> None:
         location: Location = tuple(detail["loc"])
