@@ -228,3 +228,14 @@ def test_a_lost_worker_keeps_its_place_in_max_active_while_its_requests_drain(
     assert len(admitted) == 1  # the place is free again, and exactly one task takes it
     stats = store.stats(["shop"])["shop"]
     assert stats.delayed + stats.pending == 1 and stats.active == 1  # the lost task waits for its retry
+
+
+def test_a_reported_run_keeps_its_per_run_records_until_the_next_run_reports(
+        redis_client: redis.Redis, settings: HarvesterSettings):
+    """A cleared DAG run reports its harvest run again, from these records (tests/workers/test_quality.py)."""
+    dead = DeadLetters(redis_client)
+    key = SourceKeys("shop").run_dead
+    redis_client.hset(key, mapping={"r1": 2, "r1|0": 2, "r2": 1, "r2|3": 1})
+    assert dead.end_runs_before("shop", "r2") == 2
+    assert {field.decode() for field in redis_client.hkeys(key)} == {"r2", "r2|3"}
+    assert dead.end_runs_before("shop", "r2") == 0

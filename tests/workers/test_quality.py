@@ -20,6 +20,7 @@ from harvester.producer.planner import Planner, PlanOptions
 from harvester.producer.producer import Producer
 from harvester.producer.progress import RunSettlement
 from harvester.redis_keys import SourceKeys
+from harvester.storage import RunStore
 
 pytestmark = [pytest.mark.integration]
 PRODUCTS = 12
@@ -44,7 +45,8 @@ def run(source: SourceConfig, run_id: str, worker_settings, mongo_server, redis_
 
     database = mongo_server.client()[worker_settings.mongo_database]
     Planner(database, None, database).plan(source, run_id, PlanOptions.for_source(source))
-    Producer.from_settings(worker_settings, database, redis_client).produce(source, run_id)
+    produced = Producer.from_settings(worker_settings, database, redis_client).produce(source, run_id)
+    RunStore(database).record_produce(source.name, run_id, produced.to_dict())  # as the produce task does
     settlement = RunSettlement(database, database, redis_client)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -202,3 +204,23 @@ def test_a_retried_report_task_keeps_the_reported_figures(write_source, site, wo
         assert retried[figure] == first[figure], (figure, retried[figure], first[figure])
     stored = database["runs"].find_one({"source": source.name, "run_id": "run-1"})["report"]
     assert stored["quality"]["reason"] == first["quality"]["reason"]
+
+
+def test_a_cleared_run_reports_its_rejections_again_not_dead_tasks(write_source, site, worker_settings,
+                                                                   mongo_server, redis_client, crawl) -> None:
+    """Under `make run`, clearing a failed DAG run (the README: "clear it or simply run the DAG again") planned the
+    same harvest run again and reported it a second time, after the first report had dropped the run's per-run
+    dead-letter records: the rejected pages came back as "33 % of tasks dead-lettered unanswered"."""
+    source = details_source(write_source, site, "quality_clear")
+    markup(site, "?sku=code")
+    first = run(source, "run-1", worker_settings, mongo_server, redis_client, crawl)
+    assert first["quality"]["outcome"] == "failed" and first["tasks_dead_unreached"] == 0, first
+    again = run(source, "run-1", worker_settings, mongo_server, redis_client, crawl)  # plan, produce, report again
+    for figure in ("failures_by_reason", "tasks_reached", "tasks_dead_unreached", "shares"):
+        assert again[figure] == first[figure], (figure, again[figure], first[figure])
+    assert again["quality"]["reason"] == first["quality"]["reason"]
+    # the next run's report drops the per-run records of the runs before it: the hash holds the latest run only
+    markup(site)
+    run(source, "run-2", worker_settings, mongo_server, redis_client, crawl)
+    fields = {field.decode() for field in redis_client.hkeys(SourceKeys(source.name).run_dead)}
+    assert not any(field.split("|")[0] == "run-1" for field in fields), fields

@@ -107,3 +107,13 @@ class DeadLetters:
         fields = [run_id, *(field for field, _ in self.redis.hscan_iter(keys.run_dead, match=f"{run_id}|*",
                                                                          count=1000))]
         return int(self.redis.hdel(keys.run_dead, *fields))
+
+    @redis_storage_errors()
+    def end_runs_before(self, source: str, run_id: str) -> int:
+        """``run_id`` has reported: drop the per-run records of the source's other runs (over before it: one
+        harvest run at a time per source), keeping this run's, which its report is computed from again when
+        its report task is retried or its DAG run cleared. Returns fields dropped."""
+        keys = SourceKeys(source)
+        fields = [field for field, _ in self.redis.hscan_iter(keys.run_dead, count=1000)
+                  if (field.decode() if isinstance(field, bytes) else field).split("|", 1)[0] != run_id]
+        return int(self.redis.hdel(keys.run_dead, *fields)) if fields else 0

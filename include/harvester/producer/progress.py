@@ -214,14 +214,13 @@ class RunSettlement:
                attributes: list[str] | None = None, drift_threshold: float = 20.0,
                quality: Quality | None = None, unit: str = "pages") -> dict[str, Any]:
         """Settle a last time, then write the run's report (and its extraction health and outcome, for the
-        metrics and the page); the run's per-run dead-letter records go.
+        metrics and the page); the per-run dead-letter records of the runs before it go.
 
-        A complete run already reported (the ``report`` task's retry, after a breach failed it) answers its
-        stored report: the per-run dead-letter records it was computed from are gone, so computing it again
-        would count the rejected pages as dead unanswered and change the reason."""
+        A complete run already reported (the ``report`` task retried after an error) answers its stored report,
+        as it was written and published: its figures, finish time and duration."""
         reported = self.monitor.runs.get(source, run_id) or {}
         if reported.get("status") == "reported" and (reported.get("report") or {}).get("complete"):
-            DeadLetters(self.redis).end_run(source, run_id)  # a report written, then a crash before this
+            DeadLetters(self.redis).end_runs_before(source, run_id)  # written, then a crash before this
             return dict(reported["report"])
         dead = self.settle(source, run_id)
         report = self.monitor.report_figures(source, output_collection, run_id, now, attributes, drift_threshold,
@@ -234,7 +233,8 @@ class RunSettlement:
 
         publish_run_quality(self.redis, source, report)
         self.monitor.runs.record_report(source, run_id, report)
-        # The run is over: its per-run dead-letter records go (the dead letters themselves stay, capped).
-        DeadLetters(self.redis).end_run(source, run_id)
+        # The run is over: the per-run dead-letter records of the runs before it go (the dead letters themselves
+        # stay, capped); its own stay until the next run reports, so a cleared DAG run reports the same figures.
+        DeadLetters(self.redis).end_runs_before(source, run_id)
         self.redis.hdel(SourceKeys(source).run_site_requests, f"{run_id}|pages", f"{run_id}|sub_requests")
         return report
