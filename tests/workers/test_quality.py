@@ -224,3 +224,17 @@ def test_a_cleared_run_reports_its_rejections_again_not_dead_tasks(write_source,
     run(source, "run-2", worker_settings, mongo_server, redis_client, crawl)
     fields = {field.decode() for field in redis_client.hkeys(SourceKeys(source.name).run_dead)}
     assert not any(field.split("|")[0] == "run-1" for field in fields), fields
+
+
+def test_a_pagination_cut_by_max_depth_is_named_in_the_report(write_source, site, worker_settings, mongo_server,
+                                                              redis_client, crawl) -> None:
+    """Under `make run` a paginated API source with the default max_depth (2) stored 6 of 10 records and its
+    report said nothing: the next page past the depth was only a source counter."""
+    records = {"item": "json:items", "attributes": {"sku": {"json": "sku", "required": True}}, "key": ["sku"]}
+    source = write_source("quality_depth", content="json", harvesting_lag=0, retries=0, attributes={}, output={},
+                          input={"kind": "listing", "seeds": [f"{site.url}/api/products?per_page=10"]},
+                          listing={"next_page_selectors": ["json:links.next"], "max_depth": 1, "records": records})
+    report = run(source, "run-1", worker_settings, mongo_server, redis_client, crawl)
+    assert report["records_stored"] == 20, report
+    assert report["links_cut"] == {"beyond_max_depth": 1}, report
+    assert report["quality"]["outcome"] == "green"

@@ -146,6 +146,10 @@ def report_run(source: SourceConfig, run_id: str, params: dict[str, Any] | None 
         log.warning("selector drift in run %s of %s: %s (share of records down by at least %s points from the "
                     "median of previous runs)", run_id, source.name, ", ".join(report["selector_drift"]),
                     source.drift_threshold)
+    if report.get("links_cut"):
+        log.warning("run %s of %s stopped at its bounds: %s links not followed (listing.max_depth, max_new_urls, "
+                    "the listing-page caps: raise them to read more)", run_id, source.name,
+                    ", ".join(f"{reason} {count}" for reason, count in sorted(report["links_cut"].items())))
     log.info("report of run %s of %s: %s", run_id, source.name,
              ", ".join(f"{key}={value}" for key, value in report.items()))
     outcome = report["quality"]

@@ -86,6 +86,13 @@ def format_eta(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def links_cut(figures: dict[str, int]) -> dict[str, int]:
+    """Links a bound left unfollowed (listing.max_depth, max_new_urls, the listing-page caps): a crawl cut short,
+    by the workers' reason (``beyond_max_depth``...)."""
+    return {name.removeprefix("links_ignored:"): int(amount) for name, amount in figures.items()
+            if name.startswith(("links_ignored:", "links_over_")) and amount}
+
+
 class RunMonitor:
     """Measures a run and computes its report; reads only (settling is :class:`RunSettlement`'s)."""
 
@@ -180,6 +187,7 @@ class RunMonitor:
 
         figures, _ = RunFigures(self.redis).read(source, run_id)
         report.update(quality_figures(report, figures))
+        report["links_cut"] = links_cut(figures)
         if attributes:
             from harvester.producer.health import extraction_report
 

@@ -48,6 +48,16 @@ def screening_outcome(reason: str) -> str:
     return "address_refused"
 
 
+# Links a bound of the source or the settings left unfollowed (listing.max_depth, next pages per page): the run's
+# report names them, so a crawl cut short says so (a paginated API read 3 pages of 5 under the default max_depth).
+BOUNDS = frozenset({"beyond_max_depth", "over_next_pages_per_page"})
+
+
+def cut(report: BatchReport, message: TaskMessage, counter: str, amount: int) -> None:
+    """Count links a bound left unfollowed in the run's figures too (the report's ``links_cut``)."""
+    report.extracted.by_run[message.run_id][counter] += amount
+
+
 class LinkFollower:
     """Listing page → canonical links → duplicate-URL checker and run cap → new tasks in package and intake."""
 
@@ -100,6 +110,8 @@ class LinkFollower:
             return
         for reason, amount in discovery.ignored.items():
             report.outcomes[f"links_ignored:{reason}"] += amount
+            if reason in BOUNDS:
+                cut(report, message, f"links_ignored:{reason}", amount)
         listings = self.frontier.new_listing_pages(source.name, message.run_id,
                                                    self.screen(source, discovery.listings, report),
                                                    owner=message.task_id)
@@ -113,6 +125,7 @@ class LinkFollower:
                                                  source.listing.max_new_urls)
         if granted < len(details):
             report.outcomes["links_over_max_new_urls"] += len(details) - granted
+            cut(report, message, "links_over_max_new_urls", len(details) - granted)
             self.urls.forget(source, details[granted:])
             details = details[:granted]
         self.queue(source, message, [child_task(source, message, url, "details") for url in details], report)
@@ -127,6 +140,7 @@ class LinkFollower:
                                                       self.max_listing_pages_per_run)
         if granted < len(listings):
             report.outcomes["links_ignored:over_listing_pages_per_run"] += len(listings) - granted
+            cut(report, message, "links_ignored:over_listing_pages_per_run", len(listings) - granted)
         return listings[:granted]
 
     def queue(self, source: SourceConfig, parent: TaskMessage, children: list[TaskMessage],
