@@ -103,3 +103,16 @@ def test_a_field_only_a_hashed_class_holds_is_suggested_with_a_warning(site, tmp
     hashed = {name: spec for name, spec in attributes.items() if "css-" in spec["css"]}
     assert {spec["css"] for spec in hashed.values()} == {"span.css-q1w2e3::text", "span.css-p7r8c9::text"}
     assert text.count("WARNING: a class name the site's build hashed") == 2, text
+
+
+def test_a_page_with_nothing_to_suggest_says_so_without_a_traceback(
+        site, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Under `make run`, `harvester suggest` on a page whose fields a script writes after load ended in a
+    SourceConfigError traceback ("attributes: give at least one attribute")."""
+    site.route("/late/1", content_type="text/html", text='<html><body><h1></h1><span class="sku"></span>'
+               "<script>setTimeout(() => {}, 400)</script></body></html>")
+    capsys.readouterr()
+    assert main(["suggest", f"{site.url}/late/1", "--render", "http", "-o", str(tmp_path / "late.yaml")]) == 1
+    error = capsys.readouterr().err
+    assert "no field found on the http page" in error and "harvester try" in error, error
+    assert "Traceback" not in error and not (tmp_path / "late.yaml").exists()

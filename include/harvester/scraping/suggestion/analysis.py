@@ -135,8 +135,19 @@ def suggest(url: str, name: str, listing: bool = False, render: str | None = Non
             pages["details"] = page_of(detail_fetch, detail, suggestion.content)
             suggestion.notes.append(f"attributes: from the first detail page, {detail}")
             suggest_detail(pages["details"], suggestion)
+    _found_something(suggestion, "")
     prune(suggestion, pages)
+    _found_something(suggestion, "; what was found gave no value there: " + "; ".join(suggestion.dropped))
     return suggestion
+
+
+def _found_something(suggestion: Suggestion, detail: str) -> None:
+    """A page with no field to suggest is the user's answer, not a traceback (a source needs an attribute)."""
+    if not (suggestion.attributes or suggestion.records):
+        raise SuggestError(f"{suggestion.url}: no field found on the {suggestion.render} page (no JSON-LD, microdata, "
+                           f"script data, OpenGraph or classed elements){detail}. Content a script writes after load "
+                           "is not seen here: write the attributes by hand, mark them required and check the page "
+                           "with `harvester try` (it waits for them)")
 
 
 def page_of(fetch: Any, url: str, content: str) -> PageData:
