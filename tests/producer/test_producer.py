@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from harvester.distributor.intake import Intake
@@ -110,6 +111,9 @@ def test_dead_letters_settle_packages_and_show_in_progress(database, redis_clien
     report = settlement.report("shop", "shop", "run1")
     assert report["records_stored"] == 9 and report["failures_by_reason"] == {"http 404": 1}
     assert database.runs.find_one({"run_id": "run1"})["status"] == "reported"
+    # a reported run's progress (the Harvest progress tab) keeps its duration: its pages/min do not decay after it
+    time.sleep(0.05)
+    assert monitor.measure("shop", "shop", "run1").elapsed_seconds == report["duration_seconds"]
     # the run's dead-letter records stay until the next run reports: a cleared DAG run reports from them again
     assert redis_client.hexists(keys.run_dead, "run1")
 

@@ -129,7 +129,12 @@ class RunMonitor:
         return {"pages": int(pages), "sub_requests": int(sub_requests or 0)}
 
     def _elapsed(self, source: str, run_id: str) -> float | None:
-        run = self.runs.collection.find_one({"source": source, "run_id": run_id}, {"_id": 0, "started_at": 1})
+        """Seconds since the run started; a reported run's duration (its rate stays what it was, not decaying)."""
+        run = self.runs.collection.find_one({"source": source, "run_id": run_id},
+                                            {"_id": 0, "started_at": 1, "status": 1, "report.duration_seconds": 1})
+        duration = (run or {}).get("report", {}).get("duration_seconds")
+        if (run or {}).get("status") == "reported" and duration is not None:
+            return float(duration)
         started_at = (run or {}).get("started_at")
         if started_at is None:
             return None
