@@ -222,13 +222,14 @@ class AddressGuard:
         return None, True
 
     def check_peer(self, peer: object, port: int) -> None:
-        """Raise :class:`AddressRefused` when the connected peer (a socket's ``getpeername()``) is refused."""
+        """Raise :class:`AddressRefused` when the connected peer (a socket's ``getpeername()``) is refused, or
+        cannot be told (no peer name, or one that is not an IP address): the check fails closed."""
         if not isinstance(peer, tuple) or not peer:
-            return
+            raise AddressRefused("connected to an address that cannot be told (no peer name): refused")
         try:
             address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
         except ValueError:
-            return
+            raise AddressRefused(f"connected to {str(peer[0])[:100]!r}, not an IP address: refused") from None
         if (reason := self.address_refusal(address, port)) is not None:
             raise AddressRefused(f"connected to {reason}")
 

@@ -324,12 +324,10 @@ class Fetcher:
     def _check_connection(self, connection: object, peer: object, url: str) -> None:
         """Refuse the address the connection reached. A connection's peer never changes, so each kept-alive
         connection is checked once (on its first request), and every new connection again. A peer that cannot
-        be told is refused: the check fails closed."""
+        be told is refused (:meth:`AddressGuard.check_peer` fails closed)."""
         _, _, port = self.guard.split(url)
         if self._checked_peers.get(connection) == port:
             return
-        if not isinstance(peer, tuple) or not peer:
-            raise AddressRefused("connected to an address that cannot be told (no peer name): refused")
         self.guard.check_peer(peer, port)
         self._checked_peers[connection] = port
 
