@@ -6,8 +6,9 @@ in-process fetcher (``harvester.pageslots.browser_host``) and `harvester try` (:
   one): every name is resolved and checked there once and the connection pinned to the checked address.
 - A *visit* is a source's tasks in a row in this browser: each visit (or each task, ``browser.isolation: task``)
   gets a fresh context (cookies, storage, cache, service workers blocked, downloads refused), never shared with
-  another source; the source's HTTP connection sets its cookies on that context only and its headers go to the
-  task's host only. A context is re-opened within a visit after ``page_slot_reopen_page_after_pages`` loads
+  another source; the source's HTTP connection sets its cookies on that context only, and its headers and
+  cookies go only to the origins its credentials are bound to (the connection's own, else the seeds').
+  A context is re-opened within a visit after ``page_slot_reopen_page_after_pages`` loads
   (a page navigated for ever grows its renderer), carrying the visit's cookies and storage over.
 - :meth:`SlotBrowser.render` is the seed's failure rule: a failed load (or a page never ready) re-opens the page
   and loads again after ``page_slot_retry_delay_seconds``; every ``page_slot_relaunch_after_failures``-th
@@ -36,6 +37,7 @@ from harvester.scraping.browser import LoadTools, PageLoad, first_line, load_pag
 from harvester.scraping.fetcher import FetchResult, credential_headers
 from harvester.scraping.guard_proxy import GuardProxy, UpstreamProxy
 from harvester.scraping.page_guard import BodyCap, ContextGuard, RequestCharger
+from harvester.scraping.sites import credential_origins
 from harvester.settings import HarvesterSettings
 
 if TYPE_CHECKING:
@@ -229,6 +231,7 @@ class SlotBrowser:
             sent.pop("Cookie", None)
             visit.tools.guard.credential_headers = sent
             visit.tools.guard.connection_cookies = dict(credentials.cookies)
+            visit.tools.guard.credential_origins = credential_origins(source, credentials)  # as the fetcher's
 
     @staticmethod
     async def _storage_state(visit: Visit) -> tuple[str, dict[str, Any]] | None:
