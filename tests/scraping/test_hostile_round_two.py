@@ -251,6 +251,34 @@ def test_raw_bytes_that_decode_to_nothing_are_capped(site) -> None:
     assert result.outcome == "decode_error" and "raw bytes" in result.reason, (result.outcome, result.reason)
 
 
+@pytest.mark.unit
+def test_a_sitemap_of_bytes_that_decode_to_nothing_is_cut_at_the_wire_cap_not_read_until_the_timeout() -> None:
+    """Sitemaps read their body through the pages' wire cap (bodies.WireCap): endless empty deflate blocks end
+    the sitemap as cut, with the reason, after the cap's bytes (it had its own copy of the cap, and no test)."""
+    from harvester.scraping.sitemaps import SitemapFetcher, SitemapParser
+
+    class Padding:  # a response whose body is empty deflate blocks for ever (a TransportResponse)
+        headers = {"content-encoding": "deflate"}
+        read = 0
+
+        async def raw_chunks(self):
+            yield b"\x78\x9c"
+            while True:
+                Padding.read += 5000
+                yield b"\x00\x00\x00\xff\xff" * 1000
+
+    async def read() -> object:
+        options = settings(raw_body_cap_bytes=100_000, sitemap_max_bytes=50_000)
+        async with Fetcher(options) as pages:
+            parser = SitemapParser("http://shop.example/sitemap.xml", 1000)
+            await SitemapFetcher(options, pages)._read(Padding(), parser)
+            return parser.close()
+
+    document = asyncio.run(asyncio.wait_for(read(), 10))
+    assert document.cut == "more than 100000 bytes on the wire: the rest is not read"
+    assert Padding.read <= 105_000
+
+
 def test_an_element_with_too_many_attributes_is_refused_before_parsing(site) -> None:
     attributes = " ".join(f"a{n}=x" for n in range(30_000))
     site.route("/wide", text=f"<html><body><div {attributes}>x</div><h1 class='title'>t</h1></body></html>",

@@ -22,7 +22,7 @@ import logging
 import time
 import weakref
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
@@ -342,29 +342,11 @@ class Fetcher:
         return response.status, response, body.content, response.headers.get("content-type", "")
 
     async def read_capped(self, response: TransportResponse, cap: int) -> Body:
-        """The body decoded up to ``cap`` bytes, reading at most ``raw_body_cap_bytes`` off the wire (issue 24):
-        bytes that decode to nothing (empty deflate blocks, padding) are not read until the timeout. Cut there,
-        the page keeps what decoded (``truncated``); nothing decoded is refused (``decode_error``)."""
-        raw_cap = self.settings.raw_body_cap_bytes
-        state = {"wire": 0, "cut": False}
-
-        async def capped() -> AsyncIterator[bytes]:
-            async for chunk in response.raw_chunks():
-                state["wire"] += len(chunk)
-                if state["wire"] > raw_cap:
-                    state["cut"] = True
-                    if (room := raw_cap - (state["wire"] - len(chunk))) > 0:
-                        yield chunk[:room]
-                    return
-                yield chunk
-
-        body = await read_body(capped(), response.headers.get("content-encoding"), cap)
-        if state["cut"]:
-            if not body.content:
-                raise BodyRefused(f"{raw_cap} raw bytes read decoded to nothing (HARVESTER_RAW_BODY_CAP_BYTES)")
-            body.truncated = True
-            body.raw_cut = True
-        return body
+        """The body decoded up to ``cap`` bytes, reading at most ``raw_body_cap_bytes`` off the wire (issue 24,
+        :class:`~harvester.scraping.bodies.WireCap`): cut there, the page keeps what decoded (``truncated``);
+        nothing decoded is refused (``decode_error``)."""
+        return await read_body(response.raw_chunks(), response.headers.get("content-encoding"), cap,
+                               wire_cap=self.settings.raw_body_cap_bytes)
 
     async def _fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
                      conditions: Mapping[str, str] | None = None) -> FetchResult:
