@@ -277,11 +277,16 @@ class RobotsCache:
 
     def filter_allowed(self, urls: list[str], user_agent: str) -> tuple[list[str], int]:
         """``urls`` without those a cached robots.txt disallows, and how many were dropped. Origins
-        whose robots.txt is not cached yet (or is unavailable now) pass: the fetch-time check still applies."""
+        whose robots.txt is not cached yet (or is unavailable now) pass: the fetch-time check still applies.
+        Each origin is looked up once per call (a miss is not remembered, so it was one Redis read per URL)."""
         kept: list[str] = []
         dropped = 0
+        by_origin: dict[str, RobotsRules | None] = {}
         for url in urls:
-            rules = self.cached(url)
+            origin = origin_of(url)
+            if origin not in by_origin:
+                by_origin[origin] = self.cached(url)
+            rules = by_origin[origin]
             if rules is not None and not rules.unavailable and not rules.allowed(url, user_agent):
                 dropped += 1
             else:
