@@ -96,6 +96,24 @@ def test_screening_links_reads_each_origins_robots_txt_once_whether_or_not_redis
     assert redis_client.info("commandstats")["cmdstat_get"]["calls"] == 2  # one per origin
 
 
+@pytest.mark.integration
+def test_why_a_robots_txt_could_not_be_fetched_reaches_the_other_processes(redis_client) -> None:
+    """A robots.txt that gave no answer is cached unavailable for a while; a process that reads that copy from
+    Redis says why (the fetcher's reason), not "no answer"."""
+    url = "http://down.example/page"
+
+    async def refused(robots_url: str) -> tuple[int | None, str]:
+        return None, "ConnectionRefusedError: [Errno 111] Connect call failed"
+
+    async def never(robots_url: str) -> tuple[int | None, str]:
+        raise AssertionError("the other process fetched robots.txt again")
+
+    first = asyncio.run(RobotsCache(redis_client, cache_seconds=3600.0).rules(url, refused))
+    other = asyncio.run(RobotsCache(redis_client, cache_seconds=3600.0).rules(url, never))
+    assert first.unavailable and other.unavailable
+    assert other.failure == first.failure == "ConnectionRefusedError: [Errno 111] Connect call failed"
+
+
 # -- address verdicts per host and port ----------------------------------------------------------------
 class CountingGuard(AddressGuard):
     """The real guard, counting how often it resolves a host and port."""

@@ -159,7 +159,7 @@ class RobotsCache:
     def _rules(self, origin: str, data: dict) -> RobotsRules:
         return RobotsRules(origin, data.get("text", ""), data.get("status"), max_rules=self.max_rules,
                            max_wildcards=self.max_wildcards, unavailable=bool(data.get("unavailable")),
-                           fetched_at=data.get("fetched_at"))
+                           fetched_at=data.get("fetched_at"), failure=data.get("failure", ""))
 
     def cached(self, url: str) -> RobotsRules | None:
         """The rules of ``url``'s origin if this process or Redis has them (no fetching; sync callers)."""
@@ -241,7 +241,7 @@ class RobotsCache:
         self._remember(rules)
         if self.client is not None:
             payload = json.dumps({"status": status, "text": rules.text, "fetched_at": rules.fetched_at,
-                                  "unavailable": rules.unavailable})
+                                  "unavailable": rules.unavailable, "failure": rules.failure})
             try:
                 await asyncio.to_thread(self.client.set, robots_key(origin), payload, ex=max(1, int(ttl)))
                 if status is not None and 200 <= status < 300:
