@@ -56,8 +56,8 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
                  trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
     """Extract from a successful fetch; a failed fetch passes through untouched. A ``content: json``
     response that is not JSON (or nests too deep), or HTML refused before parsing (:mod:`markup`), fails the
-    fetch as ``parse_error``: retrying cannot help. ``settings``: the caller's (the process's by default, as
-    the structured-data bounds are read)."""
+    fetch as ``parse_error``: retrying cannot help. ``settings``: the caller's (the worker's; the process's by
+    default, for the tools): the markup caps, URL lengths and structured-data bounds are all read from them."""
     result = PageResult(fetch, kind, record_url(url))
     if not fetch.ok:
         return result
@@ -68,7 +68,7 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
         result.discovery = sitemap_discovery(source, fetch, limits.max_url_length)
         return result
     base = fetch.final_url or url
-    data = page_data(source, fetch, url)
+    data = page_data(source, fetch, url, DataBounds.from_settings(limits))
     if source.content == "html" and (refusal := markup_refusal(
             fetch.text, limits.max_attributes_per_element, limits.max_elements_per_page)) is not None:
         fetch.outcome, fetch.reason = "parse_error", refusal
