@@ -225,6 +225,27 @@ def test_the_structured_data_bounds_are_the_settings_process_page_is_given() -> 
     assert roomy.extraction.record["t"] == "N"
 
 
+def test_the_value_and_page_budgets_are_the_settings_process_page_is_given() -> None:
+    """Likewise max_value_length and max_extracted_characters, on detail pages and listing records: they came
+    from the process's get_settings, not the worker's settings."""
+    from harvester.scraping.fetcher import FetchResult
+    from harvester.scraping.page import process_page
+    from harvester.settings import HarvesterSettings
+
+    html = f'<ul><li class="item"><b class="k">K1</b><p class="t">{"x" * 1500}</p></li></ul>'
+    listing = {"link_selectors": ["a"], "records": {"item": {"css": "li.item"}, "key": ["k"],
+                                                    "attributes": {"k": {"css": "b.k"}, "t": {"css": "p.t"}}}}
+    for settings in (HarvesterSettings(max_value_length=100), HarvesterSettings(max_extracted_characters=1024)):
+        attributes = {"k": {"css": "b.k"}, "t": {"css": "p.t"}}
+        detail = process_page(source(attributes), "details", SITE, 0, FetchResult(SITE, "ok", text=html),
+                              settings=settings)
+        records = process_page(source(attributes, input={"kind": "listing", "seeds": [SITE]},
+                                      listing=listing), "listing", SITE, 0, FetchResult(SITE, "ok", text=html),
+                               settings=settings)
+        assert detail.extraction.record["t"] is None, settings
+        assert [record.get("t") for record in records.listing_records.records] == [None], settings
+
+
 @pytest.mark.parametrize("payload", ["[" * 200_000 + "]" * 200_000, "{\"a\":" * 50_000 + "1" + "}" * 50_000,
                                      "[" * 1_000_000])
 def test_deep_nesting_never_reaches_a_parser(payload: str) -> None:
