@@ -129,3 +129,41 @@ def test_a_browser_task_on_another_host_never_gets_the_connections_credentials(s
     assert carries(site.headers_of("/product/1")[0]), site.headers_of("/product/1")
     assert attacker.headers_of("/steal") and not any(carries(seen) for seen in attacker.headers_of("/steal")), \
         attacker.headers_of("/steal")
+
+
+def test_a_task_isolated_browser_source_resolves_its_connection_once_a_minute_not_per_task(site, monkeypatch) -> None:
+    """Each task of a ``browser.isolation: task`` source opens a context of its own; resolving the connection (an
+    Airflow metadata query where Airflow holds it) ran, synchronously on the slot's loop, for every one of them,
+    where the HTTP fetcher keeps it a minute."""
+    import json
+
+    from harvester.connections import resolve_http
+    from harvester.scraping import fetcher, slot_browser
+
+    from tests.fixtures.hostile_hosts import ALLOW_BOTH
+
+    page = '<html><body><h1 class="title">a page</h1><span class="sku">SKU-1</span></body></html>'
+    for index in range(3):
+        site.route(f"/product/{index}", text=page, content_type="text/html")
+    monkeypatch.setenv("AIRFLOW_CONN_ISOLATED_LOGIN", json.dumps({"conn_type": "http", "login": "crawler",
+                                                                   "password": "pa55"}))
+    resolved: list[str] = []
+
+    def counting(connection_id: str, *args: object, **kwargs: object) -> object:
+        resolved.append(connection_id)
+        return resolve_http(connection_id, *args, **kwargs)
+
+    for module in (fetcher, slot_browser):
+        monkeypatch.setattr(module, "resolve_http", counting, raising=False)
+    source = demo_source(site.url, "isolated", render="browser", country="SG", http_connection_id="isolated_login",
+                         robots="ignore", browser={"isolation": "task"})
+    settings = HarvesterSettings(allowed_private_networks=ALLOW_BOTH, page_slot_retry_delay_seconds=0.05)
+
+    async def three() -> list:
+        async with slot_browser.SlotBrowser("isolated", None, settings) as browser:
+            return [(await browser.render(f"{site.url}/product/{index}", source)).fetch for index in range(3)]
+
+    fetches = asyncio.run(three())
+    assert all(fetch.ok for fetch in fetches), [fetch.reason for fetch in fetches]
+    assert all(carried.get("authorization") for carried in site.headers_of("/product/2"))
+    assert resolved == ["isolated_login"]

@@ -114,6 +114,25 @@ def credential_headers(credentials: HttpCredentials) -> dict[str, str]:
     return headers
 
 
+class KeptCredentials:
+    """Sources' ``http_connection_id`` resolved by the connection factory and kept
+    :data:`CREDENTIALS_MEMORY_SECONDS`: the factory may ask Airflow (a metadata-database query, synchronous),
+    which neither each request nor each browser context should pay. The HTTP fetcher's and the slot browser's."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[float, HttpCredentials]] = {}
+
+    def of(self, source: SourceConfig) -> HttpCredentials | None:
+        if source.http_connection_id is None:
+            return None
+        kept = self._kept.get(source.http_connection_id)
+        if kept is not None and time.monotonic() - kept[0] < CREDENTIALS_MEMORY_SECONDS:
+            return kept[1]
+        credentials = resolve_http(source.http_connection_id)
+        self._kept[source.http_connection_id] = (time.monotonic(), credentials)
+        return credentials
+
+
 class Fetcher:
     """A pooled HTTP transport with Harvester's limits. Use as ``async with Fetcher(settings) as fetcher``.
 
@@ -132,7 +151,7 @@ class Fetcher:
         self.robots = robots if robots is not None else RobotsCache.from_settings(settings, None)
         self.gate = gate
         self.cookies = SourceCookieJars()  # one jar per source (issue 24): nothing one source got reaches another
-        self._credentials: dict[str, tuple[float, HttpCredentials]] = {}
+        self._credentials = KeptCredentials()
         self._origins: dict[str, tuple[HttpCredentials, frozenset[Origin]]] = {}
         # connections whose peer was checked (stream -> port), so a kept-alive one is not checked per request
         self._checked_peers: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
@@ -173,14 +192,7 @@ class Fetcher:
 
     def credentials(self, source: SourceConfig) -> HttpCredentials | None:
         """The source's ``http_connection_id`` resolved by the connection factory (kept a minute)."""
-        if source.http_connection_id is None:
-            return None
-        remembered = self._credentials.get(source.http_connection_id)
-        if remembered is not None and time.monotonic() - remembered[0] < CREDENTIALS_MEMORY_SECONDS:
-            return remembered[1]
-        credentials = resolve_http(source.http_connection_id)
-        self._credentials[source.http_connection_id] = (time.monotonic(), credentials)
-        return credentials
+        return self._credentials.of(source)
 
     async def fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
                     conditions: Mapping[str, str] | None = None) -> FetchResult:

@@ -30,11 +30,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import psutil
 
 from harvester.config import SourceConfig
-from harvester.connections import resolve_http
 from harvester.scraping import browser as browser_flags
 from harvester.scraping.addresses import AddressGuard
 from harvester.scraping.browser import LoadTools, PageLoad, first_line, load_page, user_agent_and_headers
-from harvester.scraping.fetcher import FetchResult, credential_headers
+from harvester.scraping.fetcher import FetchResult, KeptCredentials, credential_headers
 from harvester.scraping.guard_proxy import GuardProxy, UpstreamProxy
 from harvester.scraping.page_guard import BodyCap, ContextGuard, RequestCharger
 from harvester.scraping.sites import credential_origins
@@ -113,6 +112,7 @@ class SlotBrowser:
     def __init__(self, slot_id: str, proxy: ProxySettings | None, settings: HarvesterSettings) -> None:
         self.slot_id, self.proxy, self.settings = slot_id, proxy, settings
         self.address_guard = AddressGuard.from_settings(settings)
+        self.credentials = KeptCredentials()  # a source's connection, resolved once a minute, not per context
         self.playwright: Playwright | None = None
         self.browser: Browser | None = None
         self.guard_proxy: GuardProxy | None = None
@@ -225,8 +225,8 @@ class SlotBrowser:
         visit.tools.guard.blocked_types = frozenset(source.blocked_resource_types)
         if headers:
             await visit.context.set_extra_http_headers(headers)
-        if source.http_connection_id is not None:
-            credentials = resolve_http(source.http_connection_id)
+        credentials = self.credentials.of(source)
+        if credentials is not None:
             sent = credential_headers(credentials)
             sent.pop("Cookie", None)
             visit.tools.guard.credential_headers = sent
