@@ -239,7 +239,9 @@ class SlotBrowser:
             return None
         try:
             return visit.source, dict(await visit.context.storage_state())
-        except Exception:  # a crashed context has nothing to carry
+        except Exception as error:  # a crashed context has nothing to carry: said, since the visit's login goes too
+            log.warning("visit of %s: its cookies and storage could not be carried to the next context: %s",
+                        visit.source, first_line(error))
             return None
 
     # -- one load, and the rule --------------------------------------------------------------------
