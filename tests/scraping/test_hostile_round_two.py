@@ -149,6 +149,24 @@ def test_the_connections_cookie_wins_over_one_the_site_set(site, monkeypatch) ->
     assert "session=s-456" in cookie and "site-chosen" not in cookie, cookie
 
 
+@pytest.mark.unit
+def test_a_cookie_flood_empties_the_sources_jar_and_the_jars_are_bounded_by_source() -> None:
+    """The jar's two caps (cookies.py), untested before: a site that sets more cookies than a jar keeps loses
+    them all (not the worker's memory), and past ``max_sources`` jars the least recently used source's goes."""
+    from harvester.scraping.cookies import SourceCookieJars
+
+    jars = SourceCookieJars(max_sources=2, max_cookies=50)
+    jars.store("flooded", "http://shop.example/", [f"c{index}=v; Path=/" for index in range(51)])
+    assert jars.header("flooded", "http://shop.example/") is None and len(jars.jar("flooded")) == 0
+    jars.store("flooded", "http://shop.example/", [f"c{index}=v; Path=/" for index in range(50)])
+    assert len(jars.jar("flooded")) == 50  # at the cap: kept
+    jars.store("first", "http://a.example/", ["a=1; Path=/"])
+    jars.store("second", "http://b.example/", ["b=2; Path=/"])
+    assert jars.header("second", "http://b.example/") == "b=2"
+    assert jars.header("first", "http://a.example/") == "a=1"  # "flooded" was the least recently used: gone
+    assert len(jars.jar("flooded")) == 0 and jars.header("second", "http://b.example/") is None
+
+
 # -- httpx: checked before anything is written, no proxy from the environment --------------------------
 def test_httpx_ignores_proxies_from_the_environment(site, monkeypatch) -> None:
     site.route("/direct", text="direct", content_type="text/html")
