@@ -107,7 +107,8 @@ class ContextGuard:
         if self.connection_cookies and origin in self.credential_origins and origin not in self._cookie_origins:
             self._cookie_origins.add(origin)
             scheme, host, port = origin
-            await page.context.add_cookies([{"name": name, "value": value, "url": f"{scheme}://{host}:{port}"}
+            netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address in brackets
+            await page.context.add_cookies([{"name": name, "value": value, "url": f"{scheme}://{netloc}"}
                                             for name, value in self.connection_cookies.items()])
 
     # -- requests ----------------------------------------------------------------------------------
