@@ -14,6 +14,9 @@ PREFIX = "harvester"
 ROBOTS_PREFIX = f"{PREFIX}:robots"  # + ":<scheme>://<host>[:port]": a host's robots.txt (JSON), expiring
 SOURCES_INDEX = f"{PREFIX}:sources"  # set of sources that have ever had intake
 INTAKE_SIGNAL = f"{PREFIX}:intake-signal"  # list the distributor blocks on to wake at new intake
+# set of sources whose intake or delayed retries may hold tasks: added after every write that gives a source
+# work, removed by a distributor that finds none (harvester.distributor.ready_work)
+SOURCES_WITH_WORK = f"{PREFIX}:sources-with-work"
 
 
 def distributor_heartbeat(name: str) -> str:

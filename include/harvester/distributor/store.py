@@ -24,7 +24,7 @@ from harvester.distributor.hosts import host_of
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.scripts import distributor_scripts
 from harvester.errors import redis_storage_errors
-from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SourceKeys
+from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SOURCES_WITH_WORK, SourceKeys
 from harvester.redis_scripts import ScriptPipeline, text
 from harvester.settings import HarvesterSettings
 from harvester.source_stats import SourceStats
@@ -47,8 +47,12 @@ def _now_argument(now: float | None) -> str:
     return "" if now is None else repr(float(now))
 
 
-def wake_distributors(pipeline: redis.client.Pipeline, source: str) -> None:
-    """Queue the wake-up token a waiting distributor blocks on (BLPOP), bounded in length."""
+def wake_distributors(pipeline: redis.client.Pipeline, source: str, work: bool = True) -> None:
+    """Queue the wake-up token a waiting distributor blocks on (BLPOP), bounded in length. ``work``: the
+    commands queued before this one may have given the source tasks to admit (a push, a retry, a lease
+    back): the source joins the sources with work, after them (harvester.distributor.ready_work)."""
+    if work:
+        pipeline.sadd(SOURCES_WITH_WORK, source)
     pipeline.lpush(INTAKE_SIGNAL, source)
     pipeline.ltrim(INTAKE_SIGNAL, 0, SIGNAL_BACKLOG - 1)
 
@@ -251,7 +255,7 @@ class RateLimitStore:
 
         def build(pipeline: ScriptPipeline) -> None:
             pipeline.call("release", source, leases=_lease_arguments(leases))
-            wake_distributors(pipeline.pipeline, source)
+            wake_distributors(pipeline.pipeline, source, work=False)  # room, not work: its intake is indexed
 
         return self.scripts.run_pipeline(build)[0].released
 
