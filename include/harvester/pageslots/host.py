@@ -36,7 +36,7 @@ from typing import Any
 
 from harvester.config import SourceConfig
 from harvester.distributor import TaskMessage
-from harvester.errors import SlotEnded, StorageError, redis_storage_errors
+from harvester.errors import HarvesterError, SlotEnded, StorageError, redis_storage_errors
 from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
 from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher
 from harvester.pageslots.heartbeat import SlotHeartbeat, reap_orphan_browsers
@@ -267,8 +267,9 @@ class PageSlotHost:
         try:
             try:
                 source = self.pipeline.source(message.source)
-            except Exception as error:  # a broken or deleted YAML file: hand the task back, keep the page
-                store.fail(message, f"source config {message.source!r} could not be loaded: {error}")
+            except HarvesterError as error:  # its registration unreadable: hand the task back, keep the page
+                await asyncio.to_thread(self.pipeline.hand_back, message,
+                                        f"source config {message.source!r} could not be loaded: {error}")
                 self.book.completed([member])
                 self._transition(SlotState.PAGE_READY)
                 return

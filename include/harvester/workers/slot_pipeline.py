@@ -80,6 +80,11 @@ class WorkerSlotPipeline:
     def source(self, name: str) -> SourceConfig:
         return self.runner.sources.get(name)
 
+    def hand_back(self, message: TaskMessage, reason: str) -> None:
+        report = BatchReport(source=message.source, tasks=1)
+        self.runner.failures.retry(message, reason, None, report, counter="config_error")
+        self.runner.count(message.source, report)
+
     def charger(self, source: SourceConfig) -> SiteRequestCharger:
         return SiteRequestCharger(self.runner.store, self.gate, source)
 

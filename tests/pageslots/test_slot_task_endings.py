@@ -1,0 +1,66 @@
+"""How a slot ends a task it cannot run: the way every task ends (harvester.distributor.DeadLettering), with
+the counters the HTTP path keeps. Real Redis and MongoDB, a real slot record; no browser is needed (the
+task ends before its page is rendered)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+from harvester.config.model import SourceConfig
+from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
+from harvester.distributor.registry import DOCUMENT_FIELD
+from harvester.pageslots.bookkeeping import task_member
+from harvester.pageslots.host import PageSlotHost
+from harvester.pageslots.registry import SlotRegistry, SlotState
+from harvester.redis_keys import SourceKeys
+from harvester.settings import HarvesterSettings
+from harvester.storage import PackageStatus, PackageStore, planned_task_id
+from harvester.workers.batch import BatchRunner
+from harvester.workers.slot_pipeline import WorkerSlotPipeline
+
+from tests.fixtures.servers import MongoServer
+
+pytestmark = pytest.mark.integration
+URL = "http://shop.test/product/1"
+
+
+def test_a_task_whose_registration_cannot_be_read_is_handed_back_and_counted_down(
+        harvester_settings: HarvesterSettings, redis_client: redis.Redis, mongo_server: MongoServer) -> None:
+    """The slot handed such a task to the store itself (``store.fail``): past its retries it was dead-lettered
+    but never counted down in its package (left to the run's settle step) nor counted ``config_error``."""
+    settings = harvester_settings
+    source = SourceConfig(name="shop", render="browser", country="SG", retries=0,
+                          input={"seeds": ["http://shop.test/"], "kind": "details"},
+                          attributes={"title": {"css": "h1::text"}})
+    packages = PackageStore(mongo_server.client()[settings.mongo_database])
+    packages.create_packages("shop", "run1", [(0, [URL])])
+    task_id = planned_task_id("shop", "run1", 0, URL)
+    Intake(redis_client, settings).push(source, [TaskMessage(task_id=task_id, source="shop", url=URL, run_id="run1",
+                                                             package_id=0, country="SG")])
+    [raw] = RateLimitStore(redis_client, settings).admit("shop", 1).deliveries()
+    message = TaskMessage.model_validate(raw)
+    redis_client.hdel(SourceKeys("shop").config, DOCUMENT_FIELD)  # admitted, then its registration unreadable
+
+    registry = SlotRegistry(redis_client)
+    (slot_id,) = registry.create("SG", 1)
+    registry.transition(slot_id, SlotState.PREPARING_PAGE)
+    host = PageSlotHost(slot_id, settings, worker="pageslots@test",
+                        pipeline=WorkerSlotPipeline(BatchRunner(settings)))
+    assert registry.claim(slot_id, host.owner, host.worker, 1, 10) == "ok"
+    registry.transition(slot_id, SlotState.PAGE_READY, host.owner)
+    host.country = "SG"
+    member = task_member("shop", task_id)
+    assert registry.begin_task(slot_id, host.owner, "SG", message.to_json(), member) == "ok"
+    host.state = SlotState.RUNNING_SCRAPING_TASK
+
+    asyncio.run(host._run_task(message, member))
+
+    assert host.state == SlotState.PAGE_READY  # the page is kept for the next task
+    letter = DeadLetters(redis_client).find("shop", task_id)
+    assert letter is not None and "could not be loaded" in letter.reason
+    counters = RateLimitStore(redis_client, settings).counters("shop")
+    assert counters.get("outcome:config_error") == 1 and counters.get("dead") == 1
+    statuses, tasks = packages.summary("shop", "run1")
+    assert statuses[PackageStatus.FINISHED] == 1 and tasks["failed"] == 1, (statuses, tasks)  # counted down at once
