@@ -180,8 +180,9 @@ class BatchRunner:
             source = self.sources.get(name)
         except (SourceNotRegistered, StorageError) as error:  # retry later (a registration comes), never crash
             reason = f"source config {name!r} could not be loaded: {error}"
-            for message in messages:
-                self.failures.retry(message, reason, None, report, counter="config_error")
+            with self.failures.deferred():
+                for message in messages:
+                    self.failures.retry(message, reason, None, report, counter="config_error")
             self.count(name, report)
             return report
         fetcher = self.incremental.fetcher(source, messages, self.fetcher_for(source))
@@ -216,7 +217,13 @@ class BatchRunner:
 
     def settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
                report: BatchReport) -> None:
-        """Sort pages by outcome, write the records, follow the links, then complete what finished."""
+        """Sort pages by outcome, write the records, follow the links, then complete what finished; the tasks
+        handed back or dead-lettered on the way are recorded together at the end (FailurePolicy.deferred)."""
+        with self.failures.deferred():
+            self._settle(source, messages, pages, report)
+
+    def _settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
+                report: BatchReport) -> None:
         to_store: list[StoredPage] = []
         record_listings: list[StoredPage] = []  # listing pages with records of their items (listing.records)
         listings: list[StoredPage] = []
