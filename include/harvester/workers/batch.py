@@ -41,7 +41,7 @@ from harvester.errors import ConnectionNotFound, SourceNotRegistered, StorageErr
 from harvester.metrics import record_fetches
 from harvester.scraping import AddressGuard, Fetcher, FetchResult, PageFetcher, PageResult, RobotsCache, process_page
 from harvester.settings import HarvesterSettings, get_settings
-from harvester.storage import DataHandler, RunFigures
+from harvester.storage import DataHandler, PageEvidence, RunFigures
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
@@ -230,6 +230,7 @@ class BatchRunner:
         sitemaps: list[StoredPage] = []
         not_modified: list[StoredPage] = []
         finished: list[TaskMessage] = []
+        rejected: list[tuple[TaskMessage, FetchResult, str]] = []  # pages whose record was rejected, and why
         for message, page in zip(messages, pages, strict=True):
             fetch = page.fetch
             if fetch.outcome == "skipped":  # the lease went to another worker: it is not ours to settle
@@ -252,7 +253,7 @@ class BatchRunner:
                     report.outcomes["rejected"] += 1
                     why = f" ({fetch.reason})" if fetch.reason else ""  # a browser page not ready: what it waited for
                     reason = f"record rejected: {page.rejected_reason}{why}"
-                    self.keep_evidence(source, message, fetch, reason, report)
+                    rejected.append((message, fetch, reason))
                     self.failures.dead_letter(message, reason, report)
                 else:
                     to_store.append((message, page))
@@ -260,6 +261,7 @@ class BatchRunner:
                 record_listings.append((message, page))  # stored first, then its links followed
             else:
                 listings.append((message, page))
+        self.keep_evidence(source, rejected, report)  # their dead letters are written when settling ends
 
         stored = self.settler.write(source, to_store + record_listings, report)
         stored_ids = {id(message) for message in stored}
@@ -279,23 +281,26 @@ class BatchRunner:
         finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
         self.settler.complete(source, finished + stored + followed, report)
 
-    def keep_evidence(self, source: SourceConfig, message: TaskMessage, fetch: FetchResult, reason: str,
+    def keep_evidence(self, source: SourceConfig, rejected: list[tuple[TaskMessage, FetchResult, str]],
                       report: BatchReport) -> None:
-        """A rejected HTTP page keeps its body (bounded, for ``browser_snapshot_keep_days``) in the evidence store the
-        browser's snapshots use, before its dead letter is written, so the letter links to it at once (a slot
-        keeps its browser pages' snapshots itself). Evidence that cannot be kept never fails the batch."""
-        if source.render != "http" or not message.task_id:
+        """Rejected HTTP pages keep their bodies (bounded, for ``browser_snapshot_keep_days``) in the evidence store
+        the browser's snapshots use, in one bulk write before their dead letters are written, so each letter links
+        to its page at once (a slot keeps its browser pages' snapshots itself). Evidence that cannot be kept never
+        fails the batch."""
+        pages = [PageEvidence(message.task_id, fetch.final_url or message.url, reason, fetch.text or "")
+                 for message, fetch, reason in rejected if message.task_id]
+        if source.render != "http" or not pages:
             return
         try:
             if self._evidence is None:
                 from harvester.storage import SnapshotStore
 
                 self._evidence = SnapshotStore.from_settings(self.settings)
-            self._evidence.save(source.name, message.task_id, fetch.final_url or message.url, reason, fetch.text or "",
-                                None)
-            report.outcomes["evidence_kept"] += 1
+            self._evidence.save_many(source.name, pages)
+            report.outcomes["evidence_kept"] += len(pages)
         except (StorageError, ConnectionNotFound) as error:
-            log.warning("%s: keeping the body of %s as evidence failed: %s", source.name, message.url, error)
+            log.warning("%s: keeping the bodies of %d rejected pages as evidence failed: %s", source.name,
+                        len(pages), error)
 
     @staticmethod
     def count_listing_records(page: PageResult, report: BatchReport, run_id: str | None = None) -> bool:
