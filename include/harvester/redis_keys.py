@@ -17,6 +17,9 @@ INTAKE_SIGNAL = f"{PREFIX}:intake-signal"  # list the distributor blocks on to w
 # set of sources whose intake or delayed retries may hold tasks: added after every write that gives a source
 # work, removed by a distributor that finds none (harvester.distributor.ready_work)
 SOURCES_WITH_WORK = f"{PREFIX}:sources-with-work"
+# set of sources with tasks reserved or leased (an active zset not empty): the ones the reaper looks at; admission
+# adds, the reaper removes one it finds with none (harvester.distributor.ready_work.LeasedSources)
+SOURCES_WITH_LEASES = f"{PREFIX}:sources-with-leases"
 
 
 def distributor_heartbeat(name: str) -> str:

@@ -115,3 +115,45 @@ def test_a_release_frees_room_without_adding_its_source(redis_client: redis.Redi
     redis_client.srem(SOURCES_WITH_WORK, "shop")
     assert store.release("shop", {message.task_id: str(message.lease_token)}) == 1
     assert with_work(redis_client) == set()
+
+
+def test_the_reaper_looks_only_at_the_sources_with_leases(redis_client: redis.Redis, settings: HarvesterSettings):
+    """A reap called reap.lua on every registered source every reap_interval_seconds (0.6 s at 5,000 idle
+    sources); after the start's sweep it calls it on those with reservations or leases, which admission adds."""
+    import time
+
+    from harvester.redis_keys import SOURCES_WITH_LEASES
+
+    intake = Intake(redis_client, settings)
+    for index in range(40):
+        intake.register_source(make_source(f"source_{index:02d}", rate_limit=LIMITS))
+    intake.push(make_source("source_07", rate_limit=LIMITS), tasks("source_07", 1))
+    distributor = Distributor(redis_client, settings)
+    assert distributor.reap() == 0  # the sweep: every source looked at, none has leases
+    assert redis_client.smembers(SOURCES_WITH_LEASES) == set()
+    store = RateLimitStore(redis_client, settings)
+    [message] = held_messages(store.admit("source_07", 1))
+    assert {name.decode() for name in redis_client.smembers(SOURCES_WITH_LEASES)} == {"source_07"}
+    store.start("source_07", {message.task_id: str(message.lease_token)}, now=time.time() - 100)  # expired
+
+    redis_client.config_resetstat()
+    assert distributor.reap() == 1
+    assert int(redis_client.info("commandstats")["cmdstat_evalsha"]["calls"]) == 1  # one source, not 40
+    assert redis_client.smembers(SOURCES_WITH_LEASES) == set()  # its lease reaped: nothing left to look at
+    assert redis_client.llen(SourceKeys("source_07").intake) == 1  # back for another attempt
+
+
+def test_leases_written_behind_the_sets_back_are_reaped_at_the_sweep(redis_client: redis.Redis,
+                                                                     settings: HarvesterSettings):
+    import time
+
+    from harvester.redis_keys import SOURCES_WITH_LEASES
+
+    Intake(redis_client, settings).push(make_source("shop", rate_limit=LIMITS), tasks("shop", 1))
+    store = RateLimitStore(redis_client, settings)
+    [message] = held_messages(store.admit("shop", 1))
+    store.start("shop", {message.task_id: str(message.lease_token)}, now=time.time() - 100)
+    redis_client.delete(SOURCES_WITH_LEASES)  # an older Harvester's leases, or a lost reply
+    distributor = Distributor(redis_client, settings)
+    distributor.reap()  # the start's sweep
+    assert redis_client.llen(SourceKeys("shop").intake) == 1

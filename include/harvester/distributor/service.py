@@ -34,7 +34,7 @@ from harvester.distributor.known_sources import SOURCES_REFRESH_SECONDS, KnownSo
 from harvester.distributor.lost_messages import LostMessageProbe
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.publisher import SCRAPE_TASK, SOFT_LIMIT_MARGIN_SECONDS, CeleryPublisher, celery_app_for
-from harvester.distributor.ready_work import ReadyWork
+from harvester.distributor.ready_work import LeasedSources, ReadyWork
 from harvester.distributor.registry import RegisteredSource, SourceRegistry
 from harvester.distributor.store import Admission, RateLimitStore, wake_distributors
 from harvester.errors import DistributorError, ShutdownRequested, StorageUnavailableError
@@ -120,6 +120,7 @@ class Distributor:
         self.registry = SourceRegistry(redis_client)
         self.known = KnownSources(redis_client, self.registry)
         self.ready_work = ReadyWork(redis_client, self.settings.publish_batch_size)
+        self.leased = LeasedSources(redis_client)
         self.totals = DistributorTotals()
         self._stop = threading.Event()
         self._waiting = False
@@ -365,7 +366,10 @@ class Distributor:
         return timeout * 2 + 2 * self.settings.lease_seconds + rate_windows * self.settings.rate_window_seconds + 30
 
     def reap(self) -> int:
-        result = self.store.reap(list(self.known.current()))
+        """Expired reservations and leases of the sources that have any (harvester.distributor.ready_work)."""
+        names = self.leased.to_reap(self.known.current())
+        result = self.store.reap(names)
+        self.leased.drop_empty(names)
         self._next_reap = time.monotonic() + self.settings.reap_interval_seconds
         self.totals.reaped += result.reaped
         if result.reaped:
@@ -381,7 +385,9 @@ class Distributor:
 
     def return_lost_messages(self) -> int:
         """Queued tasks whose Celery message was lost back to intake (harvester.distributor.lost_messages)."""
-        queues = {name: source.queue for name, source in self.known.current().items() if not source.browser}
+        leased = self.leased.members()  # queued reservations are leases: a source without any has none to lose
+        queues = {name: source.queue for name, source in self.known.current().items()
+                  if not source.browser and name in leased}
         returned = self.lost_messages.look(queues)
         if returned:
             pipeline = self.redis.pipeline(transaction=False)
@@ -461,3 +467,4 @@ class Distributor:
             self._outage_since = None
             self.known.read_all_soon()
             self.ready_work.sweep_soon()
+            self.leased.sweep_soon()

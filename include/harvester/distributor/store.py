@@ -24,7 +24,7 @@ from harvester.distributor.hosts import host_of
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.scripts import distributor_scripts
 from harvester.errors import redis_storage_errors
-from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SOURCES_WITH_WORK, SourceKeys
+from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SOURCES_WITH_LEASES, SOURCES_WITH_WORK, SourceKeys
 from harvester.redis_scripts import ScriptPipeline, text
 from harvester.settings import HarvesterSettings
 from harvester.source_stats import SourceStats
@@ -206,8 +206,10 @@ class RateLimitStore:
                     remaining -= size
                     if remaining <= 0:
                         break
+            # after the admissions: a source that now has reservations is one the reaper looks at (ready_work)
+            pipeline.pipeline.sadd(SOURCES_WITH_LEASES, *sorted({source for source, _ in requests}))
 
-        replies = self.scripts.run_pipeline(build)
+        replies = self.scripts.run_pipeline(build)[:-1]  # the last reply is the SADD's
         merged: list[Admission | None] = [None] * len(requests)
         next_due: list[float] = [-1.0] * len(requests)
         for (index, kind), reply in zip(calls, replies, strict=True):
