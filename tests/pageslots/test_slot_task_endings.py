@@ -64,3 +64,38 @@ def test_a_task_whose_registration_cannot_be_read_is_handed_back_and_counted_dow
     assert counters.get("outcome:config_error") == 1 and counters.get("dead") == 1
     statuses, tasks = packages.summary("shop", "run1")
     assert statuses[PackageStatus.FINISHED] == 1 and tasks["failed"] == 1, (statuses, tasks)  # counted down at once
+
+
+def test_a_country_without_a_proxy_dead_letters_its_backlog_at_once_and_counts_it_down(
+        harvester_settings: HarvesterSettings, redis_client: redis.Redis, mongo_server: MongoServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allocator refuses a country no proxy serves: every task waiting for its slots is dead-lettered with
+    the reason and counted down in its package, in one round trip (one each before) and one count-down."""
+    from harvester.distributor.service import Distributor
+    from harvester.pageslots.handoff import PageSlotHandoff
+    from harvester.pageslots.manager import PageSlotManager
+
+    monkeypatch.delenv("AIRFLOW_CONN_PROXY_ZZ", raising=False)
+    settings = harvester_settings.model_copy(update={"page_slot_allow_direct_connections": False})
+    source = SourceConfig(name="zz_shop", render="browser", country="ZZ", retries=3,
+                          input={"seeds": ["http://zz.test/"], "kind": "details"},
+                          attributes={"title": {"css": "h1::text"}}, rate_limit={"max_active": 50, "per_minute": 1000})
+    urls = [f"http://zz.test/product/{n}" for n in range(12)]
+    packages = PackageStore(mongo_server.client()[settings.mongo_database])
+    packages.create_packages("zz_shop", "run1", [(0, urls)])
+    Intake(redis_client, settings).push(source, [
+        TaskMessage(task_id=planned_task_id("zz_shop", "run1", 0, url), source="zz_shop", url=url, run_id="run1",
+                    package_id=0, country="ZZ") for url in urls])
+    Distributor(redis_client, settings, browser_handoff=PageSlotHandoff(redis_client)).run_round()
+    assert redis_client.llen(PageSlotHandoff.backlog_key("ZZ")) == 12
+    redis_client.config_resetstat()
+
+    report = PageSlotManager(redis_client, settings).allocate()
+
+    assert any("12 queued tasks dead-lettered" in error for error in report.errors), report.errors
+    assert int(redis_client.info("commandstats")["cmdstat_ltrim"]["calls"]) == 1  # one round trip's wake-up
+    letters = DeadLetters(redis_client).list("zz_shop", 0, 100)
+    assert len(letters) == 12 and all("AIRFLOW_CONN_PROXY_ZZ" in letter.reason for letter in letters)
+    statuses, tasks = packages.summary("zz_shop", "run1")
+    assert statuses[PackageStatus.FINISHED] == 1 and tasks["failed"] == 12
+    assert RateLimitStore(redis_client, settings).stats(["zz_shop"])["zz_shop"].active == 0
