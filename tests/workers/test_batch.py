@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pymongo
@@ -213,6 +214,72 @@ def test_leases_are_heartbeaten_while_a_slow_batch_runs(write_source, demo_site,
         assert (stats.active, stats.pending, stats.delayed) == (0, 0, 0)
     finally:
         runner.close()
+
+
+def test_leases_are_heartbeaten_while_the_stored_validators_are_read_from_a_mongodb_that_does_not_answer(
+        write_source, demo_site, redis_client, monkeypatch) -> None:
+    """The batch's first MongoDB read (the validators of its detail pages, issue 23) runs under its
+    heartbeat: read before it, a MongoDB that did not answer for longer than a lease let the reaper hand
+    the tasks to another worker while this one still fetched them (the site saw 8 in flight for
+    max_active 4 in the fault matrix's row 6 a)."""
+    import socket
+    import threading
+
+    from harvester.settings import get_settings
+    from harvester.workers.batch import BatchRunner
+
+    from tests.workers.conftest import Crawl
+
+    silent = socket.socket()  # accepts connections (the kernel's backlog) and never answers one
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    monkeypatch.setenv("HARVESTER_MONGO_URI", f"mongodb://127.0.0.1:{silent.getsockname()[1]}/?directConnection=true")
+    monkeypatch.setenv("HARVESTER_PRODUCER_MONGO_TIMEOUT_MS", "2500")
+    monkeypatch.setenv("HARVESTER_LEASE_SECONDS", "1")
+    monkeypatch.setenv("HARVESTER_HEARTBEAT_SECONDS", "0.2")
+    get_settings.cache_clear()
+    runner = BatchRunner(get_settings())
+    try:
+        crawl = Crawl(runner, redis_client)
+        source = write_source()
+        crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/product/3"))
+        admitted = crawl.store.admit(source.name, 1).deliveries()
+        worker = threading.Thread(target=runner.run, args=(admitted,))
+        started = time.monotonic()
+        worker.start()
+        reaped = 0
+        while worker.is_alive():
+            reaped += crawl.store.reap().reaped  # what the distributor does every reap interval
+            time.sleep(0.1)
+        assert time.monotonic() - started > 2  # the reads did wait for MongoDB, longer than the lease
+        assert reaped == 0
+    finally:
+        runner.close()
+        silent.close()
+
+
+def test_a_batch_past_its_deadline_holds_nothing_so_it_starts_no_request(write_source, redis_client,
+                                                                           worker_settings) -> None:
+    """Past the deadline the heartbeats stop and the leases will expire: from then on no request of the
+    batch may start (the reaper hands its tasks to another worker, which fetches them)."""
+    from harvester.distributor import Intake, RateLimitStore
+    from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
+
+    source = write_source()
+    Intake(redis_client, worker_settings).push(source, [TaskMessage(source=source.name, url="http://a.example/1")])
+    store = RateLimitStore(redis_client, worker_settings)
+    task = store.admit(source.name, 1).task_messages()[0]
+    leases = {task.task_id: str(task.lease_token)}
+    assert store.start(source.name, leases).held == [task.task_id]
+    with LeaseHeartbeat(store, source.name, leases, interval=0.1, max_seconds=0.6) as heartbeat:
+        permit = RateTokenPermit(store, source.name, [task.task_id], heartbeat)
+        time.sleep(0.35)  # beats found the lease held
+        assert heartbeat.held == {task.task_id}
+        deadline = time.monotonic() + 10
+        while heartbeat.held and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert heartbeat.held == set()
+        assert asyncio.run(permit(0)) is False
 
 
 def test_not_modified_releases_without_writing(write_source, crawl, demo_site, mongo_server, worker_settings,

@@ -185,9 +185,11 @@ class BatchRunner:
                     self.failures.retry(message, reason, None, report, counter="config_error")
             self.count(name, report)
             return report
-        fetcher = self.incremental.fetcher(source, messages, self.fetcher_for(source))
+        pages = self.fetcher_for(source)
+        # every MongoDB read runs under the heartbeat: one that waits out an outage must not cost the leases
         with LeaseHeartbeat(self.store, name, leases_of(messages), self.settings.heartbeat_seconds,
-                            self.batch_deadline(source, len(messages), fetcher)) as heartbeat:
+                            self.batch_deadline(source, len(messages), pages)) as heartbeat:
+            fetcher = self.incremental.fetcher(source, messages, pages)
             permit = RateTokenPermit(self.store, name, [message.task_id for message in messages], heartbeat)
             fetched = self.loop.run_until_complete(
                 fetcher.fetch_all([message.url for message in messages], source, permit))

@@ -45,12 +45,14 @@ class LeaseHeartbeat:
 
     def _beat(self) -> None:
         """Beat until stopped, or until ``max_seconds``: a batch stuck past every timeout stops being
-        vouched for, so its leases expire and the reaper gives the tasks to another worker."""
+        vouched for, so its leases expire and the reaper gives the tasks to another worker; from then on
+        it holds nothing, so none of its requests starts beside the new holder's."""
         deadline = None if self.max_seconds is None else time.monotonic() + self.max_seconds
         while not self._stop.wait(self.interval):
             if deadline is not None and time.monotonic() > deadline:
-                log.warning("batch of %s still running after %.0fs: no more heartbeats", self.source,
-                            self.max_seconds)
+                log.warning("batch of %s still running after %.0fs: no more heartbeats, and no more requests",
+                            self.source, self.max_seconds)
+                self.held = set()
                 return
             try:
                 held = self.store.heartbeat(self.source, {task_id: self.leases[task_id] for task_id in self.held})
