@@ -99,3 +99,32 @@ def test_a_country_without_a_proxy_dead_letters_its_backlog_at_once_and_counts_i
     statuses, tasks = packages.summary("zz_shop", "run1")
     assert statuses[PackageStatus.FINISHED] == 1 and tasks["failed"] == 12
     assert RateLimitStore(redis_client, settings).stats(["zz_shop"])["zz_shop"].active == 0
+
+
+def test_a_slot_stops_vouching_for_a_task_past_its_deadline(harvester_settings: HarvesterSettings,
+                                                            redis_client: redis.Redis) -> None:
+    """A batch stuck past every timeout stops being heartbeaten, so the reaper hands its tasks on (LeaseHeartbeat's
+    deadline); a slot's heartbeat extended its task's lease for as long as the process lived."""
+    import time
+
+    from harvester.pageslots.heartbeat import SlotHeartbeat
+
+    settings = harvester_settings.model_copy(update={"lease_seconds": 30.0})
+    source = SourceConfig(name="shop", render="browser", country="SG", input={"seeds": ["http://shop.test/"],
+                                                                              "kind": "details"},
+                          attributes={"title": {"css": "h1::text"}})
+    Intake(redis_client, settings).push(source, [TaskMessage(task_id="t1", source="shop", url=URL, country="SG")])
+    store = RateLimitStore(redis_client, settings)
+    [raw] = store.admit("shop", 1).deliveries()
+    now = time.time()
+    store.start("shop", {"t1": str(raw["lease_token"])}, now=now - 20)  # its lease ends in 10 s
+    heartbeat = SlotHeartbeat(redis_client, settings, "SG-1", "owner", lambda: None)
+
+    heartbeat.hold(("shop", "t1", str(raw["lease_token"])), seconds=60)
+    heartbeat.beat()
+    assert redis_client.zscore(SourceKeys("shop").active, "t1") > now + 25  # vouched for: a lease from now
+
+    heartbeat.hold(("shop", "t1", str(raw["lease_token"])), seconds=-1)  # past its deadline
+    redis_client.zadd(SourceKeys("shop").active, {"t1": now + 5})
+    heartbeat.beat()
+    assert redis_client.zscore(SourceKeys("shop").active, "t1") == pytest.approx(now + 5)  # left to expire
