@@ -22,6 +22,7 @@ from harvester.distributor import DeadLetters
 from harvester.pageslots.registry import SlotHosts
 from harvester.redis_keys import PageSlotKeys
 from harvester.services import readiness
+from harvester.services.airflow_api import run_failure
 from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
 
@@ -192,10 +193,12 @@ def test_operators_watch_a_harvest_in_the_browser(browser_settings, demo_site, m
 
                 wait_for(lambda: run_state(client, first_run) in ("success", "failed"), 240, "the first run ended",
                          airflow.log_tail)
-                assert run_state(client, first_run) == "success", airflow.log_tail()
+                assert run_state(client, first_run) == "success", run_failure(client, DAG_ID, first_run, "/api/v2")
+                assert "report=success" in run_failure(client, DAG_ID, first_run, "/api/v2")  # what a failure prints
                 wait_for(lambda: run_state(client, browser_run, BROWSER_DAG_ID) in ("success", "failed"), 240,
                          "the browser run ended", airflow.log_tail)
-                assert run_state(client, browser_run, BROWSER_DAG_ID) == "success", airflow.log_tail()
+                assert run_state(client, browser_run, BROWSER_DAG_ID) == "success", run_failure(
+                    client, BROWSER_DAG_ID, browser_run, "/api/v2")
                 browser_row = frame.locator(f"#sources-table tr[data-source={BROWSER_SOURCE}]")
                 expect(browser_row.locator("td").nth(4)).to_have_text("24", timeout=30_000)
                 assert DeadLetters(redis_client).count(SOURCE) == 1
@@ -217,7 +220,7 @@ def test_operators_watch_a_harvest_in_the_browser(browser_settings, demo_site, m
                 expect(frame.locator(f"#runs-table tr[data-run='{second_run}']")).to_be_visible(timeout=60_000)
                 wait_for(lambda: run_state(client, second_run) in ("success", "failed"), 240,
                          "the job's run ended", airflow.log_tail)
-                assert run_state(client, second_run) == "success", airflow.log_tail()
+                assert run_state(client, second_run) == "success", run_failure(client, DAG_ID, second_run, "/api/v2")
                 conf = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{second_run}").json()["conf"]
                 assert conf == {"urls": pages[:12]}
 

@@ -81,6 +81,39 @@ def test_a_cold_robots_txt_is_looked_up_once_and_a_lookup_failing_for_its_own_re
     assert fetched == [f"{origin}/robots.txt"] * 2  # the failed lookup, then ONE more for the five who waited
 
 
+@pytest.mark.integration
+def test_screening_links_reads_each_origins_robots_txt_once_whether_or_not_redis_has_it(redis_client) -> None:
+    """The follower and the planner screen many URLs of few origins: an origin whose robots.txt nobody fetched
+    yet (a source's first run) was one Redis GET per URL, a planner chunk of 5,000 URLs 5,000 round trips."""
+    cache = RobotsCache(redis_client, cache_seconds=24 * 3600.0)
+    known = json.dumps({"status": 200, "text": "User-agent: *\nDisallow: /no/\n"})
+    redis_client.set(robots_key("http://known.example"), known)
+    urls = [f"http://cold.example/p/{index}" for index in range(200)] + \
+        [f"http://known.example/{'no' if index % 2 else 'yes'}/{index}" for index in range(200)]
+    redis_client.config_resetstat()
+    kept, dropped = cache.filter_allowed(urls, "Harvester/1")
+    assert dropped == 100 and len(kept) == 300
+    assert redis_client.info("commandstats")["cmdstat_get"]["calls"] == 2  # one per origin
+
+
+@pytest.mark.integration
+def test_why_a_robots_txt_could_not_be_fetched_reaches_the_other_processes(redis_client) -> None:
+    """A robots.txt that gave no answer is cached unavailable for a while; a process that reads that copy from
+    Redis says why (the fetcher's reason), not "no answer"."""
+    url = "http://down.example/page"
+
+    async def refused(robots_url: str) -> tuple[int | None, str]:
+        return None, "ConnectionRefusedError: [Errno 111] Connect call failed"
+
+    async def never(robots_url: str) -> tuple[int | None, str]:
+        raise AssertionError("the other process fetched robots.txt again")
+
+    first = asyncio.run(RobotsCache(redis_client, cache_seconds=3600.0).rules(url, refused))
+    other = asyncio.run(RobotsCache(redis_client, cache_seconds=3600.0).rules(url, never))
+    assert first.unavailable and other.unavailable
+    assert other.failure == first.failure == "ConnectionRefusedError: [Errno 111] Connect call failed"
+
+
 # -- address verdicts per host and port ----------------------------------------------------------------
 class CountingGuard(AddressGuard):
     """The real guard, counting how often it resolves a host and port."""

@@ -92,3 +92,78 @@ def test_a_navigation_body_is_cut_while_it_streams_not_after_it_was_decompressed
     assert fetch.ok and fetch.truncated, fetch.reason
     assert "body cut" in fetch.reason and len(fetch.text.encode()) <= 1 << 20
     assert time.monotonic() - started < 20
+
+
+# -- credentials in the browser go where the HTTP fetcher's go (issue 24) ---------------------------------
+def test_a_browser_task_on_another_host_never_gets_the_connections_credentials(site, attacker, monkeypatch) -> None:
+    """The connection names the site's host: a task whose URL is on another host (a link the site wrote) is
+    rendered without the connection's headers, basic auth or cookies, as the HTTP fetcher sends them (the page
+    guard used to send them to whatever host the task's URL named)."""
+    import json
+
+    from tests.fixtures.hostile_hosts import ALLOW_BOTH
+
+    page = '<html><body><h1 class="title">a page</h1><span class="sku">SKU-1</span></body></html>'
+    site.route("/product/1", text=page, content_type="text/html")
+    attacker.route("/steal", text=page, content_type="text/html")
+    monkeypatch.setenv("AIRFLOW_CONN_BROWSER_LOGIN", json.dumps({
+        "conn_type": "http", "host": "127.0.0.1", "port": site.port, "schema": "http", "login": "crawler",
+        "password": "pa55", "extra": {"headers": {"X-Api-Key": "k-123"}, "cookies": {"session": "s-456"}}}))
+    source = demo_source(site.url, "browser_bound", render="browser", country="SG", http_connection_id="browser_login",
+                         robots="ignore", blocked_resource_types=[])
+    settings = HarvesterSettings(allowed_private_networks=ALLOW_BOTH, page_slot_retry_delay_seconds=0.05)
+
+    async def both() -> list:
+        from harvester.scraping.slot_browser import SlotBrowser
+
+        async with SlotBrowser("credentials", None, settings) as browser:
+            return [(await browser.render(url, source)).fetch for url in (f"{site.url}/product/1",
+                                                                            f"{attacker.url}/steal")]
+
+    own, other = asyncio.run(both())
+    assert own.ok and other.ok, (own.reason, other.reason)
+
+    def carries(headers: dict[str, str]) -> bool:
+        return "x-api-key" in headers or "authorization" in headers or "s-456" in headers.get("cookie", "")
+
+    assert carries(site.headers_of("/product/1")[0]), site.headers_of("/product/1")
+    assert attacker.headers_of("/steal") and not any(carries(seen) for seen in attacker.headers_of("/steal")), \
+        attacker.headers_of("/steal")
+
+
+def test_a_task_isolated_browser_source_resolves_its_connection_once_a_minute_not_per_task(site, monkeypatch) -> None:
+    """Each task of a ``browser.isolation: task`` source opens a context of its own; resolving the connection (an
+    Airflow metadata query where Airflow holds it) ran, synchronously on the slot's loop, for every one of them,
+    where the HTTP fetcher keeps it a minute."""
+    import json
+
+    from harvester.connections import resolve_http
+    from harvester.scraping import fetcher, slot_browser
+
+    from tests.fixtures.hostile_hosts import ALLOW_BOTH
+
+    page = '<html><body><h1 class="title">a page</h1><span class="sku">SKU-1</span></body></html>'
+    for index in range(3):
+        site.route(f"/product/{index}", text=page, content_type="text/html")
+    monkeypatch.setenv("AIRFLOW_CONN_ISOLATED_LOGIN", json.dumps({"conn_type": "http", "login": "crawler",
+                                                                   "password": "pa55"}))
+    resolved: list[str] = []
+
+    def counting(connection_id: str, *args: object, **kwargs: object) -> object:
+        resolved.append(connection_id)
+        return resolve_http(connection_id, *args, **kwargs)
+
+    for module in (fetcher, slot_browser):
+        monkeypatch.setattr(module, "resolve_http", counting, raising=False)
+    source = demo_source(site.url, "isolated", render="browser", country="SG", http_connection_id="isolated_login",
+                         robots="ignore", browser={"isolation": "task"})
+    settings = HarvesterSettings(allowed_private_networks=ALLOW_BOTH, page_slot_retry_delay_seconds=0.05)
+
+    async def three() -> list:
+        async with slot_browser.SlotBrowser("isolated", None, settings) as browser:
+            return [(await browser.render(f"{site.url}/product/{index}", source)).fetch for index in range(3)]
+
+    fetches = asyncio.run(three())
+    assert all(fetch.ok for fetch in fetches), [fetch.reason for fetch in fetches]
+    assert all(carried.get("authorization") for carried in site.headers_of("/product/2"))
+    assert resolved == ["isolated_login"]

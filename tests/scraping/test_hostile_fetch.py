@@ -115,6 +115,17 @@ def test_allow_list_may_name_one_port() -> None:
     assert strip_userinfo("http://user:secret@example.org/a") == "http://example.org/a"
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("peer", [None, (), "127.0.0.1", ("/run/some.sock",), ("not-an-address", 80)])
+def test_a_peer_that_cannot_be_told_is_refused(peer: object) -> None:
+    """The peer check fails closed in the guard itself, whichever transport asks (it used to pass such peers,
+    and only the fetcher's caller refused the first two kinds)."""
+    guard = AddressGuard(parse_allowed_networks("127.0.0.1/32"))
+    with pytest.raises(AddressRefused, match="refused"):
+        guard.check_peer(peer, 80)
+    guard.check_peer(("127.0.0.1", 80), 80)  # a told, allowed peer passes
+
+
 def _localhost_is_ipv4_only() -> bool:
     import socket
 

@@ -149,6 +149,24 @@ def test_the_connections_cookie_wins_over_one_the_site_set(site, monkeypatch) ->
     assert "session=s-456" in cookie and "site-chosen" not in cookie, cookie
 
 
+@pytest.mark.unit
+def test_a_cookie_flood_empties_the_sources_jar_and_the_jars_are_bounded_by_source() -> None:
+    """The jar's two caps (cookies.py), untested before: a site that sets more cookies than a jar keeps loses
+    them all (not the worker's memory), and past ``max_sources`` jars the least recently used source's goes."""
+    from harvester.scraping.cookies import SourceCookieJars
+
+    jars = SourceCookieJars(max_sources=2, max_cookies=50)
+    jars.store("flooded", "http://shop.example/", [f"c{index}=v; Path=/" for index in range(51)])
+    assert jars.header("flooded", "http://shop.example/") is None and len(jars.jar("flooded")) == 0
+    jars.store("flooded", "http://shop.example/", [f"c{index}=v; Path=/" for index in range(50)])
+    assert len(jars.jar("flooded")) == 50  # at the cap: kept
+    jars.store("first", "http://a.example/", ["a=1; Path=/"])
+    jars.store("second", "http://b.example/", ["b=2; Path=/"])
+    assert jars.header("second", "http://b.example/") == "b=2"
+    assert jars.header("first", "http://a.example/") == "a=1"  # "flooded" was the least recently used: gone
+    assert len(jars.jar("flooded")) == 0 and jars.header("second", "http://b.example/") is None
+
+
 # -- httpx: checked before anything is written, no proxy from the environment --------------------------
 def test_httpx_ignores_proxies_from_the_environment(site, monkeypatch) -> None:
     site.route("/direct", text="direct", content_type="text/html")
@@ -249,6 +267,34 @@ def test_raw_bytes_that_decode_to_nothing_are_capped(site) -> None:
     source = demo_source(site.url, "nothing", robots="ignore", timeout=60)
     result = fetch_all(settings(raw_body_cap_bytes=1024 * 1024), source, [f"{site.url}/nothing"])[0]
     assert result.outcome == "decode_error" and "raw bytes" in result.reason, (result.outcome, result.reason)
+
+
+@pytest.mark.unit
+def test_a_sitemap_of_bytes_that_decode_to_nothing_is_cut_at_the_wire_cap_not_read_until_the_timeout() -> None:
+    """Sitemaps read their body through the pages' wire cap (bodies.WireCap): endless empty deflate blocks end
+    the sitemap as cut, with the reason, after the cap's bytes (it had its own copy of the cap, and no test)."""
+    from harvester.scraping.sitemaps import SitemapFetcher, SitemapParser
+
+    class Padding:  # a response whose body is empty deflate blocks for ever (a TransportResponse)
+        headers = {"content-encoding": "deflate"}
+        read = 0
+
+        async def raw_chunks(self):
+            yield b"\x78\x9c"
+            while True:
+                Padding.read += 5000
+                yield b"\x00\x00\x00\xff\xff" * 1000
+
+    async def read() -> object:
+        options = settings(raw_body_cap_bytes=100_000, sitemap_max_bytes=50_000)
+        async with Fetcher(options) as pages:
+            parser = SitemapParser("http://shop.example/sitemap.xml", 1000)
+            await SitemapFetcher(options, pages)._read(Padding(), parser)
+            return parser.close()
+
+    document = asyncio.run(asyncio.wait_for(read(), 10))
+    assert document.cut == "more than 100000 bytes on the wire: the rest is not read"
+    assert Padding.read <= 105_000
 
 
 def test_an_element_with_too_many_attributes_is_refused_before_parsing(site) -> None:

@@ -208,6 +208,44 @@ def test_a_5_mb_json_ld_blob_is_refused_fast_and_small() -> None:
     assert grown_mb < 60, grown_mb
 
 
+def test_the_structured_data_bounds_are_the_settings_process_page_is_given() -> None:
+    """The worker hands process_page its settings: the markup caps and URL lengths were read from them, the
+    structured-data bounds from the process's own (get_settings), whatever the worker was given."""
+    from harvester.scraping.fetcher import FetchResult
+    from harvester.scraping.page import process_page
+    from harvester.settings import HarvesterSettings
+
+    html = f'<script type="application/ld+json">{{"name": "N", "pad": "{"x" * 3000}"}}</script>'
+    attributes = {"t": {"jsonld": "name"}}
+    tight = process_page(source(attributes), "details", SITE, 0, FetchResult(SITE, "ok", text=html),
+                         settings=HarvesterSettings(max_embedded_json_bytes=1024))
+    roomy = process_page(source(attributes), "details", SITE, 0, FetchResult(SITE, "ok", text=html),
+                         settings=HarvesterSettings(max_embedded_json_bytes=4096))
+    assert [problem.kind for problem in tight.extraction.problems] == ["too_large"]
+    assert roomy.extraction.record["t"] == "N"
+
+
+def test_the_value_and_page_budgets_are_the_settings_process_page_is_given() -> None:
+    """Likewise max_value_length and max_extracted_characters, on detail pages and listing records: they came
+    from the process's get_settings, not the worker's settings."""
+    from harvester.scraping.fetcher import FetchResult
+    from harvester.scraping.page import process_page
+    from harvester.settings import HarvesterSettings
+
+    html = f'<ul><li class="item"><b class="k">K1</b><p class="t">{"x" * 1500}</p></li></ul>'
+    listing = {"link_selectors": ["a"], "records": {"item": {"css": "li.item"}, "key": ["k"],
+                                                    "attributes": {"k": {"css": "b.k"}, "t": {"css": "p.t"}}}}
+    for settings in (HarvesterSettings(max_value_length=100), HarvesterSettings(max_extracted_characters=1024)):
+        attributes = {"k": {"css": "b.k"}, "t": {"css": "p.t"}}
+        detail = process_page(source(attributes), "details", SITE, 0, FetchResult(SITE, "ok", text=html),
+                              settings=settings)
+        records = process_page(source(attributes, input={"kind": "listing", "seeds": [SITE]},
+                                      listing=listing), "listing", SITE, 0, FetchResult(SITE, "ok", text=html),
+                               settings=settings)
+        assert detail.extraction.record["t"] is None, settings
+        assert [record.get("t") for record in records.listing_records.records] == [None], settings
+
+
 @pytest.mark.parametrize("payload", ["[" * 200_000 + "]" * 200_000, "{\"a\":" * 50_000 + "1" + "}" * 50_000,
                                      "[" * 1_000_000])
 def test_deep_nesting_never_reaches_a_parser(payload: str) -> None:

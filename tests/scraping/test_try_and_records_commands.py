@@ -76,3 +76,22 @@ def test_records_prints_a_sources_latest_records(configure_settings, mongo_serve
     out = capsys.readouterr().out
     assert "http://a.example/0" in out and "1 record(s) of saved_page" in out
     assert main(["records", "no_such_source"]) == 1
+
+
+@pytest.mark.unit
+def test_suggest_refuses_a_page_the_workers_would_refuse_before_parsing_it() -> None:
+    """`harvester suggest` built its PageData itself and so skipped the markup check process_page runs before
+    lxml (one element of 120,000 attributes took 71 s of CPU to parse): it now refuses such a page, saying why."""
+    from harvester.scraping.fetcher import FetchResult
+    from harvester.scraping.suggestion import SuggestError, Suggestion
+    from harvester.scraping.suggestion.analysis import analyse
+
+    url = "http://shop.example/p/1"
+    attributes = " ".join(f"a{n}=x" for n in range(20_000))
+    wide = FetchResult(url, "ok", text=f"<html><body><div {attributes}>x</div><h1>t</h1></body></html>",
+                       content_type="text/html")
+    with pytest.raises(SuggestError, match="max_attributes_per_element"):
+        analyse(wide, Suggestion(url, "wide"), False)
+    ordinary = FetchResult(url, "ok", text="<html><body><h1 class='title'>t</h1></body></html>",
+                           content_type="text/html")
+    assert "details" in analyse(ordinary, Suggestion(url, "ordinary"), False)

@@ -115,6 +115,18 @@ def name_refusal(host: str) -> str | None:
     return None
 
 
+async def resolved_addresses(host: str, port: int) -> list[IPAddress]:
+    """``host``'s addresses, each once (a literal address is its own), by the event loop's resolver (a thread
+    pool: the loop never blocks on DNS); raises ``socket.gaierror`` (or ``UnicodeError``) when it does not
+    resolve. The one lookup of the guard: the fetcher's checks and the browser guard's pinned addresses."""
+    try:
+        return [ipaddress.ip_address(host.strip("[]"))]
+    except ValueError:
+        pass
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos))
+
+
 def strip_userinfo(url: str) -> str:
     """The URL without ``user:password@``: credentials in links are never sent (nor stored)."""
     parts = urlsplit(url)
@@ -191,44 +203,40 @@ class AddressGuard:
         if (reason := name_refusal(host)) is not None:
             raise AddressRefused(reason)
         try:
-            addresses = [ipaddress.ip_address(host.strip("[]"))]
-        except ValueError:
-            try:
-                infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            except (socket.gaierror, UnicodeError) as error:
-                raise AddressRefused(f"name refused: {host} does not resolve ({error})") from None
-            addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos))
+            addresses = await resolved_addresses(host, port)
+        except (socket.gaierror, UnicodeError) as error:
+            raise AddressRefused(f"name refused: {host} does not resolve ({error})") from None
         if not addresses:
             raise AddressRefused(f"name refused: {host} resolves to no address")
-        for address in addresses:
-            if (reason := self.address_refusal(address, port)) is not None:
-                raise AddressRefused(f"{host}: {reason}" if str(address) != host.strip("[]") else reason)
+        if (reason := self._first_refusal(host, addresses, port)) is not None:
+            raise AddressRefused(reason)
         return addresses
 
     async def _resolved_refusal(self, host: str, port: int) -> tuple[str | None, bool]:
         """Why ``host``:``port`` is refused (None: it is not), and whether that verdict may be remembered
         (not when the name did not resolve: the next request asks again)."""
         try:
-            addresses = [ipaddress.ip_address(host)]
-        except ValueError:
-            try:
-                infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            except (socket.gaierror, UnicodeError):
-                return None, False  # not refused: the connection then fails as a (retryable) connection error
-            addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+            addresses = await resolved_addresses(host, port)
+        except (socket.gaierror, UnicodeError):
+            return None, False  # not refused: the connection then fails as a (retryable) connection error
+        return self._first_refusal(host, addresses, port), True
+
+    def _first_refusal(self, host: str, addresses: list[IPAddress], port: int) -> str | None:
+        """The refusal of the first of ``host``'s addresses that is refused (its name said when it is one)."""
         for address in addresses:
             if (reason := self.address_refusal(address, port)) is not None:
-                return (f"{host}: {reason}" if str(address) != host else reason), True
-        return None, True
+                return f"{host}: {reason}" if str(address) != host.strip("[]") else reason
+        return None
 
     def check_peer(self, peer: object, port: int) -> None:
-        """Raise :class:`AddressRefused` when the connected peer (a socket's ``getpeername()``) is refused."""
+        """Raise :class:`AddressRefused` when the connected peer (a socket's ``getpeername()``) is refused, or
+        cannot be told (no peer name, or one that is not an IP address): the check fails closed."""
         if not isinstance(peer, tuple) or not peer:
-            return
+            raise AddressRefused("connected to an address that cannot be told (no peer name): refused")
         try:
             address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
         except ValueError:
-            return
+            raise AddressRefused(f"connected to {str(peer[0])[:100]!r}, not an IP address: refused") from None
         if (reason := self.address_refusal(address, port)) is not None:
             raise AddressRefused(f"connected to {reason}")
 

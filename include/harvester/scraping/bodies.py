@@ -111,12 +111,49 @@ class Body:
     content: bytes
     truncated: bool
     wire_bytes: int
-    raw_cut: bool = False  # the reader stopped at the raw-bytes cap (the fetcher's read_capped)
+    raw_cut: bool = False  # the reader stopped at the raw-bytes cap (``wire_cap`` of read_body)
 
 
-async def read_body(raw_chunks: AsyncIterator[bytes], content_encoding: str | None, cap: int) -> Body:
-    """Decode ``raw_chunks`` up to ``cap`` decoded bytes. Raises :class:`BodyRefused` for a refused
-    or corrupt encoding; never holds more than ``cap`` decoded bytes, whatever the body claims."""
+class WireCap:
+    """At most ``cap`` bytes read off the wire (``raw_body_cap_bytes``, issue 24): bytes that decode to nothing
+    (empty deflate blocks, padding) are not read until the timeout. The one such cap: pages (:func:`read_body`)
+    and sitemaps (``harvester.scraping.sitemaps``) read through it."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.read = 0
+        self.reached = False  # more came than the cap: what was read is cut at it
+
+    async def chunks(self, raw_chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for chunk in raw_chunks:
+            room = self.cap - self.read
+            self.read += len(chunk)
+            if len(chunk) > room:
+                self.reached = True
+                if room > 0:
+                    yield chunk[:room]
+                return
+            yield chunk
+
+
+async def read_body(raw_chunks: AsyncIterator[bytes], content_encoding: str | None, cap: int,
+                    wire_cap: int | None = None) -> Body:
+    """Decode ``raw_chunks`` up to ``cap`` decoded bytes, reading at most ``wire_cap`` bytes off the wire
+    (:class:`WireCap`; cut there, the body keeps what decoded, ``truncated`` and ``raw_cut``). Raises
+    :class:`BodyRefused` for a refused or corrupt encoding, or for ``wire_cap`` bytes that decoded to nothing;
+    never holds more than ``cap`` decoded bytes, whatever the body claims."""
+    if wire_cap is None:
+        return await _decoded_body(raw_chunks, content_encoding, cap)
+    limit = WireCap(wire_cap)
+    body = await _decoded_body(limit.chunks(raw_chunks), content_encoding, cap)
+    if limit.reached:
+        if not body.content:
+            raise BodyRefused(f"{wire_cap} raw bytes read decoded to nothing (HARVESTER_RAW_BODY_CAP_BYTES)")
+        body.truncated = body.raw_cut = True
+    return body
+
+
+async def _decoded_body(raw_chunks: AsyncIterator[bytes], content_encoding: str | None, cap: int) -> Body:
     decoder = decoder_for(content_encoding)
     parts: list[bytes] = []
     size = wire = 0

@@ -22,7 +22,7 @@ import logging
 import time
 import weakref
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
@@ -114,6 +114,25 @@ def credential_headers(credentials: HttpCredentials) -> dict[str, str]:
     return headers
 
 
+class KeptCredentials:
+    """Sources' ``http_connection_id`` resolved by the connection factory and kept
+    :data:`CREDENTIALS_MEMORY_SECONDS`: the factory may ask Airflow (a metadata-database query, synchronous),
+    which neither each request nor each browser context should pay. The HTTP fetcher's and the slot browser's."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[float, HttpCredentials]] = {}
+
+    def of(self, source: SourceConfig) -> HttpCredentials | None:
+        if source.http_connection_id is None:
+            return None
+        kept = self._kept.get(source.http_connection_id)
+        if kept is not None and time.monotonic() - kept[0] < CREDENTIALS_MEMORY_SECONDS:
+            return kept[1]
+        credentials = resolve_http(source.http_connection_id)
+        self._kept[source.http_connection_id] = (time.monotonic(), credentials)
+        return credentials
+
+
 class Fetcher:
     """A pooled HTTP transport with Harvester's limits. Use as ``async with Fetcher(settings) as fetcher``.
 
@@ -132,7 +151,7 @@ class Fetcher:
         self.robots = robots if robots is not None else RobotsCache.from_settings(settings, None)
         self.gate = gate
         self.cookies = SourceCookieJars()  # one jar per source (issue 24): nothing one source got reaches another
-        self._credentials: dict[str, tuple[float, HttpCredentials]] = {}
+        self._credentials = KeptCredentials()
         self._origins: dict[str, tuple[HttpCredentials, frozenset[Origin]]] = {}
         # connections whose peer was checked (stream -> port), so a kept-alive one is not checked per request
         self._checked_peers: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
@@ -173,14 +192,7 @@ class Fetcher:
 
     def credentials(self, source: SourceConfig) -> HttpCredentials | None:
         """The source's ``http_connection_id`` resolved by the connection factory (kept a minute)."""
-        if source.http_connection_id is None:
-            return None
-        remembered = self._credentials.get(source.http_connection_id)
-        if remembered is not None and time.monotonic() - remembered[0] < CREDENTIALS_MEMORY_SECONDS:
-            return remembered[1]
-        credentials = resolve_http(source.http_connection_id)
-        self._credentials[source.http_connection_id] = (time.monotonic(), credentials)
-        return credentials
+        return self._credentials.of(source)
 
     async def fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
                     conditions: Mapping[str, str] | None = None) -> FetchResult:
@@ -324,12 +336,10 @@ class Fetcher:
     def _check_connection(self, connection: object, peer: object, url: str) -> None:
         """Refuse the address the connection reached. A connection's peer never changes, so each kept-alive
         connection is checked once (on its first request), and every new connection again. A peer that cannot
-        be told is refused: the check fails closed."""
+        be told is refused (:meth:`AddressGuard.check_peer` fails closed)."""
         _, _, port = self.guard.split(url)
         if self._checked_peers.get(connection) == port:
             return
-        if not isinstance(peer, tuple) or not peer:
-            raise AddressRefused("connected to an address that cannot be told (no peer name): refused")
         self.guard.check_peer(peer, port)
         self._checked_peers[connection] = port
 
@@ -344,29 +354,11 @@ class Fetcher:
         return response.status, response, body.content, response.headers.get("content-type", "")
 
     async def read_capped(self, response: TransportResponse, cap: int) -> Body:
-        """The body decoded up to ``cap`` bytes, reading at most ``raw_body_cap_bytes`` off the wire (issue 24):
-        bytes that decode to nothing (empty deflate blocks, padding) are not read until the timeout. Cut there,
-        the page keeps what decoded (``truncated``); nothing decoded is refused (``decode_error``)."""
-        raw_cap = self.settings.raw_body_cap_bytes
-        state = {"wire": 0, "cut": False}
-
-        async def capped() -> AsyncIterator[bytes]:
-            async for chunk in response.raw_chunks():
-                state["wire"] += len(chunk)
-                if state["wire"] > raw_cap:
-                    state["cut"] = True
-                    if (room := raw_cap - (state["wire"] - len(chunk))) > 0:
-                        yield chunk[:room]
-                    return
-                yield chunk
-
-        body = await read_body(capped(), response.headers.get("content-encoding"), cap)
-        if state["cut"]:
-            if not body.content:
-                raise BodyRefused(f"{raw_cap} raw bytes read decoded to nothing (HARVESTER_RAW_BODY_CAP_BYTES)")
-            body.truncated = True
-            body.raw_cut = True
-        return body
+        """The body decoded up to ``cap`` bytes, reading at most ``raw_body_cap_bytes`` off the wire (issue 24,
+        :class:`~harvester.scraping.bodies.WireCap`): cut there, the page keeps what decoded (``truncated``);
+        nothing decoded is refused (``decode_error``)."""
+        return await read_body(response.raw_chunks(), response.headers.get("content-encoding"), cap,
+                               wire_cap=self.settings.raw_body_cap_bytes)
 
     async def _fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
                      conditions: Mapping[str, str] | None = None) -> FetchResult:

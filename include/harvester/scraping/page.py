@@ -56,8 +56,9 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
                  trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
     """Extract from a successful fetch; a failed fetch passes through untouched. A ``content: json``
     response that is not JSON (or nests too deep), or HTML refused before parsing (:mod:`markup`), fails the
-    fetch as ``parse_error``: retrying cannot help. ``settings``: the caller's (the process's by default, as
-    the structured-data bounds are read)."""
+    fetch as ``parse_error``: retrying cannot help. ``settings``: the caller's (the worker's; the process's by
+    default, for the tools): the markup caps, URL lengths, structured-data bounds and the value and page budgets
+    are all read from them."""
     result = PageResult(fetch, kind, record_url(url))
     if not fetch.ok:
         return result
@@ -68,7 +69,7 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
         result.discovery = sitemap_discovery(source, fetch, limits.max_url_length)
         return result
     base = fetch.final_url or url
-    data = page_data(source, fetch, url)
+    data = page_data(source, fetch, url, DataBounds.from_settings(limits))
     if source.content == "html" and (refusal := markup_refusal(
             fetch.text, limits.max_attributes_per_element, limits.max_elements_per_page)) is not None:
         fetch.outcome, fetch.reason = "parse_error", refusal
@@ -83,7 +84,11 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
         result.discovery = discover_links(source, base, data, depth, limits.max_url_length,
                                           limits.max_next_pages_per_page)
         if source.listing is not None and source.listing.records is not None:
-            result.listing_records = extract_listing_records(source, data, result.url, base, trace=trace)
+            result.listing_records = extract_listing_records(source, data, result.url, base, trace=trace,
+                                                             max_value_length=limits.max_value_length,
+                                                             max_page_characters=limits.max_extracted_characters)
     else:
-        result.extraction = extract_record(source, data, result.url, base, trace=trace)
+        result.extraction = extract_record(source, data, result.url, base, trace=trace,
+                                           max_value_length=limits.max_value_length,
+                                           max_page_characters=limits.max_extracted_characters)
     return result

@@ -6,9 +6,12 @@ The :class:`ContextGuard` is attached once to each context (one per source visit
 - requests of a blocked resource type are aborted and counted; names refused as written (``localhost``,
   ``*.localhost``, a trailing dot) and literal addresses the rules refuse are aborted before Chromium sends
   anything (every other address is checked, and pinned, by the guard proxy every request goes through);
-- requests to the task's own host (documents, XHR, fetch) are the site's requests: each one, the page's own
+- requests to the task's own origin (documents, XHR, fetch) are the site's requests: each one, the page's own
   navigation included, waits for its rate tokens right before it leaves (``per_minute`` and the per-host rate,
-  as the site sees them) and is counted; the source's HTTP connection headers go to that host only;
+  as the site sees them) and is counted;
+- the source's HTTP connection headers and cookies go to the origins its credentials are bound to
+  (:func:`harvester.scraping.sites.credential_origins`: the connection's own, else the seeds'), as the HTTP
+  fetcher sends them, never to the origin of whatever URL a task names;
 - WebSockets are refused unless the source allows them (then they connect through the guard proxy, checked
   like any connection); popups are closed as they open (their requests were routed here first);
 
@@ -29,6 +32,7 @@ from urllib.parse import urlsplit
 
 from harvester.config import SourceConfig
 from harvester.scraping.addresses import AddressGuard, name_refusal
+from harvester.scraping.sites import Origin, origin_of_url
 
 if TYPE_CHECKING:
     from playwright.async_api import BrowserContext, CDPSession, Page, Route, WebSocketRoute
@@ -46,21 +50,18 @@ class RequestCharger(Protocol):
     async def charge(self, url: str) -> None: ...
 
 
-def origin_of(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme.lower()}://{parts.netloc.lower().rsplit('@', 1)[-1]}"
-
-
 class ContextGuard:
     """The route, WebSocket and popup rules of one context, re-armed per page load by :meth:`begin`."""
 
     def __init__(self, source: SourceConfig, address_guard: AddressGuard,
-                 credential_headers: Mapping[str, str] | None = None) -> None:
+                 credential_headers: Mapping[str, str] | None = None,
+                 credential_origins: frozenset[Origin] = frozenset()) -> None:
         self.source = source
         self.address_guard = address_guard
         self.credential_headers = dict(credential_headers or {})
+        self.credential_origins = credential_origins  # where the headers and cookies may go (none: nowhere)
         self.connection_cookies: dict[str, str] = {}  # the HTTP connection's, set on this context per origin
-        self._cookie_origins: set[str] = set()
+        self._cookie_origins: set[Origin] = set()
         self.blocked_types = frozenset(source.blocked_resource_types)
         self.blocked: Counter[str] = Counter()
         self.site_requests = 0  # documents, XHR and fetch to the task's own host, the navigation included
@@ -68,7 +69,7 @@ class ContextGuard:
         self.navigation_refusal: str | None = None
         self.requested: set[tuple[str, int]] = set()  # (host, port) the context asked for during this load
         self.main_page: Page | None = None
-        self._origin = ""
+        self._origin: Origin | None = None
         self._charger: RequestCharger | None = None
         self._navigated = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -92,18 +93,22 @@ class ContextGuard:
 
     async def begin(self, url: str, page: Page, charger: RequestCharger | None) -> None:
         """A new load of ``url`` in ``page``: counts start again; requests to its origin are the site's, and the
-        source's HTTP connection cookies are set for that origin on this context (once)."""
+        source's HTTP connection cookies are set for that origin on this context (once) when the credentials
+        are bound to it."""
         self.blocked = Counter()
         self.site_requests = self.sub_requests = 0
         self.navigation_refusal = None
         self.requested = set()
-        self.main_page, self._origin, self._charger, self._navigated = page, origin_of(url), charger, False
+        self.main_page, self._origin, self._charger, self._navigated = page, origin_of_url(url), charger, False
         if page not in self._watched:
             self._watched.add(page)
             page.on("websocket", self._requested)
-        if self.connection_cookies and self._origin not in self._cookie_origins:
-            self._cookie_origins.add(self._origin)
-            await page.context.add_cookies([{"name": name, "value": value, "url": self._origin}
+        origin = self._origin
+        if self.connection_cookies and origin in self.credential_origins and origin not in self._cookie_origins:
+            self._cookie_origins.add(origin)
+            scheme, host, port = origin
+            netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address in brackets
+            await page.context.add_cookies([{"name": name, "value": value, "url": f"{scheme}://{netloc}"}
                                             for name, value in self.connection_cookies.items()])
 
     # -- requests ----------------------------------------------------------------------------------
@@ -135,7 +140,8 @@ class ContextGuard:
                 self.navigation_refusal = refusal
             await route.abort("addressunreachable")
             return
-        own = origin_of(request.url) == self._origin
+        origin = origin_of_url(request.url)
+        own = origin is not None and origin == self._origin
         if own and kind in SITE_RESOURCE_TYPES:
             self.site_requests += 1
             if main_navigation and not self._navigated:
@@ -144,7 +150,7 @@ class ContextGuard:
                 self.sub_requests += 1
             if self._charger is not None:  # its tokens right before it leaves: as the site sees it
                 await self._charger.charge(request.url)
-        if own and self.credential_headers:
+        if self.credential_headers and origin in self.credential_origins:
             await route.continue_(headers={**request.headers, **self.credential_headers})
             return
         await route.continue_()

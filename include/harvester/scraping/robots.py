@@ -159,7 +159,7 @@ class RobotsCache:
     def _rules(self, origin: str, data: dict) -> RobotsRules:
         return RobotsRules(origin, data.get("text", ""), data.get("status"), max_rules=self.max_rules,
                            max_wildcards=self.max_wildcards, unavailable=bool(data.get("unavailable")),
-                           fetched_at=data.get("fetched_at"))
+                           fetched_at=data.get("fetched_at"), failure=data.get("failure", ""))
 
     def cached(self, url: str) -> RobotsRules | None:
         """The rules of ``url``'s origin if this process or Redis has them (no fetching; sync callers)."""
@@ -241,7 +241,7 @@ class RobotsCache:
         self._remember(rules)
         if self.client is not None:
             payload = json.dumps({"status": status, "text": rules.text, "fetched_at": rules.fetched_at,
-                                  "unavailable": rules.unavailable})
+                                  "unavailable": rules.unavailable, "failure": rules.failure})
             try:
                 await asyncio.to_thread(self.client.set, robots_key(origin), payload, ex=max(1, int(ttl)))
                 if status is not None and 200 <= status < 300:
@@ -277,11 +277,16 @@ class RobotsCache:
 
     def filter_allowed(self, urls: list[str], user_agent: str) -> tuple[list[str], int]:
         """``urls`` without those a cached robots.txt disallows, and how many were dropped. Origins
-        whose robots.txt is not cached yet (or is unavailable now) pass: the fetch-time check still applies."""
+        whose robots.txt is not cached yet (or is unavailable now) pass: the fetch-time check still applies.
+        Each origin is looked up once per call (a miss is not remembered, so it was one Redis read per URL)."""
         kept: list[str] = []
         dropped = 0
+        by_origin: dict[str, RobotsRules | None] = {}
         for url in urls:
-            rules = self.cached(url)
+            origin = origin_of(url)
+            if origin not in by_origin:
+                by_origin[origin] = self.cached(url)
+            rules = by_origin[origin]
             if rules is not None and not rules.unavailable and not rules.allowed(url, user_agent):
                 dropped += 1
             else:

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from lxml import etree
 
 from harvester.config import SourceConfig
-from harvester.scraping.bodies import ZlibDecoder, decoder_for
+from harvester.scraping.bodies import WireCap, ZlibDecoder, decoder_for
 from harvester.scraping.fetcher import DEFAULT_CLASSIFIER, Fetcher
 from harvester.scraping.links import Discovery, follow_matcher
 from harvester.scraping.page_fetcher import FetchResult
@@ -340,36 +340,28 @@ class SitemapFetcher(Fetcher):
         ``DECODE_STEP`` bytes per decoder call and ``sitemap_max_bytes`` in all."""
         cap = self.settings.sitemap_max_bytes
         size = 0
-        raw_cap = max(self.settings.raw_body_cap_bytes, cap)  # an uncompressed sitemap may use all of its cap
-        try:
-            async for data in _gunzipped(_decoded(response, raw_cap)):
-                if size + len(data) > cap:
-                    parser.feed(data[: cap - size])
-                    parser.cut(f"larger than {cap} decoded bytes: the rest is not read")
-                    return
-                size += len(data)
-                if not parser.feed(data):
-                    return
-        except _WireCapReached:
-            parser.cut(f"more than {raw_cap} bytes on the wire: the rest is not read")
+        wire = WireCap(max(self.settings.raw_body_cap_bytes, cap))  # an uncompressed sitemap may use all its cap
+        async for data in _gunzipped(_decoded(response, wire)):
+            if size + len(data) > cap:
+                parser.feed(data[: cap - size])
+                parser.cut(f"larger than {cap} decoded bytes: the rest is not read")
+                return
+            size += len(data)
+            if not parser.feed(data):
+                return
+        if wire.reached:
+            parser.cut(f"more than {wire.cap} bytes on the wire: the rest is not read")
 
 
 DECODE_STEP = 1024 * 1024
 
 
-class _WireCapReached(Exception):
-    """More bytes came off the wire than ``raw_body_cap_bytes``."""
-
-
-async def _decoded(response: Any, raw_cap: int) -> AsyncIterator[bytes]:
-    """The body without its Content-Encoding, in pieces of at most ``DECODE_STEP`` bytes; at most ``raw_cap``
-    bytes are read off the wire (bytes that decode to nothing are not read until the timeout)."""
+async def _decoded(response: Any, wire: WireCap) -> AsyncIterator[bytes]:
+    """The body without its Content-Encoding, in pieces of at most ``DECODE_STEP`` bytes, read through ``wire``
+    (the page bodies' cap on the bytes off the wire: bytes that decode to nothing are not read until the
+    timeout)."""
     decoder = decoder_for(response.headers.get("content-encoding"))
-    wire = 0
-    async for chunk in response.raw_chunks():
-        wire += len(chunk)
-        if wire > raw_cap:
-            raise _WireCapReached
+    async for chunk in wire.chunks(response.raw_chunks()):
         data = decoder.decode(chunk, DECODE_STEP)
         if data:
             yield data

@@ -29,7 +29,13 @@ if TYPE_CHECKING:
 __all__ = ["Origin", "credential_origins", "is_public_suffix", "origin_of_url", "registrable_domain", "same_site"]
 
 Origin = tuple[str, str, int]  # scheme, lower-case host, port
-_SUFFIXES = PublicSuffixList()  # the list the package ships (accept_unknown: an unlisted TLD is a suffix)
+
+
+@lru_cache(maxsize=1)
+def _suffixes() -> PublicSuffixList:
+    """The list the package ships (accept_unknown: an unlisted TLD is a suffix), read on first use: building it
+    costs 60-90 ms of CPU, which importing the fetcher or the links no longer pays before a site is asked for."""
+    return PublicSuffixList()
 
 
 def _is_address(host: str) -> bool:
@@ -44,7 +50,7 @@ def _is_address(host: str) -> bool:
 def is_public_suffix(domain: str) -> bool:
     """``com``, ``co.uk``, ``github.io``: a domain under which anybody may register a site."""
     domain = domain.strip(".").lower()
-    return bool(domain) and not _is_address(domain) and bool(_SUFFIXES.is_public(domain))
+    return bool(domain) and not _is_address(domain) and bool(_suffixes().is_public(domain))
 
 
 @lru_cache(maxsize=4096)
@@ -54,7 +60,7 @@ def registrable_domain(host: str) -> str:
     host = host.strip(".").lower()
     if _is_address(host):
         return host
-    return _SUFFIXES.privatesuffix(host) or host
+    return _suffixes().privatesuffix(host) or host
 
 
 def same_site(url: str, other: str) -> bool:

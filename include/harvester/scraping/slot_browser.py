@@ -6,8 +6,9 @@ in-process fetcher (``harvester.pageslots.browser_host``) and `harvester try` (:
   one): every name is resolved and checked there once and the connection pinned to the checked address.
 - A *visit* is a source's tasks in a row in this browser: each visit (or each task, ``browser.isolation: task``)
   gets a fresh context (cookies, storage, cache, service workers blocked, downloads refused), never shared with
-  another source; the source's HTTP connection sets its cookies on that context only and its headers go to the
-  task's host only. A context is re-opened within a visit after ``page_slot_reopen_page_after_pages`` loads
+  another source; the source's HTTP connection sets its cookies on that context only, and its headers and
+  cookies go only to the origins its credentials are bound to (the connection's own, else the seeds').
+  A context is re-opened within a visit after ``page_slot_reopen_page_after_pages`` loads
   (a page navigated for ever grows its renderer), carrying the visit's cookies and storage over.
 - :meth:`SlotBrowser.render` is the seed's failure rule: a failed load (or a page never ready) re-opens the page
   and loads again after ``page_slot_retry_delay_seconds``; every ``page_slot_relaunch_after_failures``-th
@@ -29,13 +30,13 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import psutil
 
 from harvester.config import SourceConfig
-from harvester.connections import resolve_http
 from harvester.scraping import browser as browser_flags
 from harvester.scraping.addresses import AddressGuard
 from harvester.scraping.browser import LoadTools, PageLoad, first_line, load_page, user_agent_and_headers
-from harvester.scraping.fetcher import FetchResult, credential_headers
+from harvester.scraping.fetcher import FetchResult, KeptCredentials, credential_headers
 from harvester.scraping.guard_proxy import GuardProxy, UpstreamProxy
 from harvester.scraping.page_guard import BodyCap, ContextGuard, RequestCharger
+from harvester.scraping.sites import credential_origins
 from harvester.settings import HarvesterSettings
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ class SlotBrowser:
     def __init__(self, slot_id: str, proxy: ProxySettings | None, settings: HarvesterSettings) -> None:
         self.slot_id, self.proxy, self.settings = slot_id, proxy, settings
         self.address_guard = AddressGuard.from_settings(settings)
+        self.credentials = KeptCredentials()  # a source's connection, resolved once a minute, not per context
         self.playwright: Playwright | None = None
         self.browser: Browser | None = None
         self.guard_proxy: GuardProxy | None = None
@@ -223,12 +225,13 @@ class SlotBrowser:
         visit.tools.guard.blocked_types = frozenset(source.blocked_resource_types)
         if headers:
             await visit.context.set_extra_http_headers(headers)
-        if source.http_connection_id is not None:
-            credentials = resolve_http(source.http_connection_id)
+        credentials = self.credentials.of(source)
+        if credentials is not None:
             sent = credential_headers(credentials)
             sent.pop("Cookie", None)
             visit.tools.guard.credential_headers = sent
             visit.tools.guard.connection_cookies = dict(credentials.cookies)
+            visit.tools.guard.credential_origins = credential_origins(source, credentials)  # as the fetcher's
 
     @staticmethod
     async def _storage_state(visit: Visit) -> tuple[str, dict[str, Any]] | None:
@@ -236,7 +239,9 @@ class SlotBrowser:
             return None
         try:
             return visit.source, dict(await visit.context.storage_state())
-        except Exception:  # a crashed context has nothing to carry
+        except Exception as error:  # a crashed context has nothing to carry: said, since the visit's login goes too
+            log.warning("visit of %s: its cookies and storage could not be carried to the next context: %s",
+                        visit.source, first_line(error))
             return None
 
     # -- one load, and the rule --------------------------------------------------------------------

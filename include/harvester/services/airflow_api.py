@@ -81,3 +81,27 @@ def _json(client: Any, path: str) -> dict[str, Any]:
         return dict(client.get(path).json())
     except httpx.TimeoutException:
         return {}
+
+
+def run_failure(client: Any, dag_id: str, run_id: str, prefix: str = "", lines: int = 40) -> str:
+    """Why a run did not succeed, as its task instances tell it: each one's state, and the last ``lines``
+    lines of every failed one's log (what a test prints when a run it waited for failed)."""
+    import json
+
+    path = f"{prefix}/dags/{dag_id}/dagRuns/{run_id}/taskInstances"
+    instances = _json(client, path).get("task_instances", [])
+    parts = [f"{dag_id} {run_id}: " + ", ".join(f"{ti['task_id']}={ti['state']}" for ti in instances)]
+    for instance in instances:
+        if instance.get("state") not in ("failed", "upstream_failed", "up_for_retry"):
+            continue
+        try_number = max(1, int(instance.get("try_number") or 1))
+        try:
+            logs = client.get(f"{path}/{instance['task_id']}/logs/{try_number}", params={"full_content": "true"},
+                              headers={"Accept": "application/json"}).json()
+        except Exception as error:  # a diagnosis: what could not be read is said, never raised
+            logs = {"content": f"(its log could not be read: {type(error).__name__}: {error})"}
+        content = logs.get("content", "")
+        text = "\n".join(json.dumps(entry) if not isinstance(entry, str) else entry for entry in content) \
+            if isinstance(content, list) else str(content)
+        parts.append(f"--- {instance['task_id']} try {try_number}:\n" + "\n".join(text.splitlines()[-lines:]))
+    return "\n".join(parts)

@@ -139,9 +139,18 @@ def suggest(url: str, name: str, listing: bool = False, render: str | None = Non
 
 
 def page_of(fetch: Any, url: str, content: str) -> PageData:
+    """The page as the selectors read it, refused as the workers refuse it before lxml parses it
+    (:func:`harvester.scraping.markup.markup_refusal`): a suggestion for a page no run could read helps nobody,
+    and the parse alone may take minutes."""
+    from harvester.scraping.markup import markup_refusal
     from harvester.scraping.structured import DataBounds
+    from harvester.settings import get_settings
 
-    return PageData(fetch.text, fetch.final_url or url, content, DataBounds.from_settings())
+    settings = get_settings()
+    if content == "html" and (refusal := markup_refusal(fetch.text, settings.max_attributes_per_element,
+                                                        settings.max_elements_per_page)) is not None:
+        raise SuggestError(f"{fetch.final_url or url}: {refusal}")
+    return PageData(fetch.text, fetch.final_url or url, content, DataBounds.from_settings(settings))
 
 
 def analyse(fetch: Any, suggestion: Suggestion, listing: bool) -> dict[str, Any]:
