@@ -13,7 +13,11 @@ a peer measured in the same run.
 2. Distributor (bench/distributor.py's set-up, one redis-server): N registered sources of which 500
    have work, against 8 registered sources all with work, the same number of tasks:
    ``admission_ratio_5000`` = admitted/s with N over admitted/s with 8 (goal >= 0.8), and the Redis memory
-   per idle registered source (``redis_bytes_per_idle_source``).
+   per idle registered source (``redis_bytes_per_idle_source``). Then the fixed cost of a round itself:
+   ``idle_round_ms_5000`` and ``idle_round_ms_8``, the median time of a round with every task admitted
+   (what a round costs before it admits anything, which the 40,000 tasks' few rounds hide), and
+   ``reap_ms_5000`` / ``reap_ms_8``, the median reap (every ``reap_interval_seconds``) with the admitted tasks
+   still reserved.
 3. Metrics: the collector over N registered sources that all recorded requests, with
    ``metrics_detailed_sources`` unset (every source gets every series) and at 100 (the 100 busiest keep
    theirs; the others' histograms are summed into ``source="_other"``): series and scrape time of each,
@@ -47,6 +51,7 @@ ONE_DAG_GOAL_S = 0.3
 ADMISSION_RATIO_GOAL = 0.8
 SERIES_PER_SOURCE_GOAL = 20
 ACTIVE_SOURCES = 500
+IDLE_ROUNDS = 21  # rounds timed after every task is admitted
 DETAILED_SOURCES = 100  # metrics_detailed_sources in the lean scrape
 
 FLOOR_HEADER = '''"""Airflow's floor: harvest_sources.py's DAGs from Python literals, tasks as EmptyOperators."""
@@ -208,10 +213,22 @@ def admission_rate(url: str, registered: int, with_work: int, tasks: int) -> dic
     while distributor.totals.admitted < per_source * len(busy):
         distributor.run_round()
     seconds = time.perf_counter() - started
-    admitted = distributor.totals.admitted
+    admitted, rounds = distributor.totals.admitted, distributor.totals.rounds
+    idle_rounds = []
+    for _ in range(IDLE_ROUNDS):  # nothing left to admit: what every round pays before admitting
+        round_started = time.perf_counter()
+        distributor.run_round()
+        idle_rounds.append(time.perf_counter() - round_started)
+    distributor.reap()  # a sweep (every source), as at start
+    reaps = []
+    for _ in range(IDLE_ROUNDS):  # then what each reap_interval_seconds costs: the admitted tasks are reserved
+        reap_started = time.perf_counter()
+        distributor.reap()
+        reaps.append(time.perf_counter() - reap_started)
     client.close()
-    return {"admitted": admitted, "admitted_per_s": admitted / seconds, "rounds": distributor.totals.rounds,
-            "idle_memory": idle_memory}
+    return {"admitted": admitted, "admitted_per_s": admitted / seconds, "rounds": rounds,
+            "idle_memory": idle_memory, "idle_round_ms": statistics.median(idle_rounds) * 1000,
+            "reap_ms": statistics.median(reaps) * 1000}
 
 
 def bench_distributor(count: int, tasks: int) -> dict:
@@ -243,7 +260,16 @@ def bench_distributor(count: int, tasks: int) -> dict:
           f"({ACTIVE_SOURCES} with work, {best_many['rounds']} rounds) against {best_few['admitted_per_s']:.0f}/s "
           f"with 8 -> ratio {ratio:.2f} (goal >= {ADMISSION_RATIO_GOAL}); Redis memory per idle registered "
           f"source {per_idle:.0f} bytes", file=sys.stderr)
-    return {f"admitted_per_s_{count}": round(best_many["admitted_per_s"]),
+    idle_many = min(r["idle_round_ms"] for r in many)
+    idle_few = min(r["idle_round_ms"] for r in few)
+    print(f"a round with nothing to admit: {idle_many:.2f} ms with {count} registered sources, {idle_few:.2f} ms "
+          f"with 8", file=sys.stderr)
+    reap_many, reap_few = min(r["reap_ms"] for r in many), min(r["reap_ms"] for r in few)
+    print(f"a reap: {reap_many:.2f} ms with {count} registered sources ({ACTIVE_SOURCES} holding reservations), "
+          f"{reap_few:.2f} ms with 8", file=sys.stderr)
+    return {f"idle_round_ms_{count}": round(idle_many, 3), "idle_round_ms_8": round(idle_few, 3),
+            f"reap_ms_{count}": round(reap_many, 3), "reap_ms_8": round(reap_few, 3),
+            f"admitted_per_s_{count}": round(best_many["admitted_per_s"]),
             "admitted_per_s_8": round(best_few["admitted_per_s"]),
             f"admission_ratio_{count}": round(ratio, 3), "admission_tasks": tasks,
             "admission_sources_with_work": ACTIVE_SOURCES, "redis_bytes_per_idle_source": round(per_idle)}

@@ -14,6 +14,12 @@ PREFIX = "harvester"
 ROBOTS_PREFIX = f"{PREFIX}:robots"  # + ":<scheme>://<host>[:port]": a host's robots.txt (JSON), expiring
 SOURCES_INDEX = f"{PREFIX}:sources"  # set of sources that have ever had intake
 INTAKE_SIGNAL = f"{PREFIX}:intake-signal"  # list the distributor blocks on to wake at new intake
+# set of sources whose intake or delayed retries may hold tasks: added after every write that gives a source
+# work, removed by a distributor that finds none (harvester.distributor.ready_work)
+SOURCES_WITH_WORK = f"{PREFIX}:sources-with-work"
+# set of sources with tasks reserved or leased (an active zset not empty): the ones the reaper looks at; admission
+# adds, the reaper removes one it finds with none (harvester.distributor.ready_work.LeasedSources)
+SOURCES_WITH_LEASES = f"{PREFIX}:sources-with-leases"
 
 
 def distributor_heartbeat(name: str) -> str:

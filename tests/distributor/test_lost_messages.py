@@ -116,3 +116,29 @@ def published_batches_of(envelopes: list[dict]) -> list[list[dict]]:
     import base64
 
     return [json.loads(base64.b64decode(envelope["body"]))[0][0] for envelope in envelopes]
+
+
+def test_one_look_reads_every_sources_reservations_in_one_round_trip(redis_client: redis.Redis,
+                                                                      settings: HarvesterSettings) -> None:
+    """30 sources, one of them with queued reservations whose message is gone: found in two looks, each
+    reading the reservations of all 30 in one MULTI (one each before, every lost_message_check_seconds)."""
+    from harvester.distributor.lost_messages import LostMessageProbe
+    from harvester.distributor.service import Distributor
+
+    intake = Intake(redis_client, settings)
+    for index in range(30):
+        intake.register_source(make_source(f"quiet_{index:02d}"))
+    intake.push(make_source("lossy", rate_limit={"max_active": 8, "per_minute": 1000}),
+                [TaskMessage(source="lossy", url=f"http://lossy.test/{n}") for n in range(4)])
+    Distributor(redis_client, settings).run_round()
+    redis_client.delete("default")  # the message is in neither its queue nor kombu's unacked set
+    probe = LostMessageProbe(redis_client, RateLimitStore(redis_client, settings).scripts,
+                             settings.model_copy(update={"lost_message_check_seconds": 0.01}))
+    queues = {f"quiet_{index:02d}": "default" for index in range(30)} | {"lossy": "default"}
+    time.sleep(0.05)
+    redis_client.config_resetstat()
+    assert probe.look(queues) == {}  # a suspect at the first look
+    assert int(redis_client.info("commandstats")["cmdstat_multi"]["calls"]) == 2  # reservations, then messages
+    time.sleep(0.05)
+    assert probe.look(queues) == {"lossy": 4}
+    assert redis_client.llen(SourceKeys("lossy").intake) == 4

@@ -336,3 +336,29 @@ def test_a_task_of_an_unregistered_source_is_retried_never_read_from_yaml(
     report = crawl.step(source)
     assert report["outcomes"] == {"config_error": 1} and report["dead"] == 1  # retries 0: the next is dead
     assert "is not registered" in dead_reasons(redis_client, source)[0]
+
+
+def test_a_batch_of_refused_pages_ends_in_one_round_trip_and_one_count_down(
+        write_source, crawl, demo_site, redis_client, mongo_server, worker_settings) -> None:
+    """Each task of a batch the site refused was handed back in a round trip of its own (each waking the
+    distributors) and counted down in its package on its own; now the batch's endings go in one round trip
+    and its dead tasks are counted down together (FailurePolicy.deferred)."""
+    from harvester.storage import PackageStatus, PackageStore, planned_task_id
+
+    source = write_source(retries=0, rate_limit={"max_active": 16, "per_minute": 10_000})
+    urls = [f"{demo_site.url}/product/{99990 + n}" for n in range(4)]  # 404: dead at once
+    urls += [f"{demo_site.url}/flaky/refused{n}?fail=1" for n in range(4)]  # 500: a retry, past retries 0: dead
+    packages = PackageStore(mongo_server.client()[worker_settings.mongo_database])
+    packages.create_packages(source.name, "run1", [(0, urls)])
+    crawl.push(source, *[TaskMessage(task_id=planned_task_id(source.name, "run1", 0, url), source=source.name,
+                                     url=url, run_id="run1", package_id=0) for url in urls])
+    redis_client.config_resetstat()
+
+    report = crawl.step(source)
+
+    assert report["dead"] == 8 and report["retried"] == 0, report
+    assert int(redis_client.info("commandstats")["cmdstat_ltrim"]["calls"]) == 1  # one wake-up: one round trip
+    assert sorted(reason.split(":")[0] for reason in dead_reasons(redis_client, source)) == ["http_404"] * 4 + [
+        "http_500"] * 4
+    statuses, tasks = packages.summary(source.name, "run1")
+    assert statuses[PackageStatus.FINISHED] == 1 and tasks["failed"] == 8

@@ -121,3 +121,41 @@ def test_a_rate_limit_pauses_the_source_and_the_host_for_retry_after(redis_clien
     assert float(redis_client.get(keys.paused_until)) >= before + 59
     assert float(redis_client.hget(keys.host_paused, "shop.example:8080")) >= before + 59
     assert store.admit(source.name, 1).status == "paused"
+
+
+@pytest.mark.integration
+def test_a_batchs_endings_are_recorded_together_and_survive_redis_going_away(redis_client, policy_settings,
+                                                                              caplog) -> None:
+    """Within deferred() nothing is sent until the block ends; then one round trip records them all. With Redis
+    gone at that moment nothing is raised and nothing counted: the leases stay for the reaper, the log says why."""
+    import redis
+    from harvester.services.ports import free_port
+
+    source = demo_source("http://shop.example:8080", "failing", retries=3)
+    Intake(redis_client, policy_settings).push(source, [TaskMessage(task_id=f"t{n}", source=source.name,
+                                                                    url=f"{URL}?n={n}") for n in range(3)])
+    store = RateLimitStore(redis_client, policy_settings)
+    messages = store.admit(source.name, 3).task_messages()
+    policy = FailurePolicy(store, packages=lambda: None)  # type: ignore[arg-type]  # no run: no package
+    report = BatchReport(source.name)
+    with policy.deferred():
+        policy.fetch_failed(source.name, messages[0], FetchResult(messages[0].url, "http_error", status=429,
+                                                                   retry_after=60.0), report)
+        policy.dead_letter(messages[1], "http_404: HTTP 404", report)
+        policy.retry(messages[2], "storage failed: down", None, report)
+        assert store.stats([source.name])[source.name].active == 3 and report.retried == report.dead == 0
+    assert (report.retried, report.dead) == (2, 1)
+    assert store.stats([source.name])[source.name].active == 0
+    assert store.admit(source.name, 3).status == "paused"  # the 429's pause went with them
+
+    other = demo_source("http://shop.example:8080", "failing_later", retries=3)
+    Intake(redis_client, policy_settings).push(other, [TaskMessage(task_id="t9", source=other.name, url=URL)])
+    [held] = store.admit(other.name, 1).task_messages()
+    gone = RateLimitStore(redis.Redis(port=free_port(), socket_connect_timeout=0.5), policy_settings)
+    report = BatchReport(other.name)
+    away = FailurePolicy(gone, packages=lambda: None)  # type: ignore[arg-type]
+    with away.deferred():
+        away.retry(held, "http_500: HTTP 500", None, report)
+    assert (report.retried, report.dead) == (0, 0)
+    assert store.active_task_ids(other.name) == ["t9"]  # still leased: the reaper hands it back
+    assert "could not hand 1 tasks back" in caplog.text

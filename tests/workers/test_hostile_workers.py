@@ -16,6 +16,7 @@ from harvester.scraping.links import Discovery
 from harvester.scraping.page import PageResult
 from harvester.scraping.page_fetcher import HostLimits, HostRateTimeout
 from harvester.scraping.robots import RobotsCache, RobotsRules
+from harvester.settings import HarvesterSettings
 from harvester.storage.data_handler import DataHandler
 from harvester.storage.url_store import RunFrontier, URLStore
 from harvester.workers.failures import FailurePolicy
@@ -112,6 +113,18 @@ def test_per_host_per_minute_is_held_at_fetch_time_across_callers(redis_client) 
     assert times[2] - started < 1.5 and times[3] - started >= 1.8  # the fourth waits for the window
     key = SourceKeys("rated").host_fetch_window("shop.example")
     assert redis_client.zcard(key) <= 3 and 0 < redis_client.pttl(key) <= 3000
+
+
+def test_the_host_window_of_http_fetches_keeps_the_rate_margin(redis_client) -> None:
+    """A request reaches the site a little after its token: the host's window counts a start for
+    rate_window_margin_seconds past the window, for HTTP fetches as for browser requests (only the slot
+    pipeline widened it, at its own call)."""
+    settings = HarvesterSettings(rate_window_seconds=1.0, rate_window_margin_seconds=5.0)
+    gate = HostRateGate.from_settings(settings, redis_client)
+    limits = HostLimits(per_minute=1)
+    assert gate.try_acquire("margin", "shop.example", limits, "first") == 0
+    time.sleep(1.3)  # past the window, within its margin
+    assert gate.try_acquire("margin", "shop.example", limits, "second") > 3.0
 
 
 def test_crawl_delay_spaces_request_starts_and_max_active_is_released(redis_client) -> None:

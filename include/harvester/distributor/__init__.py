@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         ReapResult,
         RetryPolicy,
         StartResult,
+        TaskEnding,
         WorkerLostResult,
     )
     from harvester.source_stats import SourceStats
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 __all__ = [
     "MAX_WAIT_SECONDS", "Admission", "BrowserHandoff", "DeadLetter", "DeadLettering", "DeadLetters", "DeadTasks",
     "Distributor", "FetchTokens", "Intake", "RateLimitStore", "ReapResult", "RegisteredSource", "RegisteredSources",
-    "RetryPolicy", "SourceRegistry", "SourceStats", "StartResult", "TaskMessage", "WorkerLostResult",
+    "RetryPolicy", "SourceRegistry", "SourceStats", "StartResult", "TaskEnding", "TaskMessage", "WorkerLostResult",
     "celery_app_for", "count_down_dead", "dead_tasks_of_run", "host_of", "script_source",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

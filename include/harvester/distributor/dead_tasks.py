@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import redis
 
 from harvester.distributor.messages import TaskMessage
-from harvester.distributor.store import Leases, RateLimitStore, WorkerLostResult
+from harvester.distributor.store import Leases, RateLimitStore, TaskEnding, WorkerLostResult
 from harvester.errors import HarvesterError, redis_storage_errors
 from harvester.redis_keys import SourceKeys
 
@@ -116,10 +116,7 @@ class DeadLettering:
 
     def fail(self, message: TaskMessage, reason: str, retry_after: float | None = None) -> bool:
         """Hand a failed task back for another attempt; past its source's retries it is dead (True)."""
-        dead = self.store.fail(message, reason, retry_after)
-        if dead:
-            self.count_down(message.source, [message])
-        return dead
+        return self.end([TaskEnding.failure(message, reason, retry_after)])[0] == "dead"
 
     def reject(self, source: str, message: TaskMessage | str, reason: str, token: str | None = None) -> bool:
         """Dead-letter an admitted task at once, whatever its retries; False when its lease was no longer held
@@ -127,10 +124,20 @@ class DeadLettering:
         raw = message.to_json() if isinstance(message, TaskMessage) else message
         if isinstance(message, TaskMessage) and token is None:
             token = message.lease_token
-        if not self.store.reject(source, raw, reason, token=token):
-            return False
-        self.count_down(source, [message if isinstance(message, TaskMessage) else json.loads(raw)])
-        return True
+        return self.end([TaskEnding.rejection(source, raw, reason, token)])[0] == "dead"
+
+    def end(self, endings: list[TaskEnding], pauses: Iterable[tuple[str, str, float]] = ()) -> list[str]:
+        """Many endings (and Retry-After pauses) in one round trip (:meth:`RateLimitStore.end_tasks`), then the
+        dead ones counted down: one bulk write per run. Each ending's outcome: retry, dead or no_lease."""
+        outcomes = self.store.end_tasks(endings, pauses)
+        dead: dict[str, list[Mapping[str, Any] | TaskMessage]] = {}
+        for ending, outcome in zip(endings, outcomes, strict=True):
+            if outcome == "dead":
+                dead.setdefault(ending.source, []).append(
+                    ending.message if ending.message is not None else json.loads(ending.original))
+        for source, messages in dead.items():
+            self.count_down(source, messages)
+        return outcomes
 
     def worker_lost(self, source: str, leases: Leases) -> WorkerLostResult:
         """A batch's pool process died: its tasks go back through admission, or (a batch that killed its

@@ -21,6 +21,7 @@ import redis
 
 from harvester.config import SourceConfig
 from harvester.errors import SourceNotRegistered, redis_storage_errors
+from harvester.queues import DEFAULT_QUEUE
 from harvester.redis_keys import SOURCES_INDEX, SourceKeys
 from harvester.redis_scripts import text
 
@@ -119,7 +120,7 @@ class SourceRegistry:
         if "max_active" not in fields:
             return None
         return RegisteredSource(
-            name=name, queue=fields.get("queue", "default"), priority=fields.get("priority", "normal"),
+            name=name, queue=fields.get("queue", DEFAULT_QUEUE), priority=fields.get("priority", "normal"),
             max_active=int(fields["max_active"]), per_minute=int(fields.get("per_minute", "0")),
             per_host_max_active=int(fields.get("per_host_max_active", "0")),
             retries=int(fields.get("retries", "3")), timeout=float(fields.get("timeout", "30")),

@@ -34,10 +34,11 @@ from harvester.distributor.known_sources import SOURCES_REFRESH_SECONDS, KnownSo
 from harvester.distributor.lost_messages import LostMessageProbe
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.publisher import SCRAPE_TASK, SOFT_LIMIT_MARGIN_SECONDS, CeleryPublisher, celery_app_for
+from harvester.distributor.ready_work import LeasedSources, ReadyWork
 from harvester.distributor.registry import RegisteredSource, SourceRegistry
 from harvester.distributor.store import Admission, RateLimitStore, wake_distributors
 from harvester.errors import DistributorError, ShutdownRequested, StorageUnavailableError
-from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys, distributor_heartbeat
+from harvester.redis_keys import INTAKE_SIGNAL, distributor_heartbeat
 from harvester.redis_scripts import ScriptPipeline
 from harvester.settings import HarvesterSettings
 
@@ -118,6 +119,8 @@ class Distributor:
         self.browser_handoff = browser_handoff  # None: browser sources wait for a distributor that has one
         self.registry = SourceRegistry(redis_client)
         self.known = KnownSources(redis_client, self.registry)
+        self.ready_work = ReadyWork(redis_client, self.settings.publish_batch_size)
+        self.leased = LeasedSources(redis_client)
         self.totals = DistributorTotals()
         self._stop = threading.Event()
         self._waiting = False
@@ -219,23 +222,25 @@ class Distributor:
         sources = self._deliverable(self.known.current())
         if not sources:
             return outcome
-        requests, waits = self._requests(self.fair_order(list(sources.values()), self._round_number), outcome)
+        requests, waits = self._requests(list(sources.values()), outcome)
         if requests:
             self._admit_and_publish(requests, sources, outcome, waits)
         outcome.wait_seconds = min(waits) if waits else None
         return outcome
 
-    def _requests(self, ordered: list[RegisteredSource], outcome: RoundOutcome
+    def _requests(self, sources: list[RegisteredSource], outcome: RoundOutcome
                   ) -> tuple[list[tuple[str, int]], list[float]]:
-        """(source, tasks wanted) of this round, within each destination's room; and the known wake-up waits."""
-        depths, ready, retry_due_in = self._queue_depths_and_ready_work(ordered)
-        waits: list[float] = [due for due in retry_due_in.values() if due is not None]
+        """(source, tasks wanted) of this round in fair order, within each destination's room; and the known
+        wake-up waits. Only the sources with work are read and ordered (harvester.distributor.ready_work)."""
+        destinations = {self.destination(source): source.browser for source in sources}  # -> holds tasks
+        look = self.ready_work.look(sources, destinations, self.server_now())
+        waits = list(look.retry_due_in.values())
         requests: list[tuple[str, int]] = []
         budget = {destination: (self.settings.queue_max_depth - depth) * self.settings.publish_batch_size
-                  for destination, depth in depths.items()}
-        for source in ordered:
-            if ready[source.name] == 0:
-                continue  # nothing to admit: leave the queue's room to the sources that have work
+                  for destination, depth in look.depths.items()}
+        ready = look.ready
+        # a source with nothing to admit leaves the queue's room to the sources that have work
+        for source in self.fair_order([s for s in sources if ready.get(s.name, 0) > 0], self._round_number):
             destination = self.destination(source)
             room = budget[destination]
             if room <= 0:
@@ -361,7 +366,10 @@ class Distributor:
         return timeout * 2 + 2 * self.settings.lease_seconds + rate_windows * self.settings.rate_window_seconds + 30
 
     def reap(self) -> int:
-        result = self.store.reap(list(self.known.current()))
+        """Expired reservations and leases of the sources that have any (harvester.distributor.ready_work)."""
+        names = self.leased.to_reap(self.known.current())
+        result = self.store.reap(names)
+        self.leased.drop_empty(names)
         self._next_reap = time.monotonic() + self.settings.reap_interval_seconds
         self.totals.reaped += result.reaped
         if result.reaped:
@@ -377,7 +385,9 @@ class Distributor:
 
     def return_lost_messages(self) -> int:
         """Queued tasks whose Celery message was lost back to intake (harvester.distributor.lost_messages)."""
-        queues = {name: source.queue for name, source in self.known.current().items() if not source.browser}
+        leased = self.leased.members()  # queued reservations are leases: a source without any has none to lose
+        queues = {name: source.queue for name, source in self.known.current().items()
+                  if not source.browser and name in leased}
         returned = self.lost_messages.look(queues)
         if returned:
             pipeline = self.redis.pipeline(transaction=False)
@@ -396,39 +406,6 @@ class Distributor:
                 shift = round_number % len(members)
                 ordered += members[shift:] + members[:shift]
         return ordered
-
-    def _queue_depths_and_ready_work(
-        self, sources: list[RegisteredSource]
-    ) -> tuple[dict[str, int], dict[str, int], dict[str, float | None]]:
-        """In one round trip: messages waiting per destination (kombu keeps a queue as a Redis list; a country's
-        slot list holds tasks, counted in messages of ``publish_batch_size``); per
-        source the tasks it could have admitted now (intake plus retries due by this machine's clock); and
-        per source with nothing ready, the seconds until its earliest retry is due (so we wake for it)."""
-        destinations = {self.destination(source): source.browser for source in sources}  # -> holds tasks
-        queues = sorted(destinations)
-        now = self.server_now()
-        pipeline = self.redis.pipeline(transaction=False)
-        for name in queues:
-            pipeline.llen(name)
-        for source in sources:
-            keys = SourceKeys(source.name)
-            pipeline.llen(keys.intake)
-            pipeline.zcount(keys.delayed, "-inf", now)
-            pipeline.zrange(keys.delayed, 0, 0, withscores=True)
-        replies = pipeline.execute()
-        batch = self.settings.publish_batch_size
-        depths = {queue: -(-int(depth) // batch) if destinations[queue] else int(depth)  # slot lists hold tasks
-                  for queue, depth in zip(queues, replies[: len(queues)], strict=True)}
-        per_source = replies[len(queues):]
-        ready: dict[str, int] = {}
-        retry_due_in: dict[str, float | None] = {}
-        for i, source in enumerate(sources):
-            pending, due_now, earliest = per_source[3 * i: 3 * i + 3]
-            ready[source.name] = int(pending) + int(due_now)
-            retry_due_in[source.name] = (
-                max(0.0, float(earliest[0][1]) - now) if earliest and ready[source.name] == 0 else None
-            )
-        return depths, ready, retry_due_in
 
     def server_now(self) -> float:
         """The Redis server's clock, as every script uses it: this machine's clock plus the offset measured
@@ -489,3 +466,5 @@ class Distributor:
             log.warning("Redis reachable again after %.1fs", time.monotonic() - self._outage_since)
             self._outage_since = None
             self.known.read_all_soon()
+            self.ready_work.sweep_soon()
+            self.leased.sweep_soon()

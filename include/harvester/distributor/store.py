@@ -24,7 +24,7 @@ from harvester.distributor.hosts import host_of
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.scripts import distributor_scripts
 from harvester.errors import redis_storage_errors
-from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SourceKeys
+from harvester.redis_keys import INTAKE_SIGNAL, SOURCES_INDEX, SOURCES_WITH_LEASES, SOURCES_WITH_WORK, SourceKeys
 from harvester.redis_scripts import ScriptPipeline, text
 from harvester.settings import HarvesterSettings
 from harvester.source_stats import SourceStats
@@ -47,8 +47,12 @@ def _now_argument(now: float | None) -> str:
     return "" if now is None else repr(float(now))
 
 
-def wake_distributors(pipeline: redis.client.Pipeline, source: str) -> None:
-    """Queue the wake-up token a waiting distributor blocks on (BLPOP), bounded in length."""
+def wake_distributors(pipeline: redis.client.Pipeline, source: str, work: bool = True) -> None:
+    """Queue the wake-up token a waiting distributor blocks on (BLPOP), bounded in length. ``work``: the
+    commands queued before this one may have given the source tasks to admit (a push, a retry, a lease
+    back): the source joins the sources with work, after them (harvester.distributor.ready_work)."""
+    if work:
+        pipeline.sadd(SOURCES_WITH_WORK, source)
     pipeline.lpush(INTAKE_SIGNAL, source)
     pipeline.ltrim(INTAKE_SIGNAL, 0, SIGNAL_BACKLOG - 1)
 
@@ -132,6 +136,34 @@ class RetryPolicy:
         return min(self.max_seconds, backoff * (1 + random.uniform(0, self.jitter)))
 
 
+@dataclass(frozen=True)
+class TaskEnding:
+    """One task handed back: retried after backoff (dead past its source's retries) when it has ``message``,
+    else (a rejection) dead at once, whatever its retries. Only the holder of ``token`` acts."""
+
+    source: str
+    task_id: str
+    original: str  # the message as dead letters keep it (JSON, without the lease token)
+    reason: str
+    message: TaskMessage | None = None
+    retry_after: float | None = None
+    token: str | None = None
+
+    @classmethod
+    def failure(cls, message: TaskMessage, reason: str, retry_after: float | None = None) -> TaskEnding:
+        return cls(message.source, message.task_id, message.to_json(), reason, message, retry_after,
+                   message.lease_token)
+
+    @classmethod
+    def rejection(cls, source: str, raw_message: str, reason: str, token: str | None = None) -> TaskEnding:
+        """``raw_message`` as admitted; its ``lease_token`` (delivery metadata) is the token unless one is given."""
+        parsed = json.loads(raw_message)
+        if "lease_token" in parsed:  # not part of the task: keep it out of dead letters
+            token = str(parsed.pop("lease_token")) if token is None else token
+            raw_message = json.dumps(parsed, separators=(",", ":"))
+        return cls(source, str(parsed.get("task_id", "")), raw_message, reason, token=token)
+
+
 class RateLimitStore:
     """Admission, leases, retries and stats of every source, shared by all distributors and workers."""
 
@@ -174,8 +206,10 @@ class RateLimitStore:
                     remaining -= size
                     if remaining <= 0:
                         break
+            # after the admissions: a source that now has reservations is one the reaper looks at (ready_work)
+            pipeline.pipeline.sadd(SOURCES_WITH_LEASES, *sorted({source for source, _ in requests}))
 
-        replies = self.scripts.run_pipeline(build)
+        replies = self.scripts.run_pipeline(build)[:-1]  # the last reply is the SADD's
         merged: list[Admission | None] = [None] * len(requests)
         next_due: list[float] = [-1.0] * len(requests)
         for (index, kind), reply in zip(calls, replies, strict=True):
@@ -251,7 +285,7 @@ class RateLimitStore:
 
         def build(pipeline: ScriptPipeline) -> None:
             pipeline.call("release", source, leases=_lease_arguments(leases))
-            wake_distributors(pipeline.pipeline, source)
+            wake_distributors(pipeline.pipeline, source, work=False)  # room, not work: its intake is indexed
 
         return self.scripts.run_pipeline(build)[0].released
 
@@ -264,41 +298,42 @@ class RateLimitStore:
         Returns True when the task went to dead letters. Only the holder of ``message.lease_token`` acts:
         a stale holder (the task was reaped and handed on) changes nothing, and False is returned.
         """
-        return self._fail(message.source, message.task_id, message, message.to_json(), reason, retry_after, now,
-                          token=message.lease_token)
+        return self.end_tasks([TaskEnding.failure(message, reason, retry_after)], now=now)[0] == "dead"
 
     def reject(self, source: str, raw_message: str, reason: str, now: float | None = None,
                token: str | None = None) -> bool:
         """Dead-letter an admitted task at once, whatever its retries (a malformed message, or a failure
         retrying cannot fix). True when done; False when the lease was no longer held under ``token``
         (default: the message's own ``lease_token``)."""
-        parsed = json.loads(raw_message)
-        task_id = str(parsed.get("task_id", ""))
-        if "lease_token" in parsed:  # delivery metadata, not part of the task: keep it out of dead letters
-            token = str(parsed.pop("lease_token")) if token is None else token
-            raw_message = json.dumps(parsed, separators=(",", ":"))
-        return self._fail(source, task_id, None, raw_message, reason, None, now, force_dead=True, token=token)
+        return self.end_tasks([TaskEnding.rejection(source, raw_message, reason, token)], now=now)[0] == "dead"
 
     @redis_storage_errors()
-    def _fail(
-        self, source: str, task_id: str, message: TaskMessage | None, original_json: str, reason: str,
-        retry_after: float | None, now: float | None, force_dead: bool = False, token: str | None = None,
-    ) -> bool:
-        attempt = message.attempt if message is not None else 0
-        next_attempt = 2**31 if force_dead else attempt + 1
-        retry_json = message.model_copy(update={"attempt": attempt + 1}).to_json() if message else original_json
-        host = host_of(message.url) if message is not None else ""
-        delay = self.retry_policy.delay(attempt, retry_after)
+    def end_tasks(self, endings: list[TaskEnding], pauses: Iterable[tuple[str, str, float]] = (),
+                  now: float | None = None) -> list[str]:
+        """Record many tasks' endings (:meth:`fail`, :meth:`reject`) and Retry-After pauses ((source, host or ""
+        for the whole source, seconds): :meth:`pause_host`, :meth:`pause_source`) in ONE round trip, the pauses
+        first; each ending's outcome in order: ``retry``, ``dead`` or ``no_lease`` (a stale holder)."""
+        pauses = list(pauses)
 
         def build(pipeline: ScriptPipeline) -> None:
-            pipeline.call("fail", source, task_id=task_id, next_attempt=next_attempt, retry_message=retry_json,
-                          original_message=original_json, reason=reason, delay_seconds=delay,
-                          now=_now_argument(now), host=host, pause_host_seconds=retry_after or 0,
-                          token=token or "", dead_letters_max=self.settings.dead_letters_max_per_source,
-                          host_pause_max_seconds=self.settings.host_pause_max_seconds)
-            wake_distributors(pipeline.pipeline, source)
+            for source, host, seconds in pauses:
+                self._queue_pause(pipeline, source, host, seconds, now)
+            for ending in endings:
+                message, attempt = ending.message, ending.message.attempt if ending.message is not None else 0
+                pipeline.call(
+                    "fail", ending.source, task_id=ending.task_id,
+                    next_attempt=attempt + 1 if message is not None else 2**31,
+                    retry_message=message.model_copy(update={"attempt": attempt + 1}).to_json() if message
+                    else ending.original, original_message=ending.original, reason=ending.reason,
+                    delay_seconds=self.retry_policy.delay(attempt, ending.retry_after), now=_now_argument(now),
+                    host=host_of(message.url) if message is not None else "",
+                    pause_host_seconds=ending.retry_after or 0, token=ending.token or "",
+                    dead_letters_max=self.settings.dead_letters_max_per_source,
+                    host_pause_max_seconds=self.settings.host_pause_max_seconds)
+            for source in sorted({ending.source for ending in endings}):
+                wake_distributors(pipeline.pipeline, source)
 
-        return self.scripts.run_pipeline(build)[0].outcome == "dead"
+        return [reply.outcome for reply in self.scripts.run_pipeline(build)[len(pauses):len(pauses) + len(endings)]]
 
     @redis_storage_errors()
     def worker_lost(self, source: str, leases: Leases, now: float | None = None) -> WorkerLostResult:
@@ -362,18 +397,30 @@ class RateLimitStore:
         return ReapResult(reaped, dead, sum(reply.returned for reply in replies))
 
     # -- Retry-After -------------------------------------------------------------------------------
-    @redis_storage_errors()
     def pause_source(self, source: str, seconds: float, now: float | None = None) -> float:
         """No task of ``source`` is admitted for ``seconds`` (a 429/503 Retry-After for the whole site)."""
-        return self.scripts.call("pause", source, {"paused": SourceKeys(source).paused_until},
-                                 seconds=float(seconds), now=_now_argument(now), host="").paused_until
+        return self._pause(source, "", seconds, now)
 
-    @redis_storage_errors()
     def pause_host(self, source: str, host: str, seconds: float, now: float | None = None) -> float:
         """No task of ``source`` on ``host`` (as :func:`host_of` gives it) is admitted for ``seconds``."""
-        seconds = min(float(seconds), self.settings.host_pause_max_seconds)  # the pause (and its key) expire
-        return self.scripts.call("pause", source, {"paused": SourceKeys(source).host_paused},
-                                 seconds=seconds, now=_now_argument(now), host=host.lower()).paused_until
+        return self._pause(source, host, seconds, now)
+
+    @redis_storage_errors()
+    def _pause(self, source: str, host: str, seconds: float, now: float | None) -> float:
+        return self.scripts.run_pipeline(lambda pipeline: self._queue_pause(pipeline, source, host, seconds, now)
+                                         )[0].paused_until
+
+    def _queue_pause(self, pipeline: ScriptPipeline, source: str, host: str, seconds: float,
+                     now: float | None) -> None:
+        """A host's pause (its key expires with the pause, so it is capped) or, ``host`` "", the source's."""
+        keys = SourceKeys(source)
+        if host:
+            pipeline.call("pause", source, {"paused": keys.host_paused},
+                          seconds=min(float(seconds), self.settings.host_pause_max_seconds), now=_now_argument(now),
+                          host=host.lower())
+        else:
+            pipeline.call("pause", source, {"paused": keys.paused_until}, seconds=float(seconds),
+                          now=_now_argument(now), host="")
 
     # -- numbers -----------------------------------------------------------------------------------
     @redis_storage_errors()

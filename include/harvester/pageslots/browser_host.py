@@ -209,6 +209,13 @@ class BrowserHostThread:
         self._thread.join(timeout)
 
 
+def render_seconds(settings: HarvesterSettings, source: SourceConfig, pages: int = 1) -> float:
+    """The longest ``pages`` pages of ``source`` take in a slot browser: one after the other, each tried up to
+    the slot's give-up threshold (its timeout, its readiness wait and the retry delay each time)."""
+    per_attempt = source.timeout + source.browser.wait_timeout + settings.page_slot_retry_delay_seconds
+    return pages * settings.page_slot_give_up_after_failures * per_attempt
+
+
 class BrowserPageFetcher:
     """The page-fetcher contract (:class:`harvester.scraping.page_fetcher.PageFetcher`) met by the
     process's :class:`BrowserHostThread` (started on the first fetch): the worker awaits a render on its
@@ -231,9 +238,7 @@ class BrowserPageFetcher:
         return self._thread
 
     def fetch_seconds(self, source: SourceConfig, pages: int) -> float:
-        """Pages render one after the other, each may be tried up to the slot's give-up threshold."""
-        per_attempt = source.timeout + source.browser.wait_timeout + self.settings.page_slot_retry_delay_seconds
-        return pages * self.settings.page_slot_give_up_after_failures * per_attempt
+        return render_seconds(self.settings, source, pages)
 
     async def fetch_all(self, urls: Sequence[str], source: SourceConfig, permit: FetchPermit | None = None
                         ) -> FetchedBatch:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import psutil
@@ -33,6 +34,7 @@ class SlotHeartbeat:
         self.orders: Orders | None = None
         self.lost = False
         self.task: tuple[str, str, str] | None = None  # (source, task id, lease token) while one runs
+        self.task_until: float | None = None  # monotonic time past which the task's lease is no longer extended
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"slot-heartbeat-{slot_id}", daemon=True)
 
@@ -40,11 +42,23 @@ class SlotHeartbeat:
         self.beat()
         self._thread.start()
 
+    def hold(self, task: tuple[str, str, str], seconds: float) -> None:
+        """Vouch for the running task's lease for ``seconds`` at most: a task stuck past every timeout stops
+        being heartbeaten, so the reaper hands it on (as a batch's LeaseHeartbeat stops at its deadline)."""
+        self.task_until = time.monotonic() + seconds
+        self.task = task
+
+    def let_go(self) -> None:
+        self.task, self.task_until = None, None
+
     def beat(self) -> Orders | None:
         try:
             orders = self.registry.heartbeat(self.slot_id, self.owner, self.browser_pid())
-            task = self.task
-            if task is not None:
+            task, until = self.task, self.task_until
+            if task is not None and until is not None and time.monotonic() > until:
+                log.warning("slot %s: task %s of %s still running past its deadline: its lease is no longer "
+                            "extended", self.slot_id, task[1], task[0])
+            elif task is not None:
                 self.store.heartbeat(task[0], {task[1]: task[2]})
         except StorageError as error:  # Redis restarting: keep going, the loop retries too
             log.warning("slot %s: heartbeat failed: %s", self.slot_id, error)

@@ -36,9 +36,9 @@ from typing import Any
 
 from harvester.config import SourceConfig
 from harvester.distributor import TaskMessage
-from harvester.errors import SlotEnded, StorageError, redis_storage_errors
+from harvester.errors import HarvesterError, SlotEnded, StorageError, redis_storage_errors
 from harvester.pageslots.bookkeeping import BrowserTaskBook, task_member
-from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher
+from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher, render_seconds
 from harvester.pageslots.heartbeat import SlotHeartbeat, reap_orphan_browsers
 from harvester.pageslots.pipeline import SlotPipeline
 from harvester.pageslots.proxies import ProxyNotConfigured, require_proxy
@@ -263,15 +263,19 @@ class PageSlotHost:
             # outside admission (issue 11)
             self._transition(SlotState.PAGE_READY)
             return
-        self.heartbeat.task = (message.source, message.task_id, token)
+        held = (message.source, message.task_id, token)
+        self.heartbeat.hold(held, 2 * self.settings.lease_seconds)  # while its source is read
         try:
             try:
                 source = self.pipeline.source(message.source)
-            except Exception as error:  # a broken or deleted YAML file: hand the task back, keep the page
-                store.fail(message, f"source config {message.source!r} could not be loaded: {error}")
+            except HarvesterError as error:  # its registration unreadable: hand the task back, keep the page
+                await asyncio.to_thread(self.pipeline.hand_back, message,
+                                        f"source config {message.source!r} could not be loaded: {error}")
                 self.book.completed([member])
                 self._transition(SlotState.PAGE_READY)
                 return
+            # rendering, then extracting and storing (two leases), as a batch's heartbeat deadline counts them
+            self.heartbeat.hold(held, render_seconds(self.settings, source) + 2 * self.settings.lease_seconds)
             render = await self._render(message, source)
             failed = render.capture is not None or not render.fetch.ok
             if failed:  # kept before the settle path dead-letters it: a letter never waits for its snapshot
@@ -282,7 +286,7 @@ class PageSlotHost:
             if not failed and (settled.retried or settled.dead):  # a loaded page the settle path rejected
                 await self._keep_evidence(source, message, render)
         finally:
-            self.heartbeat.task = None
+            self.heartbeat.let_go()
             self.last_used = time.monotonic()
         await self._end_task(render)
 

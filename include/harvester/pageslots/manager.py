@@ -392,11 +392,13 @@ def celery_slot_starter(settings: HarvesterSettings) -> SlotStarter:
 
 
 HOST_TASK = "harvester.host_page_slot"
+DEAD_LETTER_CHUNK = 1000  # tasks dead-lettered per round trip when a country's backlog is refused
 
 
 def dead_letter_tasks(client: redis.Redis, settings: HarvesterSettings, raw_messages: list[str], reason: str) -> int:
-    """Dead-letter admitted tasks with ``reason`` and count them down in their packages as failed."""
-    from harvester.distributor import DeadLettering, RateLimitStore
+    """Dead-letter admitted tasks with ``reason`` and count them down in their packages as failed: a country's
+    whole backlog in a few round trips (``DEAD_LETTER_CHUNK`` tasks each) and one count-down per run and chunk."""
+    from harvester.distributor import DeadLettering, RateLimitStore, TaskEnding
 
     packages: list[PackageStore] = []
 
@@ -409,4 +411,9 @@ def dead_letter_tasks(client: redis.Redis, settings: HarvesterSettings, raw_mess
         return packages[0]
 
     dead_lettering = DeadLettering(RateLimitStore(client, settings), package_store)
-    return sum(dead_lettering.reject(json.loads(raw)["source"], raw, reason) for raw in raw_messages)
+    dead = 0
+    for start in range(0, len(raw_messages), DEAD_LETTER_CHUNK):
+        endings = [TaskEnding.rejection(json.loads(raw)["source"], raw, reason)
+                   for raw in raw_messages[start:start + DEAD_LETTER_CHUNK]]
+        dead += dead_lettering.end(endings).count("dead")
+    return dead

@@ -34,7 +34,14 @@ class SlotPipeline(Protocol):
     """The pipeline as a slot sees it."""
 
     def source(self, name: str) -> SourceConfig:
-        """The source's config (raises when it cannot be loaded: the slot hands the task back)."""
+        """The source's registered config; raises :class:`~harvester.errors.HarvesterError` when it cannot be read
+        (not registered, a registration this version cannot validate, Redis away): the slot hands the task back."""
+        ...
+
+    def hand_back(self, message: TaskMessage, reason: str) -> None:
+        """A started task the slot cannot run (its source's registration unreadable): back for a later attempt,
+        or past its retries dead-lettered and counted down in its package, the way every task ends dead
+        (``harvester.distributor.DeadLettering``); counted ``config_error``, as the HTTP path counts it."""
         ...
 
     def charger(self, source: SourceConfig) -> RequestCharger:

@@ -11,12 +11,12 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.storage.packages import PackageStatus, PackageStore, planned_task_id
     from harvester.storage.run_figures import RunFigures
     from harvester.storage.runs import RUNS_COLLECTION, RunStore
-    from harvester.storage.snapshots import PageSnapshot, SnapshotStore
+    from harvester.storage.snapshots import PageEvidence, PageSnapshot, SnapshotStore
     from harvester.storage.url_store import RunFrontier, URLStore, url_digest
 
 __all__ = [
-    "MEDIA_TYPES", "RUNS_COLLECTION", "DataHandler", "PackageStatus", "PackageStore", "PageSnapshot", "RunFigures",
-    "RunFrontier", "RunStore", "SnapshotStore", "URLStore", "WriteResult", "conditional_headers", "export_query",
-    "export_records", "planned_task_id", "url_digest", "validators_of",
+    "MEDIA_TYPES", "RUNS_COLLECTION", "DataHandler", "PackageStatus", "PackageStore", "PageEvidence", "PageSnapshot",
+    "RunFigures", "RunFrontier", "RunStore", "SnapshotStore", "URLStore", "WriteResult", "conditional_headers",
+    "export_query", "export_records", "planned_task_id", "url_digest", "validators_of",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from bson.binary import Binary
-from pymongo import ASCENDING
+from pymongo import ASCENDING, ReplaceOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 
@@ -39,6 +39,17 @@ class PageSnapshot:
     @property
     def id(self) -> str:
         return snapshot_id(self.source, self.task_id)
+
+
+@dataclass(frozen=True)
+class PageEvidence:
+    """A page to keep as evidence of its task's failure (what :meth:`SnapshotStore.save_many` takes)."""
+
+    task_id: str
+    url: str
+    reason: str
+    html: str
+    screenshot: bytes | None = None
 
 
 def snapshot_id(source: str, task_id: str) -> str:
@@ -73,20 +84,32 @@ class SnapshotStore:
         database = mongo_client(MONGO_DEFAULT, settings=settings)[settings.mongo_database]
         return cls(database, settings.browser_snapshot_keep_days, settings.browser_snapshot_max_bytes)
 
-    @mongo_storage_errors()
     def save(self, source: str, task_id: str, url: str, reason: str, html: str, screenshot: bytes | None,
              now: datetime | None = None) -> str:
         """Keep (or replace) the snapshot of a task; returns its id."""
+        return self.save_many(source, [PageEvidence(task_id, url, reason, html, screenshot)], now)[0]
+
+    @mongo_storage_errors()
+    def save_many(self, source: str, pages: list[PageEvidence], now: datetime | None = None) -> list[str]:
+        """Keep (or replace) the snapshots of several tasks of a source in one bulk write (a batch's rejected
+        pages); returns their ids."""
+        if not pages:
+            return []
         now = now or datetime.now(UTC)
         self._ensure_index()
-        html, screenshot = bounded(html, screenshot, self.max_bytes)
-        identifier = snapshot_id(source, task_id)
-        self.collection.replace_one({"_id": identifier}, {
-            "_id": identifier, "source": source, "task_id": task_id, "url": url, "reason": reason[:2000],
-            "html": html, "screenshot": Binary(screenshot) if screenshot is not None else None,
-            "taken_at": now, "expires_at": now + self.keep}, upsert=True)
+        writes, identifiers = [], []
+        for page in pages:
+            html, screenshot = bounded(page.html, page.screenshot, self.max_bytes)
+            identifier = snapshot_id(source, page.task_id)
+            identifiers.append(identifier)
+            writes.append(ReplaceOne({"_id": identifier}, {
+                "_id": identifier, "source": source, "task_id": page.task_id, "url": page.url,
+                "reason": page.reason[:2000], "html": html,
+                "screenshot": Binary(screenshot) if screenshot is not None else None,
+                "taken_at": now, "expires_at": now + self.keep}, upsert=True))
+        self.collection.bulk_write(writes, ordered=False)
         self._purge(now)
-        return identifier
+        return identifiers
 
     @mongo_storage_errors()
     def get(self, source: str, task_id: str, now: datetime | None = None) -> PageSnapshot | None:

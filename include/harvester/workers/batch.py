@@ -41,7 +41,7 @@ from harvester.errors import ConnectionNotFound, SourceNotRegistered, StorageErr
 from harvester.metrics import record_fetches
 from harvester.scraping import AddressGuard, Fetcher, FetchResult, PageFetcher, PageResult, RobotsCache, process_page
 from harvester.settings import HarvesterSettings, get_settings
-from harvester.storage import DataHandler, RunFigures
+from harvester.storage import DataHandler, PageEvidence, RunFigures
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
@@ -180,8 +180,9 @@ class BatchRunner:
             source = self.sources.get(name)
         except (SourceNotRegistered, StorageError) as error:  # retry later (a registration comes), never crash
             reason = f"source config {name!r} could not be loaded: {error}"
-            for message in messages:
-                self.failures.retry(message, reason, None, report, counter="config_error")
+            with self.failures.deferred():
+                for message in messages:
+                    self.failures.retry(message, reason, None, report, counter="config_error")
             self.count(name, report)
             return report
         pages = self.fetcher_for(source)
@@ -218,13 +219,20 @@ class BatchRunner:
 
     def settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
                report: BatchReport) -> None:
-        """Sort pages by outcome, write the records, follow the links, then complete what finished."""
+        """Sort pages by outcome, write the records, follow the links, then complete what finished; the tasks
+        handed back or dead-lettered on the way are recorded together at the end (FailurePolicy.deferred)."""
+        with self.failures.deferred():
+            self._settle(source, messages, pages, report)
+
+    def _settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
+                report: BatchReport) -> None:
         to_store: list[StoredPage] = []
         record_listings: list[StoredPage] = []  # listing pages with records of their items (listing.records)
         listings: list[StoredPage] = []
         sitemaps: list[StoredPage] = []
         not_modified: list[StoredPage] = []
         finished: list[TaskMessage] = []
+        rejected: list[tuple[TaskMessage, FetchResult, str]] = []  # pages whose record was rejected, and why
         for message, page in zip(messages, pages, strict=True):
             fetch = page.fetch
             if fetch.outcome == "skipped":  # the lease went to another worker: it is not ours to settle
@@ -247,7 +255,7 @@ class BatchRunner:
                     report.outcomes["rejected"] += 1
                     why = f" ({fetch.reason})" if fetch.reason else ""  # a browser page not ready: what it waited for
                     reason = f"record rejected: {page.rejected_reason}{why}"
-                    self.keep_evidence(source, message, fetch, reason, report)
+                    rejected.append((message, fetch, reason))
                     self.failures.dead_letter(message, reason, report)
                 else:
                     to_store.append((message, page))
@@ -255,6 +263,7 @@ class BatchRunner:
                 record_listings.append((message, page))  # stored first, then its links followed
             else:
                 listings.append((message, page))
+        self.keep_evidence(source, rejected, report)  # their dead letters are written when settling ends
 
         stored = self.settler.write(source, to_store + record_listings, report)
         stored_ids = {id(message) for message in stored}
@@ -274,23 +283,26 @@ class BatchRunner:
         finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
         self.settler.complete(source, finished + stored + followed, report)
 
-    def keep_evidence(self, source: SourceConfig, message: TaskMessage, fetch: FetchResult, reason: str,
+    def keep_evidence(self, source: SourceConfig, rejected: list[tuple[TaskMessage, FetchResult, str]],
                       report: BatchReport) -> None:
-        """A rejected HTTP page keeps its body (bounded, for ``browser_snapshot_keep_days``) in the evidence store the
-        browser's snapshots use, before its dead letter is written, so the letter links to it at once (a slot
-        keeps its browser pages' snapshots itself). Evidence that cannot be kept never fails the batch."""
-        if source.render != "http" or not message.task_id:
+        """Rejected HTTP pages keep their bodies (bounded, for ``browser_snapshot_keep_days``) in the evidence store
+        the browser's snapshots use, in one bulk write before their dead letters are written, so each letter links
+        to its page at once (a slot keeps its browser pages' snapshots itself). Evidence that cannot be kept never
+        fails the batch."""
+        pages = [PageEvidence(message.task_id, fetch.final_url or message.url, reason, fetch.text or "")
+                 for message, fetch, reason in rejected if message.task_id]
+        if source.render != "http" or not pages:
             return
         try:
             if self._evidence is None:
                 from harvester.storage import SnapshotStore
 
                 self._evidence = SnapshotStore.from_settings(self.settings)
-            self._evidence.save(source.name, message.task_id, fetch.final_url or message.url, reason, fetch.text or "",
-                                None)
-            report.outcomes["evidence_kept"] += 1
+            self._evidence.save_many(source.name, pages)
+            report.outcomes["evidence_kept"] += len(pages)
         except (StorageError, ConnectionNotFound) as error:
-            log.warning("%s: keeping the body of %s as evidence failed: %s", source.name, message.url, error)
+            log.warning("%s: keeping the bodies of %d rejected pages as evidence failed: %s", source.name,
+                        len(pages), error)
 
     @staticmethod
     def count_listing_records(page: PageResult, report: BatchReport, run_id: str | None = None) -> bool:

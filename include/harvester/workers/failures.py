@@ -6,18 +6,24 @@ through :class:`~harvester.distributor.dead_tasks.DeadLettering`. Retries are co
 source's ``retries`` and delayed with backoff (or the server's Retry-After) atomically by
 ``RateLimitStore.fail``; a dead task is counted down in its package as failed. Nothing here raises for a
 Redis or MongoDB fault: a task whose ending could not be recorded keeps its lease until the reaper retries it.
+
+Within :meth:`FailurePolicy.deferred` (a batch's settle step) the endings and pauses are queued and recorded
+together when it ends: one round trip and one count-down per run for the whole batch, where a batch of pages
+a site refused made one to three round trips and a count-down per page.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from harvester.config import SourceConfig
-from harvester.distributor import DeadLettering, RateLimitStore, TaskMessage, host_of
+from harvester.distributor import DeadLettering, RateLimitStore, TaskEnding, TaskMessage, host_of
 from harvester.errors import StorageError
 from harvester.scraping import DEFAULT_CLASSIFIER, RETRY_VERDICTS, FetchResult, ResponseClassifier, Verdict
 from harvester.settings import HarvesterSettings
@@ -54,6 +60,14 @@ class FailureDecision:
     pause_seconds: float | None = None
 
 
+@dataclass
+class _Endings:
+    """Endings and pauses queued by :meth:`FailurePolicy.deferred`, with the report each one counts in."""
+
+    endings: list[tuple[TaskEnding, BatchReport]] = field(default_factory=list)
+    pauses: list[tuple[str, str, float]] = field(default_factory=list)  # (source, host or "" for all, seconds)
+
+
 class FailurePolicy:
     """Retry with backoff, dead letter, or pause the source and host (DESIGN.md section 9)."""
 
@@ -66,6 +80,7 @@ class FailurePolicy:
         self.classifier = classifier
         self.default_retry_after = default_retry_after
         self.max_retry_after = max_retry_after
+        self._queued = threading.local()  # this thread's _Endings inside deferred(), else none
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, clients: WorkerClients) -> FailurePolicy:
@@ -105,17 +120,17 @@ class FailurePolicy:
         if decision.action is FailureAction.DEAD_LETTER:
             self.dead_letter(message, decision.reason, report)
             return decision
+        pauses: list[tuple[str, str, float]] = []
         if decision.pause_seconds is not None:
+            # the host that answered (after redirects) and the one the task names, which admission knows tasks
+            # by; the whole source too when all its input is on that one host. Sent with the retry.
             answering = host_of(fetch.final_url or message.url) or host_of(message.url)
-            try:
-                self.store.pause_host(source_name, answering, decision.pause_seconds)
-                if answering != host_of(message.url):  # admission knows tasks by the host they name
-                    self.store.pause_host(source_name, host_of(message.url), decision.pause_seconds)
-                if config is None or single_host(config):
-                    self.store.pause_source(source_name, decision.pause_seconds)
-            except StorageError as error:
-                log.warning("pausing %s failed: %s", source_name, error)
-        self.retry(message, decision.reason, decision.retry_after, report)
+            pauses.append((source_name, answering, decision.pause_seconds))
+            if answering != host_of(message.url):
+                pauses.append((source_name, host_of(message.url), decision.pause_seconds))
+            if config is None or single_host(config):
+                pauses.append((source_name, "", decision.pause_seconds))
+        self._queue([(TaskEnding.failure(message, decision.reason, decision.retry_after), report)], pauses)
         return decision
 
     def retry(self, message: TaskMessage, reason: str, retry_after: float | None, report: BatchReport,
@@ -123,22 +138,46 @@ class FailurePolicy:
         """Hand the task back for a later attempt; past the source's retries the store dead-letters it."""
         if counter:
             report.outcomes[counter] += 1
-        try:
-            dead = self.dead_lettering.fail(message, reason, retry_after)
-        except StorageError:
-            log.exception("could not hand task %s back; its lease will expire and the reaper retries it",
-                          message.task_id)
-            return
-        if dead:
-            report.dead += 1
-        else:
-            report.retried += 1
+        self._queue([(TaskEnding.failure(message, reason, retry_after), report)])
 
     def dead_letter(self, message: TaskMessage, reason: str, report: BatchReport) -> None:
         """A failure retrying cannot fix (404, not HTML, redirect loop, rejected record)."""
-        try:
-            self.dead_lettering.reject(message.source, message, reason)
-        except StorageError:
-            log.exception("could not dead-letter task %s", message.task_id)
+        self._queue([(TaskEnding.rejection(message.source, message.to_json(), reason, message.lease_token), report)])
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Queue this thread's endings and pauses, and record them together when the block ends (see the module
+        docstring); nested, the outer block records them."""
+        if getattr(self._queued, "endings", None) is not None:
+            yield
             return
-        report.dead += 1
+        queued = self._queued.endings = _Endings()
+        try:
+            yield
+        finally:
+            self._queued.endings = None
+            self._record(queued)
+
+    def _queue(self, endings: Sequence[tuple[TaskEnding, BatchReport]] = (),
+               pauses: Sequence[tuple[str, str, float]] = ()) -> None:
+        queued = getattr(self._queued, "endings", None)
+        if queued is None:
+            self._record(_Endings(list(endings), list(pauses)))
+        else:
+            queued.endings += endings
+            queued.pauses += pauses
+
+    def _record(self, queued: _Endings) -> None:
+        if not queued.endings and not queued.pauses:
+            return
+        try:
+            outcomes = self.dead_lettering.end([ending for ending, _ in queued.endings], queued.pauses)
+        except StorageError:
+            log.exception("could not hand %d tasks back; their leases will expire and the reaper retries them",
+                          len(queued.endings))
+            return
+        for (ending, report), outcome in zip(queued.endings, outcomes, strict=True):
+            if outcome == "dead":
+                report.dead += 1
+            elif ending.message is not None:  # a retry (or a stale holder's, which the store counted stale)
+                report.retried += 1

@@ -49,8 +49,11 @@ class HostRateGate:
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, client: redis.Redis) -> HostRateGate:
-        """An in-flight place is held at most a lease long (a worker that died frees it then)."""
-        return cls(client, settings.rate_window_seconds, settings.host_rate_max_wait_seconds, settings.lease_seconds)
+        """An in-flight place is held at most a lease long (a worker that died frees it then). A request reaches
+        the site a little after its token, whatever sends it: the host's window is widened by
+        ``rate_window_margin_seconds`` as per_minute's is, so the site's window never sees more."""
+        return cls(client, settings.rate_window_seconds + settings.rate_window_margin_seconds,
+                   settings.host_rate_max_wait_seconds, settings.lease_seconds)
 
     @redis_storage_errors()
     def try_acquire(self, source: str, host: str, limits: HostLimits, token: str) -> float:

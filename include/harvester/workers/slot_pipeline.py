@@ -73,14 +73,17 @@ class WorkerSlotPipeline:
 
     def __init__(self, runner: BatchRunner) -> None:
         self.runner = runner
-        settings = runner.settings
-        # a browser request reaches the site a little after its token (its route hands it to Chromium, which
-        # sends it): the host's window is widened by the same margin as per_minute's, so the site's never sees more
-        self.gate = HostRateGate(runner.redis, settings.rate_window_seconds + settings.rate_window_margin_seconds,
-                                 settings.host_rate_max_wait_seconds, settings.lease_seconds)
+        # the host's window widened by the rate margin, as for HTTP fetches (a browser request reaches the site
+        # a little after its token: its route hands it to Chromium, which sends it)
+        self.gate = HostRateGate.from_settings(runner.settings, runner.redis)
 
     def source(self, name: str) -> SourceConfig:
         return self.runner.sources.get(name)
+
+    def hand_back(self, message: TaskMessage, reason: str) -> None:
+        report = BatchReport(source=message.source, tasks=1)
+        self.runner.failures.retry(message, reason, None, report, counter="config_error")
+        self.runner.count(message.source, report)
 
     def charger(self, source: SourceConfig) -> SiteRequestCharger:
         return SiteRequestCharger(self.runner.store, self.gate, source)
