@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -143,7 +144,18 @@ def test_slots_follow_demand_through_their_country_proxy_idle_out_and_recover(
     report = manager.allocate()
     assert slot_counts(registry.slots()) == {"SG": 3} and "SG 0 → 3 slots: +3 created" in report.story
     assert "3 started" in manager.prepare().story
-    wait_for(lambda: stored(sg) == 12, 90, lambda: f"{stored(sg)} SG records; {registry.slots()}")
+    browsers_of_slots: dict[str, set[int]] = defaultdict(set)  # slot -> the browsers it ran, as recorded
+    live_browsers: set[int] = set()  # slot browsers seen running (a slot that ran out of tasks may idle out)
+
+    def note_browsers() -> None:
+        for record in registry.slots():
+            if record.browser_pid:
+                browsers_of_slots[record.id].add(record.browser_pid)
+        live_browsers.update(pids_of(slot_browsers()))
+
+    wait_for(lambda: stored(sg) == 12, 90, lambda: f"{stored(sg)} SG records; {registry.slots()}",
+             between=note_browsers)
+    note_browsers()
     records = {r["sku"]: r for r in database[sg.output_collection].find()}
     assert all(records[f"SKU-{n:05d}"]["title"] == product_facts(n)["title"] for n in range(1, 13))
     sg_seen = proxies["SG"].stats()
@@ -155,8 +167,9 @@ def test_slots_follow_demand_through_their_country_proxy_idle_out_and_recover(
     assert counters["outcome:browser_blocked_requests"] == 36 and counters["outcome:browser_transferred_bytes"] > 0
     proxy_bytes = {k.decode(): int(v) for k, v in redis_client.hgetall(KEYS.proxy_bytes).items()}
     assert proxy_bytes["country:SG"] == proxy_bytes["source:sg_shop"] == counters["outcome:browser_transferred_bytes"]
-    browsers_before = pids_of(slot_browsers())
-    assert len(browsers_before) == 3  # one Chromium per slot, kept open across tasks
+    # one Chromium per slot, kept open across its tasks: 3 slots, one browser each, every one a live Chromium
+    assert len(browsers_of_slots) == 3 and all(len(pids) == 1 for pids in browsers_of_slots.values()), browsers_of_slots
+    assert set().union(*browsers_of_slots.values()) <= live_browsers, (browsers_of_slots, live_browsers)
 
     # 2. Demand shifts to MY: after allocator runs the counts follow the seed's formula.
     push(my, range(20, 32))
