@@ -185,30 +185,43 @@ def test_pages_fetched_elsewhere_finish_the_same_way(write_source, crawl, demo_s
     assert crawl.store.stats([source.name])[source.name].active == 0
 
 
-def test_leases_are_heartbeaten_while_a_slow_batch_runs(write_source, demo_site, redis_client, monkeypatch,
-                                                        mongo_server) -> None:
+def one_batch_while_reaping(runner, redis_client, source, url: str):
+    """Run one admitted task's batch on a thread while doing what the distributor does every reap interval:
+    (the crawl, the tasks reaped meanwhile, the seconds the batch took)."""
     import threading
-
-    from harvester.settings import get_settings
-    from harvester.workers.batch import BatchRunner
 
     from tests.workers.conftest import Crawl
 
-    monkeypatch.setenv("HARVESTER_LEASE_SECONDS", "1")
-    monkeypatch.setenv("HARVESTER_HEARTBEAT_SECONDS", "0.2")
+    crawl = Crawl(runner, redis_client)
+    crawl.push(source, TaskMessage(source=source.name, url=url))
+    admitted = crawl.store.admit(source.name, 1).deliveries()
+    worker = threading.Thread(target=runner.run, args=(admitted,))
+    started = time.monotonic()
+    worker.start()
+    reaped = 0
+    while worker.is_alive():
+        reaped += crawl.store.reap().reaped
+        time.sleep(0.1)
+    return crawl, reaped, time.monotonic() - started
+
+
+def short_lease_runner(monkeypatch, **environment: str):
+    """A batch runner whose leases last 1 s, heartbeaten every 0.2 s (plus ``environment``)."""
+    from harvester.settings import get_settings
+    from harvester.workers.batch import BatchRunner
+
+    for name, value in {"HARVESTER_LEASE_SECONDS": "1", "HARVESTER_HEARTBEAT_SECONDS": "0.2", **environment}.items():
+        monkeypatch.setenv(name, value)
     get_settings.cache_clear()
-    runner = BatchRunner(get_settings())
+    return BatchRunner(get_settings())
+
+
+def test_leases_are_heartbeaten_while_a_slow_batch_runs(write_source, demo_site, redis_client, monkeypatch,
+                                                        mongo_server) -> None:
+    runner = short_lease_runner(monkeypatch)
     try:
-        crawl = Crawl(runner, redis_client)
         source = write_source()
-        crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/slow/1?delay=2.5"))
-        admitted = crawl.store.admit(source.name, 1).deliveries()
-        worker = threading.Thread(target=runner.run, args=(admitted,))
-        worker.start()
-        reaped = 0
-        while worker.is_alive():
-            reaped += crawl.store.reap().reaped  # what the distributor does every reap interval
-            time.sleep(0.1)
+        crawl, reaped, _ = one_batch_while_reaping(runner, redis_client, source, f"{demo_site.url}/slow/1?delay=2.5")
         assert reaped == 0
         stats = crawl.store.stats([source.name])[source.name]
         assert (stats.active, stats.pending, stats.delayed) == (0, 0, 0)
@@ -223,35 +236,17 @@ def test_leases_are_heartbeaten_while_the_stored_validators_are_read_from_a_mong
     the tasks to another worker while this one still fetched them (the site saw 8 in flight for
     max_active 4 in the fault matrix's row 6 a)."""
     import socket
-    import threading
-
-    from harvester.settings import get_settings
-    from harvester.workers.batch import BatchRunner
-
-    from tests.workers.conftest import Crawl
 
     silent = socket.socket()  # accepts connections (the kernel's backlog) and never answers one
     silent.bind(("127.0.0.1", 0))
     silent.listen(64)
-    monkeypatch.setenv("HARVESTER_MONGO_URI", f"mongodb://127.0.0.1:{silent.getsockname()[1]}/?directConnection=true")
-    monkeypatch.setenv("HARVESTER_PRODUCER_MONGO_TIMEOUT_MS", "2500")
-    monkeypatch.setenv("HARVESTER_LEASE_SECONDS", "1")
-    monkeypatch.setenv("HARVESTER_HEARTBEAT_SECONDS", "0.2")
-    get_settings.cache_clear()
-    runner = BatchRunner(get_settings())
+    runner = short_lease_runner(
+        monkeypatch, HARVESTER_MONGO_URI=f"mongodb://127.0.0.1:{silent.getsockname()[1]}/?directConnection=true",
+        HARVESTER_PRODUCER_MONGO_TIMEOUT_MS="2500")
     try:
-        crawl = Crawl(runner, redis_client)
-        source = write_source()
-        crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/product/3"))
-        admitted = crawl.store.admit(source.name, 1).deliveries()
-        worker = threading.Thread(target=runner.run, args=(admitted,))
-        started = time.monotonic()
-        worker.start()
-        reaped = 0
-        while worker.is_alive():
-            reaped += crawl.store.reap().reaped  # what the distributor does every reap interval
-            time.sleep(0.1)
-        assert time.monotonic() - started > 2  # the reads did wait for MongoDB, longer than the lease
+        _, reaped, seconds = one_batch_while_reaping(runner, redis_client, write_source(),
+                                                     f"{demo_site.url}/product/3")
+        assert seconds > 2  # the reads did wait for MongoDB, longer than the lease
         assert reaped == 0
     finally:
         runner.close()
