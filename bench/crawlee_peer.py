@@ -33,8 +33,8 @@ async def crawl(source: Any, concurrency: int) -> None:
     from crawlee import ConcurrencySettings, Request
     from crawlee.crawlers import ParselCrawler, ParselCrawlingContext
     from crawlee.storage_clients import MemoryStorageClient
-    from harvester.scraping.extraction import extract_record
-    from harvester.scraping.links import discover_links
+    from harvester.scraping.discovery.links import discover_links
+    from harvester.scraping.extraction.extractor import extract_record
     from harvester.scraping.page import record_url
 
     headers = {"Accept": "text/html", **source.headers}

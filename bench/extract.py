@@ -64,7 +64,7 @@ def source_config(name: str, attributes: dict[str, Any], seeds: list[str], **fie
 
 async def fetch_and_process(settings: Any, source: Any, urls: list[str]) -> tuple[float, float, list[dict]]:
     """CPU seconds of fetching and processing ``urls`` (and of the processing alone), and the records."""
-    from harvester.scraping.fetcher import Fetcher
+    from harvester.scraping.fetching.fetcher import Fetcher
     from harvester.scraping.page import process_page
 
     async with Fetcher(settings, max_connections=16) as fetcher:

@@ -1,4 +1,4 @@
-"""CPU per request of the fetcher's two HTTP transports (harvester.scraping.transports) on the demo site.
+"""CPU per request of the fetcher's two HTTP transports (harvester.scraping.fetching.transports) on the demo site.
 
 Starts the demo site on a free loopback port, then, alternately, sends the same GETs through
 ``AiohttpTransport`` (the default) and ``HttpxTransport`` (``HARVESTER_HTTP2``), 8 at a time as a worker
@@ -23,7 +23,7 @@ BIN = Path(sys.executable).parent
 
 
 async def one_round(transport_name: str, url: str, requests: int, batch: int) -> float:
-    from harvester.scraping.transports import AiohttpTransport, HttpxTransport
+    from harvester.scraping.fetching.transports import AiohttpTransport, HttpxTransport
 
     transport = AiohttpTransport() if transport_name == "aiohttp" else HttpxTransport()
     headers = {"User-Agent": "harvester-bench", "Accept": "text/html", "Accept-Encoding": "gzip, deflate, br"}

@@ -16,8 +16,8 @@ from typing import Any
 import pymongo
 import scrapy
 from harvester.config.loader import load_source_file
-from harvester.scraping.extraction import extract_record
-from harvester.scraping.links import discover_links
+from harvester.scraping.discovery.links import discover_links
+from harvester.scraping.extraction.extractor import extract_record
 from harvester.scraping.page import record_url
 from scrapy.crawler import CrawlerProcess
 

@@ -370,7 +370,7 @@ def test_chromium_runs_in_its_own_sandbox_as_a_non_root_user() -> None:
     # the namespace sandbox needs these; the syscalls Docker's default profile refuses stay refused
     assert not denied & {"clone", "unshare", "setns"}
     assert {"mount", "ptrace", "bpf", "kexec_load", "init_module", "keyctl", "userfaultfd"} <= denied
-    from harvester.scraping import browser
+    from harvester.scraping.browser import page_load as browser
 
     assert "--no-sandbox" not in browser.CHROMIUM_ARGS  # Playwright adds it only when the sandbox is off
 

@@ -49,7 +49,7 @@ def test_old_import_places_still_name_the_same_classes():
     from harvester.config import SourceConfigError
     from harvester.connections import ConnectionNotFound, MongoUnavailableError
     from harvester.distributor.service import ShutdownRequested
-    from harvester.scraping.extraction import CoercionError
+    from harvester.scraping.extraction.extractor import CoercionError
     from harvester.services.cluster import ClusterError
     from harvester.services.readiness import ServiceNotReady
 
@@ -59,9 +59,9 @@ def test_old_import_places_still_name_the_same_classes():
         errors.CoercionError, errors.ServiceNotReady, errors.ConnectionNotFound, errors.ClusterError)
     from harvester.observability.views import UnknownSource
     from harvester.pageslots.registry import SlotTransitionRefused
-    from harvester.scraping.addresses import AddressRefused
-    from harvester.scraping.bodies import BodyRefused
-    from harvester.scraping.page_fetcher import HostRateTimeout
+    from harvester.scraping.fetching.addresses import AddressRefused
+    from harvester.scraping.fetching.bodies import BodyRefused
+    from harvester.scraping.fetching.page_fetcher import HostRateTimeout
 
     assert (UnknownSource, SlotTransitionRefused, AddressRefused, BodyRefused, HostRateTimeout) == (
         errors.UnknownSource, errors.SlotTransitionRefused, errors.AddressRefused, errors.BodyRefused,

@@ -84,9 +84,9 @@ def test_the_face_check_sees_a_submodule_import(tmp_path: Path):
     probe = PACKAGE / "workers" / "probe_for_the_face_check.py"
     try:
         probe.write_text("def later():\n    from harvester.storage.packages import PackageStore\n"
-                         "import harvester.scraping.links\nfrom harvester.storage import PackageStore\n")
+                         "import harvester.scraping.discovery.links\nfrom harvester.storage import PackageStore\n")
         assert sorted((line, module) for line, module, _ in cross_component_imports(probe)) == [
-            (2, "harvester.storage.packages"), (3, "harvester.scraping.links"), (4, "harvester.storage")]
+            (2, "harvester.storage.packages"), (3, "harvester.scraping.discovery.links"), (4, "harvester.storage")]
     finally:
         probe.unlink()
 

@@ -17,7 +17,7 @@ from harvester.distributor import Intake, RateLimitStore, RetryPolicy, TaskMessa
 from harvester.distributor.service import Distributor
 from harvester.pageslots.allocation import AllocationPolicy
 from harvester.redis_keys import SourceKeys
-from harvester.scraping.fetcher import request_headers
+from harvester.scraping.fetching.fetcher import request_headers
 from harvester.settings import REPOSITORY_ROOT, HarvesterSettings, get_settings
 from harvester.storage.data_handler import DataHandler
 
@@ -437,7 +437,7 @@ def test_host_rate_max_wait_seconds_is_how_long_a_request_waits_for_its_host(red
 @covers_setting("robots_cache_seconds")
 @pytest.mark.unit
 def test_robots_cache_seconds_is_how_long_rules_are_kept():
-    from harvester.scraping.robots import RobotsCache
+    from harvester.scraping.fetching.robots import RobotsCache
 
     assert RobotsCache.from_settings(HarvesterSettings(robots_cache_seconds=90), None).cache_seconds == 90
     assert RobotsCache.from_settings(HarvesterSettings(), None).cache_seconds == 24 * 3600
@@ -448,7 +448,7 @@ def test_robots_cache_seconds_is_how_long_rules_are_kept():
 def test_allowed_private_networks_opens_a_loopback_network_to_fetching():
     from ipaddress import ip_address
 
-    from harvester.scraping.addresses import AddressGuard
+    from harvester.scraping.fetching.addresses import AddressGuard
 
     loopback = ip_address("127.0.0.1")
     assert AddressGuard.from_settings(HarvesterSettings(allowed_private_networks="")).address_refusal(
@@ -490,7 +490,7 @@ def test_mongo_uri_is_mongo_default_and_producer_mongo_timeout_ms_bounds_server_
 @covers_setting("max_url_length")
 @pytest.mark.unit
 def test_max_url_length_ignores_longer_links(monkeypatch: pytest.MonkeyPatch):
-    from harvester.scraping import links
+    from harvester.scraping.discovery import links
 
     monkeypatch.setattr("harvester.settings.get_settings", lambda: HarvesterSettings(max_url_length=64))
     assert links._max_url_length() == 64
@@ -501,7 +501,7 @@ def test_max_url_length_ignores_longer_links(monkeypatch: pytest.MonkeyPatch):
 @covers_setting("max_value_length", "max_extracted_characters")
 @pytest.mark.unit
 def test_max_value_length_and_max_extracted_characters_cap_what_a_page_gives(monkeypatch: pytest.MonkeyPatch):
-    from harvester.scraping.extraction import extract_record
+    from harvester.scraping.extraction.extractor import extract_record
     from parsel import Selector
 
     page = Selector(text=f"<h1>{'x' * 2000}</h1>")
@@ -515,8 +515,8 @@ def test_max_value_length_and_max_extracted_characters_cap_what_a_page_gives(mon
 
 def _jsonld_name(monkeypatch: pytest.MonkeyPatch, html: str, **overrides: int):
     """The JSON-LD ``name`` of a page under these settings, and the kinds of its problems."""
-    from harvester.scraping.extraction import extract_record
-    from harvester.scraping.structured import DataBounds, PageData
+    from harvester.scraping.extraction.extractor import extract_record
+    from harvester.scraping.extraction.structured import DataBounds, PageData
 
     source = SourceConfig.model_validate({"name": "ld", "input": {"kind": "details", "seeds": ["http://a.example/1"]},
                                           "attributes": {"t": {"jsonld": "name"}}})
@@ -650,7 +650,7 @@ def test_celery_delivery_settings_reach_the_workers_app(monkeypatch: pytest.Monk
 def fetch_demo(url: str, **overrides: object):
     import asyncio
 
-    from harvester.scraping.fetcher import Fetcher
+    from harvester.scraping.fetching.fetcher import Fetcher
 
     from tests.fixtures.demo_site import demo_source
 
@@ -723,7 +723,7 @@ def slot_host(redis_server, monkeypatch: pytest.MonkeyPatch, loads: list[bool | 
     from harvester.pageslots.host import PageSlotHost
     from harvester.pageslots.registry import SlotRegistry, SlotState
     from harvester.scraping import PageLoad, SlotBrowser
-    from harvester.scraping.fetcher import FetchResult
+    from harvester.scraping.fetching.fetcher import FetchResult
 
     class ScriptedBrowser(SlotBrowser):
         async def load(self, url, source, kind="details", charger=None):
@@ -984,7 +984,7 @@ def test_every_setting_has_a_small_test_that_shows_its_effect():
 
 # -- hostile sites, round two (issue 24) ----------------------------------------------------------------
 def _listing_fetch(body: str, url: str = "http://shop.example/shop"):
-    from harvester.scraping.fetcher import FetchResult
+    from harvester.scraping.fetching.fetcher import FetchResult
 
     return FetchResult(url, "ok", final_url=url, status=200, text=body, content_type="text/html")
 
@@ -999,7 +999,7 @@ LISTING = SourceConfig.model_validate({
 @pytest.mark.unit
 def test_raw_body_cap_bytes_stops_reading_bytes_that_decode_to_nothing():
     from harvester.errors import BodyRefused
-    from harvester.scraping.fetcher import Fetcher
+    from harvester.scraping.fetching.fetcher import Fetcher
 
     class Padding:  # a response whose body is empty deflate blocks for ever (a TransportResponse)
         headers = {"content-encoding": "deflate"}
@@ -1078,7 +1078,7 @@ def test_markup_caps_refuse_a_page_before_it_is_parsed():
 @covers_setting("robots_max_rules", "robots_max_wildcards_per_rule", "robots_last_good_seconds")
 @pytest.mark.unit
 def test_robots_bounds_and_the_last_good_copys_age():
-    from harvester.scraping.robots import RobotsCache
+    from harvester.scraping.fetching.robots import RobotsCache
 
     text = "User-agent: *\n" + "".join(f"Disallow: /{n}/*a*b*c\n" for n in range(20))
 
@@ -1175,8 +1175,8 @@ def test_metadata_retention_days_is_how_old_a_run_must_be_to_be_cleaned(monkeypa
 def fetch_sitemap(url: str, **overrides: object):
     import asyncio
 
-    from harvester.scraping.fetcher import Fetcher
-    from harvester.scraping.sitemaps import SitemapFetcher
+    from harvester.scraping.discovery.sitemaps import SitemapFetcher
+    from harvester.scraping.fetching.fetcher import Fetcher
 
     from tests.fixtures.demo_site import demo_source
 
@@ -1218,7 +1218,7 @@ def sitemap_follower(redis_client, **overrides: object):
 
 
 def follow_sitemap(redis_client, run_id: str, children: int, pages: int, depth: int = 0, **overrides: object):
-    from harvester.scraping.sitemaps import SitemapDiscovery
+    from harvester.scraping.discovery.sitemaps import SitemapDiscovery
     from harvester.storage.run_figures import RunFigures
     from harvester.workers.report import BatchReport
 

@@ -139,7 +139,7 @@ def test_a_placeholder_in_follow_is_matched_literally(monkeypatch: pytest.Monkey
 
 # -- follow patterns ----------------------------------------------------------------------------------
 def test_a_catastrophic_follow_pattern_is_fast_on_the_link_that_broke_it() -> None:
-    from harvester.scraping.links import follow_matcher
+    from harvester.scraping.discovery.links import follow_matcher
 
     config = source(MINIMAL.replace("input:\n", "input:\n  kind: listing\n") + LISTING
                     + "  follow: '/product/(\\w+-?)+/$'\n")

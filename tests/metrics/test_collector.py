@@ -10,7 +10,7 @@ from harvester.metrics.collector import metrics_registry
 from harvester.metrics.recording import bucket_field, record_fetches
 from harvester.metrics.snapshot import parse_histogram
 from harvester.redis_keys import SourceKeys
-from harvester.scraping.fetcher import FetchResult
+from harvester.scraping.fetching.fetcher import FetchResult
 
 from tests.metrics.helpers import scrape, value
 

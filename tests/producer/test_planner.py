@@ -188,7 +188,7 @@ def test_planning_a_large_input_logs_its_progress(database, make_source, caplog,
 
 def test_urls_a_cached_robots_txt_disallows_are_skipped_and_counted(database, make_source, redis_client) -> None:
     """Issue 12: robots.txt honoured at planning too (only cached rules: the planner never fetches)."""
-    from harvester.scraping.robots import RobotsCache, RobotsRules
+    from harvester.scraping.fetching.robots import RobotsCache, RobotsRules
 
     database.shop_input.insert_many([{"url": f"http://shop.example/{kind}/{i}"} for kind in ("p", "private")
                                      for i in range(3)])

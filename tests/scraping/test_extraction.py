@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from harvester.scraping.extraction import CoercionError, coerce, extract_record, parse_html
+from harvester.scraping.extraction.extractor import CoercionError, coerce, extract_record, parse_html
 from harvester_demo.app import page, product_body, product_facts
 
 from tests.fixtures.demo_site import demo_source

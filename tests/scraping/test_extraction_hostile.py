@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from harvester.scraping.extraction import CoercionError, coerce, extract_record, parse_html
+from harvester.scraping.extraction.extractor import CoercionError, coerce, extract_record, parse_html
 
 from tests.fixtures.demo_site import demo_source
 
@@ -73,7 +73,7 @@ _NESTED_PAGE_RUN = textwrap.dedent("""
     import json, resource, sys, time, tracemalloc
     resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))  # the old code needed 2 GB
     from harvester_demo.app import nested_matches_page
-    from harvester.scraping.extraction import extract_record, parse_html
+    from harvester.scraping.extraction.extractor import extract_record, parse_html
     from tests.fixtures.demo_site import demo_source
     html = nested_matches_page(2 << 20)
     source = demo_source("http://127.0.0.1:9", attributes={

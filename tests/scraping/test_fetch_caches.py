@@ -14,10 +14,10 @@ import time
 
 import pytest
 from harvester.redis_keys import robots_key
-from harvester.scraping import addresses, robots
-from harvester.scraping.addresses import AddressGuard, AddressRefused, parse_allowed_networks
-from harvester.scraping.fetcher import Fetcher
-from harvester.scraping.robots import RobotsCache
+from harvester.scraping.fetching import addresses, robots
+from harvester.scraping.fetching.addresses import AddressGuard, AddressRefused, parse_allowed_networks
+from harvester.scraping.fetching.fetcher import Fetcher
+from harvester.scraping.fetching.robots import RobotsCache
 from harvester.settings import HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source

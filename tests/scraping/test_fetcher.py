@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harvester.scraping.fetcher import Fetcher, FetchResult, parse_retry_after
+from harvester.scraping.fetching.fetcher import Fetcher, FetchResult, parse_retry_after
 from harvester.scraping.page import process_page
 from harvester.services.ports import free_port
 from harvester.settings import HarvesterSettings

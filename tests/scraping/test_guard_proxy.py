@@ -1,4 +1,4 @@
-"""The browser's guard proxy (scraping.guard_proxy) on its own, without Chromium: what it answers a client
+"""The browser's guard proxy (scraping.browser.guard_proxy) on its own, without Chromium: what it answers a client
 that asks for what it must not reach, asks malformed, or whose way out fails. Real sockets on loopback:
 the proxy, a recording site, a country proxy that refuses."""
 
@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
-from harvester.scraping.addresses import AddressGuard, parse_allowed_networks
-from harvester.scraping.guard_proxy import REFUSED_HEADER, GuardProxy, UpstreamProxy
+from harvester.scraping.browser.guard_proxy import REFUSED_HEADER, GuardProxy, UpstreamProxy
+from harvester.scraping.fetching.addresses import AddressGuard, parse_allowed_networks
 from harvester.services.ports import free_port
 
 pytestmark = pytest.mark.integration

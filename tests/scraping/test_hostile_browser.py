@@ -62,7 +62,7 @@ def guard_cases(secret) -> dict[str, str]:
                                   "service_worker"])
 def test_what_a_page_tries_on_its_own_never_reaches_a_refused_address(demo_site, secret_server, monkeypatch,
                                                                       case: str) -> None:
-    from harvester.scraping import browser  # the launch flags are read at launch
+    from harvester.scraping.browser import page_load as browser  # the launch flags are read at launch
 
     monkeypatch.setattr(browser, "CHROMIUM_ARGS",
                         [*browser.CHROMIUM_ARGS, f"--host-resolver-rules=MAP secret.test {LOOPBACK}"])
@@ -112,7 +112,7 @@ def test_a_browser_task_on_another_host_never_gets_the_connections_credentials(s
     settings = HarvesterSettings(allowed_private_networks=ALLOW_BOTH, page_slot_retry_delay_seconds=0.05)
 
     async def both() -> list:
-        from harvester.scraping.slot_browser import SlotBrowser
+        from harvester.scraping.browser.slot_browser import SlotBrowser
 
         async with SlotBrowser("credentials", None, settings) as browser:
             return [(await browser.render(url, source)).fetch for url in (f"{site.url}/product/1",
@@ -136,7 +136,8 @@ def test_a_task_isolated_browser_source_resolves_its_connection_once_a_minute_no
     import json
 
     from harvester.connections import resolve_http
-    from harvester.scraping import fetcher, slot_browser
+    from harvester.scraping.browser import slot_browser
+    from harvester.scraping.fetching import fetcher
 
     from tests.fixtures.hostile_hosts import ALLOW_BOTH
 

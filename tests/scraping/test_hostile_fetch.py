@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 from harvester.connections import ConnectionNotFound, HttpCredentials, resolve_http
-from harvester.scraping.addresses import AddressGuard, AddressRefused, parse_allowed_networks, strip_userinfo
-from harvester.scraping.bodies import BodyRefused, decoder_for
-from harvester.scraping.fetcher import Fetcher, FetchResult
+from harvester.scraping.fetching.addresses import AddressGuard, AddressRefused, parse_allowed_networks, strip_userinfo
+from harvester.scraping.fetching.bodies import BodyRefused, decoder_for
+from harvester.scraping.fetching.fetcher import Fetcher, FetchResult
+from harvester.scraping.fetching.responses import Verdict, parse_retry_after
+from harvester.scraping.fetching.robots import RobotsCache, RobotsRules
 from harvester.scraping.page import process_page
-from harvester.scraping.responses import Verdict, parse_retry_after
-from harvester.scraping.robots import RobotsCache, RobotsRules
 from harvester.settings import HarvesterSettings
 from harvester_demo.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER, POLITE_AGENT
 

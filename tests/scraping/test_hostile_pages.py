@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from harvester.scraping.extraction import extract_record, parse_html
-from harvester.scraping.links import discover_links
+from harvester.scraping.discovery.links import discover_links
+from harvester.scraping.extraction.extractor import extract_record, parse_html
 
 from tests.fixtures.demo_site import demo_source
 

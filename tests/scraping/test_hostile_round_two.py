@@ -11,11 +11,11 @@ import time
 
 import pytest
 from aiohttp import web
-from harvester.scraping.addresses import AddressGuard, AddressRefused, parse_allowed_networks
-from harvester.scraping.fetcher import Fetcher, FetchResult
-from harvester.scraping.links import discover_links
+from harvester.scraping.discovery.links import discover_links
+from harvester.scraping.fetching.addresses import AddressGuard, AddressRefused, parse_allowed_networks
+from harvester.scraping.fetching.fetcher import Fetcher, FetchResult
+from harvester.scraping.fetching.robots import RobotsCache, RobotsRules
 from harvester.scraping.page import process_page
-from harvester.scraping.robots import RobotsCache, RobotsRules
 from harvester.settings import HarvesterSettings
 from parsel import Selector
 
@@ -153,7 +153,7 @@ def test_the_connections_cookie_wins_over_one_the_site_set(site, monkeypatch) ->
 def test_a_cookie_flood_empties_the_sources_jar_and_the_jars_are_bounded_by_source() -> None:
     """The jar's two caps (cookies.py), untested before: a site that sets more cookies than a jar keeps loses
     them all (not the worker's memory), and past ``max_sources`` jars the least recently used source's goes."""
-    from harvester.scraping.cookies import SourceCookieJars
+    from harvester.scraping.fetching.cookies import SourceCookieJars
 
     jars = SourceCookieJars(max_sources=2, max_cookies=50)
     jars.store("flooded", "http://shop.example/", [f"c{index}=v; Path=/" for index in range(51)])
@@ -273,7 +273,7 @@ def test_raw_bytes_that_decode_to_nothing_are_capped(site) -> None:
 def test_a_sitemap_of_bytes_that_decode_to_nothing_is_cut_at_the_wire_cap_not_read_until_the_timeout() -> None:
     """Sitemaps read their body through the pages' wire cap (bodies.WireCap): endless empty deflate blocks end
     the sitemap as cut, with the reason, after the cap's bytes (it had its own copy of the cap, and no test)."""
-    from harvester.scraping.sitemaps import SitemapFetcher, SitemapParser
+    from harvester.scraping.discovery.sitemaps import SitemapFetcher, SitemapParser
 
     class Padding:  # a response whose body is empty deflate blocks for ever (a TransportResponse)
         headers = {"content-encoding": "deflate"}

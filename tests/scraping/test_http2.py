@@ -19,7 +19,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from harvester.scraping.fetcher import Fetcher, FetchResult
+from harvester.scraping.fetching.fetcher import Fetcher, FetchResult
 from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import HarvesterSettings
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from urllib.parse import urljoin
 
 import pytest
-from harvester.scraping.extraction import parse_html
-from harvester.scraping.links import canonicalise_url, discover_links
+from harvester.scraping.discovery.links import canonicalise_url, discover_links
+from harvester.scraping.extraction.extractor import parse_html
 
 from tests.fixtures.demo_site import demo_source
 
@@ -123,7 +123,9 @@ def test_harvester_rules_on_top_of_w3lib(raw: str, expected: str) -> None:
 def test_the_planner_checker_and_records_share_the_one_function() -> None:
     from harvester import urls
     from harvester.producer import planner
-    from harvester.scraping import coercion, links, page  # coercion types url attributes (issue 22)
+    from harvester.scraping import page
+    from harvester.scraping.discovery import links
+    from harvester.scraping.extraction import coercion  # coercion types url attributes (issue 22)
     from harvester.storage import url_store
 
     for module in (links, coercion, page, planner, url_store):

@@ -1,4 +1,5 @@
-"""When a rendered page is read (harvester.scraping.readiness): a ``wait_for`` holds beside the default rule, so a
+"""When a rendered page is read (harvester.scraping.browser.readiness): a ``wait_for`` holds beside the default rule,
+so a
 page is never read before its required attributes came. Rendered by `harvester try` in real Chromium (the one-shot
 render of the slot browser, by the same rules) from a real loopback server (tests.fixtures.hostile_hosts)."""
 

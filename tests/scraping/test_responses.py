@@ -8,8 +8,8 @@ import asyncio
 import httpx
 import pytest
 from harvester.pageslots.host import BrowserHost
-from harvester.scraping.fetcher import Fetcher, FetchResult
-from harvester.scraping.responses import ResponseClassifier, Verdict
+from harvester.scraping.fetching.fetcher import Fetcher, FetchResult
+from harvester.scraping.fetching.responses import ResponseClassifier, Verdict
 from harvester.settings import HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source

@@ -1,11 +1,17 @@
-"""Sites by the Public Suffix List and the origins credentials are bound to (scraping.sites), on their own:
+"""Sites by the Public Suffix List and the origins credentials are bound to (scraping.fetching.sites), on their own:
 the cookie jar, the next-page rule and both fetchers' credential binding rest on these answers."""
 
 from __future__ import annotations
 
 import pytest
 from harvester.connections import HttpCredentials
-from harvester.scraping.sites import credential_origins, is_public_suffix, origin_of_url, registrable_domain, same_site
+from harvester.scraping.fetching.sites import (
+    credential_origins,
+    is_public_suffix,
+    origin_of_url,
+    registrable_domain,
+    same_site,
+)
 
 from tests.fixtures.demo_site import demo_source
 

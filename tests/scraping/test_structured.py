@@ -12,10 +12,10 @@ import pytest
 from harvester.config.loader import parse_source
 from harvester.config.model import SourceConfig
 from harvester.errors import SourceConfigError
-from harvester.scraping import structured
-from harvester.scraping.extraction import extract_listing_records, extract_record
-from harvester.scraping.links import discover_links
-from harvester.scraping.structured import DataBounds, PageData, nesting_depth
+from harvester.scraping.discovery.links import discover_links
+from harvester.scraping.extraction import structured
+from harvester.scraping.extraction.extractor import extract_listing_records, extract_record
+from harvester.scraping.extraction.structured import DataBounds, PageData, nesting_depth
 from harvester_demo.app import DemoSite, create_app, product_facts
 from harvester_demo.structured import BRAND
 from starlette.testclient import TestClient
@@ -211,7 +211,7 @@ def test_a_5_mb_json_ld_blob_is_refused_fast_and_small() -> None:
 def test_the_structured_data_bounds_are_the_settings_process_page_is_given() -> None:
     """The worker hands process_page its settings: the markup caps and URL lengths were read from them, the
     structured-data bounds from the process's own (get_settings), whatever the worker was given."""
-    from harvester.scraping.fetcher import FetchResult
+    from harvester.scraping.fetching.fetcher import FetchResult
     from harvester.scraping.page import process_page
     from harvester.settings import HarvesterSettings
 
@@ -228,7 +228,7 @@ def test_the_structured_data_bounds_are_the_settings_process_page_is_given() -> 
 def test_the_value_and_page_budgets_are_the_settings_process_page_is_given() -> None:
     """Likewise max_value_length and max_extracted_characters, on detail pages and listing records: they came
     from the process's get_settings, not the worker's settings."""
-    from harvester.scraping.fetcher import FetchResult
+    from harvester.scraping.fetching.fetcher import FetchResult
     from harvester.scraping.page import process_page
     from harvester.settings import HarvesterSettings
 

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from harvester.scraping.fetcher import Fetcher, FetchResult
+from harvester.scraping.fetching.fetcher import Fetcher, FetchResult
 from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import HarvesterSettings
 

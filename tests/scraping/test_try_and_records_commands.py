@@ -82,7 +82,7 @@ def test_records_prints_a_sources_latest_records(configure_settings, mongo_serve
 def test_suggest_refuses_a_page_the_workers_would_refuse_before_parsing_it() -> None:
     """`harvester suggest` built its PageData itself and so skipped the markup check process_page runs before
     lxml (one element of 120,000 attributes took 71 s of CPU to parse): it now refuses such a page, saying why."""
-    from harvester.scraping.fetcher import FetchResult
+    from harvester.scraping.fetching.fetcher import FetchResult
     from harvester.scraping.suggestion import SuggestError, Suggestion
     from harvester.scraping.suggestion.analysis import analyse
 

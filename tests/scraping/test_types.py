@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from harvester.scraping.extraction import extract_record, parse_html
+from harvester.scraping.extraction.extractor import extract_record, parse_html
 
 from tests.fixtures.demo_site import demo_source
 
@@ -101,7 +101,7 @@ def test_a_datetime_that_is_not_complete_is_the_wrong_type_never_today(text: str
 
 
 def test_epoch_numbers_from_json_are_datetimes() -> None:
-    from harvester.scraping.coercion import to_datetime
+    from harvester.scraping.extraction.coercion import to_datetime
 
     assert to_datetime(1709634600) == datetime(2024, 3, 5, 10, 30, tzinfo=UTC)
     assert to_datetime(1709634600000) == datetime(2024, 3, 5, 10, 30, tzinfo=UTC)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from harvester.config.model import SourceConfig
-from harvester.scraping.extraction import extract_record, parse_html
+from harvester.scraping.extraction.extractor import extract_record, parse_html
 from pydantic import ValidationError
 
 pytestmark = pytest.mark.unit

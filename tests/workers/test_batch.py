@@ -170,7 +170,7 @@ def test_duplicate_checker_answers_thousands_in_one_round_trip_and_mongo_is_the_
 def test_pages_fetched_elsewhere_finish_the_same_way(write_source, crawl, demo_site, mongo_server,
                                                      worker_settings) -> None:
     """What a page slot calls after rendering in its browser: same extraction, storage and release."""
-    from harvester.scraping.fetcher import FetchResult
+    from harvester.scraping.fetching.fetcher import FetchResult
     from harvester_demo.app import page, product_body
 
     source = write_source()

@@ -7,7 +7,7 @@ import time
 import pytest
 from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
 from harvester.redis_keys import SourceKeys
-from harvester.scraping.fetcher import FetchResult
+from harvester.scraping.fetching.fetcher import FetchResult
 from harvester.settings import HarvesterSettings
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailureAction, FailureDecision, FailurePolicy
 from harvester.workers.report import BatchReport

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from harvester.distributor import Intake, TaskMessage
 from harvester.redis_keys import SourceKeys
-from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.links import Discovery
+from harvester.scraping.discovery.links import Discovery
+from harvester.scraping.fetching.fetcher import FetchResult
 from harvester.scraping.page import PageResult
 from harvester.settings import HarvesterSettings
 from harvester.storage.data_handler import DataHandler

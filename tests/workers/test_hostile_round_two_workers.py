@@ -13,9 +13,9 @@ import yaml
 from harvester.config.model import SourceConfig
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.redis_keys import SourceKeys
-from harvester.scraping.addresses import AddressGuard
-from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.links import Discovery
+from harvester.scraping.discovery.links import Discovery
+from harvester.scraping.fetching.addresses import AddressGuard
+from harvester.scraping.fetching.fetcher import FetchResult
 from harvester.scraping.page import PageResult
 from harvester.storage.data_handler import DataHandler
 from harvester.storage.url_store import RunFrontier, URLStore

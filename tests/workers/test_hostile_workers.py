@@ -10,12 +10,12 @@ import time
 import pytest
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.redis_keys import SourceKeys
-from harvester.scraping.addresses import AddressGuard, parse_allowed_networks
-from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.links import Discovery
+from harvester.scraping.discovery.links import Discovery
+from harvester.scraping.fetching.addresses import AddressGuard, parse_allowed_networks
+from harvester.scraping.fetching.fetcher import FetchResult
+from harvester.scraping.fetching.page_fetcher import HostLimits, HostRateTimeout
+from harvester.scraping.fetching.robots import RobotsCache, RobotsRules
 from harvester.scraping.page import PageResult
-from harvester.scraping.page_fetcher import HostLimits, HostRateTimeout
-from harvester.scraping.robots import RobotsCache, RobotsRules
 from harvester.settings import HarvesterSettings
 from harvester.storage.data_handler import DataHandler
 from harvester.storage.url_store import RunFrontier, URLStore

@@ -7,8 +7,8 @@ import yaml
 from harvester.config.loader import load_source_file
 from harvester.distributor import TaskMessage
 from harvester.pageslots.host import BrowserPageFetcher
-from harvester.scraping.fetcher import Fetcher
-from harvester.scraping.page_fetcher import PageFetcher
+from harvester.scraping.fetching.fetcher import Fetcher
+from harvester.scraping.fetching.page_fetcher import PageFetcher
 from harvester.settings import HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from harvester.distributor import Intake, RateLimitStore, TaskMessage
 from harvester.redis_keys import SourceKeys
-from harvester.scraping.fetcher import Fetcher
+from harvester.scraping.fetching.fetcher import Fetcher
 from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
 
 pytestmark = pytest.mark.integration

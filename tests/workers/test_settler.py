@@ -5,8 +5,8 @@ from __future__ import annotations
 import pymongo
 import pytest
 from harvester.distributor import DeadLetters, TaskMessage
-from harvester.scraping.extraction import Extraction
-from harvester.scraping.fetcher import FetchResult
+from harvester.scraping.extraction.extractor import Extraction
+from harvester.scraping.fetching.fetcher import FetchResult
 from harvester.scraping.page import PageResult
 from harvester.services.ports import free_port
 from harvester.storage.data_handler import DataHandler

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from harvester.config.value_rules import ValueRules
+from harvester.config.value_rules import DATE_TYPES, NUMBER_TYPES, ValueRules, scalar_type
 
 XPATH_PREFIX = "xpath:"
 JSON_PREFIX = "json:"
@@ -37,8 +37,6 @@ AttributeType = Literal[
     "list[str]", "list[int]", "list[float]", "list[bool]", "list[date]", "list[datetime]", "list[url]",
     "list[price]",
 ]
-NUMBER_TYPES = ("int", "float", "price")
-DATE_TYPES = ("date", "datetime")
 # Selector kinds that read an HTML page, and the ones that read JSON data (a response, or one record item).
 HTML_SELECTOR_KINDS = ("css", "xpath", "jsonld", "microdata", "meta", "script_json")
 ELEMENT_SELECTOR_KINDS = ("css", "xpath")
@@ -47,11 +45,6 @@ SELECTOR_KINDS = (*HTML_SELECTOR_KINDS, "json")
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def scalar_type(attribute_type: str) -> str:
-    """``list[int]`` → ``int``; a scalar type is itself."""
-    return attribute_type[5:-1] if attribute_type.startswith("list[") else attribute_type
 
 
 def check_selector(value: str) -> str:

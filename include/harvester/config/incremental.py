@@ -1,26 +1,31 @@
-"""The source fields of incremental harvests (issue 23): sitemaps as input, change history of the
-output, and scheduling a source on another source's Asset.
+"""The source fields of incremental harvests: sitemaps as input, change history of the output, and
+scheduling a source on another source's Asset.
 
-They live here, beside the model, and are attached to it by inheritance (``Input``, ``Output``) and by
-one cross-field check (:func:`check_incremental_rules`), so the model file only names them.
+They live here, below the model, and are attached to it by inheritance (``Input``, ``Output``); the
+cross-field check over a whole source is the model's (``check_incremental_rules``), and the check of
+upstream sources the loader's, so this module never imports the model.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
 
 from harvester.config.attributes import StrictModel
 
-if TYPE_CHECKING:
-    from harvester.config.model import SourceConfig
-
-__all__ = ["AfterSchedule", "HistoryOutput", "SitemapInput", "check_incremental_rules", "check_upstreams",
-           "robots_txt_url", "schedule_shape"]
+__all__ = ["AfterSchedule", "HistoryOutput", "SitemapInput", "check_http_url", "robots_txt_url", "schedule_shape"]
 
 SOURCE_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
+
+
+def check_http_url(value: str) -> str:
+    """Only absolute http(s) URLs are fetched (DESIGN.md section 9: other schemes are ignored)."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"not an absolute http(s) URL: {value!r}")
+    return value
 
 
 def robots_txt_url(url: str) -> str:
@@ -45,8 +50,6 @@ class SitemapInput(StrictModel):
     @field_validator("sitemaps")
     @classmethod
     def _sitemaps_are_urls(cls, value: list[str]) -> list[str]:
-        from harvester.config.model import check_http_url
-
         for url in value:
             check_http_url(url)
         if len(set(value)) != len(value):
@@ -111,42 +114,4 @@ def schedule_shape(value: Any) -> Any:
     raise ValueError("expected a cron expression, a preset (@daily...), {after: [source, ...]} or null")
 
 
-def check_incremental_rules(source: SourceConfig) -> None:
-    """The cross-field rules of these fields; ``ValueError("<field>: <reason>")`` like the model's."""
-    sitemaps = source.input.sitemaps or source.input.sitemaps_from_robots
-    listing = source.listing
-    if listing is not None and not listing.link_selectors and listing.records is None and not sitemaps:
-        raise ValueError("listing.link_selectors: give link_selectors (detail pages to visit), records, or both")
-    if source.input.sitemaps_from_robots and not (source.input.seeds or source.input.sitemaps):
-        raise ValueError("input.sitemaps_from_robots: name the hosts: give input.seeds or input.sitemaps")
-    if sitemaps and source.render == "browser":
-        raise ValueError("input.sitemaps: sitemaps are read by the HTTP workers; a browser source cannot have "
-                         "them yet (make a render: http source of the sitemaps, and schedule this one after it)")
-    if sitemaps and source.content == "json":
-        raise ValueError("input.sitemaps: a content: json source reads JSON responses, not sitemap pages")
-    if isinstance(source.schedule, AfterSchedule) and source.name in source.schedule.after:
-        raise ValueError("schedule.after: a source cannot be scheduled after itself")
 
-
-def check_upstreams(sources: dict[str, SourceConfig], files: dict[str, Any]) -> list[tuple[str, Any, int, str]]:
-    """Sources scheduled after a source that does not exist (or whose file does not load): (name, file,
-    line, reason) of each, so the loader reports them as that file's problem and builds no DAG for them."""
-    problems = []
-    for name, source in sources.items():
-        if not isinstance(source.schedule, AfterSchedule):
-            continue
-        missing = [upstream for upstream in source.schedule.after if upstream not in sources]
-        if missing:
-            path = files.get(name)
-            line = _line_of(path, "schedule:") if path is not None else 1
-            problems.append((name, path, line, f"no valid source named {', '.join(map(repr, missing))} (a source "
-                                               "runs after sources that exist and load)"))
-    return problems
-
-
-def _line_of(path: Any, prefix: str) -> int:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return 1
-    return next((number for number, line in enumerate(lines, start=1) if line.startswith(prefix)), 1)

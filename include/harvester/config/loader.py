@@ -26,8 +26,8 @@ import yaml
 from pydantic import ValidationError
 
 from harvester.config.cache import SourceCache, content_key
-from harvester.config.incremental import check_upstreams
 from harvester.config.model import SourceConfig
+from harvester.config.upstreams import check_upstreams
 from harvester.errors import SourceConfigError
 
 SOURCE_SUFFIXES = (".yaml", ".yml")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from croniter import croniter
 from pydantic import Field, WithJsonSchema, field_serializer, field_validator, model_validator
@@ -31,7 +30,7 @@ from harvester.config.incremental import (
     AfterSchedule,
     HistoryOutput,
     SitemapInput,
-    check_incremental_rules,
+    check_http_url,
     schedule_shape,
 )
 from harvester.config.quality import Quality
@@ -68,13 +67,6 @@ def format_duration(value: timedelta) -> str:
             return f"{seconds // size}{suffix}"
     return f"{seconds}s"
 
-
-def check_http_url(value: str) -> str:
-    """Only absolute http(s) URLs are fetched (DESIGN.md section 9: other schemes are ignored)."""
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"not an absolute http(s) URL: {value!r}")
-    return value
 
 
 Duration = Annotated[
@@ -328,3 +320,20 @@ class SourceConfig(StrictModel):
     @property
     def output_collection(self) -> str:
         return self.output.collection or self.name
+
+
+def check_incremental_rules(source: SourceConfig) -> None:
+    """The cross-field rules of these fields; ``ValueError("<field>: <reason>")`` like the model's."""
+    sitemaps = source.input.sitemaps or source.input.sitemaps_from_robots
+    listing = source.listing
+    if listing is not None and not listing.link_selectors and listing.records is None and not sitemaps:
+        raise ValueError("listing.link_selectors: give link_selectors (detail pages to visit), records, or both")
+    if source.input.sitemaps_from_robots and not (source.input.seeds or source.input.sitemaps):
+        raise ValueError("input.sitemaps_from_robots: name the hosts: give input.seeds or input.sitemaps")
+    if sitemaps and source.render == "browser":
+        raise ValueError("input.sitemaps: sitemaps are read by the HTTP workers; a browser source cannot have "
+                         "them yet (make a render: http source of the sitemaps, and schedule this one after it)")
+    if sitemaps and source.content == "json":
+        raise ValueError("input.sitemaps: a content: json source reads JSON responses, not sitemap pages")
+    if isinstance(source.schedule, AfterSchedule) and source.name in source.schedule.after:
+        raise ValueError("schedule.after: a source cannot be scheduled after itself")

@@ -1,6 +1,6 @@
 """Value rules of an attribute (issue 21): what a typed value must be to be kept.
 
-They run after coercion (:mod:`harvester.scraping.validation`), so they compare typed values: ``min`` and
+They run after coercion (:mod:`harvester.scraping.extraction.validation`), so they compare typed values: ``min`` and
 ``max`` bound numbers (a price by its amount) and dates; ``pattern`` (RE2, matched anywhere: anchor it
 with ``^...$``), ``min_length``, ``max_length`` and ``enum`` check text; ``not_empty`` refuses blank text
 and empty lists. A list attribute's rules hold for each of its values (``not_empty`` for the list). A
@@ -16,12 +16,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 TEXT_TYPES = ("str", "url")
+NUMBER_TYPES = ("int", "float", "price")
+DATE_TYPES = ("date", "datetime")
 RULE_NAMES = ("min", "max", "pattern", "enum", "min_length", "max_length", "not_empty")
+
+
+def scalar_type(attribute_type: str) -> str:
+    """``list[int]`` → ``int``; a scalar type is itself."""
+    return attribute_type[5:-1] if attribute_type.startswith("list[") else attribute_type
 
 
 class ValueRules(BaseModel):
     """The rules an attribute's typed value must pass (mixed into :class:`~harvester.config.Attribute`, which
-    imports this module: the type names are read from it when a rule is checked)."""
+    imports this module; the type families live here, below it, so the two never import each other)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -53,8 +60,6 @@ class ValueRules(BaseModel):
 
     @model_validator(mode="after")
     def _rules_fit_the_type(self) -> ValueRules:
-        from harvester.config.attributes import DATE_TYPES, NUMBER_TYPES, scalar_type
-
         kind = scalar_type(getattr(self, "type", "str"))
         bounded = kind in NUMBER_TYPES or kind in DATE_TYPES
         checks = (

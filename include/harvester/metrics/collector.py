@@ -40,7 +40,8 @@ TASK_COUNTERS = {
 }
 
 
-# What extraction counts per attribute (harvester.scraping.extraction.Problem kinds, the value rules among them).
+# What extraction counts per attribute (harvester.scraping.extraction.validation.Problem kinds, the value rules
+# among them).
 EXTRACTION_PROBLEM_KINDS = ("missing", "wrong_type", "too_long", "too_large", "too_deep", "bad_json", "bad_data",
                             "bad_selector", *RULE_NAMES)
 RUN_OUTCOMES = ("green", "degraded", "failed")

@@ -30,7 +30,7 @@ INFINITY = "+Inf"
 
 
 class Fetched(Protocol):
-    """What recording needs of a fetch result (harvester.scraping.fetcher.FetchResult has it)."""
+    """What recording needs of a fetch result (harvester.scraping.fetching.fetcher.FetchResult has it)."""
 
     outcome: str
     status: int | None

@@ -217,7 +217,7 @@ def render_seconds(settings: HarvesterSettings, source: SourceConfig, pages: int
 
 
 class BrowserPageFetcher:
-    """The page-fetcher contract (:class:`harvester.scraping.page_fetcher.PageFetcher`) met by the
+    """The page-fetcher contract (:class:`harvester.scraping.fetching.page_fetcher.PageFetcher`) met by the
     process's :class:`BrowserHostThread` (started on the first fetch): the worker awaits a render on its
     own loop while the host's loop runs it, and the host's totals since the batch began become the
     batch's ``browser_*`` counters. Each page's navigation takes the permit's token; its sub-requests

@@ -6,38 +6,48 @@ from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
     from harvester.errors import HostRateTimeout
-    from harvester.scraping.addresses import SCREENING_TIMEOUT, TOO_MANY_HOSTS, AddressGuard, strip_userinfo
-    from harvester.scraping.browser import CHROMIUM_ARGS, PageLoad, first_line, load_page, user_agent_and_headers
+    from harvester.scraping.browser import (
+        CHROMIUM_ARGS,
+        OWNER_FLAG,
+        SLOT_ARGS,
+        SLOT_FLAG,
+        ContextGuard,
+        GuardProxy,
+        LoadListener,
+        PageCapture,
+        PageLoad,
+        Readiness,
+        Render,
+        RequestCharger,
+        SlotBrowser,
+        first_line,
+        flag_value,
+        kill_process_tree,
+        load_page,
+        render_page,
+        user_agent_and_headers,
+    )
+    from harvester.scraping.discovery import SitemapDiscovery, SitemapFetcher, discover_links
     from harvester.scraping.extraction import Extraction, extract_record
-    from harvester.scraping.fetcher import Fetcher
-    from harvester.scraping.guard_proxy import GuardProxy
-    from harvester.scraping.links import discover_links
-    from harvester.scraping.page import PageResult, process_page, record_url
-    from harvester.scraping.page_fetcher import (
+    from harvester.scraping.fetching import (
+        DEFAULT_CLASSIFIER,
+        RETRY_VERDICTS,
+        SCREENING_TIMEOUT,
         SKIPPED_REASON,
+        TOO_MANY_HOSTS,
+        AddressGuard,
         FetchedBatch,
+        Fetcher,
         FetchPermit,
         FetchResult,
         HostLimits,
         PageFetcher,
+        ResponseClassifier,
+        RobotsCache,
+        Verdict,
+        strip_userinfo,
     )
-    from harvester.scraping.page_guard import ContextGuard, RequestCharger
-    from harvester.scraping.readiness import Readiness
-    from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
-    from harvester.scraping.robots import RobotsCache
-    from harvester.scraping.sitemaps import SitemapDiscovery, SitemapFetcher
-    from harvester.scraping.slot_browser import (
-        OWNER_FLAG,
-        SLOT_ARGS,
-        SLOT_FLAG,
-        LoadListener,
-        PageCapture,
-        Render,
-        SlotBrowser,
-        flag_value,
-        kill_process_tree,
-        render_page,
-    )
+    from harvester.scraping.page import PageResult, process_page, record_url
     from harvester.urls import canonicalise_url
 
 __all__ = [

@@ -57,10 +57,10 @@ async def fetch_for_try(source: Any, url: str, settings: Any, kind: str = "detai
     """One page as `harvester try` (and `harvester suggest`) fetches it: HTTP, or the one-shot browser
     render for browser sources. The one place these tools call the browser."""
     if source.render == "browser":
-        from harvester.scraping.slot_browser import render_page
+        from harvester.scraping.browser import render_page
 
         return await render_page(url, source, settings, kind)
-    from harvester.scraping.fetcher import Fetcher
+    from harvester.scraping.fetching import Fetcher
 
     async with Fetcher(settings, max_connections=2) as fetcher:
         return await fetcher.fetch(url, source)
@@ -68,7 +68,7 @@ async def fetch_for_try(source: Any, url: str, settings: Any, kind: str = "detai
 
 def saved_page(path: Path, url: str) -> Any:
     """A page saved to a file, as if it had been fetched from ``url``."""
-    from harvester.scraping.fetcher import FetchResult, decode_text
+    from harvester.scraping.fetching import FetchResult, decode_text
 
     body = path.read_bytes()
     return FetchResult(url, "ok", final_url=url, status=200, text=decode_text(body, None), size=len(body))

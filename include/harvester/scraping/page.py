@@ -9,12 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harvester.config import SourceConfig
-from harvester.scraping.addresses import strip_userinfo
-from harvester.scraping.extraction import Extraction, ListingRecords, extract_listing_records, extract_record
-from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.links import Discovery, canonicalise_url, discover_links
-from harvester.scraping.markup import markup_refusal
-from harvester.scraping.structured import DataBounds, PageData, StructuredDataError
+from harvester.scraping.discovery import Discovery, canonicalise_url, discover_links
+from harvester.scraping.extraction import (
+    DataBounds,
+    Extraction,
+    ListingRecords,
+    PageData,
+    StructuredDataError,
+    extract_listing_records,
+    extract_record,
+    markup_refusal,
+)
+from harvester.scraping.fetching import FetchResult, strip_userinfo
 from harvester.settings import HarvesterSettings, get_settings
 
 
@@ -64,7 +70,7 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
         return result
     limits = settings if settings is not None else get_settings()
     if kind == "sitemap":  # the pages and sitemaps it lists (issue 23)
-        from harvester.scraping.sitemaps import sitemap_discovery
+        from harvester.scraping.discovery import sitemap_discovery
 
         result.discovery = sitemap_discovery(source, fetch, limits.max_url_length)
         return result

@@ -28,7 +28,7 @@ from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from harvester.config import SourceConfig
-from harvester.storage.data_handler import OUTPUT_CODEC
+from harvester.storage.output_codec import OUTPUT_CODEC
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import bson
 import pymongo
-from bson.codec_options import CodecOptions, TypeRegistry
-from bson.decimal128 import Decimal128
 from bson.errors import BSONError
 from pymongo.collection import Collection
 from pymongo.database import Database
@@ -33,6 +30,7 @@ from harvester.config import SourceConfig
 from harvester.connections import mongo_client
 from harvester.errors import mongo_storage_errors
 from harvester.settings import HarvesterSettings
+from harvester.storage.output_codec import OUTPUT_CODEC, OUTPUT_TYPES
 
 KEY_INDEX_NAME = "harvester_output_key"
 URL_INDEX_NAME = "harvester_url"
@@ -40,16 +38,6 @@ DUPLICATE_KEY = 11000
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 
 
-def _encode_decimal(value: Any) -> Any:
-    """Exact decimals (``price`` amounts) as BSON Decimal128; called only for values BSON has no type for."""
-    if isinstance(value, Decimal):
-        return Decimal128(value)
-    return value
-
-
-# The output's codec: a fallback encoder costs nothing for the values BSON encodes natively.
-OUTPUT_TYPES = TypeRegistry(fallback_encoder=_encode_decimal)
-OUTPUT_CODEC = CodecOptions(type_registry=OUTPUT_TYPES, tz_aware=True)
 # What pymongo raises while encoding a batch, before anything is sent, when one document is unstorable.
 ENCODING_ERRORS = (BSONError, DocumentTooLarge, OverflowError, UnicodeError, ValueError, TypeError)
 

@@ -4,8 +4,8 @@ The flow is the same whatever renders the pages (DESIGN.md section 1):
 
 0. one atomic call starts the batch's tasks (their leases begin now) and returns those this delivery
    still holds; only those are fetched (a redelivered or duplicated message is dropped, issue 11);
-1. a :class:`~harvester.scraping.page_fetcher.PageFetcher` fetches every page of the batch (the HTTP
-   :class:`~harvester.scraping.fetcher.Fetcher` concurrently, or the page slot's browser through
+1. a :class:`~harvester.scraping.fetching.page_fetcher.PageFetcher` fetches every page of the batch (the HTTP
+   :class:`~harvester.scraping.fetching.fetcher.Fetcher` concurrently, or the page slot's browser through
    :class:`~harvester.pageslots.browser_host.BrowserPageFetcher`) while a :class:`LeaseHeartbeat` vouches for
    the leases; each request waits at the :class:`FetchPermit` for a per_minute token;
 2. :func:`~harvester.scraping.page.process_page` extracts a record (details) or links, and the records of

@@ -3,7 +3,7 @@
 Next listing pages first (they are the crawl's critical path: each one leads to the next), then the
 detail pages that pass the duplicate-URL checker and the run's ``max_new_urls``. Discovered tasks are
 added to their parent's package BEFORE they are pushed to intake, so a package never finishes with
-work still to come. Link extraction itself is :func:`harvester.scraping.links.discover_links`.
+work still to come. Link extraction itself is :func:`harvester.scraping.discovery.links.discover_links`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ with one update per batch, the bytes its last body had are counted as saved. A s
 headers answers 200 and the page is handled as any other; a site that sends no validators gets none.
 A 304 to a request that was not conditional refreshes nothing (no record has that URL's validators).
 
-Sitemap tasks (``kind: sitemap``) are fetched by the :class:`~harvester.scraping.sitemaps.SitemapFetcher`,
+Sitemap tasks (``kind: sitemap``) are fetched by the :class:`~harvester.scraping.discovery.sitemaps.SitemapFetcher`,
 the same HTTP fetcher with the sitemap body reader; listing pages are never conditional (their links are
 read every run).
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from harvester.scraping.structured import PageData, search
+from harvester.scraping.extraction import PageData, search
 from harvester.scraping.suggestion.choices import Suggestion, pick_key
 from harvester.scraping.suggestion.data import (
     best_object,
@@ -152,10 +152,9 @@ def _found_something(suggestion: Suggestion, detail: str) -> None:
 
 def page_of(fetch: Any, url: str, content: str) -> PageData:
     """The page as the selectors read it, refused as the workers refuse it before lxml parses it
-    (:func:`harvester.scraping.markup.markup_refusal`): a suggestion for a page no run could read helps nobody,
-    and the parse alone may take minutes."""
-    from harvester.scraping.markup import markup_refusal
-    from harvester.scraping.structured import DataBounds
+    (:func:`harvester.scraping.extraction.markup.markup_refusal`): a suggestion for a page no run could read
+    helps nobody, and the parse alone may take minutes."""
+    from harvester.scraping.extraction import DataBounds, markup_refusal
     from harvester.settings import get_settings
 
     settings = get_settings()

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from harvester.scraping.structured import PageData, search
+from harvester.scraping.extraction import PageData, search
 from harvester.scraping.suggestion.choices import KNOWN_KEYS, Choice, field_name, infer_type
 
 IGNORED_KEYS = {"@context", "@id", "@type", "priceCurrency", "itemCondition", "position"}

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from parsel import Selector
 
-from harvester.scraping.structured import PageData, search, type_matches
+from harvester.scraping.extraction import PageData, search, type_matches
 from harvester.scraping.suggestion.choices import Suggestion, pick_key
 from harvester.scraping.suggestion.data import data_choices, data_fields
 from harvester.scraping.suggestion.markup import css_choices, css_of

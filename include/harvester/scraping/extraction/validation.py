@@ -7,6 +7,7 @@ A value that breaks a rule is not kept: a required attribute's problem rejects t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -16,11 +17,28 @@ from harvester.patterns import compile_pattern
 
 if TYPE_CHECKING:
     from harvester.config import Attribute
-    from harvester.scraping.extraction import Problem
 
-__all__ = ["broken_rule", "validate_value"]
+__all__ = ["Problem", "broken_rule", "validate_value"]
 
 SHOWN_CHARACTERS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One gap in a record: ``kind`` is missing, wrong_type, too_long, too_large, too_deep, bad_json,
+    bad_selector...; ``required`` ones reject the record."""
+
+    attribute: str
+    kind: str
+    detail: str
+    required: bool = False
+
+    @property
+    def counter(self) -> str:
+        return f"{self.kind}:{self.attribute}"
+
+    def __str__(self) -> str:
+        return f"{self.attribute}: {self.kind} ({self.detail})" + (" [required]" if self.required else "")
 
 
 def _short(value: Any) -> str:
@@ -60,7 +78,6 @@ def broken_rule(attribute: Attribute, value: Any) -> tuple[str, str] | None:
 def validate_value(name: str, attribute: Attribute, value: Any, problems: list[Problem]) -> Any:
     """The value once its rules held: the same value, null (a scalar broke one), or the list's values that
     passed. Each failure appends one :class:`Problem` named by the rule."""
-    from harvester.scraping.extraction import Problem
 
     if not attribute.has_value_rules or value is None:
         return value

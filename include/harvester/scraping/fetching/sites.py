@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from publicsuffixlist import PublicSuffixList
 
-from harvester.scraping.addresses import DEFAULT_PORTS
+from harvester.scraping.fetching.addresses import DEFAULT_PORTS
 
 if TYPE_CHECKING:
     from harvester.config import SourceConfig

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 
-from harvester.scraping.sites import is_public_suffix
+from harvester.scraping.fetching.sites import is_public_suffix
 
 __all__ = ["PublicSuffixCookiePolicy", "SourceCookieJars", "set_cookie_values"]
 

@@ -2,7 +2,7 @@
 
 A batch has one flow whatever renders its pages: the worker asks a :class:`PageFetcher` for every
 URL of the batch and gets one :class:`FetchResult` per URL, in order, plus the counters of the
-fetching itself. The HTTP :class:`~harvester.scraping.fetcher.Fetcher` fetches concurrently on the
+fetching itself. The HTTP :class:`~harvester.scraping.fetching.fetcher.Fetcher` fetches concurrently on the
 worker's loop; the browser adapter (:class:`harvester.pageslots.browser_host.BrowserPageFetcher`) renders
 one page after the other in the process's page slot.
 """
@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from harvester.config import SourceConfig
 from harvester.errors import HostRateTimeout as HostRateTimeout  # its old home; tests import it here
-from harvester.scraping.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, Outcome, Verdict
+from harvester.scraping.fetching.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, Outcome, Verdict
 
 # Awaited before the request of the page at this index of the batch starts: True to fetch, False when the
 # task is no longer the worker's (its lease was lost). The worker's permit takes the source's per_minute

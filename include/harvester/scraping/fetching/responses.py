@@ -19,7 +19,7 @@ from typing import Literal
 Outcome = Literal[
     "ok", "not_modified", "http_error", "timeout", "blocked", "connection_error", "too_many_redirects",
     "parse_error",
-    "refused",  # a scheme or an address the crawl must not reach (scraping.addresses): never retried
+    "refused",  # a scheme or an address the crawl must not reach (scraping.fetching.addresses): never retried
     "decode_error",  # a body we will not or cannot decode (stacked or corrupt encoding, no memory): never retried
     "robots_disallowed",  # robots.txt forbids the URL to our User-Agent: never retried
     "robots_unavailable",  # robots.txt answered 429/5xx or nothing, no good copy kept (RFC 9309): retried later

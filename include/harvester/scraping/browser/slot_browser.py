@@ -30,13 +30,17 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import psutil
 
 from harvester.config import SourceConfig
-from harvester.scraping import browser as browser_flags
-from harvester.scraping.addresses import AddressGuard
-from harvester.scraping.browser import LoadTools, PageLoad, first_line, load_page, user_agent_and_headers
-from harvester.scraping.fetcher import FetchResult, KeptCredentials, credential_headers
-from harvester.scraping.guard_proxy import GuardProxy, UpstreamProxy
-from harvester.scraping.page_guard import BodyCap, ContextGuard, RequestCharger
-from harvester.scraping.sites import credential_origins
+from harvester.scraping.browser import page_load as browser_flags
+from harvester.scraping.browser.guard_proxy import GuardProxy, UpstreamProxy
+from harvester.scraping.browser.page_guard import BodyCap, ContextGuard, RequestCharger
+from harvester.scraping.browser.page_load import LoadTools, PageLoad, first_line, load_page, user_agent_and_headers
+from harvester.scraping.fetching import (
+    AddressGuard,
+    FetchResult,
+    KeptCredentials,
+    credential_headers,
+    credential_origins,
+)
 from harvester.settings import HarvesterSettings
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from harvester.errors import AddressRefused
-from harvester.scraping.addresses import AddressGuard, IPAddress
+from harvester.scraping.fetching import AddressGuard, IPAddress
 
 log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 64 * 1024

@@ -1,8 +1,8 @@
 """One page load in Chromium through Playwright: the launch flags, and a navigation read when it is ready.
 
-The one slot browser (:mod:`harvester.scraping.slot_browser`) serves the page slots, the in-process fetcher and
+The one slot browser (:mod:`harvester.scraping.browser.slot_browser`) serves the page slots, the in-process fetcher and
 `harvester try`; :func:`load_page` is one attempt of it: navigate (the body capped as it streams), run the
-source's actions, wait until the page is ready (:mod:`harvester.scraping.readiness`), read the DOM. What makes
+source's actions, wait until the page is ready (:mod:`harvester.scraping.browser.readiness`), read the DOM. What makes
 a load a failed one (re-rendered by the failure rules) is decided here; what to do about it, there.
 """
 
@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from harvester.config import SourceConfig
-from harvester.scraping.fetcher import FetchResult
-from harvester.scraping.guard_proxy import REFUSED_HEADER, GuardProxy
-from harvester.scraping.page_guard import BodyCap, ContextGuard, RequestCharger
-from harvester.scraping.readiness import NotReady, Readiness, run_actions
-from harvester.scraping.responses import DEFAULT_CLASSIFIER, ResponseClassifier
+from harvester.scraping.browser.guard_proxy import REFUSED_HEADER, GuardProxy
+from harvester.scraping.browser.page_guard import BodyCap, ContextGuard, RequestCharger
+from harvester.scraping.browser.readiness import NotReady, Readiness, run_actions
+from harvester.scraping.fetching import DEFAULT_CLASSIFIER, FetchResult, ResponseClassifier
 from harvester.settings import HarvesterSettings
 
 if TYPE_CHECKING:

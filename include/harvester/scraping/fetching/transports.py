@@ -1,4 +1,4 @@
-"""The HTTP libraries under :class:`~harvester.scraping.fetcher.Fetcher`, behind one small contract.
+"""The HTTP libraries under :class:`~harvester.scraping.fetching.fetcher.Fetcher`, behind one small contract.
 
 The fetcher owns every rule (redirects hop by hop, address checks, capped decoding, outcomes); a
 transport only sends one GET without following redirects or decoding the body, and says which
@@ -120,7 +120,7 @@ class _AiohttpResponse:
 
 class AiohttpTransport:
     """aiohttp with its content decoding off (bodies.py decodes with a cap), no redirects followed and no
-    cookies kept (the fetcher keeps a jar per source, harvester.scraping.cookies); no proxy from the
+    cookies kept (the fetcher keeps a jar per source, harvester.scraping.fetching.cookies); no proxy from the
     environment (aiohttp's ``trust_env`` is off)."""
 
     def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check) -> None:

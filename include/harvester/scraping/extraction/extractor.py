@@ -5,10 +5,10 @@ Each attribute goes through four stages, one function each:
 1. :func:`select`: the attribute's selector kind gives raw values: CSS or XPath over the HTML (an
    element gives its normalised text), JMESPath over the page's JSON-LD, microdata or ``<meta>``
    names, over a ``<script>``'s data, or over a JSON response or record item
-   (:class:`~harvester.scraping.structured.PageData` parses each of those once per page);
+   (:class:`~harvester.scraping.extraction.structured.PageData` parses each of those once per page);
 2. :func:`post_process`: ``regex`` (RE2, the first group), ``strip``, ``join``, ``default``;
-3. :func:`coerce_values`: the ``type`` (:mod:`harvester.scraping.coercion`);
-4. :func:`~harvester.scraping.validation.validate_value`: the value rules (``min``, ``max``, ``pattern``,
+3. :func:`coerce_values`: the ``type`` (:mod:`harvester.scraping.extraction.coercion`);
+4. :func:`~harvester.scraping.extraction.validation.validate_value`: the value rules (``min``, ``max``, ``pattern``,
    ``enum``, ``min_length``, ``max_length``, ``not_empty``), issue 21.
 
 The rules of DESIGN.md section 9: a missing or mistyped optional attribute is stored as null and the
@@ -34,9 +34,9 @@ from parsel import Selector
 from harvester.config import ELEMENT_SELECTOR_KINDS, Attribute, RecordItem, SourceConfig, scalar_type
 from harvester.errors import CoercionError
 from harvester.patterns import compile_pattern
-from harvester.scraping.coercion import INT64_MAX, INT64_MIN, coerce, coerce_value, parse_decimal
-from harvester.scraping.structured import PageData, StructuredDataError, gather, search
-from harvester.scraping.validation import validate_value
+from harvester.scraping.extraction.coercion import INT64_MAX, INT64_MIN, coerce, coerce_value, parse_decimal
+from harvester.scraping.extraction.structured import PageData, StructuredDataError, gather, search
+from harvester.scraping.extraction.validation import Problem, validate_value
 
 if TYPE_CHECKING:
     from harvester.settings import HarvesterSettings
@@ -48,24 +48,6 @@ __all__ = ["INT64_MAX", "INT64_MIN", "MAX_RECORDS_PER_PAGE", "AttributeTrace", "
 MAX_RECORDS_PER_PAGE = 10_000  # items of one listing page that become records; the rest are counted, not read
 TRACE_SAMPLES = 3
 TRACE_SAMPLE_CHARACTERS = 120
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One gap in a record: ``kind`` is missing, wrong_type, too_long, too_large, too_deep, bad_json,
-    bad_selector...; ``required`` ones reject the record."""
-
-    attribute: str
-    kind: str
-    detail: str
-    required: bool = False
-
-    @property
-    def counter(self) -> str:
-        return f"{self.kind}:{self.attribute}"
-
-    def __str__(self) -> str:
-        return f"{self.attribute}: {self.kind} ({self.detail})" + (" [required]" if self.required else "")
 
 
 @dataclass

@@ -6,7 +6,7 @@ limits and the leases), it parses a whole document held as one string plus a pag
 (1,000,000 entries: 84 s and 1.57 GB peak RSS, against 19 s and 328 MB here without a cap; 50,000: 4.1 s
 and 123 MB against 2.1 s and 82 MB; docs/benchmarks.md), has no cap on entries per file and pickles
 each file's pages to a temporary file. Here the fetching is
-:class:`SitemapFetcher`, the HTTP :class:`~harvester.scraping.fetcher.Fetcher` itself (every guard,
+:class:`SitemapFetcher`, the HTTP :class:`~harvester.scraping.fetching.fetcher.Fetcher` itself (every guard,
 robots.txt, the per-host rate, the per_minute token, redirects hop by hop) with a body reader that
 feeds lxml's pull parser chunk by chunk, so memory stays at one entry whatever the file's size, and
 reading stops at the caps:
@@ -36,10 +36,8 @@ from urllib.parse import urlsplit
 from lxml import etree
 
 from harvester.config import SourceConfig
-from harvester.scraping.bodies import WireCap, ZlibDecoder, decoder_for
-from harvester.scraping.fetcher import DEFAULT_CLASSIFIER, Fetcher
-from harvester.scraping.links import Discovery, follow_matcher
-from harvester.scraping.page_fetcher import FetchResult
+from harvester.scraping.discovery.links import Discovery, follow_matcher
+from harvester.scraping.fetching import DEFAULT_CLASSIFIER, Fetcher, FetchResult, WireCap, ZlibDecoder, decoder_for
 from harvester.settings import HarvesterSettings
 from harvester.urls import canonicalise_url
 

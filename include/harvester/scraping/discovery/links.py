@@ -15,8 +15,8 @@ from parsel import Selector
 
 from harvester.config import JSON_PREFIX, SourceConfig
 from harvester.patterns import compile_pattern
-from harvester.scraping.sites import same_site
-from harvester.scraping.structured import PageData, StructuredDataError, gather, search
+from harvester.scraping.extraction import PageData, StructuredDataError, gather, search
+from harvester.scraping.fetching import same_site
 from harvester.urls import TRACKING_PARAMETERS, TRACKING_PREFIXES, canonicalise_url
 
 __all__ = ["TRACKING_PARAMETERS", "TRACKING_PREFIXES", "Discovery", "canonicalise_url", "discover_links",

@@ -10,7 +10,7 @@ The :class:`ContextGuard` is attached once to each context (one per source visit
   navigation included, waits for its rate tokens right before it leaves (``per_minute`` and the per-host rate,
   as the site sees them) and is counted;
 - the source's HTTP connection headers and cookies go to the origins its credentials are bound to
-  (:func:`harvester.scraping.sites.credential_origins`: the connection's own, else the seeds'), as the HTTP
+  (:func:`harvester.scraping.fetching.sites.credential_origins`: the connection's own, else the seeds'), as the HTTP
   fetcher sends them, never to the origin of whatever URL a task names;
 - WebSockets are refused unless the source allows them (then they connect through the guard proxy, checked
   like any connection); popups are closed as they open (their requests were routed here first);
@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from harvester.config import SourceConfig
-from harvester.scraping.addresses import AddressGuard, name_refusal
-from harvester.scraping.sites import Origin, origin_of_url
+from harvester.scraping.fetching import AddressGuard, Origin, name_refusal, origin_of_url
 
 if TYPE_CHECKING:
     from playwright.async_api import BrowserContext, CDPSession, Page, Route, WebSocketRoute

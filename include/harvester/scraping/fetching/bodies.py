@@ -117,7 +117,7 @@ class Body:
 class WireCap:
     """At most ``cap`` bytes read off the wire (``raw_body_cap_bytes``, issue 24): bytes that decode to nothing
     (empty deflate blocks, padding) are not read until the timeout. The one such cap: pages (:func:`read_body`)
-    and sitemaps (``harvester.scraping.sitemaps``) read through it."""
+    and sitemaps (``harvester.scraping.discovery.sitemaps``) read through it."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap

@@ -1,10 +1,10 @@
 """Async HTTP fetching: keep-alive connections, a total per-request deadline, a body-size cap and a
-redirect cap, and one outcome per page. The HTTP library is a :mod:`~harvester.scraping.transports`
+redirect cap, and one outcome per page. The HTTP library is a :mod:`~harvester.scraping.fetching.transports`
 transport: aiohttp (HTTP/1.1) by default, httpx with HTTP/2 over TLS when ``HARVESTER_HTTP2`` is on.
 
 Hostile sites (docs/workers.md, "Fetch-side defences"): redirects are followed here, hop by hop, each
-hop's address checked (:mod:`harvester.scraping.addresses`) and the connected peer checked after it;
-bodies are decoded with a cap on decoded bytes (:mod:`harvester.scraping.bodies`); text is decoded
+hop's address checked (:mod:`harvester.scraping.fetching.addresses`) and the connected peer checked after it;
+bodies are decoded with a cap on decoded bytes (:mod:`harvester.scraping.fetching.bodies`); text is decoded
 with w3lib's ``html_to_unicode`` (header, BOM, ``<meta charset>``, detection); robots.txt and the
 per-host rate are asked before a request starts; a source's ``http_connection_id`` supplies its
 credentials. Every refusal is a per-page outcome with its reason, never an exception.
@@ -37,10 +37,10 @@ from harvester.errors import (
     TooManyRedirects,
     TransportFailure,
 )
-from harvester.scraping.addresses import AddressGuard, AddressRefused, strip_userinfo
-from harvester.scraping.bodies import ACCEPT_ENCODING, Body, BodyRefused, read_body
-from harvester.scraping.cookies import SourceCookieJars, set_cookie_values
-from harvester.scraping.page_fetcher import (
+from harvester.scraping.fetching.addresses import AddressGuard, AddressRefused, strip_userinfo
+from harvester.scraping.fetching.bodies import ACCEPT_ENCODING, Body, BodyRefused, read_body
+from harvester.scraping.fetching.cookies import SourceCookieJars, set_cookie_values
+from harvester.scraping.fetching.page_fetcher import (
     SKIPPED_REASON,
     FetchedBatch,
     FetchPermit,
@@ -48,7 +48,7 @@ from harvester.scraping.page_fetcher import (
     HostLimits,
     HostRateTimeout,
 )
-from harvester.scraping.responses import (
+from harvester.scraping.fetching.responses import (
     BLOCKED_STATUSES,
     DEFAULT_CLASSIFIER,
     HTML_TYPES,
@@ -57,9 +57,9 @@ from harvester.scraping.responses import (
     ResponseClassifier,
     parse_retry_after,
 )
-from harvester.scraping.robots import ROBOTS_SIZE_CAP_BYTES, RobotsCache, RobotsRules
-from harvester.scraping.sites import Origin, credential_origins, origin_of_url
-from harvester.scraping.transports import Transport, TransportResponse, transport_from_settings
+from harvester.scraping.fetching.robots import ROBOTS_SIZE_CAP_BYTES, RobotsCache, RobotsRules
+from harvester.scraping.fetching.sites import Origin, credential_origins, origin_of_url
+from harvester.scraping.fetching.transports import Transport, TransportResponse, transport_from_settings
 from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class KeptCredentials:
 class Fetcher:
     """A pooled HTTP transport with Harvester's limits. Use as ``async with Fetcher(settings) as fetcher``.
 
-    Meets the :class:`~harvester.scraping.page_fetcher.PageFetcher` contract: a batch's pages are
+    Meets the :class:`~harvester.scraping.fetching.page_fetcher.PageFetcher` contract: a batch's pages are
     fetched concurrently, each within ``source.timeout`` (plus, when the host is rate-limited, the
     wait for its turn, at most the gate's ``max_wait_seconds``).
     """
@@ -316,7 +316,7 @@ class Fetcher:
                     url: str) -> dict[str, str]:
         """The headers of one request: the source's, its jar's cookies for ``url``, and the connection's
         credentials only when ``url``'s origin (scheme, host, port) is one they are bound to
-        (:func:`harvester.scraping.sites.credential_origins`); the connection's cookies win over the jar's."""
+        (:func:`harvester.scraping.fetching.sites.credential_origins`); the connection's cookies win over the jar's."""
         hop = dict(headers)
         bound = credentials is not None and origin_of_url(url) in self._credential_origins(source, credentials)
         if bound and credentials is not None:
@@ -355,7 +355,7 @@ class Fetcher:
 
     async def read_capped(self, response: TransportResponse, cap: int) -> Body:
         """The body decoded up to ``cap`` bytes, reading at most ``raw_body_cap_bytes`` off the wire (issue 24,
-        :class:`~harvester.scraping.bodies.WireCap`): cut there, the page keeps what decoded (``truncated``);
+        :class:`~harvester.scraping.fetching.bodies.WireCap`): cut there, the page keeps what decoded (``truncated``);
         nothing decoded is refused (``decode_error``)."""
         return await read_body(response.raw_chunks(), response.headers.get("content-encoding"), cap,
                                wire_cap=self.settings.raw_body_cap_bytes)

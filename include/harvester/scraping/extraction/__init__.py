@@ -1,0 +1,33 @@
+"""Extraction: a fetched page's text into a typed record. The page's structured data read once
+(``structured``), selection, coercion to the attribute's type, the value rules (``validation``) and the cap on
+markup a parser is given (``markup``).
+
+It imports neither fetching nor the browser: it works on text, wherever the text came from.
+"""
+
+from typing import TYPE_CHECKING
+
+from harvester.lazy import lazy_face
+
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.scraping.extraction.extractor import (
+        Extraction,
+        ListingRecords,
+        extract_listing_records,
+        extract_record,
+    )
+    from harvester.scraping.extraction.markup import markup_refusal
+    from harvester.scraping.extraction.structured import (
+        DataBounds,
+        PageData,
+        StructuredDataError,
+        gather,
+        search,
+        type_matches,
+    )
+
+__all__ = [
+    "DataBounds", "Extraction", "ListingRecords", "PageData", "StructuredDataError", "extract_listing_records",
+    "extract_record", "gather", "markup_refusal", "search", "type_matches"
+]
+__getattr__, __dir__ = lazy_face(__name__)

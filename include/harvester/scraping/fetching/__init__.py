@@ -1,0 +1,42 @@
+"""Fetching over HTTP: transports, bodies within their caps, responses classified, robots.txt, the
+address rules (SSRF defences), sites by the Public Suffix List, a source's cookies, and the contract HTTP and
+the browser both offer (``page_fetcher``).
+
+It imports no other part of :mod:`harvester.scraping`: extraction, discovery and the browser build on it.
+"""
+
+from typing import TYPE_CHECKING
+
+from harvester.lazy import lazy_face
+
+if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.scraping.fetching.addresses import (
+        SCREENING_TIMEOUT,
+        TOO_MANY_HOSTS,
+        AddressGuard,
+        IPAddress,
+        name_refusal,
+        strip_userinfo,
+    )
+    from harvester.scraping.fetching.bodies import WireCap, ZlibDecoder, decoder_for
+    from harvester.scraping.fetching.fetcher import Fetcher, KeptCredentials, credential_headers, decode_text
+    from harvester.scraping.fetching.page_fetcher import (
+        SKIPPED_REASON,
+        FetchedBatch,
+        FetchPermit,
+        FetchResult,
+        HostLimits,
+        PageFetcher,
+    )
+    from harvester.scraping.fetching.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
+    from harvester.scraping.fetching.robots import RobotsCache
+    from harvester.scraping.fetching.sites import Origin, credential_origins, origin_of_url, same_site
+
+__all__ = [
+    "DEFAULT_CLASSIFIER", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON", "TOO_MANY_HOSTS",
+    "AddressGuard", "FetchPermit", "FetchResult", "FetchedBatch", "Fetcher", "HostLimits", "IPAddress",
+    "KeptCredentials", "Origin", "PageFetcher", "ResponseClassifier", "RobotsCache", "Verdict", "WireCap",
+    "ZlibDecoder", "credential_headers", "credential_origins", "decode_text", "decoder_for", "name_refusal",
+    "origin_of_url", "same_site", "strip_userinfo"
+]
+__getattr__, __dir__ = lazy_face(__name__)
