@@ -6,7 +6,6 @@ write agrees, and that it would see a break."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -68,70 +67,3 @@ def test_the_room_contracts_see_extraction_reach_for_fetching_and_a_room_skip_a_
     report = " ".join(result.stdout.split())  # the contracts' names wrap at the terminal's width
     assert "fetching none of the others BROKEN" in report, result.stdout
     assert "harvester.scraping.fetching only through its face BROKEN" in report, result.stdout
-
-
-CYCLES = """
-import json, sys
-import grimp
-
-graph = grimp.build_graph("harvester", cache_dir=None)
-imported = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
-index, low, stack, on_stack, cycles = {}, {}, [], set(), []
-for root in sorted(imported):  # Tarjan's strongly connected components, iteratively
-    if root in index:
-        continue
-    index[root] = low[root] = len(index)
-    stack.append(root)
-    on_stack.add(root)
-    work = [(root, iter(sorted(imported[root])))]
-    while work:
-        module, children = work[-1]
-        child = next(children, None)
-        if child is not None:
-            if child not in index:
-                index[child] = low[child] = len(index)
-                stack.append(child)
-                on_stack.add(child)
-                work.append((child, iter(sorted(imported[child]))))
-            elif child in on_stack:
-                low[module] = min(low[module], index[child])
-            continue
-        work.pop()
-        if work:
-            low[work[-1][0]] = min(low[work[-1][0]], low[module])
-        if low[module] == index[module]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == module:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
-print(json.dumps(sorted(cycles)))
-"""
-
-
-def import_cycles(package_parent: Path) -> list[list[str]]:
-    """Every set of modules that import each other in a circle (any import: top level, inside a function or
-    under TYPE_CHECKING), read by grimp in a process of its own so the package is the one under
-    ``package_parent``. A face importing its own modules is no circle unless one of them imports it back."""
-    environment = {**os.environ, "PYTHONPATH": str(package_parent)}
-    result = subprocess.run([sys.executable, "-c", CYCLES], cwd=package_parent, env=environment,
-                            capture_output=True, text=True, timeout=120, check=True)
-    return json.loads(result.stdout)
-
-
-def test_no_two_modules_import_each_other_in_a_circle() -> None:
-    assert import_cycles(REPOSITORY_ROOT / "include") == []
-
-
-def test_the_circle_check_sees_a_new_circle(tmp_path: Path) -> None:
-    package = tmp_path / "harvester"
-    shutil.copytree(REPOSITORY_ROOT / "include" / "harvester", package,
-                    ignore=shutil.ignore_patterns("__pycache__", "static"))
-    with (package / "storage" / "output_codec.py").open("a") as module:
-        module.write("\n\ndef _probe() -> None:\n    from harvester.storage.data_handler import DataHandler  # noqa\n")
-    assert import_cycles(tmp_path) == [["harvester.storage.changes", "harvester.storage.data_handler",
-                                        "harvester.storage.output_codec"]]

@@ -78,6 +78,29 @@ def component_graph() -> dict[str, dict[str, list[str]]]:
     return graph
 
 
+def module_graph() -> dict[str, dict[str, list[str]]]:
+    """module -> imported module of the package -> the ``file:line`` places that import it. Every import counts
+    (top level, inside a function, under TYPE_CHECKING): a circle through a function-level import still means
+    neither module can be read, moved or tested without the other. ``from harvester.x import y`` names the
+    module ``harvester.x.y`` where ``y`` is one (its package is only its parent, imported first by Python)."""
+    known = {module_name(path) for path in modules()}
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path in modules():
+        source = module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in known else node.module
+                           for alias in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target in known and target != source:
+                    graph[source][target].append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    return graph
+
+
 def find_cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
     """Every strongly connected group of more than one component (Tarjan), each as a sorted list."""
     index: dict[str, int] = {}
@@ -132,6 +155,32 @@ def test_no_import_cycle_between_components() -> None:
         for group in cycles
     ]
     assert cycles == [], "import cycles between components:\n" + "\n".join(detail)
+
+
+def test_no_two_modules_import_each_other_in_a_circle() -> None:
+    """Not only components: no module of the package is in an import circle (a shared piece moves down into a
+    module both can import)."""
+    graph = module_graph()
+    cycles = find_cycles(graph)
+    detail = ["; ".join(f"{source} -> {target} ({graph[source][target][0]})"
+                        for source in group for target in group if target in graph.get(source, {}))
+              for group in cycles]
+    assert cycles == [], "import circles between modules:\n" + "\n".join(detail)
+
+
+def test_the_module_circle_check_sees_a_function_level_circle(tmp_path: Path) -> None:
+    package = tmp_path / "harvester"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "handler.py").write_text("from harvester.codec import CODEC\n")
+    (package / "codec.py").write_text("CODEC = 1\n\n\ndef later():\n    from harvester import handler\n")
+    (package / "reader.py").write_text("from harvester.codec import CODEC\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, package
+    try:
+        assert find_cycles(module_graph()) == [["harvester.codec", "harvester.handler"]]
+    finally:
+        PACKAGE = saved
 
 
 def test_leaf_modules_import_no_component() -> None:
