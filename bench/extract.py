@@ -1,4 +1,4 @@
-"""Extraction from the page's own data (issue 22): CPU per page, and requests saved by listing records.
+"""Extraction from the page's own data: CPU per page, and requests saved by listing records.
 
 Starts its own redis-server, MongoDB (HARVESTER_MONGO_URI, else mongod, else the SecantusDB stand-in)
 and demo site on free loopback ports.

@@ -1,4 +1,4 @@
-"""Re-harvest of an unchanged site against its first harvest, in one run (issue 23).
+"""Re-harvest of an unchanged site against its first harvest, in one run.
 
 Starts its own redis-server, MongoDB (HARVESTER_MONGO_URI, else mongod, else the SecantusDB stand-in), the
 demo site, a distributor and Celery workers on free loopback ports, then harvests the same unchanged 2,000

@@ -1,4 +1,4 @@
-"""The storage path near its ceiling (issue 25, item 2): the worker's settle path fed pre-fetched pages.
+"""The storage path near its ceiling: the worker's settle path fed pre-fetched pages.
 
 ``settle_ceiling`` runs the worker's own ending of a batch (``BatchRunner.finish``: extract every page, one
 bulk upsert of the records, mark the URLs seen, count the packages down, release the leases, count the
