@@ -28,7 +28,9 @@ and the same link discovery and extraction code; pages are counted by the demo s
   and the figures beside it (``settle_records_per_s``, ``raw_bulk_records_per_s``, ...).
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
-       [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2]
+       [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2] [--smoke]
+``--smoke`` (CI: tests/test_benches.py): 40 products at 20 a page, one round, one Celery process, 160 records,
+Scrapy and crawlee skipped (installing them takes minutes), so their figures and the ratios over them are null.
 Harvester runs with its default settings (``publish_batch_size`` 16 tasks per Celery message) unless
 ``--publish-batch`` says otherwise; the source's ``max_active`` is the peers' concurrency.
 Each round runs the five crawls alternately; the best round of each is reported (the machine may be
@@ -64,6 +66,24 @@ from rig import (
     start_redis,
 )
 from settle import settle_ceiling  # bench/settle.py, beside this file
+
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = (
+    "bench", "products", "repeat", "concurrency", "latency_ms", "workers", "publish_batch", "scrapy",
+    "pages_per_s", "scrapy_pages_per_s", "ratio", "crawlee", "crawlee_pages_per_s", "crawlee_ratio",
+    "end_to_end_pages_per_s", "scrapy_end_to_end_pages_per_s", "end_to_end_ratio", "max_concurrent_observed",
+    "cpu_ms_per_page", "scrapy_cpu_ms_per_page", "crawlee_cpu_ms_per_page", "records_stored",
+    "scrapy_records_stored", "bulk_records_per_s", "insert_one_records_per_s", "bulk_vs_insert_one",
+    "end_to_end_records_per_s", "storage_ceiling_records_per_s", "storage_ceiling_ratio",
+    # ceiling_bounds
+    "cores", "end_to_end_cpu_ms_per_page", "site_cpu_ms_per_page", "storage_cpu_ms_per_record",
+    "storage_ceiling_ratio_cpu_bound", "storage_ceiling_ratio_concurrency_bound",
+    # settle_ceiling (bench/settle.py); its "mongo" is ours too
+    "settle_records", "settle_batch_size", "settle_records_per_s", "raw_bulk_records_per_s",
+    "settle_ceiling_ratio", "raw_one_write_records_per_s", "settle_one_write_ratio",
+    "raw_key_index_only_records_per_s", "settle_cpu_ms_per_record",
+    "mongo", "peers_skipped",
+)
 
 
 def ensure_scrapy() -> str:
@@ -272,6 +292,19 @@ def ceiling_bounds(run: dict[str, Any], records: int, ceiling_records_per_s: flo
             "storage_ceiling_ratio_cpu_bound": cpu_ratio, "storage_ceiling_ratio_concurrency_bound": concurrency_ratio}
 
 
+def rate_of(run: dict[str, Any] | None) -> float | None:
+    """Pages a second of a run, or None for a peer that did not run (``--smoke``)."""
+    return None if run is None else run["pages"] / run["seconds"]
+
+
+def over(ours: float, peer: float | None) -> float | None:
+    return None if not peer else round(ours / peer, 3)
+
+
+def cpu_ms_per_page(run: dict[str, Any] | None) -> float | None:
+    return None if run is None else round(1000 * run["cpu_seconds"] / run["pages"], 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--products", type=int, default=2000)
@@ -284,13 +317,16 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=3000, help="records for the bulk vs insert_one part")
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the best of each is reported")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
+    parser.add_argument("--smoke", action="store_true", help="40 products, one round, no peers (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.products, args.per_page, args.repeat, args.workers, args.records = 40, 20, 1, 1, 160
 
     from harvester.services.ports import LOOPBACK
     from harvester.settings import HarvesterSettings
 
-    scrapy_version = ensure_scrapy()
-    crawlee_version, crawlee_path = ensure_crawlee()
+    scrapy_version = None if args.smoke else ensure_scrapy()
+    crawlee_version, crawlee_path = (None, None) if args.smoke else ensure_crawlee()
     with bench_processes("crawl", keep=args.keep) as processes:
         directory, sources = processes.directory, processes.sources
         redis_url = start_redis(processes)
@@ -325,32 +361,39 @@ def main() -> None:
             runs["ours"].append(run_harvester(
                 processes, {**env, "HARVESTER_OUTPUT_SINK": "discard"}, source(f"ours_discard{suffix}"),
                 site_url, expected, args.workers))
-            runs["peer"].append(run_scrapy(source(f"scrapy_plain{suffix}"), site_url, f"scrapy_plain{suffix}",
-                                           args.concurrency, None, directory))
-            runs["crawlee"].append(run_crawlee(crawlee_path, source(f"crawlee_plain{suffix}"), site_url,
-                                               f"crawlee_plain{suffix}", args.concurrency, directory))
+            if scrapy_version is not None:
+                runs["peer"].append(run_scrapy(source(f"scrapy_plain{suffix}"), site_url, f"scrapy_plain{suffix}",
+                                               args.concurrency, None, directory))
+            if crawlee_path is not None:
+                runs["crawlee"].append(run_crawlee(crawlee_path, source(f"crawlee_plain{suffix}"), site_url,
+                                                   f"crawlee_plain{suffix}", args.concurrency, directory))
             runs["ours_e2e"].append(run_harvester(
                 processes, {**env, "HARVESTER_OUTPUT_SINK": "mongo"}, source(f"ours_mongo{suffix}"),
                 site_url, expected, args.workers, rig))
             runs["ours_e2e"][-1]["stored"] = stored[f"ours_mongo{suffix}"].count_documents({})
-            runs["peer_e2e"].append(run_scrapy(source(f"scrapy_mongo{suffix}"), site_url, f"scrapy_mongo{suffix}",
-                                               args.concurrency, (choice.uri, database), directory))
-            runs["peer_e2e"][-1]["stored"] = stored[f"scrapy_mongo{suffix}"].count_documents({})
-        best = {name: max(results, key=lambda run: run["pages"] / run["seconds"]) for name, results in runs.items()}
+            if scrapy_version is not None:
+                runs["peer_e2e"].append(run_scrapy(source(f"scrapy_mongo{suffix}"), site_url,
+                                                   f"scrapy_mongo{suffix}", args.concurrency,
+                                                   (choice.uri, database), directory))
+                runs["peer_e2e"][-1]["stored"] = stored[f"scrapy_mongo{suffix}"].count_documents({})
+        best = {name: max(results, key=lambda run: run["pages"] / run["seconds"], default=None)
+                for name, results in runs.items()}
         ours, peer, ours_e2e, peer_e2e = best["ours"], best["peer"], best["ours_e2e"], best["peer_e2e"]
         crawlee = best["crawlee"]
-        ours_records, peer_records = ours_e2e["stored"], peer_e2e["stored"]
+        ours_records, peer_records = ours_e2e["stored"], peer_e2e and peer_e2e["stored"]
         records = bulk_against_insert_one(settings, args.records)
         best_e2e_round = runs["ours_e2e"].index(ours_e2e) + 1
         ceiling = storage_ceiling(choice.uri, database, f"ours_mongo_{best_e2e_round}")
         settle = settle_ceiling(redis_url, choice.uri, database, args.records, publish_batch, site_url=site_url)
         ours_records_per_s = ours_records / ours_e2e["seconds"]
         bound = ceiling_bounds(ours_e2e, ours_records, ceiling["records_per_s"], args.concurrency, args.latency_ms)
-        rate = {name: run["pages"] / run["seconds"] for name, run in
-                {"ours": ours, "peer": peer, "crawlee": crawlee, "ours_e2e": ours_e2e, "peer_e2e": peer_e2e}.items()}
+        rate = {name: rate_of(run) for name, run in best.items()}
         for label, run in (("Harvester, discard sink", ours), ("Scrapy, no pipeline", peer),
                            ("crawlee ParselCrawler", crawlee),
                            ("Harvester, MongoDB", ours_e2e), ("Scrapy, bulk-upsert pipeline", peer_e2e)):
+            if run is None:
+                print(f"{label:32s} skipped (--smoke)", file=sys.stderr)
+                continue
             print(f"{label:32s} {run['pages']:6d} pages in {run['seconds']:7.2f} s = "
                   f"{run['pages'] / run['seconds']:8.1f} pages/s (max {run['max_concurrent']} in flight), "
                   f"{1000 * run['cpu_seconds'] / run['pages']:5.2f} ms CPU/page",
@@ -373,17 +416,17 @@ def main() -> None:
             "bench": "crawl", "products": args.products, "repeat": args.repeat, "concurrency": args.concurrency,
             "latency_ms": args.latency_ms, "workers": args.workers, "publish_batch": publish_batch,
             "scrapy": scrapy_version,
-            "pages_per_s": round(rate["ours"], 1), "scrapy_pages_per_s": round(rate["peer"], 1),
-            "ratio": round(rate["ours"] / rate["peer"], 3),
-            "crawlee": crawlee_version, "crawlee_pages_per_s": round(rate["crawlee"], 1),
-            "crawlee_ratio": round(rate["ours"] / rate["crawlee"], 3),
+            "pages_per_s": round(rate["ours"], 1), "scrapy_pages_per_s": rate["peer"] and round(rate["peer"], 1),
+            "ratio": over(rate["ours"], rate["peer"]),
+            "crawlee": crawlee_version, "crawlee_pages_per_s": rate["crawlee"] and round(rate["crawlee"], 1),
+            "crawlee_ratio": over(rate["ours"], rate["crawlee"]),
             "end_to_end_pages_per_s": round(rate["ours_e2e"], 1),
-            "scrapy_end_to_end_pages_per_s": round(rate["peer_e2e"], 1),
-            "end_to_end_ratio": round(rate["ours_e2e"] / rate["peer_e2e"], 3),
+            "scrapy_end_to_end_pages_per_s": rate["peer_e2e"] and round(rate["peer_e2e"], 1),
+            "end_to_end_ratio": over(rate["ours_e2e"], rate["peer_e2e"]),
             "max_concurrent_observed": max(ours["max_concurrent"], ours_e2e["max_concurrent"]),
-            "cpu_ms_per_page": round(1000 * ours["cpu_seconds"] / ours["pages"], 2),
-            "scrapy_cpu_ms_per_page": round(1000 * peer["cpu_seconds"] / peer["pages"], 2),
-            "crawlee_cpu_ms_per_page": round(1000 * crawlee["cpu_seconds"] / crawlee["pages"], 2),
+            "cpu_ms_per_page": cpu_ms_per_page(ours),
+            "scrapy_cpu_ms_per_page": cpu_ms_per_page(peer),
+            "crawlee_cpu_ms_per_page": cpu_ms_per_page(crawlee),
             "records_stored": ours_records, "scrapy_records_stored": peer_records,
             "bulk_records_per_s": round(records["bulk_records_per_s"], 1),
             "insert_one_records_per_s": round(records["insert_one_records_per_s"], 1),
@@ -395,6 +438,7 @@ def main() -> None:
             **bound,
             **settle,
             "mongo": choice.kind,
+            "peers_skipped": ["scrapy", "crawlee"] if args.smoke else [],
         }
         print(json.dumps(result))
 

@@ -31,6 +31,9 @@ from crawlee.storage_clients import MemoryStorageClient
 from playwright.async_api import Route
 from process_memory import pss_by_kind
 
+# Not a bench: tests/test_benches.py runs only the modules that declare PROMISED_KEYS.
+NOT_A_BENCH = "the crawlee PlaywrightCrawler peer of bench/pageslots.py"
+
 
 async def crawl(urls: list[str], chromium: str, args: list[str], proxy: str, blocked: set[str],
                 sandbox: bool, wait_selector: str | None = None, html_out: Path | None = None) -> dict[str, float]:

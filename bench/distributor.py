@@ -8,7 +8,8 @@ admission never waits. Three timed phases over the same task messages:
 2. plain Celery: `signature.apply_async(args=[[task]], queue=...)`, one message per task, no admission;
 3. plain Celery batched: the same, `publish_batch_size` tasks per message (to show admission's own cost).
 
-Usage: .venv/bin/python bench/distributor.py [--tasks 40000] [--sources 8]
+Usage: .venv/bin/python bench/distributor.py [--tasks 40000] [--sources 8] [--smoke]
+``--smoke`` (CI: tests/test_benches.py): 1,200 tasks of 2 sources (more than one admission batch each).
 The last line is JSON with admitted_per_s, celery_per_s, ratio (ours / plain Celery) and round_trips_per_task.
 """
 
@@ -30,6 +31,13 @@ sys.path.insert(0, str(REPOSITORY / "include"))
 import redis  # noqa: E402
 from harvester.services import readiness  # noqa: E402
 from harvester.services.ports import LOOPBACK, free_port  # noqa: E402
+
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = (
+    "bench", "tasks", "sources", "push_per_s", "admitted", "admitted_per_s", "celery_messages_ours",
+    "celery_per_s", "celery_messages_plain", "celery_batched_per_s", "ratio", "ratio_vs_batched", "round_trips",
+    "round_trips_per_task", "rounds", "admit_batch_size", "publish_batch_size",
+)
 
 
 class RoundTrips:
@@ -63,7 +71,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=40_000)
     parser.add_argument("--sources", type=int, default=8)
+    parser.add_argument("--smoke", action="store_true", help="1,200 tasks of 2 sources (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.tasks, args.sources = 1200, 2
 
     directory = Path(tempfile.mkdtemp(prefix="bench-distributor-"))
     redis_process, url = start_redis(directory)

@@ -1,4 +1,4 @@
-"""Extraction from the page's own data (issue 22): CPU per page, and requests saved by listing records.
+"""Extraction from the page's own data: CPU per page, and requests saved by listing records.
 
 Starts its own redis-server, MongoDB (HARVESTER_MONGO_URI, else mongod, else the SecantusDB stand-in)
 and demo site on free loopback ports.
@@ -13,7 +13,8 @@ and demo site on free loopback ports.
   products, 50 a listing page), both run through the worker path (intake, admission, the batch runner,
   MongoDB), and checked to have stored the same records.
 
-Usage: .venv/bin/python bench/extract.py [--pages 300] [--repeat 3] [--products 500] [--per-page 50]
+Usage: .venv/bin/python bench/extract.py [--pages 300] [--repeat 3] [--products 500] [--per-page 50] [--smoke]
+``--smoke`` (CI: tests/test_benches.py): 10 pages, one round, 20 products at 10 a listing page; no logs kept.
 The JSON object on the last line carries every figure and ``mongo`` (which server answered).
 """
 
@@ -34,6 +35,12 @@ from rig import bench_processes, site_stats, start_demo_site, start_mongo, start
 
 FIELDS = ("title", "sku", "price", "stock", "in_stock", "released", "image")
 PRODUCT = {"type": "Product"}
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = (
+    "date", "mongo", "pages", "css_cpu_ms_per_page", "jsonld_cpu_ms_per_page", "jsonld_cpu_ratio",
+    "css_extract_cpu_ms_per_page", "jsonld_extract_cpu_ms_per_page", "jsonld_extract_cpu_ratio", "products",
+    "per_page", "listing_records_requests", "listing_details_requests", "listing_records_request_ratio", "goals",
+)
 
 
 def ld(path: str, **extra: Any) -> dict[str, Any]:
@@ -174,12 +181,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="rounds of the CPU ratio; the best of each")
     parser.add_argument("--products", type=int, default=500)
     parser.add_argument("--per-page", type=int, default=50)
+    parser.add_argument("--smoke", action="store_true", help="10 pages, one round, 20 products (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.pages, args.repeat, args.products, args.per_page = 10, 1, 20, 10
 
     from harvester.services.ports import LOOPBACK
     from harvester.settings import HarvesterSettings
 
-    with bench_processes("extract", keep=True) as processes:  # its logs stay for a look after the run
+    with bench_processes("extract", keep=not args.smoke) as processes:  # its logs stay for a look after the run
         sources = processes.sources
         redis_url = start_redis(processes)
         choice, _ = start_mongo(processes)

@@ -4,9 +4,10 @@ Starts the demo site on a free loopback port, then, alternately, sends the same 
 ``AiohttpTransport`` (the default) and ``HttpxTransport`` (``HARVESTER_HTTP2``), 8 at a time as a worker
 batch does, reading each raw body, and measures the process's CPU per request.
 
-Usage: .venv/bin/python bench/http_transports.py [--requests 2000] [--rounds 2]
+Usage: .venv/bin/python bench/http_transports.py [--requests 2000] [--rounds 2] [--smoke]
 Prints one JSON object on its last line: ``aiohttp_cpu_ms_per_request``, ``httpx_cpu_ms_per_request``,
-``httpx_vs_aiohttp`` (how many times more CPU httpx spends), best round of each.
+``httpx_vs_aiohttp`` (how many times more CPU httpx spends), best round of each. ``--smoke`` (CI:
+tests/test_benches.py): 40 requests, one round.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = ("bench", "requests", "rounds", "aiohttp_cpu_ms_per_request", "httpx_cpu_ms_per_request",
+                 "httpx_vs_aiohttp")
 
 
 async def one_round(transport_name: str, url: str, requests: int, batch: int) -> float:
@@ -49,7 +53,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--smoke", action="store_true", help="40 requests, one round (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.requests, args.rounds = 40, 1
     from harvester.services import readiness
     from harvester.services.ports import LOOPBACK, free_port
     from harvester.workers.batch import new_event_loop

@@ -28,8 +28,9 @@ one Chromium, one page reused, launched through the proxy), one page after the o
   source's visit begins, median of 20.
 
 The two crawlers run in turn, ours first then crawlee, ``--rounds`` times (best round of each reported).
-Usage: .venv/bin/python bench/pageslots.py [--pages 60] [--rounds 2]. The JSON object on the last line
-carries every figure.
+Usage: .venv/bin/python bench/pageslots.py [--pages 60] [--rounds 2] [--smoke]. The JSON object on the last line
+carries every figure. ``--smoke`` (CI: tests/test_benches.py): 3 pages, one round, crawlee skipped (installing
+it takes minutes), so its figures and the ratios over them are null.
 """
 
 from __future__ import annotations
@@ -61,6 +62,15 @@ from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import HarvesterSettings
 from process_memory import pss_by_kind
 
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = (
+    "pages", "pages_per_min_per_slot", "proxy_bytes_per_page_blocked", "proxy_bytes_per_page_unblocked",
+    "proxy_requests_per_page", "bytes_cut", "slot_pss_mb", "allocator_ms", "crawlee_pages_per_min", "ratio",
+    "crawlee_pss_mb", "slot_uss_mb", "crawlee_uss_mb", "crawlee_proxy_bytes_per_page", "pss_by_kind", "rounds",
+    "late_pages_per_min", "late_crawlee_pages_per_min", "late_ratio", "late_complete_share",
+    "late_crawlee_complete_share", "late_slot_pss_mb", "late_crawlee_pss_mb", "context_per_source_ms",
+    "late_rounds", "peers_skipped", "load_average",
+)
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
 CRAWLEE_VENV = ROOT / "var" / "bench-venv"
@@ -155,7 +165,7 @@ async def late_run(settings: HarvesterSettings, proxy_url: str, urls: list[str],
             render = await browser.render(url, config)
             pages[url] = render.fetch.text
         elapsed = time.perf_counter() - started
-        kinds = pss_by_kind(os.getpid())
+        kinds = browser_pss_by_kind(os.getpid())
     finally:
         await browser.close()
     uss = kinds.pop("uss", 0.0)
@@ -234,12 +244,24 @@ def allocator_ms() -> float:
     return statistics.median(timings)
 
 
+def rounded(run: dict[str, Any] | None, key: str, digits: int | None = None) -> float | None:
+    """``run[key]`` rounded, or None for a peer that did not run (``--smoke``)."""
+    return None if run is None else round(run[key], digits)
+
+
+def ratio(ours: dict[str, Any], peer: dict[str, Any] | None, key: str = "pages_per_min") -> float | None:
+    return None if peer is None else round(ours[key] / peer[key], 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="3 pages, one round, no crawlee peer (CI)")
     args = parser.parse_args()
-    crawlee_python = ensure_crawlee()
+    if args.smoke:
+        args.pages, args.rounds = 3, 1
+    crawlee_python = None if args.smoke else ensure_crawlee()
     workdir = Path(tempfile.mkdtemp(prefix="bench-pageslots-"))
     site_port, proxy_port = free_port(), free_port()
     processes = [
@@ -261,16 +283,19 @@ def main() -> None:
         ours_rounds, crawlee_rounds, late_rounds, late_crawlee_rounds = [], [], [], []
         for _ in range(args.rounds):  # in turn, so both see the same load
             ours_rounds.append(asyncio.run(slot_run(settings, proxy_url, urls, source(base, BLOCKED))))
-            crawlee_rounds.append(crawlee_run(crawlee_python, settings, proxy_url, urls, BLOCKED, workdir))
+            if crawlee_python is not None:
+                crawlee_rounds.append(crawlee_run(crawlee_python, settings, proxy_url, urls, BLOCKED, workdir))
             late_rounds.append(asyncio.run(late_run(settings, proxy_url, late_urls, late_source(base))))
-            late_crawlee = crawlee_run(crawlee_python, settings, proxy_url, late_urls, BLOCKED, workdir, LATE_SELECTOR)
-            late_crawlee["complete_share"] = complete_share(late_source(base), late_crawlee.pop("pages_by_url"))
-            late_crawlee_rounds.append(late_crawlee)
-        isolation_ms = asyncio.run(context_switch_ms(settings, proxy_url, base))
+            if crawlee_python is not None:
+                late_crawlee = crawlee_run(crawlee_python, settings, proxy_url, late_urls, BLOCKED, workdir,
+                                           LATE_SELECTOR)
+                late_crawlee["complete_share"] = complete_share(late_source(base), late_crawlee.pop("pages_by_url"))
+                late_crawlee_rounds.append(late_crawlee)
+        isolation_ms = asyncio.run(context_switch_ms(settings, proxy_url, base, 3 if args.smoke else 20))
         blocked = max(ours_rounds, key=lambda run: run["pages_per_min"])
-        crawlee = max(crawlee_rounds, key=lambda run: run["pages_per_min"])
+        crawlee = max(crawlee_rounds, key=lambda run: run["pages_per_min"], default=None)
         late = max(late_rounds, key=lambda run: run["pages_per_min"])
-        late_crawlee = max(late_crawlee_rounds, key=lambda run: run["pages_per_min"])
+        late_crawlee = max(late_crawlee_rounds, key=lambda run: run["pages_per_min"], default=None)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         for process in processes:
@@ -287,25 +312,27 @@ def main() -> None:
         "bytes_cut": round(1 - blocked["proxy_bytes_per_page"] / unblocked["proxy_bytes_per_page"], 3),
         "slot_pss_mb": round(blocked["pss_mb"], 1),
         "allocator_ms": round(allocator_ms(), 2),
-        "crawlee_pages_per_min": round(crawlee["pages_per_min"]),
-        "ratio": round(blocked["pages_per_min"] / crawlee["pages_per_min"], 2),
-        "crawlee_pss_mb": round(crawlee["pss_mb"], 1),
-        "slot_uss_mb": round(blocked["uss_mb"], 1), "crawlee_uss_mb": round(crawlee["uss_mb"], 1),
-        "crawlee_proxy_bytes_per_page": round(crawlee["proxy_bytes_per_page"]),
-        "pss_by_kind": {"slot": blocked["pss_by_kind"], "crawlee": crawlee["pss_by_kind"]},
+        "crawlee_pages_per_min": rounded(crawlee, "pages_per_min"),
+        "ratio": ratio(blocked, crawlee),
+        "crawlee_pss_mb": rounded(crawlee, "pss_mb", 1),
+        "slot_uss_mb": round(blocked["uss_mb"], 1), "crawlee_uss_mb": rounded(crawlee, "uss_mb", 1),
+        "crawlee_proxy_bytes_per_page": rounded(crawlee, "proxy_bytes_per_page"),
+        "pss_by_kind": {"slot": blocked["pss_by_kind"], "crawlee": crawlee and crawlee["pss_by_kind"]},
         "rounds": {"slot_pages_per_min": [round(run["pages_per_min"]) for run in ours_rounds],
                    "crawlee_pages_per_min": [round(run["pages_per_min"]) for run in crawlee_rounds],
                    "slot_pss_mb": [round(run["pss_mb"], 1) for run in ours_rounds],
                    "crawlee_pss_mb": [round(run["pss_mb"], 1) for run in crawlee_rounds]},
         "late_pages_per_min": round(late["pages_per_min"]),
-        "late_crawlee_pages_per_min": round(late_crawlee["pages_per_min"]),
-        "late_ratio": round(late["pages_per_min"] / late_crawlee["pages_per_min"], 2),
+        "late_crawlee_pages_per_min": rounded(late_crawlee, "pages_per_min"),
+        "late_ratio": ratio(late, late_crawlee),
         "late_complete_share": round(min(run["complete_share"] for run in late_rounds), 3),
-        "late_crawlee_complete_share": round(min(run["complete_share"] for run in late_crawlee_rounds), 3),
-        "late_slot_pss_mb": round(late["pss_mb"], 1), "late_crawlee_pss_mb": round(late_crawlee["pss_mb"], 1),
+        "late_crawlee_complete_share": round(min(run["complete_share"] for run in late_crawlee_rounds), 3)
+        if late_crawlee_rounds else None,
+        "late_slot_pss_mb": round(late["pss_mb"], 1), "late_crawlee_pss_mb": rounded(late_crawlee, "pss_mb", 1),
         "context_per_source_ms": round(isolation_ms, 1),
         "late_rounds": {"slot_pages_per_min": [round(run["pages_per_min"]) for run in late_rounds],
                         "crawlee_pages_per_min": [round(run["pages_per_min"]) for run in late_crawlee_rounds]},
+        "peers_skipped": ["crawlee"] if crawlee_python is None else [],
         "load_average": [round(value, 2) for value in os.getloadavg()],
     }
     print(json.dumps(result))

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import psutil
 
+# Not a bench: tests/test_benches.py runs only the modules that declare PROMISED_KEYS.
+NOT_A_BENCH = "a helper of bench/pageslots.py"
+
 
 def process_kind(process: psutil.Process) -> str:
     """driver (Playwright's node), browser, or Chromium's --type= (renderer, gpu-process, utility, zygote)."""

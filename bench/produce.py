@@ -10,7 +10,8 @@ stand-in) on free loopback ports. Measured in the same run:
 - ``memory_growth``: peak RSS of a producer process at 200,000 documents / at 20,000 (goal: <= 1.10).
 
 Each producer measurement runs in a fresh child process so its peak RSS is its own.
-Usage: .venv/bin/python bench/produce.py [--large 200000] [--small 20000] [--batch-size 1000]
+Usage: .venv/bin/python bench/produce.py [--large 200000] [--small 20000] [--batch-size 1000] [--smoke]
+``--smoke`` (CI: tests/test_benches.py): 2,000 and 500 documents.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ import redis
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SOURCE_NAME = "bench_produce"
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = (
+    "bench", "documents", "batch_size", "mongo", "urls_planned", "tasks_pushed", "seconds", "plan_seconds",
+    "produce_seconds", "urls_per_s", "raw_cursor_per_s", "raw_push_per_s", "ratio", "peak_rss_small_kb",
+    "peak_rss_large_kb", "memory_growth",
+)
 
 
 def _source(collection: str, batch_size: int, max_packages: int):
@@ -151,7 +158,10 @@ def main() -> None:
     parser.add_argument("--mongo-uri")
     parser.add_argument("--database", default="bench_produce")
     parser.add_argument("--collection")
+    parser.add_argument("--smoke", action="store_true", help="2,000 and 500 documents (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.large, args.small = 2000, 500
     if args.child:
         child(args)
         return

@@ -1,4 +1,4 @@
-"""Re-harvest of an unchanged site against its first harvest, in one run (issue 23).
+"""Re-harvest of an unchanged site against its first harvest, in one run.
 
 Starts its own redis-server, MongoDB (HARVESTER_MONGO_URI, else mongod, else the SecantusDB stand-in), the
 demo site, a distributor and Celery workers on free loopback ports, then harvests the same unchanged 2,000
@@ -18,7 +18,8 @@ until every package is finished. Each run's seconds, bytes, statuses, the CPU of
 distributor and the report's ``records_not_modified``, ``bytes_saved`` and ``sitemap_unchanged`` are beside
 them.
 
-Usage: .venv/bin/python bench/reharvest.py [--pages 2000] [--latency-ms 20] [--concurrency 16] [--workers 2]
+Usage: .venv/bin/python bench/reharvest.py [--pages 2000] [--latency-ms 20] [--concurrency 16] [--workers 2] [--smoke]
+``--smoke`` (CI: tests/test_benches.py): 40 pages, one Celery process, its directory removed after.
 The JSON object on the last line carries every figure and ``mongo`` (which server answered).
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -43,6 +45,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from crawl import Processes, tree_cpu_seconds  # noqa: E402  (the bench's process helpers)
 from rig import DEMO_PRODUCT_ATTRIBUTES  # noqa: E402
+
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = (
+    "pages", "reharvest_bytes_ratio", "reharvest_time_ratio", "conditional_only_bytes_ratio",
+    "conditional_only_time_ratio", "runs", "latency_ms", "concurrency", "workers", "mongo",
+)
 
 
 def demo_stats(site_url: str, client: str) -> dict[str, Any]:
@@ -105,7 +113,10 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument("--smoke", action="store_true", help="40 pages, one Celery process (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.pages, args.workers = 40, 1
 
     import redis
     from harvester.config.model import SourceConfig
@@ -191,6 +202,8 @@ def main() -> None:
         print(json.dumps(result))
     finally:
         processes.stop_all()
+        if args.smoke:  # the full run keeps its logs for a look after it
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

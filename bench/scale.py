@@ -24,7 +24,9 @@ a peer measured in the same run.
    and ``series_per_source`` with the setting on (goal <= 20).
 
 Usage: .venv/bin/python bench/scale.py [--sources 5000] [--runs 3] [--tasks 40000] [--skip parse,distributor,metrics]
-The last line is JSON with every figure named above.
+       [--smoke]
+The last line is JSON with every figure named above. ``--smoke`` (CI: tests/test_benches.py): 40 sources, one
+run, 1,200 tasks.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,6 +56,20 @@ SERIES_PER_SOURCE_GOAL = 20
 ACTIVE_SOURCES = 500
 IDLE_ROUNDS = 21  # rounds timed after every task is admitted
 DETAILED_SOURCES = 100  # metrics_detailed_sources in the lean scrape
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there);
+# {sources} stands for the run's number of sources, the line's own "sources".
+PROMISED_KEYS = (
+    "bench", "sources",
+    "parse_cpu_s_{sources}", "parse_s_{sources}", "floor_parse_cpu_s_{sources}", "parse_ratio_{sources}",
+    "parse_cold_cpu_s_{sources}", "parse_uncached_cpu_s_{sources}", "one_dag_s_{sources}",
+    "one_dag_cpu_s_{sources}", "one_dag_dags",
+    "idle_round_ms_{sources}", "idle_round_ms_8", "reap_ms_{sources}", "reap_ms_8", "admitted_per_s_{sources}",
+    "admitted_per_s_8", "admission_ratio_{sources}", "admission_tasks", "admission_sources_with_work",
+    "redis_bytes_per_idle_source",
+    "series_{sources}", "scrape_s_{sources}", "scrape_mb_{sources}", "series_{sources}_lean",
+    "scrape_s_{sources}_lean", "series_per_source_full", "series_per_source",
+    "load_avg_1m", "goals_met",
+)
 
 FLOOR_HEADER = '''"""Airflow's floor: harvest_sources.py's DAGs from Python literals, tasks as EmptyOperators."""
 import attrs
@@ -255,6 +272,7 @@ def bench_distributor(count: int, tasks: int) -> dict:
     finally:
         process.terminate()
         process.wait(20)
+        shutil.rmtree(directory, ignore_errors=True)  # its AOF files
     ratio = best_many["admitted_per_s"] / best_few["admitted_per_s"]
     print(f"distributor: {best_many['admitted_per_s']:.0f} admitted/s with {count} registered sources "
           f"({ACTIVE_SOURCES} with work, {best_many['rounds']} rounds) against {best_few['admitted_per_s']:.0f}/s "
@@ -272,7 +290,7 @@ def bench_distributor(count: int, tasks: int) -> dict:
             f"admitted_per_s_{count}": round(best_many["admitted_per_s"]),
             "admitted_per_s_8": round(best_few["admitted_per_s"]),
             f"admission_ratio_{count}": round(ratio, 3), "admission_tasks": tasks,
-            "admission_sources_with_work": ACTIVE_SOURCES, "redis_bytes_per_idle_source": round(per_idle)}
+            "admission_sources_with_work": min(ACTIVE_SOURCES, count), "redis_bytes_per_idle_source": round(per_idle)}
 
 
 def seed_metrics(client, count: int) -> None:
@@ -330,6 +348,7 @@ def bench_metrics(count: int) -> dict:
     finally:
         process.terminate()
         process.wait(20)
+        shutil.rmtree(directory, ignore_errors=True)  # its AOF files
     print(f"metrics at {count} sources: every histogram {full[0]} series in {full[1]:.2f} s ({full[2] / 1e6:.1f} MB); "
           f"metrics_detailed_sources={DETAILED_SOURCES}: {lean[0]} series ({lean[0] / count:.1f} per source) "
           f"in {lean[1]:.2f} s",
@@ -349,7 +368,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=40_000)
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: parse, distributor, metrics")
+    parser.add_argument("--smoke", action="store_true", help="40 sources, one run, 1,200 tasks (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.sources, args.runs, args.tasks = 40, 1, 1200
     skip = set(filter(None, args.skip.split(",")))
     result: dict = {"bench": "scale", "sources": args.sources}
     if "parse" not in skip:

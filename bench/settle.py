@@ -1,4 +1,4 @@
-"""The storage path near its ceiling (issue 25, item 2): the worker's settle path fed pre-fetched pages.
+"""The storage path near its ceiling: the worker's settle path fed pre-fetched pages.
 
 ``settle_ceiling`` runs the worker's own ending of a batch (``BatchRunner.finish``: extract every page, one
 bulk upsert of the records, mark the URLs seen, count the packages down, release the leases, count the
@@ -18,7 +18,8 @@ index and the url index the URL store, the planner and conditional requests read
 - ``settle_cpu_ms_per_record``: this process's CPU per settled record (extraction and the clients).
 
 bench/crawl.py calls it beside its crawls (same servers, same run); alone it starts its own redis-server
-and MongoDB: ``.venv/bin/python bench/settle.py [--records 3000] [--batch 16] [--profile FILE]``.
+and MongoDB: ``.venv/bin/python bench/settle.py [--records 3000] [--batch 16] [--profile FILE] [--smoke]``;
+``--smoke`` (CI: tests/test_benches.py): 160 records, one round.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 for path in (ROOT / "include", ROOT / "demo"):  # after PYTHONPATH: another checkout's core may be measured
     if str(path) not in sys.path:
         sys.path.append(str(path))
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = (
+    "settle_records", "settle_batch_size", "settle_records_per_s", "raw_bulk_records_per_s",
+    "settle_ceiling_ratio", "raw_one_write_records_per_s", "settle_one_write_ratio",
+    "raw_key_index_only_records_per_s", "settle_cpu_ms_per_record", "mongo",
+)
 
 
 def product_pages(site_url: str, count: int) -> list[tuple[str, str]]:
@@ -199,7 +206,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile", help="write the last round's cProfile stats of the settle path here")
+    parser.add_argument("--smoke", action="store_true", help="160 records, one round (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.records, args.rounds = 160, 1
     from harvester.services import readiness
     from harvester.services.mongo import choose_mongo
     from harvester.services.ports import LOOPBACK, free_port

@@ -200,7 +200,7 @@ def test_image_extends_airflow_and_installs_the_same_lock() -> None:
     assert "apache-airflow==3.3.2" in lock and "celery==5.6.3" in lock
 
 
-# -- properties of the official Airflow compose, and hardening (issue 14) ------------------------------
+# -- properties of the official Airflow compose, and hardening -----------------------------------------
 
 
 def test_every_long_running_service_has_a_healthcheck() -> None:

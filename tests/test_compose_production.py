@@ -1,4 +1,4 @@
-"""docker-compose.yaml and the Dockerfile for production (issue 24): the demo sources run only with the demo
+"""docker-compose.yaml and the Dockerfile for production: the demo sources run only with the demo
 profile, a forward proxy is asked for only for a country that has browser sources, HARVESTER_CONTACT_URL (named in
 every request's User-Agent) is required, and the runtime image installs no test tool (requirements-dev.txt holds
 them; one lock for both). Each failed on the code before the fix."""

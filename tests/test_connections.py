@@ -219,7 +219,7 @@ def test_tls_urls_keep_their_ssl_connection_class(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.unit
 def test_the_distributors_blocking_client_keeps_tls() -> None:
-    """The defect of issue 9: the blocking client was rebuilt from connection_kwargs alone, so a
+    """A defect once shipped: the blocking client was rebuilt from connection_kwargs alone, so a
     ``rediss://`` distributor waited for work over plain TCP."""
     from harvester.distributor.service import Distributor
 
@@ -295,7 +295,7 @@ def test_unix_socket_urls_work_for_commands_and_blocking_reads(tmp_path: Path) -
         server.stop()
 
 
-# -- Redis Sentinel (issue 25) ----------------------------------------------------------------------
+# -- Redis Sentinel ----------------------------------------------------------------------------------
 @pytest.mark.unit
 def test_a_redis_connection_may_name_sentinels_in_its_extras() -> None:
     """As compose and the cluster mode set AIRFLOW_CONN_REDIS_DEFAULT: the URI's host is then ignored."""

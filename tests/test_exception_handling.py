@@ -36,7 +36,7 @@ BACKEND_BOUNDARY: dict[str, str] = {
     "storage/changes.py": "a history insert's BulkWriteError tells a retried batch's duplicates from failures "
                           "(inside the data handler's wrapper)",
 }
-# Files another piece of issue 19 rewrites; each leaves this list once its catches follow the rules.
+# Files whose catches are still being rewritten; each leaves this list once its catches follow the rules.
 NOT_YET_CONVERTED: dict[str, str] = {}
 
 

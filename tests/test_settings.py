@@ -982,7 +982,7 @@ def test_every_setting_has_a_small_test_that_shows_its_effect():
     assert fields >= NOT_YET_SMALL_TESTED
 
 
-# -- hostile sites, round two (issue 24) ----------------------------------------------------------------
+# -- hostile sites, beyond the first caps ----------------------------------------------------------------
 def _listing_fetch(body: str, url: str = "http://shop.example/shop"):
     from harvester.scraping.fetching.fetcher import FetchResult
 
@@ -1106,7 +1106,7 @@ def test_lost_message_check_seconds_is_how_often_the_distributor_looks():
     assert probe.due
 
 
-# -- scale (issue 25) ------------------------------------------------------------------------------
+# -- scale -----------------------------------------------------------------------------------------
 @covers_setting("source_cache_dir")
 def test_source_cache_dir_keeps_validated_sources_so_an_unchanged_file_is_not_validated_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -1171,7 +1171,7 @@ def test_metadata_retention_days_is_how_old_a_run_must_be_to_be_cleaned(monkeypa
         "2026-03-01T00:00:00+00:00", "2026-03-24T00:00:00+00:00"]
 
 
-# -- sitemaps (issue 23) -------------------------------------------------------------------------------
+# -- sitemaps ----------------------------------------------------------------------------------------
 def fetch_sitemap(url: str, **overrides: object):
     import asyncio
 

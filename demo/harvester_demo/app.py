@@ -183,7 +183,7 @@ def page(title: str, body: str) -> str:
     )
 
 
-# -- hostile pages (issue 12): what the config layer, URL rules and extraction must survive --------------
+# -- hostile pages: what the config layer, URL rules and extraction must survive -------------------------
 NESTED_DEPTH = 2000  # libxml2 keeps about this many nested elements; each holds its share of the text
 
 
@@ -441,13 +441,13 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     from harvester_demo.hostile import hostile_fetch_routes
 
     routes += hostile_fetch_routes(product_body, page)
-    from harvester_demo.structured import structured_routes  # pages that publish their data (issue 22)
+    from harvester_demo.structured import structured_routes  # pages that publish their data
 
     routes += structured_routes(lambda: site.products, product_facts, page, latency)
-    from harvester_demo.browser_shapes import browser_shape_routes  # pages that render late, scroll... (issue 20)
+    from harvester_demo.browser_shapes import browser_shape_routes  # pages that render late, scroll...
 
     routes += browser_shape_routes(product_body, page, product_facts, site.products)
-    from harvester_demo.incremental import incremental_routes  # sitemaps, conditional requests (issue 23)
+    from harvester_demo.incremental import incremental_routes  # sitemaps, conditional requests
 
     routes += incremental_routes(lambda: site.products, product_body, page, product_facts, latency)
     app = Starlette(routes=routes)

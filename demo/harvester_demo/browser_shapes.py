@@ -1,4 +1,4 @@
-"""The demo site's JavaScript shapes (issue 20): pages a browser source meets on real shops.
+"""The demo site's JavaScript shapes: pages a browser source meets on real shops.
 
 Each shape is one thing a page slot must handle before it extracts (docs/sources.md, "The browser section"):
 

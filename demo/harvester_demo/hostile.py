@@ -1,4 +1,4 @@
-"""The demo site's hostile pages for the fetch side (issue 12): what a site we do not control can send.
+"""The demo site's hostile pages for the fetch side: what a site we do not control can send.
 
 Each page is one case the fetcher must turn into a per-page outcome with its reason (docs/workers.md,
 "Fetch-side defences"): decompression bombs, stacked and corrupt encodings, absurd Retry-After values,

@@ -1,4 +1,4 @@
-"""The demo site's pages for incremental harvests (issue 23): sitemaps, conditional requests, changes.
+"""The demo site's pages for incremental harvests: sitemaps, conditional requests, changes.
 
 - ``/inc/sitemap.xml?products=N&per_file=M``: a sitemap index whose children are gzip files
   (``/inc/sitemaps/products-<k>.xml.gz``), each listing ``/inc/product/<id>`` (``&all=1``:

@@ -1,4 +1,4 @@
-"""The demo site's pages that publish their data (issue 22): the shapes real shops use besides markup.
+"""The demo site's pages that publish their data: the shapes real shops use besides markup.
 
 Every page describes the same products as ``/product/<id>`` (``product_facts``), so a source of any
 shape can be checked against the truth and against each other:

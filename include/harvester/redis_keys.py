@@ -131,7 +131,7 @@ class SourceKeys:
 
     @property
     def run_quality(self) -> str:
-        """Hash: the last reported run's outcome (green, degraded, failed), reason, shares (issue 21)."""
+        """Hash: the last reported run's outcome (green, degraded, failed), reason, shares (exported between runs)."""
         return self._key("run-quality")
 
     @property

@@ -67,7 +67,7 @@ class HarvesterSettings(BaseSettings):
     host_pause_max_seconds: float = Field(
         default=3600.0, gt=0, description="Longest Retry-After pause honoured for one host (its record expires).")
 
-    # Celery delivery (issue 11: no fetch outside admission whatever Celery redelivers).
+    # Celery delivery: no fetch outside admission whatever Celery redelivers.
     celery_task_events: bool = Field(
         default=False, description="Workers send Celery task events from the start; off, they send them once "
                                    "Flower (or `celery control enable_events`) asks, so nobody pays for "
@@ -97,7 +97,7 @@ class HarvesterSettings(BaseSettings):
         default=100_000, ge=16, description="Characters of one extracted value; a longer one is refused (too_long).")
     max_extracted_characters: int = Field(
         default=1_000_000, ge=1024, description="Characters one page may give all its attributes (too_large past it).")
-    # Structured data (issue 22): JSON-LD, <script> JSON and object literals, JSON responses.
+    # Structured data: JSON-LD, <script> JSON and object literals, JSON responses.
     max_embedded_json_bytes: int = Field(
         default=2 * 1024 * 1024, ge=1024,
         description="Characters of one JSON-LD block or <script> blob that is parsed; a larger one is not "
@@ -127,7 +127,7 @@ class HarvesterSettings(BaseSettings):
     host_rate_max_wait_seconds: float = Field(
         default=30.0, gt=0, description="How long a request waits for its host's rate; past it the task is retried.")
 
-    # Sitemaps (issue 23): every cap holds per file or per run, whatever a site serves.
+    # Sitemaps: every cap holds per file or per run, whatever a site serves.
     sitemap_max_bytes: int = Field(
         default=50 * 1024 * 1024, ge=1024,
         description="Decoded bytes read of one sitemap (the protocol's 50 MB); the rest is not read (cut).")
@@ -140,7 +140,7 @@ class HarvesterSettings(BaseSettings):
     sitemap_max_urls_per_run: int = Field(
         default=1_000_000, ge=1, description="Sitemap entries one run reads across its files; past it files are cut.")
 
-    # Hostile sites, round two (issue 24): every cap a counted, reported refusal (docs/workers.md).
+    # Hostile sites, beyond the body and markup caps: every cap a counted, reported refusal (docs/workers.md).
     raw_body_cap_bytes: int = Field(
         default=20 * 1024 * 1024, ge=1024,
         description="Bytes read off the wire for one response, whatever they decode to (bytes that decode to "
@@ -225,7 +225,7 @@ class HarvesterSettings(BaseSettings):
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 
-    # Scale (issue 25): 5,000 sources.
+    # Scale: 5,000 sources on one deployment.
     source_cache_dir: Path | None = Field(
         default_factory=lambda: Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harvester",
         description="Validated sources are cached here, keyed by each file's bytes, so a DAG parse of unchanged "
@@ -240,7 +240,7 @@ class HarvesterSettings(BaseSettings):
         description="`harvester metadata-cleanup` removes runs of page_slots and harvest_* older than this "
                     "from Airflow's metadata database (the latest scheduled run of each DAG stays).")
 
-    # Redis failover (issue 25): Redis Sentinel for the broker, the rate-limit store and the slot records.
+    # Redis failover: Redis Sentinel for the broker, the rate-limit store and the slot records.
     redis_sentinels: str = Field(
         default="",
         description="Comma-separated host:port of Redis Sentinels. Set: every Redis client of HARVESTER_REDIS_URL "

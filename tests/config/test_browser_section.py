@@ -1,4 +1,4 @@
-"""The browser section of a source (issue 20): its forms, its errors by field, and its round trip through the
+"""The browser section of a source: its forms, its errors by field, and its round trip through the
 registered copy every worker and slot reads (model_dump_json -> model_validate_json)."""
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def test_every_example_source_gets_its_dag(tmp_path: Path) -> None:
     assert "plan" in shop["tasks"]
     assert shop["params"] == {"batch_size": 50, "max_packages": 20, "urls": [], "min_stored_share": 0.95,
                               "max_rejected_share": 0.05, "max_dead_share": 0.1, "min_records": 0,
-                              "on_breach": "fail"}  # the quality thresholds, the source's (issue 21)
+                              "on_breach": "fail"}  # the quality thresholds, the source's
     assert shop["param_schemas"]["on_breach"]["enum"] == ["fail", "warn"]
     assert shop["param_schemas"]["batch_size"]["type"] == "integer"
     assert shop["param_schemas"]["urls"]["type"] == "array"

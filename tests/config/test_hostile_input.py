@@ -1,4 +1,4 @@
-"""Hand-written YAML that used to break the loader (issue 12): alias loops and bombs, values the YAML
+"""Hand-written YAML that used to break the loader: alias loops and bombs, values the YAML
 constructors cannot build, reserved field names, list keys, placeholders that dump settings, and
 follow patterns that backtrack for ever."""
 

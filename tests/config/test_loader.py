@@ -52,7 +52,7 @@ def test_several_problems_give_one_line_each(tmp_path: Path) -> None:
 def test_a_missing_nested_field_points_at_its_parent(tmp_path: Path) -> None:
     problem = one_problem(MINIMAL + "listing:\n  max_depth: 2\n")
     assert (problem.field, problem.line) == ("listing.link_selectors", 6)
-    # a listing needs links to follow or records of its own (issue 22): either may be the missing one
+    # a listing needs links to follow or records of its own: either may be the missing one
     assert problem.reason == "give link_selectors (detail pages to visit), records, or both"
 
 

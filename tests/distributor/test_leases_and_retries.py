@@ -52,7 +52,7 @@ def test_an_expired_lease_goes_back_to_intake_with_attempt_raised(
 
     again = admit_one(store, "shop", now + 2 * lease)
     assert (again.task_id, again.attempt, again.run_id, again.package_id) == (task.task_id, 1, "r1", 7)
-    # the first worker's late release must not free the lease of the task's new holder (issue 11)
+    # the first worker's late release must not free the lease of the task's new holder (it would fetch unadmitted)
     assert again.lease_token != task.lease_token
     assert store.release("shop", leases_of(task)) == 0
     assert store.active_task_ids("shop") == [task.task_id]

@@ -1,4 +1,4 @@
-"""A Celery message lost between kombu's BRPOP and its unacked registration (celery/celery#4354, issue 24): its
+"""A Celery message lost between kombu's BRPOP and its unacked registration (celery/celery#4354): its
 queued reservations come back to intake, uncharged, within a few looks of the distributor, not after
 ``queued_lease_seconds``; a message in its queue or held unacknowledged by a worker is never taken for lost.
 

@@ -1,4 +1,4 @@
-"""The shipped alert rules (issue 21): valid for promtool, unit-tested rule by rule (deploy/prometheus/
+"""The shipped alert rules: valid for promtool, unit-tested rule by rule (deploy/prometheus/
 alerts.test.yml), every rule tested, loaded by compose and by `make run MODE=cluster`, and a test that a wrong
 expectation fails (so the unit tests can fail)."""
 

@@ -166,7 +166,7 @@ def test_recording_counts_requests_without_a_status(redis_client) -> None:
 
 def test_reharvest_metrics_count_changes_304s_and_saved_bytes(write_source, crawl, demo_site, redis_client,
                                                               worker_settings, mongo_server) -> None:
-    """Issue 23: records changed / unchanged / not modified and the bytes a 304 saved, per source."""
+    """What a re-harvest found: records changed / unchanged / not modified and the bytes a 304 saved, per source."""
     import urllib.request
 
     registry = metrics_registry(redis_client, worker_settings)

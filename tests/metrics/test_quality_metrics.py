@@ -1,4 +1,4 @@
-"""The metrics the shipped alert rules watch (issue 21): rejections by attribute and rule, the last run's
+"""The metrics the shipped alert rules watch: rejections by attribute and rule, the last run's
 outcome and shares, the browser backlog per country where the tasks really wait, live slot hosts and
 distributors. Real Redis, a real batch through the worker's pipeline."""
 

@@ -1,4 +1,4 @@
-"""The plugin's authorisation in a real `airflow api-server` (issue 24): a viewer limited to one DAG reads only
+"""The plugin's authorisation in a real `airflow api-server`: a viewer limited to one DAG reads only
 that source (every source-scoped read checks access to harvest_<source>, the lists are filtered), the
 docs, the OpenAPI schema and the static files need a login, the requeue POST needs a bearer token or the
 page's own header (a session cookie alone, which a cross-site form would carry, is refused), and the nav links

@@ -189,7 +189,7 @@ def test_unauthenticated_get_401_and_a_viewer_cannot_requeue(api_server, plugin_
 
 def test_results_download_in_each_format_needs_the_results_route_access(api_server, plugin_settings, redis_client,
                                                                         mongo_server, tmp_path) -> None:
-    """Issue 23: the records as jsonl, csv and parquet downloads, read back with their types."""
+    """The records as jsonl, csv and parquet downloads, read back with their types."""
     from harvester.config.loader import get_source
     from harvester.storage.exports import read_csv, read_jsonl, read_parquet
 

@@ -1,4 +1,4 @@
-"""The Harvester page tells a degraded run's story (issue 21), in real Chromium against a real `airflow
+"""The Harvester page tells a degraded run's story, in real Chromium against a real `airflow
 api-server`: a source's pages lose their required sku (the demo site's ``/_markup``), its run (harvested
 through the worker's pipeline against real Redis, MongoDB and the demo site, reported as the ``report``
 task does) is degraded under ``on_breach: warn``; the page shows the outcome and the reason in words, the

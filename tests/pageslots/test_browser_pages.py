@@ -1,4 +1,4 @@
-"""Browser sources on JavaScript pages, end to end (issue 20): real Redis, the distributor, a Celery slot host on
+"""Browser sources on JavaScript pages, end to end: real Redis, the distributor, a Celery slot host on
 `pageslots`, real Chromium through a counting SG forward proxy, the demo site's JavaScript shapes
 (harvester_demo.browser_shapes) and MongoDB.
 

@@ -1,4 +1,4 @@
-"""Issue 23: a source with ``schedule: {after: [upstream]}`` runs after its upstream's run, scheduled by a
+"""A source with ``schedule: {after: [upstream]}`` runs after its upstream's run, scheduled by a
 real `airflow standalone` on the upstream's output Asset, whose event carries the run's figures."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 6's done-when: `airflow dags test` of a real producer DAG against real Redis, MongoDB, the
+"""The producer DAG as Airflow runs it: `airflow dags test` of a real producer DAG against real Redis, MongoDB, the
 distributor process, Celery workers and the demo site.
 
 - a full run lands every record; a run killed mid-way (SIGKILL of the worker and of the DAG test
@@ -205,7 +205,7 @@ def _dag_run_states(home: Path, dag_id: str) -> list[str]:
 
 def test_a_run_whose_pages_lose_a_required_field_fails_with_the_reason_or_warns(
         airflow_home, dag_settings, demo_site, mongo_server, celery_worker_factory, distributor, tmp_path) -> None:
-    """Issue 21: the site drops the required sku; the report task fails the DAG run with the reason in one line,
+    """The site drops the required sku; the report task fails the DAG run with the reason in one line,
     at once: the harvest is over, so retrying the report cannot change its data (under `make run` the source's
     3 retries kept the run "running" for 3 more minutes, and each retry reported again). The same source with
     ``quality: {on_breach: warn}`` stays green and its report says degraded."""

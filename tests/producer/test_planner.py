@@ -159,7 +159,7 @@ def test_a_new_run_continues_an_unfinished_one(database, make_source) -> None:
 
 
 def test_input_urls_not_in_canonical_form_are_found_fresh(database, make_source) -> None:
-    """Issue 12: records are stored under the canonical URL, so the lag lookup must use it too."""
+    """Records are stored under the canonical URL, so the lag lookup must use it too."""
     now = datetime.now(UTC)
     database.shop_input.insert_many([
         {"url": "HTTP://Shop.Example:80/p/0?utm_source=mail#top"},  # fresh once canonical
@@ -187,7 +187,7 @@ def test_planning_a_large_input_logs_its_progress(database, make_source, caplog,
 
 
 def test_urls_a_cached_robots_txt_disallows_are_skipped_and_counted(database, make_source, redis_client) -> None:
-    """Issue 12: robots.txt honoured at planning too (only cached rules: the planner never fetches)."""
+    """robots.txt honoured at planning too (only cached rules: the planner never fetches)."""
     from harvester.scraping.fetching.robots import RobotsCache, RobotsRules
 
     database.shop_input.insert_many([{"url": f"http://shop.example/{kind}/{i}"} for kind in ("p", "private")

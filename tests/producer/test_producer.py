@@ -63,7 +63,7 @@ def test_resume_repushes_only_packages_whose_tasks_vanished(database, redis_clie
     store.complete_tasks("shop", "run1", 0, [m.task_id for m in by_package[0]])
     store.complete_tasks("shop", "run1", 1, [by_package[1][0].task_id])
     # Package 2's first task is leased by a live worker: the package stays running, that task is left to its
-    # worker, and only its other tasks (nowhere in Redis now) are pushed again (issue 11: never stranded).
+    # worker, and only its other tasks (nowhere in Redis now) are pushed again (never stranded).
     redis_client.delete(SourceKeys("shop").intake)
     redis_client.zadd(SourceKeys("shop").active, {by_package[2][0].task_id: 9e9})
     assert RateLimitStore(redis_client, harvester_settings).live_task_ids("shop", "run1") == {by_package[2][0].task_id}

@@ -1,4 +1,4 @@
-"""The fault-matrix harness (issue 11): one harvest run against real processes, and the three checks
+"""The fault-matrix harness (docs/reliability.md): one harvest run against real processes, and the three checks
 every row asserts.
 
 - every record stored exactly once (one document per planned URL, none missing, none extra);

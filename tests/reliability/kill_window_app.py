@@ -1,4 +1,4 @@
-"""Harvester's Celery app for a worker that dies in kombu's window (fault-matrix row 11, issue 24).
+"""Harvester's Celery app for a worker that dies in kombu's window (fault-matrix row 11, docs/reliability.md).
 
 Started as ``celery -A tests.reliability.kill_window_app worker``: the app is Harvester's own, and the worker's
 main process SIGKILLs itself when kombu has BRPOPped a message and before ``QoS.append`` registers it in

@@ -1,4 +1,4 @@
-"""Focused tests of the delivery defects issue 11 lists, each against a real redis-server (and, where
+"""Focused tests of the delivery defects docs/reliability.md lists, each against a real redis-server (and, where
 named, the real MongoDB server and a real distributor round). Each states the promise, not the bug."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fault matrix of issue 11: one test per row, real processes (redis-server, the MongoDB server in
+"""The fault matrix of docs/reliability.md: one test per row, real processes (redis-server, the MongoDB server in
 use, Celery workers, `harvester distributor`, the demo site), short leases and windows.
 
 Every row asserts the same three promises (harness.Harvest.assert_every_row_holds): every record

@@ -1,4 +1,4 @@
-"""Extraction on hostile pages and values (issue 12): exact integers, decimal commas, bounded work."""
+"""Extraction on hostile pages and values: exact integers, decimal commas, bounded work."""
 
 from __future__ import annotations
 

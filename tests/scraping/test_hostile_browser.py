@@ -1,4 +1,4 @@
-"""The browser path refuses what the HTTP path refuses (issue 12): navigations and redirect hops to
+"""The browser path refuses what the HTTP path refuses: navigations and redirect hops to
 forbidden addresses or schemes, through Playwright routing in a real Chromium."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def test_browser_still_renders_allowed_pages_and_redirects(demo_site) -> None:
     assert fetch.ok and "SKU-00003" in fetch.text and fetch.final_url.endswith("/product/3")
 
 
-# -- the guard on the whole browser (issue 20): what a page itself tries, beyond its navigation -----------
+# -- the guard on the whole browser: what a page itself tries, beyond its navigation ----------------------
 def guard_cases(secret) -> dict[str, str]:
     """Each page tries to reach the secret server (a loopback port the address rules do not allow) in one way."""
     redirect = quote(f"/hostile/redirect?to={secret.url}/image", safe="")
@@ -92,7 +92,7 @@ def test_a_navigation_body_is_cut_while_it_streams_not_after_it_was_decompressed
     assert time.monotonic() - started < 20
 
 
-# -- credentials in the browser go where the HTTP fetcher's go (issue 24) ---------------------------------
+# -- credentials in the browser go where the HTTP fetcher's go ------------------------------------------
 def test_a_browser_task_on_another_host_never_gets_the_connections_credentials(site, attacker, monkeypatch) -> None:
     """The connection names the site's host: a task whose URL is on another host (a link the site wrote) is
     rendered without the connection's headers, basic auth or cookies, as the HTTP fetcher sends them (the page

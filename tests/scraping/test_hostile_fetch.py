@@ -1,4 +1,4 @@
-"""Hostile sites on the fetch side (issue 12), each against the real demo site over real HTTP: bounded
+"""Hostile sites on the fetch side, each against the real demo site over real HTTP: bounded
 decompression, one content encoding, safe redirects and addresses, believable Retry-After, the page's
 own charset, robots.txt and basic auth from an HTTP connection. Each failed on the code before."""
 

@@ -1,4 +1,4 @@
-"""The demo site's hostile pages (issue 12) over real HTTP, through discovery and extraction."""
+"""The demo site's hostile pages over real HTTP, through discovery and extraction."""
 
 from __future__ import annotations
 

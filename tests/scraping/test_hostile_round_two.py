@@ -1,4 +1,4 @@
-"""Hostile sites, round two (issue 24), on the fetch side, each against real servers: the source's site on
+"""Hostile sites beyond the first caps, on the fetch side, each against real servers: the source's site on
 127.0.0.1 and an "attacker" host on 127.0.0.2 (tests.fixtures.hostile_hosts), test host names answered by the
 event loop's resolver, a slow resolver. Each case was committed failing against the code before the fix."""
 

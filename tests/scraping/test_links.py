@@ -68,7 +68,7 @@ def test_xpath_link_selectors_and_attribute_results() -> None:
     assert discovery.details == ["http://127.0.0.1:9/product/7", "http://127.0.0.1:9/product/8"]
 
 
-# -- w3lib's canonical form (issue 12: the hand-written canonicaliser gave one page two keys) ---------
+# -- w3lib's canonical form (a hand-written canonicaliser gave one page two keys) ---------------------
 # Vectors from w3lib's own tests/test_url.py (CanonicalizeUrlTest) and canonicalize_url's docstring.
 W3LIB_VECTORS = [
     ("http://www.example.com", "http://www.example.com/"),
@@ -125,7 +125,7 @@ def test_the_planner_checker_and_records_share_the_one_function() -> None:
     from harvester.producer import planner
     from harvester.scraping import page
     from harvester.scraping.discovery import links
-    from harvester.scraping.extraction import coercion  # coercion types url attributes (issue 22)
+    from harvester.scraping.extraction import coercion  # coercion types url attributes
     from harvester.storage import url_store
 
     for module in (links, coercion, page, planner, url_store):

@@ -1,4 +1,4 @@
-"""Selectors over the page's own data (issue 22): jsonld, microdata, meta, script_json, json, listing records,
+"""Selectors over the page's own data: jsonld, microdata, meta, script_json, json, listing records,
 each checked against the demo site's truth (``product_facts``), and the hostile inputs they must survive."""
 
 from __future__ import annotations

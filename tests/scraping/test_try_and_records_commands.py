@@ -1,5 +1,5 @@
 """`harvester try --html FILE [--url URL]` (what each selector matched, the first problem per attribute) and
-`harvester records SOURCE` (a source's latest records) (issue 22)."""
+`harvester records SOURCE` (a source's latest records)."""
 
 from __future__ import annotations
 

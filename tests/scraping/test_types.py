@@ -1,4 +1,4 @@
-"""Issue 22's richer types: locale numbers, exact prices, timezone-aware datetimes, presence, and the
+"""Types real shops need: locale numbers, exact prices, timezone-aware datetimes, presence, and the
 ambiguous ``85.000 €`` that an ``int`` must never read as 85."""
 
 from __future__ import annotations

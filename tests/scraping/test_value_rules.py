@@ -1,4 +1,4 @@
-"""Value rules (issue 21): each rule rejects a record on a required attribute and drops the value (counted) on
+"""Value rules: each rule rejects a record on a required attribute and drops the value (counted) on
 an optional one; rules that do not fit the type are refused when the source is validated."""
 
 from __future__ import annotations

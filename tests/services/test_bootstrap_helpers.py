@@ -193,7 +193,7 @@ def test_the_environment_file_is_owner_only(tmp_path: Path) -> None:
 
 
 def test_sourcing_the_environment_file_puts_the_harvester_command_on_path(tmp_path: Path) -> None:
-    """The README shows `harvester ...` bare after `source var/run/harvester.env` (issue 22)."""
+    """The README shows `harvester ...` bare after `source var/run/harvester.env`, so that must work."""
     import subprocess
 
     stack = LocalStack(root=tmp_path, environ={"PATH": "/usr/bin:/bin"})

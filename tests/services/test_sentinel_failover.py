@@ -1,4 +1,4 @@
-"""Redis failover under a harvest (issue 25, item 3): a primary, a replica and three Redis Sentinels
+"""Redis failover under a harvest: a primary, a replica and three Redis Sentinels
 (harvester.services.catalogue, as the cluster mode runs them), the distributor and a Celery worker (broker:
 kombu's sentinel:// transport; every other client: redis-py's Sentinel through the connection factory), the
 demo site and the tests' MongoDB. The primary is SIGKILLed mid-harvest; the sentinels promote the replica.

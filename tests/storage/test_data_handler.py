@@ -69,7 +69,7 @@ def test_output_database_and_collection_from_the_source(handler, mongo_server, m
 
 
 def test_a_record_mongodb_refuses_never_fails_its_batch_mates(handler) -> None:
-    """Issue 12: one value above 2**63 failed the whole batch's write ("storage failed") for every record."""
+    """Once, one value above 2**63 failed the whole batch's write ("storage failed") for every record."""
     source = demo_source("http://site", output={"key": ["url"], "collection": "refused"})
     records = [{"url": f"u{i}", "price": i} for i in range(6)]
     records[1]["price"] = 2**64  # pymongo refuses it before sending: more than 8 bytes

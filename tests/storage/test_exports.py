@@ -1,4 +1,4 @@
-"""`harvester export` (issue 23): each format round-trips the records with their types, streams with a
+"""`harvester export`: each format round-trips the records with their types, streams with a
 progress count, and selects by run, by time and by change."""
 
 from __future__ import annotations

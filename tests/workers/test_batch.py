@@ -231,7 +231,7 @@ def test_leases_are_heartbeaten_while_a_slow_batch_runs(write_source, demo_site,
 
 def test_leases_are_heartbeaten_while_the_stored_validators_are_read_from_a_mongodb_that_does_not_answer(
         write_source, demo_site, redis_client, monkeypatch) -> None:
-    """The batch's first MongoDB read (the validators of its detail pages, issue 23) runs under its
+    """The batch's first MongoDB read (the validators of its detail pages) runs under its
     heartbeat: read before it, a MongoDB that did not answer for longer than a lease let the reaper hand
     the tasks to another worker while this one still fetched them (the site saw 8 in flight for
     max_active 4 in the fault matrix's row 6 a)."""

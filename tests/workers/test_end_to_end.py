@@ -1,4 +1,4 @@
-"""Issue 5's done-when: real Redis, MongoDB, the distributor process, Celery workers and the demo site.
+"""The worker path end to end: real Redis, MongoDB, the distributor process, Celery workers and the demo site.
 
 A listing -> details crawl of the 500-product catalogue lands exactly 500 records, the package
 finishes, and the demo site never saw more requests of this source in flight than ``max_active``.

@@ -1,4 +1,4 @@
-"""Issue 12's done-when: the hostile pages through real workers — the distributor process, a Celery
+"""The hostile pages through real workers — the distributor process, a Celery
 worker, real Redis, the MongoDB stand-in and the demo site. Each hostile page ends dead-lettered with
 its reason (never retried, no worker crash, no memory blow-up), the good and authenticated pages are
 stored, a listing's links to refused addresses and disallowed paths are dropped and counted, and the

@@ -1,4 +1,4 @@
-"""The worker side of hostile sites, round two (issue 24), against real Redis and MongoDB and two real hosts (the
+"""The worker side of hostile sites beyond the first caps, against real Redis and MongoDB and two real hosts (the
 site on 127.0.0.1, an attacker on 127.0.0.2): a listing's links to the attacker never carry the source's
 credentials or cookies, next-page links stay on the site, a run's listing pages are capped, and link screening's
 bounds are counted apart from refused addresses. Each failed on the code before the fix."""

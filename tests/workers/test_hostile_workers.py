@@ -1,4 +1,4 @@
-"""The worker side of hostile sites (issue 12), against real Redis: Retry-After clamped and applied to the
+"""The worker side of hostile sites, against real Redis: Retry-After clamped and applied to the
 host that answered, discovered links to refused addresses and robots-disallowed paths dropped and
 counted, and the per-host rate (per_host_per_minute, Crawl-delay) held at fetch time by host_fetch.lua."""
 

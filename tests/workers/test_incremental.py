@@ -1,4 +1,4 @@
-"""Incremental harvests end to end (issue 23) against real Redis, MongoDB and the demo site: a run is
+"""Incremental harvests end to end against real Redis, MongoDB and the demo site: a run is
 planned and produced as the DAG does, its tasks admitted and run through the worker's batch pipeline
 (in this process), and the run's report read as the ``report`` task writes it.
 

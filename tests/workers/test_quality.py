@@ -1,4 +1,4 @@
-"""A run is green only when its data is (issue 21), against real Redis, MongoDB and the demo site: runs are
+"""A run is green only when its data is, against real Redis, MongoDB and the demo site: runs are
 planned, produced and worked through the worker's batch pipeline (in this process) and reported as the
 ``report`` task does.
 

@@ -109,7 +109,7 @@ def test_complete_counts_packages_down_then_releases(clients, mongo_server) -> N
 
 
 def test_a_failed_count_down_hands_the_task_back_instead_of_releasing_it(clients) -> None:
-    """Count down first, release after (issue 11): a package store that fails never strands a package,
+    """Count down first, release after: a package store that fails never strands a package,
     the task goes back for a retry (its record is an upsert) and is not counted done."""
     source = demo_source(BASE, "ordered")
     (message,) = admit(clients, source, [TaskMessage(task_id="t", source=source.name, url=f"{BASE}/p",

@@ -1,4 +1,4 @@
-"""`harvester suggest` end to end (issue 22): on the demo site's detail and listing pages of every shape,
+"""`harvester suggest` end to end: on the demo site's detail and listing pages of every shape,
 the suggested source validates, `harvester try` on the same URL gives every suggested attribute, and a
 harvest through the worker path (intake → admission → batch runner → MongoDB; Celery for the listing
 case) stores the same records as the hand-written source, compared on every hand-written field."""

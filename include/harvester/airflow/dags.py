@@ -100,7 +100,7 @@ def source_params(source: SourceConfig) -> dict[str, Param]:
 
 
 def quality_params(source: SourceConfig) -> dict[str, Param]:
-    """The run's quality thresholds (issue 21), the source's by default: a trigger may loosen or tighten them."""
+    """The run's quality thresholds, the source's by default: a trigger may loosen or tighten them."""
     quality = source.quality
     share = {"type": "number", "minimum": 0, "maximum": 1, **_PARAM_DIALECT}
     return {

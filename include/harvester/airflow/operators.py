@@ -267,7 +267,7 @@ class ReportOperator(_AfterPlanOperator):
 
             raise AirflowFailException(f"run {report['run_id']} of {self.source.name} breached its quality: "
                                        f"{quality['reason']}")
-        for outlet in self.outlets:  # the output's Asset event carries the run's figures (issue 23)
+        for outlet in self.outlets:  # the Asset event carries the run's figures for downstream DAGs
             context["outlet_events"][outlet].extra = asset_event_extra(self.source, report)
         return report
 

@@ -1,7 +1,7 @@
 """The Airflow plugin: the Harvester page, a "Harvest progress" tab on every run, and their JSON API.
 
 Airflow mounts the FastAPI app under ``/harvester`` in the api-server but does not authenticate
-plugin apps, so every route depends on Airflow's own security dependencies (issue 24):
+plugin apps, so every route depends on Airflow's own security dependencies, or any visitor reads all:
 
 - every route needs an authenticated user (the UI's session cookie or a bearer token), the pages, the
   static files and the OpenAPI schema included (FastAPI's ``/docs`` and ``/redoc`` are off);
@@ -271,7 +271,7 @@ def export_results(source: str, views: ViewsDep,
                    run_id: str | None = None,
                    since: Annotated[datetime | None, Query(description="harvested_at >= this")] = None,
                    changed_only: bool = False) -> FileResponse:
-    """The same records and formats as ``harvester export`` (issue 23), with the results route's access."""
+    """The same records and formats as ``harvester export``, with the results route's access."""
     _source_or_404(views, source)
     from harvester.storage import MEDIA_TYPES
 

@@ -1,4 +1,4 @@
-"""Attributes of a record: where a value comes from, how it is cleaned and what type it is (issue 22).
+"""Attributes of a record: where a value comes from, how it is cleaned and what type it is.
 
 An attribute names exactly one selector kind: ``css`` or ``xpath`` over the HTML; ``jsonld``,
 ``microdata`` or ``meta`` over the structured data the page publishes; ``script_json`` over a JSON

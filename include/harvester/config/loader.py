@@ -186,7 +186,7 @@ def load_source_paths(paths: Iterable[str | Path]) -> SourceSet:
         result.files[source.name] = path
     for cache in caches.values():
         cache.save()
-    while upstream_problems := check_upstreams(result.sources, result.files):  # schedule.after (issue 23)
+    while upstream_problems := check_upstreams(result.sources, result.files):  # schedule.after: a drop may orphan more
         for name, path, line, reason in upstream_problems:
             result.errors.append(SourceConfigError([Problem(display_path(path), line, "schedule.after", reason)]))
             del result.sources[name], result.files[name]

@@ -1,4 +1,4 @@
-"""A source's quality thresholds (issue 21, DESIGN.md section 11): when a run's data makes the run red.
+"""A source's quality thresholds (DESIGN.md section 11): when a run's data makes the run red.
 
 The shares are of what a run reached: ``min_stored_share`` of the pages that answered (a response that
 could be read: stored, rejected, refused markup or a record that could not be written),

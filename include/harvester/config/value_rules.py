@@ -1,4 +1,4 @@
-"""Value rules of an attribute (issue 21): what a typed value must be to be kept.
+"""Value rules of an attribute: what a typed value must be to be kept.
 
 They run after coercion (:mod:`harvester.scraping.extraction.validation`), so they compare typed values: ``min`` and
 ``max`` bound numbers (a price by its amount) and dates; ``pattern`` (RE2, matched anywhere: anchor it

@@ -1,4 +1,4 @@
-"""Queued reservations whose Celery message is lost (issue 24; celery/celery#4354).
+"""Queued reservations whose Celery message is lost (celery/celery#4354): found, so no task waits forever.
 
 kombu's Redis transport takes a message with ``BRPOP`` and only then registers it as unacknowledged; a worker
 whose main process dies between the two (a host killed, the OOM killer) leaves the message in neither place,

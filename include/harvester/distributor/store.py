@@ -4,7 +4,7 @@ Every decision is one atomic Lua call on the keys of one source (they share the 
 so any number of distributors and workers on any number of machines hold a source to its limits.
 Times come from the Redis server clock unless a caller passes ``now`` (tests do, to step time).
 
-Delivery (issue 11): admission RESERVES capacity under a fencing token per task and attempt; the lease
+Delivery (no fetch outside admission): admission RESERVES capacity under a fencing token per task and attempt; the lease
 starts when a worker starts the task (:meth:`RateLimitStore.start`), and heartbeat, release and fail act
 only for the holder of the matching token. A stale holder changes nothing and is counted (``stale``);
 a redelivered message whose tasks are no longer held is dropped and counted (``stale_deliveries``).

@@ -142,7 +142,7 @@ BROWSER_COUNTERS = {
                                         "browser_blocked_bytes"),
     "harvester_browser_transferred_bytes": ("Bytes browser pages downloaded.", "browser_transferred_bytes"),
     "harvester_browser_restarts": ("Browsers re-launched after failed loads.", "browser_relaunches"),
-    # issue 23: conditional requests
+    # conditional requests: what a 304 spared the site and us
     "harvester_bytes_saved": ("Body bytes 304 answers did not send (their records' last body size).", "bytes_saved"),
 }
 
@@ -157,7 +157,7 @@ class SourceFamilies:
                         for kind, help_text in (("stored", "Records written to the output."),
                                                 ("new", "Records written for the first time (upserted)."),
                                                 ("updated", "Records that already existed and were rewritten."),
-                                                # issue 23: what a re-harvest found
+                                                # what a re-harvest found, so an unchanged site shows as unchanged
                                                 ("changed", "Existing records whose values changed (changed_at "
                                                             "moved)."),
                                                 ("unchanged", "Existing records fetched again with the same values."),
@@ -180,7 +180,7 @@ class SourceFamilies:
         self.drift = GaugeMetricFamily("harvester_selector_drift",
                                        "1 when the attribute's share dropped past the source's drift threshold.",
                                        labels=["source", "attribute"])
-        # issue 21: the last reported run's outcome from its data, and rejections by attribute and rule
+        # the last reported run's outcome from its data (alerts watch it), and rejections by attribute and rule
         self.rejections = CounterMetricFamily("harvester_rejections", "Records rejected, by attribute and rule.",
                                               labels=["source", "attribute", "rule"])
         self.breached = GaugeMetricFamily("harvester_run_quality_breached",

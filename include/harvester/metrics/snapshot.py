@@ -57,7 +57,7 @@ class SourceSnapshot:
 
     @property
     def last_run_shares(self) -> dict[str, float | None]:
-        """stored, rejected, dead shares of the last reported run (issue 21)."""
+        """stored, rejected, dead shares of the last reported run, for the quality alerts."""
         return json.loads(self.run_quality.get("shares") or "{}")
 
     @property

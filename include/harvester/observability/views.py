@@ -33,7 +33,7 @@ RUN_OUTCOME_WORDS = {"green": "success", "degraded": "success, degraded", "faile
 
 
 def run_outcome(run: dict[str, Any]) -> tuple[str, str]:
-    """(green, degraded, failed or running; the reason in words) of a run document (issue 21)."""
+    """(green, degraded, failed or running; the reason in words) of a run document, from its data."""
     report = run.get("report") or {}
     if not report:
         return "running", f"{run.get('status', 'planning')}: no report yet"
@@ -56,7 +56,7 @@ class LastRun(BaseModel):
     run_id: str
     status: str
     started_at: datetime | None = None
-    outcome: str = Field(description="green, degraded or failed (from the run's data, issue 21), or running")
+    outcome: str = Field(description="green, degraded or failed (from the run's data), or running")
     outcome_words: str = Field(default="", description="success, success, degraded, failed or running")
     reason: str = Field(default="", description="Why the run is degraded or failed, in one line.")
     rejected_share: float | None = Field(default=None, description="Share (0-1) of extracted records rejected.")

@@ -260,7 +260,7 @@ class PageSlotHost:
         token = message.lease_token or ""
         if not token or not store.start(message.source, {message.task_id: token}).held:
             # no longer reserved under this token (reaped and handed on, or a duplicate): never fetch
-            # outside admission (issue 11)
+            # outside admission, whatever Celery redelivers
             self._transition(SlotState.PAGE_READY)
             return
         held = (message.source, message.task_id, token)

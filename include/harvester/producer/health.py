@@ -1,6 +1,6 @@
 """Extraction health: per attribute, the share of a run's extracted records that had it, against earlier runs.
 
-The share is over every record the workers extracted, stored or rejected (issue 21): a selector that
+The share is over every record the workers extracted, stored or rejected: a selector that
 stops matching a required field rejects the records, so a share over the stored ones alone stayed at
 100 % while the run stored nothing. The workers count it per run (``seen:``/``present:`` figures, see
 :mod:`harvester.workers.extraction_tally`); a run without those figures (older, or expired) is measured

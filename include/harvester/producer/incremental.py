@@ -1,4 +1,4 @@
-"""The incremental part of a run's report (issue 23): what changed, what a 304 kept, what sitemaps gave.
+"""The incremental part of a run's report: what changed, what a 304 kept, what sitemaps gave.
 
 Read from the data itself where it can be (a run is green only when its data is, DESIGN.md section 11):
 ``records_changed`` are the run's records whose ``changed_at`` moved in this run, ``records_not_modified``

@@ -220,7 +220,7 @@ class Planner:
 
         result = PlanResult(source=source.name, run_id=run_id)
         already_planned, next_package_id = self._resume_point(source, run_id, result)
-        if not result.resumed and options.urls is None:  # sitemaps first (issue 23): a half-done plan made them
+        if not result.resumed and options.urls is None:  # sitemaps first: a half-done plan made them
             result.sitemaps_planned, next_package_id = plan_sitemaps(self.packages, source, run_id, next_package_id,
                                                                      options.batch_size)
             result.packages_created, result.urls_planned = next_package_id, result.sitemaps_planned

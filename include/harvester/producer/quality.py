@@ -1,4 +1,4 @@
-"""A run's outcome from its data (issue 21, DESIGN.md section 11): green, degraded or failed, in words.
+"""A run's outcome from its data (DESIGN.md section 11): green, degraded or failed, in words.
 
 The report's figures are compared with the source's :class:`~harvester.config.Quality` thresholds (a
 trigger's params over them): the share of rejected records (each rejection by attribute and rule, as the

@@ -1,4 +1,4 @@
-"""Planning a source's sitemaps (issue 23): they are the run's first packages, of kind ``sitemap``.
+"""Planning a source's sitemaps: they are the run's first packages, of kind ``sitemap``.
 
 The workers fetch them like any page (admitted, rate-limited, leased, retried) and turn what they list
 into detail tasks of the same package (:mod:`harvester.workers.sitemaps`). Sitemaps are always due, as

@@ -69,7 +69,7 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
     if not fetch.ok:
         return result
     limits = settings if settings is not None else get_settings()
-    if kind == "sitemap":  # the pages and sitemaps it lists (issue 23)
+    if kind == "sitemap":  # the pages and sitemaps it lists
         from harvester.scraping.discovery import sitemap_discovery
 
         result.discovery = sitemap_discovery(source, fetch, limits.max_url_length)

@@ -1,4 +1,4 @@
-"""Conditional requests (issue 23): the validators a record was fetched with, and what a 304 changes.
+"""Conditional requests (no body when unchanged): the validators a record was fetched with, and what a 304 changes.
 
 A detail page's ETag and Last-Modified are stored with its record (``_http``: ``etag``, ``last_modified``,
 ``bytes`` of the body they describe), so the next visit can send If-None-Match / If-Modified-Since.

@@ -63,7 +63,7 @@ class WriteResult:
     matched: int = 0
     discarded: int = 0
     rejected: dict[int, str] = field(default_factory=dict)
-    # what the records' stored versions say (issue 23): new, changed (some field differs) or the same
+    # what the records' stored versions say: new, changed (some field differs) or the same
     new: int = 0
     changed: int = 0
     unchanged: int = 0

@@ -1,4 +1,4 @@
-"""Exports of a source's records (issue 23): JSON Lines, CSV or Parquet, streamed from a cursor.
+"""Exports of a source's records: JSON Lines, CSV or Parquet, streamed from a cursor.
 
 Records are read in ``_id`` order through one cursor and written as they come, so memory does not grow
 with the output (Parquet: one row group per ``ROW_GROUP`` records). Every format keeps the types:

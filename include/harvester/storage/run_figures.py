@@ -1,4 +1,4 @@
-"""Figures of one run that only the workers see, kept in Redis beside the run's frontier (issue 23):
+"""Figures of one run that only the workers see, kept in Redis beside the run's frontier:
 sitemaps read and what they listed, URLs a sitemap's ``lastmod`` showed unchanged, bytes that 304s
 saved, and the sitemaps that were cut or refused (named, capped). The run's report reads them; they
 expire with the frontier's keys.

@@ -3,7 +3,7 @@
 The flow is the same whatever renders the pages (DESIGN.md section 1):
 
 0. one atomic call starts the batch's tasks (their leases begin now) and returns those this delivery
-   still holds; only those are fetched (a redelivered or duplicated message is dropped, issue 11);
+   still holds; only those are fetched (a redelivered or duplicated message is dropped, never fetched unadmitted);
 1. a :class:`~harvester.scraping.fetching.page_fetcher.PageFetcher` fetches every page of the batch (the HTTP
    :class:`~harvester.scraping.fetching.fetcher.Fetcher` concurrently, or the page slot's browser through
    :class:`~harvester.pageslots.browser_host.BrowserPageFetcher`) while a :class:`LeaseHeartbeat` vouches for
@@ -88,7 +88,7 @@ class BatchRunner:
             guard=self.guard)
         self._browser: PageFetcher | None = None
         self._evidence: SnapshotStore | None = None  # rejected HTTP pages' bodies (opened on the first one)
-        # incremental harvests (issue 23): conditional requests, sitemaps
+        # incremental harvests: conditional requests, sitemaps
         self.incremental = IncrementalFetching.from_settings(self.settings, self.clients.data, self.fetcher)
         self.sitemaps = SitemapFollower.from_settings(self.settings, self.clients, self.follower, self.failures)
 

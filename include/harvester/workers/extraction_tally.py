@@ -1,6 +1,6 @@
 """What extraction gave in one batch, per run: the figures the run's quality and drift check are over.
 
-Counted where it happens (issue 21): every record extracted (a detail page or a listing item), stored or
+Counted where it happens: every record extracted (a detail page or a listing item), stored or
 rejected; per attribute how many of those had a value (``seen:`` and ``present:``), so a selector that
 stops matching a required field lowers its share although the record was never stored; each rejection
 by attribute and rule (``rejected:<rule>:<attribute>``) and each value an optional attribute's problem

@@ -1,4 +1,4 @@
-"""The worker's side of incremental harvests (issue 23): conditional requests and sitemap fetches.
+"""The worker's side of incremental harvests: conditional requests and sitemap fetches.
 
 Before an HTTP batch is fetched, ONE query reads the validators stored with the records of its detail
 pages (``_http``: ETag, Last-Modified); those pages are fetched with If-None-Match / If-Modified-Since.

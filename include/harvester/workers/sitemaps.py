@@ -1,4 +1,4 @@
-"""What a sitemap found becomes new tasks (issue 23), the way a listing page's links do.
+"""What a sitemap found becomes new tasks, the way a listing page's links do.
 
 - The sitemaps an index lists become ``sitemap`` tasks, each read once per run (the run's frontier; an
   index that lists itself, or a parent, is not read again), at most ``sitemap_max_depth`` levels below

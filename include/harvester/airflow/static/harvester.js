@@ -49,7 +49,7 @@ function fill(tbody, rows, empty) {
   }
 }
 
-// A run's outcome from its data (issue 21): a coloured word, and the reason beside it.
+// A run's outcome from its data: a coloured word, and the reason beside it.
 function outcomeBadge(outcome, words) {
   const span = document.createElement("span");
   span.className = `outcome outcome-${outcome}`;
@@ -147,7 +147,7 @@ function drawSources(sources) {
   keepOptions(document.getElementById("dead-source"), withDead.length ? withDead : names);
 }
 
-// Incremental harvests (issue 23): what 304s kept and saved, what a run changed.
+// Incremental harvests: what 304s kept and saved, what a run changed.
 function bytes(amount) {
   if (!amount) return "0 B";
   const units = ["B", "kB", "MB", "GB", "TB"];

@@ -1,4 +1,4 @@
-"""When a rendered page is ready, and the actions before it is read (DESIGN.md section 12, issue 20).
+"""When a rendered page is ready, and the actions before it is read (DESIGN.md section 12).
 
 A page is read when it is ready: when the source's ``browser.wait_for`` holds (a selector visible or attached,
 the network idle, a delay), or by default when every ``required`` attribute's selector matches a non-empty value

@@ -9,7 +9,7 @@ Each attribute goes through four stages, one function each:
 2. :func:`post_process`: ``regex`` (RE2, the first group), ``strip``, ``join``, ``default``;
 3. :func:`coerce_values`: the ``type`` (:mod:`harvester.scraping.extraction.coercion`);
 4. :func:`~harvester.scraping.extraction.validation.validate_value`: the value rules (``min``, ``max``, ``pattern``,
-   ``enum``, ``min_length``, ``max_length``, ``not_empty``), issue 21.
+   ``enum``, ``min_length``, ``max_length``, ``not_empty``).
 
 The rules of DESIGN.md section 9: a missing or mistyped optional attribute is stored as null and the
 gap counted; a missing or mistyped required attribute rejects the record with the reason. Malformed

@@ -1,4 +1,4 @@
-"""HTML refused before lxml parses it (issue 24): libxml2 checks an element's attributes for duplicates in
+"""HTML refused before lxml parses it: libxml2 checks an element's attributes for duplicates in
 quadratic time (one element with 120,000 attributes took 71 s of a worker's CPU) and builds a node per element,
 so the page's own text is measured first, in linear time, against two settings:
 

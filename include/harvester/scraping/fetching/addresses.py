@@ -30,7 +30,7 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 FETCHABLE_SCHEMES = frozenset({"http", "https"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
 RESOLUTION_MEMORY_SECONDS = 60.0  # how long a host and port's verdict is reused (requests and links)
-TOO_MANY_HOSTS = "too many distinct hosts"  # link screening's refusals (issue 24), counted apart by the follower
+TOO_MANY_HOSTS = "too many distinct hosts"  # link screening's refusals, counted apart by the follower
 SCREENING_TIMEOUT = "screening time budget spent"
 
 

@@ -115,7 +115,7 @@ class Body:
 
 
 class WireCap:
-    """At most ``cap`` bytes read off the wire (``raw_body_cap_bytes``, issue 24): bytes that decode to nothing
+    """At most ``cap`` bytes read off the wire (``raw_body_cap_bytes``): bytes that decode to nothing
     (empty deflate blocks, padding) are not read until the timeout. The one such cap: pages (:func:`read_body`)
     and sitemaps (``harvester.scraping.discovery.sitemaps``) read through it."""
 

@@ -1,4 +1,4 @@
-"""Cookies of the HTTP fetcher: one jar per source in a worker process, public-suffix aware (issue 24).
+"""Cookies of the HTTP fetcher: one jar per source in a worker process, public-suffix aware: sources share none.
 
 A site's ``Set-Cookie`` goes into the jar of the source whose request got it, never into one another source
 reads: two sources on one site (or one worker serving many sources) share nothing. The jar is the standard

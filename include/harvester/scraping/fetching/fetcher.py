@@ -150,7 +150,7 @@ class Fetcher:
         self.guard = guard or AddressGuard.from_settings(settings)
         self.robots = robots if robots is not None else RobotsCache.from_settings(settings, None)
         self.gate = gate
-        self.cookies = SourceCookieJars()  # one jar per source (issue 24): nothing one source got reaches another
+        self.cookies = SourceCookieJars()  # one jar per source: nothing one source got reaches another
         self._credentials = KeptCredentials()
         self._origins: dict[str, tuple[HttpCredentials, frozenset[Origin]]] = {}
         # connections whose peer was checked (stream -> port), so a kept-alive one is not checked per request
@@ -354,7 +354,7 @@ class Fetcher:
         return response.status, response, body.content, response.headers.get("content-type", "")
 
     async def read_capped(self, response: TransportResponse, cap: int) -> Body:
-        """The body decoded up to ``cap`` bytes, reading at most ``raw_body_cap_bytes`` off the wire (issue 24,
+        """The body decoded up to ``cap`` bytes, reading at most ``raw_body_cap_bytes`` off the wire (through
         :class:`~harvester.scraping.fetching.bodies.WireCap`): cut there, the page keeps what decoded (``truncated``);
         nothing decoded is refused (``decode_error``)."""
         return await read_body(response.raw_chunks(), response.headers.get("content-encoding"), cap,

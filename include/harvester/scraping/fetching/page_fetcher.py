@@ -20,7 +20,7 @@ from harvester.scraping.fetching.responses import DEFAULT_CLASSIFIER, RETRY_VERD
 
 # Awaited before the request of the page at this index of the batch starts: True to fetch, False when the
 # task is no longer the worker's (its lease was lost). The worker's permit takes the source's per_minute
-# token here, at fetch time, so the limit holds as the site sees it (issue 11).
+# token here, at fetch time, so the limit holds as the site sees it, not when Celery delivered the message.
 FetchPermit = Callable[[int], Awaitable[bool]]
 SKIPPED_REASON = "not fetched: the task's lease was lost before its request could start"
 

@@ -24,10 +24,10 @@ Outcome = Literal[
     "robots_disallowed",  # robots.txt forbids the URL to our User-Agent: never retried
     "robots_unavailable",  # robots.txt answered 429/5xx or nothing, no good copy kept (RFC 9309): retried later
     "host_rate_wait",  # the host's per-host rate gave no request slot in time: retried later
-    "skipped",  # not fetched: the task's lease was lost before its request could start (issue 11)
+    "skipped",  # not fetched: the task's lease was lost before its request could start (never fetched unadmitted)
 ]
 HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml", "text/xml", "text/plain")
-# What a content: json source accepts (issue 22); any type with a +json suffix too (application/vnd.api+json).
+# What a content: json source accepts; any type with a +json suffix too (application/vnd.api+json).
 JSON_TYPES = ("application/json", "text/json", "application/ld+json", "text/plain", "text/javascript",
               "application/javascript")
 BLOCKED_STATUSES = frozenset({403, 451})

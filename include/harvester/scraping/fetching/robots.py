@@ -13,7 +13,7 @@ means complete disallow. Then the last copy that answered 2xx is used while it i
 not fetched (``robots_unavailable``, retried later), and the file is asked again after
 :data:`UNREACHABLE_CACHE_SECONDS`.
 
-Bounded (issue 24): one file is read up to :data:`ROBOTS_SIZE_CAP_BYTES`, its first ``robots_max_rules``
+Bounded (a hostile site writes it): one file is read up to :data:`ROBOTS_SIZE_CAP_BYTES`, its first ``robots_max_rules``
 Allow/Disallow rules are kept (later ones dropped), and a rule keeps at most ``robots_max_wildcards_per_rule``
 wildcards: a Disallow is cut after its last kept ``*`` (it then disallows more, never less), an Allow with
 more is dropped. Both are counted (``robots_rules_dropped``, ``robots_rules_cut``) and logged.

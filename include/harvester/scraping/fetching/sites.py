@@ -1,4 +1,4 @@
-"""Which site a URL belongs to, and which origins a source's credentials may go to (issue 24).
+"""Which site a URL belongs to, and which origins a source's credentials may go to: a password never leaves its site.
 
 Sites are told by the Public Suffix List as ``publicsuffixlist`` ships it (the package carries the list;
 it is never fetched at run time): ``shop.example.co.uk`` and ``www.example.co.uk`` are one site,
