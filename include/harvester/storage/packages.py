@@ -92,11 +92,12 @@ class PackageStore:
 
     @mongo_storage_errors()
     def create_packages(self, source: str, run_id: str, packages: Iterable[tuple[int, list[str] | list[PackageTask]]],
-                        kind: str = "details", depth: int = 0) -> int:
+                        kind: str = "details", depth: int = 0, refetch: bool = False) -> int:
         """Insert waiting packages of URLs; ones that already exist (same source, run, id) are left untouched.
 
         Returns how many were new. Idempotent through the unique index, so a planner that died
         half-way can simply run again. Entries may be URLs (of ``kind`` and ``depth``) or PackageTasks.
+        ``refetch``: pages a manual trigger named, fetched without conditional requests.
         """
         now = _now()
         documents = []
@@ -115,6 +116,7 @@ class PackageStore:
                 "status": int(PackageStatus.WAITING),
                 "kind": package_kind,
                 "depth": package_depth,
+                **({"refetch": True} if refetch else {}),
                 "urls": urls,
                 "pending": pending,
                 "done": [],
