@@ -27,6 +27,14 @@ CONFIG_VERSION = "config_version"
 MAX_REASON_LENGTH = 300
 
 
+def gone_filter(gone: bool | None) -> dict[str, Any]:
+    """The query part that keeps gone records (True), the others (False), or all (None): records, exports and
+    the results API filter with it."""
+    if gone is None:
+        return {}
+    return {GONE_AT: {"$ne": None}} if gone else {GONE_AT: None}
+
+
 @dataclass
 class GoneMarks:
     """What marking a batch's gone pages did, by URL."""
