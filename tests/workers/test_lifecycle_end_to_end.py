@@ -155,3 +155,19 @@ def test_detail_urls_harvest_items_of_a_listing_source_again_now(write_source, i
     after = site_stats(inc_site, listing.name)["statuses"]
     assert again["urls_planned"] == 3 and again["records_not_modified"] == 0  # in full, despite the lag
     assert after.get("304", 0) == before.get("304", 0) and after["200"] - before["200"] == 3
+
+
+def test_a_page_gone_before_its_item_was_ever_stored_is_a_dead_letter_naming_why(
+        write_source, life_site, crawl, redis_client) -> None:
+    from harvester.distributor import DeadLetters, TaskMessage
+
+    source = life_source(write_source, life_site, "life_unstored")
+    post(f"{life_site.url}/_life/delist?product=3&how=soft")
+    post(f"{life_site.url}/_life/delist?product=4&how=410")
+    crawl.push(source, *[TaskMessage(source=source.name, url=item_url(life_site, number)) for number in (3, 4)])
+    while crawl.step(source) is not None:
+        pass
+    reasons = sorted(entry.reason for entry in DeadLetters(redis_client).list(source.name))
+    assert reasons[0].startswith("gone: the page says 'Product not found'") and "no record" in reasons[0]
+    assert reasons[1].startswith("http_410")
+    assert crawl.store.counters(source.name)["outcome:gone_unstored"] == 2

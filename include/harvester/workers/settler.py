@@ -135,7 +135,9 @@ class Settler:
     def settle_gone(self, source: SourceConfig, pages: list[StoredPage], report: BatchReport) -> list[TaskMessage]:
         """Detail pages whose item is gone: their records get ``gone_at`` and keep their values, and the tasks
         are done (a gone item is news about the site, not a failure: no retry, no dead letter). A page with no
-        stored record is done too, counted ``gone_unstored``. On a storage failure the tasks are retried."""
+        stored record has nothing to mark: it fails as before (a 404 to a link never harvested is a broken link
+        or a bad input URL, which the run must show), counted ``gone_unstored``. On a storage failure the tasks
+        are retried."""
         if not pages:
             return []
         reasons = {page.url: page.gone or "gone" for _, page in pages}
@@ -146,15 +148,22 @@ class Settler:
             for message, _ in pages:
                 self.failures.retry(message, f"storage failed: {type(error).__name__}: {error}", None, report)
             return []
-        report.outcomes["gone"] += len(pages)
         marked, unknown = set(marks.marked), set(marks.unknown)
+        done: list[TaskMessage] = []
         for message, page in pages:
+            if page.url in unknown:
+                report.outcomes["gone_unstored"] += 1
+                if not page.fetch.ok:  # its status said so: the failure it always was (http_404, http_410)
+                    self.failures.fetch_failed(source, message, page.fetch, report)
+                else:
+                    self.failures.dead_letter(message, f"gone: {page.gone}; no record of the item is stored", report)
+                continue
             if page.url in marked:
                 report.outcomes["records_gone"] += 1
                 report.extracted.by_run[message.run_id]["records_gone"] += 1
-            elif page.url in unknown:
-                report.outcomes["gone_unstored"] += 1
-        return [message for message, _ in pages]
+            report.outcomes["gone"] += 1
+            done.append(message)
+        return done
 
     def complete(self, source: SourceConfig, messages: list[TaskMessage], report: BatchReport | None = None) -> None:
         """Count the packages of finished tasks down (one call per package), THEN release their leases.
