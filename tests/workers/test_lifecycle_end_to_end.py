@@ -142,19 +142,30 @@ def test_a_fixed_selector_reaches_pages_that_would_answer_304(write_source, inc_
     assert fourth["records_not_modified"] == 20
 
 
-def test_detail_urls_harvest_items_of_a_listing_source_again_now(write_source, inc_site, harvest: Harvest) -> None:
-    seeds = [f"{inc_site.url}/inc/all/product/{number}" for number in range(1, 6)]
+def test_a_manual_trigger_fetches_its_urls_in_full_and_detail_urls_work_on_a_listing_source(
+        write_source, inc_site, harvest: Harvest) -> None:
+    seeds = [f"{inc_site.url}/inc/all/product/{number}" for number in range(1, 6)]  # every page honours validators
     details = write_source("life_again", input={"kind": "details", "seeds": seeds}, listing=None, harvesting_lag=0)
     harvest.run(details, "run-1")
-    listing = write_source("life_again", input={"kind": "listing", "seeds": [f"{inc_site.url}/shop"]},
+    scheduled = harvest.run(details, "run-2")  # the same config: conditional, every page answers 304
+    before = site_stats(inc_site, details.name)["statuses"]
+    manual = harvest.run(details, "run-3", options=PlanOptions.for_source(details, {"urls": seeds[:3]}))
+    after = site_stats(inc_site, details.name)["statuses"]
+    assert scheduled["records_not_modified"] == 5 and manual["records_not_modified"] == 0
+    assert manual["urls_planned"] == 3 and after.get("304", 0) == before.get("304", 0)  # in full, despite the
+    assert after["200"] - before["200"] == 3  # validators of the current config version
+
+    listing = write_source("life_again_listing", input={"kind": "listing", "seeds": [f"{inc_site.url}/shop"]},
                            harvesting_lag="1d")
     options = PlanOptions.for_source(listing, {"detail_urls": seeds[:3]})
     assert options.kind == "details" and options.urls == seeds[:3]
+    first = harvest.run(listing, "run-1", options=options)
+    assert first["records_new"] == 3 and first["urls_planned"] == 3  # detail pages, not listing pages
     before = site_stats(inc_site, listing.name)["statuses"]
-    again = harvest.run(listing, "run-2", options=options)
+    again = harvest.run(listing, "run-2", options=PlanOptions.for_source(listing, {"detail_urls": seeds[:3]}))
     after = site_stats(inc_site, listing.name)["statuses"]
-    assert again["urls_planned"] == 3 and again["records_not_modified"] == 0  # in full, despite the lag
-    assert after.get("304", 0) == before.get("304", 0) and after["200"] - before["200"] == 3
+    assert again["records_not_modified"] == 0 and after.get("304", 0) == before.get("304", 0)
+    assert after["200"] - before["200"] == 3
 
 
 def test_a_page_gone_before_its_item_was_ever_stored_is_a_dead_letter_naming_why(

@@ -177,7 +177,8 @@ class PackageStore:
                       "updated_at": _now()},
              "$inc": {"claims": 1}},
         )
-        projection = {"package_id": 1, "urls": 1, "kind": 1, "depth": 1, "pending": 1, "discovered": 1, "claim": 1}
+        projection = {"package_id": 1, "urls": 1, "kind": 1, "depth": 1, "pending": 1, "discovered": 1, "claim": 1,
+                      "refetch": 1}
         won = self.collection.find({"_id": {"$in": candidates}, "claim": token}, projection)
         return list(won.sort("package_id", 1))
 
@@ -246,8 +247,8 @@ class PackageStore:
     def running(self, source: str, run_id: str) -> Iterator[dict[str, Any]]:
         yield from self.collection.find(
             {"source": source, "run_id": run_id, "status": int(PackageStatus.RUNNING)},
-            {"package_id": 1, "pending": 1, "urls": 1, "claim": 1},
-        )
+            {"package_id": 1, "pending": 1, "urls": 1, "claim": 1, "kind": 1, "depth": 1, "refetch": 1},
+        )  # kind, depth and refetch: a half-pushed package's messages are made from this read
 
     @mongo_storage_errors()
     def reset_to_waiting(self, source: str, run_id: str, package_id: int, claim: str | None,
