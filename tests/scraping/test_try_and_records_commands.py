@@ -82,6 +82,9 @@ def test_records_prints_a_sources_latest_records(configure_settings, mongo_serve
     assert [(line["title"], line["gone_reason"]) for line in gone] == [("T1", "HTTP 410")]
     assert main(["records", "saved_page", "--gone", "false", "--json"]) == 0
     assert sorted(json.loads(line)["title"] for line in capsys.readouterr().out.splitlines()) == ["T0", "T2"]
+    exported = settings.sources_dir.parent / "gone.jsonl"
+    assert main(["export", "saved_page", "--gone", "true", "-o", str(exported), "--no-progress"]) == 0
+    assert [json.loads(line)["gone_reason"] for line in exported.read_text().splitlines()] == ["HTTP 410"]
 
 
 @pytest.mark.unit
