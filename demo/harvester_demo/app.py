@@ -450,6 +450,9 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     from harvester_demo.incremental import incremental_routes  # sitemaps, conditional requests
 
     routes += incremental_routes(lambda: site.products, product_body, page, product_facts, latency)
+    from harvester_demo.lifecycle import lifecycle_routes  # items delisted and relisted, moved by redirects
+
+    routes += lifecycle_routes(product_body, page, product_facts)
     app = Starlette(routes=routes)
     app.state.site = site
     return ConcurrencyCounter(app, site)

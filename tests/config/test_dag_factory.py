@@ -50,12 +50,14 @@ def test_every_example_source_gets_its_dag(tmp_path: Path) -> None:
     assert shop["default_args"]["retries"] == "3" and set(shop["retries"]) == {3}
     assert shop["max_active_runs"] == 1 and shop["catchup"] is False
     assert "plan" in shop["tasks"]
-    assert shop["params"] == {"batch_size": 50, "max_packages": 20, "urls": [], "min_stored_share": 0.95,
+    assert shop["params"] == {"batch_size": 50, "max_packages": 20, "urls": [], "detail_urls": [],
+                              "min_stored_share": 0.95,
                               "max_rejected_share": 0.05, "max_dead_share": 0.1, "min_records": 0,
                               "on_breach": "fail"}  # the quality thresholds, the source's
     assert shop["param_schemas"]["on_breach"]["enum"] == ["fail", "warn"]
     assert shop["param_schemas"]["batch_size"]["type"] == "integer"
     assert shop["param_schemas"]["urls"]["type"] == "array"
+    assert shop["param_schemas"]["detail_urls"]["type"] == "array"
     doc = shop["doc_md"]
     assert doc.startswith("Products of the local demo shop")
     for fact in ("`priority`", "8 in flight, 600 per minute", "50 URLs per package, at most 20 packages", "6h",

@@ -30,3 +30,22 @@ def test_null_params_keep_the_source_settings() -> None:
 def test_bad_params_are_rejected(params: dict) -> None:
     with pytest.raises(ValidationError):
         RunOptions.for_run(source(), params)
+
+
+def test_detail_urls_plan_detail_pages_on_a_listing_source() -> None:
+    from harvester.producer.planner import PlanOptions
+
+    listing = source("name: shop\ninput: {kind: listing, seeds: ['https://a.example/shop']}\n"
+                     "listing: {link_selectors: [a.item]}\nattributes: {title: 'h1::text'}\n")
+    options = PlanOptions.for_source(listing, {"detail_urls": ["https://a.example/item/1"]})
+    assert (options.kind, options.urls) == ("details", ["https://a.example/item/1"])
+    assert PlanOptions.for_source(listing, {"urls": ["https://a.example/shop?page=2"]}).kind is None
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"detail_urls": ["ftp://a.example/x"]}, "detail_urls"),
+    ({"urls": ["https://a.example/1"], "detail_urls": ["https://a.example/2"]}, "not both"),
+])
+def test_bad_detail_urls_are_rejected_naming_the_option(params: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        RunOptions.for_run(source(), params)

@@ -147,6 +147,16 @@ def test_api_returns_the_figures_of_a_seeded_state(api_server, plugin_settings, 
             "harvested_after": "2026-11-30T13:00:00Z", "harvested_before": "2026-11-30T14:00:00Z"}).json()
         assert [record["sku"] for record in window["records"]] == ["SKU-1"]
         assert client.get(f"/harvester/api/results/{SOURCE}", params={"cursor": "bad!"}).status_code == 400
+        from harvester.config.loader import get_source
+
+        collection = get_source(SOURCE, plugin_settings.sources_dir).output_collection
+        output = mongo_server.client()[plugin_settings.mongo_database][collection]
+        output.update_one({"sku": "SKU-1"}, {"$set": {"gone_at": datetime(2026, 12, 1, tzinfo=UTC),
+                                                      "gone_reason": "HTTP 410"}})
+        gone = client.get(f"/harvester/api/results/{SOURCE}", params={"gone": "true"}).json()
+        assert [(record["sku"], record["gone_reason"]) for record in gone["records"]] == [("SKU-1", "HTTP 410")]
+        still = client.get(f"/harvester/api/results/{SOURCE}", params={"gone": "false"}).json()
+        assert [record["sku"] for record in still["records"]] == ["SKU-0", "SKU-2"]
 
         schema = client.get("/harvester/openapi.json").json()
         for path in ("/api/sources", "/api/sources/{source}", "/api/sources/{source}/runs",

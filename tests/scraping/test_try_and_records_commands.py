@@ -76,6 +76,25 @@ def test_records_prints_a_sources_latest_records(configure_settings, mongo_serve
     out = capsys.readouterr().out
     assert "http://a.example/0" in out and "1 record(s) of saved_page" in out
     assert main(["records", "no_such_source"]) == 1
+    handler.mark_gone(source, {"http://a.example/1": "HTTP 410"})
+    assert main(["records", "saved_page", "--gone", "true", "--json"]) == 0
+    gone = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["title"], line["gone_reason"]) for line in gone] == [("T1", "HTTP 410")]
+    assert main(["records", "saved_page", "--gone", "false", "--json"]) == 0
+    assert sorted(json.loads(line)["title"] for line in capsys.readouterr().out.splitlines()) == ["T0", "T2"]
+    exported = settings.sources_dir.parent / "gone.jsonl"
+    assert main(["export", "saved_page", "--gone", "true", "-o", str(exported), "--no-progress"]) == 0
+    assert [json.loads(line)["gone_reason"] for line in exported.read_text().splitlines()] == ["HTTP 410"]
+
+
+@pytest.mark.unit
+def test_try_says_a_soft_404_is_gone_and_extracts_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    saved = tmp_path / "gone.html"
+    saved.write_text("<html><head><title>Sorry</title></head><body><h1>Product not found</h1></body></html>")
+    (tmp_path / "saved.yaml").write_text(SOURCE + 'gone: {texts: ["product not found"]}\n')
+    assert main(["try", str(tmp_path / "saved.yaml"), "--html", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "GONE: the page says 'product not found'" in out and "REJECTED" not in out
 
 
 @pytest.mark.unit

@@ -55,9 +55,10 @@ class Harvest:
         self.redis = redis_client
         self.crawl = crawl
 
-    def run(self, source: SourceConfig, run_id: str, timeout: float = 120.0) -> dict[str, Any]:
+    def run(self, source: SourceConfig, run_id: str, timeout: float = 120.0,
+            options: PlanOptions | None = None) -> dict[str, Any]:
         planner = Planner(self.database, None, self.database)
-        planner.plan(source, run_id, PlanOptions.for_source(source))
+        planner.plan(source, run_id, options or PlanOptions.for_source(source))
         Producer.from_settings(self.settings, self.database, self.redis).produce(source, run_id)
         settlement = RunSettlement(self.database, self.database, self.redis)
         deadline = time.monotonic() + timeout

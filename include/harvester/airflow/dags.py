@@ -18,6 +18,7 @@ from airflow.sdk import DAG, Param
 
 from harvester.config import (
     BATCH_SIZE_PARAM,
+    DETAIL_URLS_PARAM,
     MAX_BATCH_SIZE,
     MAX_PACKAGES_PARAM,
     SOURCE_SUFFIXES,
@@ -92,7 +93,14 @@ def source_params(source: SourceConfig) -> dict[str, Param]:
         ),
         URLS_PARAM: Param(
             [], type="array", items={"type": "string", "pattern": "^https?://"},
-            title="URLs", description="When not empty, harvest only these URLs instead of the source's input.",
+            title="URLs", description="When not empty, harvest only these URLs instead of the source's input "
+                                      "(pages of its input kind: listing pages on a listing source).",
+            **_PARAM_DIALECT,
+        ),
+        DETAIL_URLS_PARAM: Param(
+            [], type="array", items={"type": "string", "pattern": "^https?://"},
+            title="Detail URLs", description="When not empty, harvest only these detail pages again now (on a "
+                                             "listing source too), fetched in full with the current config.",
             **_PARAM_DIALECT,
         ),
         **quality_params(source),

@@ -249,16 +249,20 @@ def requeue_dead_letters(source: str, views: ViewsDep,
     return views.requeue(source, limit)
 
 
+GONE_QUERY = "true: only records of gone items (gone_at set); false: only items still there"
+
+
 @api.get("/results/{source}", summary="The source's records, a page at a time (cursor), by run or harvest time",
          dependencies=[Depends(requires_source_dag_read)])
 def results(source: str, views: ViewsDep, cursor: str | None = None,
             limit: Annotated[int, Query(ge=1, le=500)] = 50, run_id: str | None = None,
             harvested_after: Annotated[datetime | None, Query(description="harvested_at >= this")] = None,
             harvested_before: Annotated[datetime | None, Query(description="harvested_at < this")] = None,
+            gone: Annotated[bool | None, Query(description=GONE_QUERY)] = None,
             ) -> ResultsPage:
     _source_or_404(views, source)
     try:
-        return views.results(source, cursor, limit, run_id, harvested_after, harvested_before)
+        return views.results(source, cursor, limit, run_id, harvested_after, harvested_before, gone)
     except ValueError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
 
@@ -270,12 +274,13 @@ def export_results(source: str, views: ViewsDep,
                    format: Annotated[Literal["jsonl", "csv", "parquet"], Query()] = "jsonl",
                    run_id: str | None = None,
                    since: Annotated[datetime | None, Query(description="harvested_at >= this")] = None,
-                   changed_only: bool = False) -> FileResponse:
+                   changed_only: bool = False,
+                   gone: Annotated[bool | None, Query(description=GONE_QUERY)] = None) -> FileResponse:
     """The same records and formats as ``harvester export``, with the results route's access."""
     _source_or_404(views, source)
     from harvester.storage import MEDIA_TYPES
 
-    path, count = views.export(source, format, run_id, since, changed_only)
+    path, count = views.export(source, format, run_id, since, changed_only, gone)
     name = f"{source}{'-' + run_id if run_id else ''}.{format}"
     cleanup = BackgroundTasks()
     cleanup.add_task(Path(path).unlink, missing_ok=True)  # once the file is sent

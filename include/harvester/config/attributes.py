@@ -344,7 +344,8 @@ class ListingRecords(StrictModel):
         return self
 
 
-RESERVED_FIELDS = ("_id", "url", "first_seen_at", "harvested_at", "run_id", "changed_at", "_http")
+RESERVED_FIELDS = ("_id", "url", "first_seen_at", "harvested_at", "run_id", "changed_at", "_http", "gone_at",
+                   "gone_reason", "config_version", "requested_urls")
 
 
 def check_attribute_names(attributes: dict[str, Any]) -> None:

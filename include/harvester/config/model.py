@@ -33,6 +33,7 @@ from harvester.config.incremental import (
     check_http_url,
     schedule_shape,
 )
+from harvester.config.lifecycle import GoneMarkers
 from harvester.config.quality import Quality
 from harvester.queues import DEFAULT_QUEUE, PAGESLOTS_QUEUE, PRIORITY_QUEUE
 
@@ -225,6 +226,10 @@ class SourceConfig(StrictModel):
         default_factory=BrowserOptions,
         description="Browser sources: when a page is ready (wait_for, wait_timeout), actions before extraction, "
                     "isolation of visits, WebSockets (docs/sources.md, the browser section).")
+    gone: GoneMarkers = Field(
+        default_factory=GoneMarkers,
+        description="When a detail page's item is gone: statuses (404, 410), and the selectors or texts of a "
+                    "page that answers 200 for an item that no longer exists (docs/sources.md, gone).")
     http_connection_id: str | None = Field(
         default=None, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
         description="An Airflow HTTP connection whose login/password (basic auth) or extras (headers, cookies) "

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from harvester.config.model import MAX_BATCH_SIZE, SourceConfig, check_http_url
 from harvester.config.quality import Quality
@@ -16,6 +16,7 @@ from harvester.config.quality import Quality
 BATCH_SIZE_PARAM = "batch_size"
 MAX_PACKAGES_PARAM = "max_packages"
 URLS_PARAM = "urls"
+DETAIL_URLS_PARAM = "detail_urls"
 
 
 class RunOptions(BaseModel):
@@ -25,13 +26,27 @@ class RunOptions(BaseModel):
 
     batch_size: int = Field(ge=1, le=MAX_BATCH_SIZE)
     max_packages: int = Field(ge=1)
-    urls: list[str] = Field(default_factory=list, description="When given, harvest only these URLs.")
+    urls: list[str] = Field(default_factory=list, description="When given, harvest only these URLs (of the source's "
+                                                              "input kind: listing pages on a listing source).")
+    detail_urls: list[str] = Field(
+        default_factory=list,
+        description="When given, harvest only these detail pages now, on a listing source too: fetched in full "
+                    "(no conditional request) and extracted with the current config.")
     quality: Quality = Field(default_factory=Quality, description="The thresholds this run's data must meet.")
 
-    @field_validator("urls")
+    @field_validator("urls", "detail_urls")
     @classmethod
-    def _urls(cls, value: list[str]) -> list[str]:
-        return [check_http_url(url.strip()) for url in value if url.strip()]
+    def _urls(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        try:
+            return [check_http_url(url.strip()) for url in value if url.strip()]
+        except ValueError as error:
+            raise ValueError(f"{info.field_name}: {error}") from error
+
+    @model_validator(mode="after")
+    def _one_list_of_urls(self) -> RunOptions:
+        if self.urls and self.detail_urls:
+            raise ValueError("detail_urls: give either urls (the source's input pages) or detail_urls, not both")
+        return self
 
     @classmethod
     def for_run(cls, source: SourceConfig, params: Mapping[str, Any] | None = None) -> RunOptions:
@@ -46,5 +61,6 @@ class RunOptions(BaseModel):
             "batch_size": given(BATCH_SIZE_PARAM, source.batch.size),
             "max_packages": given(MAX_PACKAGES_PARAM, source.batch.max_packages),
             "urls": given(URLS_PARAM, []),
+            "detail_urls": given(DETAIL_URLS_PARAM, []),
             "quality": source.quality.overridden(params),
         })

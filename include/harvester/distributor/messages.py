@@ -24,6 +24,8 @@ class TaskMessage(BaseModel):
     attempt: int = Field(default=0, ge=0)
     country: str | None = None
     enqueued_at: float = Field(default_factory=time.time)
+    # A manual trigger asked for this page again now: fetched in full, whatever validators its record keeps.
+    refetch: bool = False
     # The fencing token of this delivery (set by the distributor on the Celery message, never in intake):
     # only its holder may start, heartbeat, release or fail the task.
     lease_token: str | None = None

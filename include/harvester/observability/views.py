@@ -394,17 +394,21 @@ class HarvestViews:
 
     # -- results -------------------------------------------------------------------------------------
     def export(self, name: str, fmt: str, run_id: str | None = None, since: datetime | None = None,
-               changed_only: bool = False) -> tuple[str, int]:
+               changed_only: bool = False, gone: bool | None = None) -> tuple[str, int]:
         """The records as a ``fmt`` file (jsonl, csv, parquet) in a temporary file, and how many: the download
         of ``harvester export``. The caller streams the file, then deletes it."""
         return export_to_temporary_file(self.source(name), self.output_database(self.source(name)), self.database,
-                                        fmt, run_id, since, changed_only)
+                                        fmt, run_id, since, changed_only, gone)
 
     def results(self, name: str, cursor: str | None = None, limit: int = 50, run_id: str | None = None,
-                harvested_after: datetime | None = None, harvested_before: datetime | None = None) -> ResultsPage:
-        """Records oldest first (by _id), ``limit`` at a time; the cursor is the last _id seen."""
+                harvested_after: datetime | None = None, harvested_before: datetime | None = None,
+                gone: bool | None = None) -> ResultsPage:
+        """Records oldest first (by _id), ``limit`` at a time; the cursor is the last _id seen. ``gone``: only
+        the records of gone items (True), only the others (False)."""
+        from harvester.storage import gone_filter
+
         config = self.source(name)
-        query: dict[str, Any] = {}
+        query: dict[str, Any] = gone_filter(gone)
         if run_id is not None:
             query["run_id"] = run_id
         window = {}
@@ -430,14 +434,15 @@ class HarvestViews:
 
 
 def export_to_temporary_file(source: SourceConfig, output_database: Database, runs_database: Database, fmt: str,
-                             run_id: str | None, since: datetime | None, changed_only: bool) -> tuple[str, int]:
+                             run_id: str | None, since: datetime | None, changed_only: bool,
+                             gone: bool | None = None) -> tuple[str, int]:
     """Write an export into a temporary file (spooled to disk, so memory stays flat); (its path, records)."""
     import os
     import tempfile
 
     from harvester.storage import export_query, export_records
 
-    query = export_query(runs_database, source, run_id, since, changed_only)
+    query = export_query(runs_database, source, run_id, since, changed_only, gone)
     handle, path = tempfile.mkstemp(prefix=f"harvester-{source.name}-", suffix=f".{fmt}")
     try:
         with os.fdopen(handle, "wb") as out:

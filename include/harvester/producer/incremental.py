@@ -37,6 +37,9 @@ def incremental_report(output: Collection, redis_client: redis.Redis, source: st
         "records_unchanged": max(0, stored - new - changed - not_modified),
         "records_not_modified": not_modified,
         "bytes_saved": bytes_saved,
+        # items found gone in this run (their records got ``gone_at``) and found again (``gone_at`` cleared)
+        "records_gone": int(figures.get("records_gone", 0)),
+        "records_back": int(figures.get("records_back", 0)),
         "sitemaps": {name: amount for name, amount in figures.items() if name.startswith("sitemap")},
         "sitemap_problems": problems,
     }

@@ -49,8 +49,13 @@ class PlanOptions:
 
     @classmethod
     def for_source(cls, source: SourceConfig, params: Mapping[str, Any] | None = None) -> PlanOptions:
-        """The source's batch settings, overridden by a manual trigger's params (validated by RunOptions)."""
+        """The source's batch settings, overridden by a manual trigger's params (validated by RunOptions).
+        ``detail_urls`` are planned as detail pages whatever the source starts from (harvest these items again
+        now, on a listing source too); ``urls`` as the source's input kind."""
         options = RunOptions.for_run(source, params)
+        if options.detail_urls:
+            return cls(batch_size=options.batch_size, max_packages=options.max_packages, urls=options.detail_urls,
+                       kind="details")
         return cls(batch_size=options.batch_size, max_packages=options.max_packages, urls=options.urls or None)
 
 
@@ -146,8 +151,9 @@ class PackageBuilder:
     packages are made (the batch limit)."""
 
     def __init__(self, packages: PackageStore, source: str, run_id: str, kind: str, batch_size: int,
-                 next_package_id: int, room: int) -> None:
+                 next_package_id: int, room: int, refetch: bool = False) -> None:
         self.packages, self.source, self.run_id, self.kind = packages, source, run_id, kind
+        self.refetch = refetch  # pages a manual trigger named: fetched in full, whatever validators are stored
         self.batch_size, self.next_package_id, self.room = batch_size, next_package_id, room
         self.packages_made = 0
         self.current: list[str] = []
@@ -185,7 +191,8 @@ class PackageBuilder:
         self.current = []
 
     def _write(self, result: PlanResult) -> None:
-        result.packages_created += self.packages.create_packages(self.source, self.run_id, self.ready, self.kind)
+        result.packages_created += self.packages.create_packages(self.source, self.run_id, self.ready, self.kind,
+                                                                 refetch=self.refetch)
         self.ready, self.ready_tasks = [], 0
 
 
@@ -230,7 +237,7 @@ class Planner:
         if check_lag and self._nothing_harvested_since(source, cutoff):
             check_lag = False  # no record is younger than the lag: no URL can be fresh, skip the lookups
         builder = PackageBuilder(self.packages, source.name, run_id, kind, options.batch_size, next_package_id,
-                                 room=options.max_packages - next_package_id)
+                                 room=options.max_packages - next_package_id, refetch=options.urls is not None)
         # Reading, validating and lag-checking run one chunk ahead in a thread while this one writes
         # packages: both wait on MongoDB, so overlapping them is most of the planner's speed.
         due = prefetch(self._due_chunks(source, options, result, check_lag, cutoff), ahead=1)

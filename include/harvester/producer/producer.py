@@ -169,7 +169,8 @@ class Producer:
         package_id = int(package["package_id"])
         head = json.dumps({"source": source.name, "kind": package.get("kind", "details"),
                            "depth": int(package.get("depth", 0)), "run_id": run_id, "package_id": package_id,
-                           "attempt": 0, "country": source.country, "enqueued_at": time.time()},
+                           "attempt": 0, "country": source.country, "enqueued_at": time.time(),
+                           **({"refetch": True} if package.get("refetch") else {})},
                           separators=(",", ":"))[1:-1]
         if not package.get("discovered") and len(pending_list) == len(urls):
             # Untouched package (the usual case): nothing discovered and nothing settled, so pending still

@@ -95,6 +95,7 @@ async def try_page(source: Any, url: str, kind: str, depth: int, html: Path | No
         "elapsed_s": round(fetch.elapsed, 3), "bytes": fetch.size, "truncated": fetch.truncated,
         "blocked_requests": fetch.blocked_requests if source.render == "browser" else None,
         "reason": fetch.reason or None, "retryable": fetch.retryable if not fetch.ok else None,
+        "gone": page.gone, "requested_url": page.requested_url,
     }
     if page.extraction is not None:
         report["record"] = _plain(page.extraction.record)
@@ -132,7 +133,9 @@ def _print_text(report: dict[str, Any]) -> None:
     line = (f"  fetch: {report['outcome']} (status {report['status']}, {report['http_version']}) "
             f"in {report['elapsed_s']}s, {report['bytes']} bytes")
     print(line + (" [cut at the size cap]" if report["truncated"] else ""))
-    if report["reason"]:
+    if report.get("gone"):  # what a harvest does with it: the stored record gets gone_at, nothing is extracted
+        print(f"  GONE: {report['gone']} (a stored record would get gone_at and keep its values)")
+    elif report["reason"]:
         print(f"  reason: {report['reason']}" + ("  (would be retried)" if report["retryable"] else ""))
     if report.get("selectors"):
         _print_selectors(report["selectors"], "selectors (what each matched" +

@@ -21,6 +21,7 @@ from harvester.scraping.extraction import (
     markup_refusal,
 )
 from harvester.scraping.fetching import FetchResult, strip_userinfo
+from harvester.scraping.lifecycle import gone_by_markers, gone_by_status, redirect_leaves_item
 from harvester.settings import HarvesterSettings, get_settings
 
 
@@ -34,6 +35,8 @@ class PageResult:
     extraction: Extraction | None = None
     discovery: Discovery | None = None
     listing_records: ListingRecords | None = None
+    gone: str | None = None  # why the item is gone (a detail page: 404/410, a soft 404, a redirect away)
+    requested_url: str | None = None  # a redirect that stayed on the item: the URL asked for (``url`` is the final)
 
     @property
     def records(self) -> list[dict]:
@@ -58,6 +61,19 @@ def page_data(source: SourceConfig, fetch: FetchResult, url: str, bounds: DataBo
     return PageData(fetch.text, fetch.final_url or url, source.content, bounds or DataBounds.from_settings())
 
 
+def item_on_page(source: SourceConfig, fetch: FetchResult, data: PageData, result: PageResult) -> bool:
+    """Whether a detail page shows its item; if not, ``result.gone`` says why. A redirect that stays on the
+    item moves ``result.url`` to the final canonical URL and keeps the requested one in ``requested_url``."""
+    final = record_url(fetch.final_url) if fetch.final_url else result.url
+    if final != result.url:
+        if (left := redirect_leaves_item(source, result.url, final)) is not None:
+            result.gone = left
+            return False
+        result.requested_url, result.url = result.url, final
+    result.gone = gone_by_markers(source, data)
+    return result.gone is None
+
+
 def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult, *,
                  trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
     """Extract from a successful fetch; a failed fetch passes through untouched. A ``content: json``
@@ -66,6 +82,9 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
     default, for the tools): the markup caps, URL lengths, structured-data bounds and the value and page budgets
     are all read from them."""
     result = PageResult(fetch, kind, record_url(url))
+    if kind == "details" and (gone := gone_by_status(source, fetch)) is not None:
+        result.gone = gone
+        return result
     if not fetch.ok:
         return result
     limits = settings if settings is not None else get_settings()
@@ -93,6 +112,8 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
             result.listing_records = extract_listing_records(source, data, result.url, base, trace=trace,
                                                              max_value_length=limits.max_value_length,
                                                              max_page_characters=limits.max_extracted_characters)
+    elif not item_on_page(source, fetch, data, result):
+        return result
     else:
         result.extraction = extract_record(source, data, result.url, base, trace=trace,
                                            max_value_length=limits.max_value_length,

@@ -33,7 +33,8 @@ from harvester.storage.output_codec import OUTPUT_CODEC
 log = logging.getLogger(__name__)
 
 # What Harvester writes into a record itself: never compared, never in the history.
-METADATA_FIELDS = frozenset({"_id", "first_seen_at", "harvested_at", "run_id", "changed_at", "_http"})
+METADATA_FIELDS = frozenset({"_id", "first_seen_at", "harvested_at", "run_id", "changed_at", "_http", "gone_at",
+                             "gone_reason", "config_version", "requested_urls"})
 HISTORY_SUFFIX = "_history"
 HISTORY_KEY_INDEX = "harvester_history_key"
 HISTORY_TTL_INDEX = "harvester_history_ttl"
@@ -64,6 +65,7 @@ class Changes:
     changed: int = 0
     unchanged: int = 0
     history_written: int = 0
+    back: int = 0  # records that were gone (``gone_at``) and are found again: the write clears their mark
     changed_fields: dict[int, list[str]] = field(default_factory=dict)
 
 
@@ -84,6 +86,8 @@ class ChangeTracker:
         entries: list[dict[str, Any]] = []
         for position, (values, where) in enumerate(zip(updates, filters, strict=True)):
             before = previous.get(_key_of(where, key))
+            if before is not None and before.get("gone_at") is not None:
+                changes.back += 1
             if before is None:
                 changes.new += 1
                 values["changed_at"] = now
@@ -108,7 +112,7 @@ class ChangeTracker:
         """The stored versions of these records, by key, in one query (only the fields the batch writes)."""
         fields = {name for values in updates for name in values if name not in METADATA_FIELDS}
         projection = {name: 1 for name in fields | set(key)}
-        projection["_id"] = 0
+        projection["_id"], projection["gone_at"] = 0, 1
         if len(key) == 1:
             query: dict[str, Any] = {key[0]: {"$in": [where[key[0]] for where in filters]}}
         else:

@@ -24,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     records.add_argument("source", help="the source name")
     records.add_argument("--limit", type=int, default=10, help="how many records (default 10)")
     records.add_argument("--run", dest="run_id", help="only the records of this run id")
+    records.add_argument("--gone", choices=["true", "false"],
+                         help="true: only records of gone items (gone_at set); false: only items still there")
     records.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     records.set_defaults(handler=_records)
     export = subparsers.add_parser(
@@ -36,6 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--since", help="only records harvested since: an ISO 8601 time or a duration (7d, 6h)")
     export.add_argument("--changed-only", action="store_true",
                         help="only records that are new or changed (in --run, since --since, else in the latest run)")
+    export.add_argument("--gone", choices=["true", "false"],
+                        help="true: only records of gone items (gone_at set); false: only items still there")
     export.add_argument("-o", "--output", required=True, help="the file to write (replaced when complete)")
     export.add_argument("--no-progress", action="store_true", help="no progress bar")
     export.set_defaults(handler=_export)
@@ -82,7 +86,9 @@ def _records(args: argparse.Namespace) -> int:
         return 1
     data = DataHandler(get_settings())
     collection = data.database(source)[source.output_collection]
-    found = latest_records(collection, max(1, args.limit), args.run_id)
+    from harvester.storage.export_command import gone_choice
+
+    found = latest_records(collection, max(1, args.limit), args.run_id, gone_choice(args.gone))
     for record in found:
         if args.json:
             print(json.dumps(plain(record), ensure_ascii=False))

@@ -42,11 +42,16 @@ def conditional_headers(validators: dict[str, Any] | None) -> dict[str, str]:
     return headers
 
 
-def stored_validators(collection: Collection, urls: list[str]) -> dict[str, dict[str, Any]]:
-    """URL -> its record's validators, for the URLs whose record has some (one query)."""
+def stored_validators(collection: Collection, urls: list[str], config_version: str | None = None
+                      ) -> dict[str, dict[str, Any]]:
+    """URL -> its record's validators, for the URLs whose record has some (one query); with
+    ``config_version``, only records that version extracted (a record of an older config, or of none, is
+    fetched in full so the current selectors read it)."""
     found: dict[str, dict[str, Any]] = {}
-    for document in collection.find({"url": {"$in": urls}, HTTP_FIELD: {"$exists": True}},
-                                    {"_id": 0, "url": 1, HTTP_FIELD: 1}):
+    query: dict[str, Any] = {"url": {"$in": urls}, HTTP_FIELD: {"$exists": True}}
+    if config_version is not None:
+        query["config_version"] = config_version
+    for document in collection.find(query, {"_id": 0, "url": 1, HTTP_FIELD: 1}):
         if isinstance(document.get(HTTP_FIELD), dict):
             found[document["url"]] = document[HTTP_FIELD]
     return found
@@ -56,5 +61,6 @@ def refresh_not_modified(collection: Collection, urls: list[str], run_id: str | 
     """Harvested again, unchanged: ``harvested_at``, ``run_id`` and ``_http.not_modified_at`` set."""
     result = collection.update_many(
         {"url": {"$in": urls}},
-        {"$set": {"harvested_at": now, "run_id": run_id, f"{HTTP_FIELD}.not_modified_at": now}})
+        {"$set": {"harvested_at": now, "run_id": run_id, f"{HTTP_FIELD}.not_modified_at": now},
+         "$unset": {"gone_at": "", "gone_reason": ""}})  # the page answers for its item again
     return result.matched_count

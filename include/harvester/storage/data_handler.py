@@ -30,6 +30,7 @@ from harvester.config import SourceConfig
 from harvester.connections import mongo_client
 from harvester.errors import mongo_storage_errors
 from harvester.settings import HarvesterSettings
+from harvester.storage.lifecycle import CONFIG_VERSION, GONE_AT, GONE_REASON, REQUESTED_URLS, GoneMarks
 from harvester.storage.output_codec import OUTPUT_CODEC, OUTPUT_TYPES
 
 KEY_INDEX_NAME = "harvester_output_key"
@@ -67,6 +68,7 @@ class WriteResult:
     new: int = 0
     changed: int = 0
     unchanged: int = 0
+    back: int = 0  # records that were gone and were found again (their ``gone_at`` cleared)
 
     @property
     def stored(self) -> int:
@@ -119,12 +121,15 @@ class DataHandler:
             self._indexed.add(marker)
 
     def operations(self, source: SourceConfig, records: list[dict[str, Any]], run_id: str | None,
-                   now: datetime, result: WriteResult) -> list[pymongo.UpdateOne]:
+                   now: datetime, result: WriteResult, config_version: str | None = None) -> list[pymongo.UpdateOne]:
         """One upsert per distinct key (the last record of a key wins within a batch)."""
-        return [upsert.operation() for upsert in self._upserts(source, records, run_id, now, result)]
+        return [upsert.operation() for upsert in self._upserts(source, records, run_id, now, result, config_version)]
 
     def _upserts(self, source: SourceConfig, records: list[dict[str, Any]], run_id: str | None,
-                 now: datetime, result: WriteResult) -> list[_Upsert]:
+                 now: datetime, result: WriteResult, config_version: str | None = None) -> list[_Upsert]:
+        """A record found again clears ``gone_at`` (``$unset``); the URLs a redirect came from join
+        ``requested_urls`` (``$addToSet``: every alias is kept); ``config_version`` names the config that
+        extracted the record, so conditional requests are sent only while it is current."""
         by_key: dict[tuple[Any, ...], tuple[dict[str, Any], list[int]]] = {}
         for position, record in enumerate(records):
             key = tuple(record.get(name) for name in source.output.key)
@@ -137,16 +142,19 @@ class DataHandler:
         upserts = []
         for record, positions in by_key.values():
             data = {**record, "harvested_at": now, "run_id": run_id}
-            upserts.append(_Upsert(
-                {name: record[name] for name in source.output.key},
-                {"$set": data, "$setOnInsert": {"first_seen_at": now}},
-                positions,
-            ))
+            requested = data.pop(REQUESTED_URLS, None)
+            if config_version:
+                data[CONFIG_VERSION] = config_version
+            update: dict[str, Any] = {"$set": data, "$setOnInsert": {"first_seen_at": now},
+                                      "$unset": {GONE_AT: "", GONE_REASON: ""}}
+            if requested:
+                update["$addToSet"] = {REQUESTED_URLS: {"$each": list(requested)}}
+            upserts.append(_Upsert({name: record[name] for name in source.output.key}, update, positions))
         return upserts
 
     @mongo_storage_errors()
     def write(self, source: SourceConfig, records: list[dict[str, Any]], run_id: str | None = None,
-              now: datetime | None = None) -> WriteResult:
+              now: datetime | None = None, config_version: str | None = None) -> WriteResult:
         """Store a batch; records MongoDB cannot store are in ``rejected``, the rest are written.
 
         Raises StorageError (a PyMongoError too) for the connection or the server as a whole, so the
@@ -154,7 +162,7 @@ class DataHandler:
         """
         result = WriteResult()
         now = now or datetime.now(UTC)
-        upserts = self._upserts(source, records, run_id, now, result)
+        upserts = self._upserts(source, records, run_id, now, result, config_version)
         if not upserts:
             return result
         if self.discarding:
@@ -174,13 +182,38 @@ class DataHandler:
         changes = ChangeTracker().classify(collection, source, [upsert.update["$set"] for upsert in upserts],
                                            [upsert.filter for upsert in upserts], run_id, now)
         result.new, result.changed, result.unchanged = changes.new, changes.changed, changes.unchanged
+        result.back = changes.back
 
     @mongo_storage_errors()
-    def validators(self, source: SourceConfig, urls: list[str]) -> dict[str, dict[str, Any]]:
-        """The ETag / Last-Modified (and body size) last stored with the records of these URLs: one query."""
+    def validators(self, source: SourceConfig, urls: list[str], config_version: str | None = None
+                   ) -> dict[str, dict[str, Any]]:
+        """The ETag / Last-Modified (and body size) last stored with the records of these URLs: one query.
+        With ``config_version``, only those of records that version of the config extracted: a 304 keeps a
+        record as it is, so one an older config extracted must be fetched in full and extracted again."""
         from harvester.storage.conditional import stored_validators
 
-        return {} if self.discarding or not urls else stored_validators(self.collection(source), urls)
+        if self.discarding or not urls:
+            return {}
+        return stored_validators(self.collection(source), urls, config_version)
+
+    @mongo_storage_errors()
+    def mark_gone(self, source: SourceConfig, reasons: dict[str, str], now: datetime | None = None) -> GoneMarks:
+        """The records of these URLs are gone (URL -> why): ``gone_at`` and ``gone_reason`` set, values kept."""
+        from harvester.storage.lifecycle import mark_gone
+
+        if self.discarding or not reasons:
+            return GoneMarks(marked=list(reasons))
+        return mark_gone(self.collection(source), reasons, now or datetime.now(UTC))
+
+    @mongo_storage_errors()
+    def settle_redirects(self, source: SourceConfig, moves: dict[str, str]) -> dict[str, str]:
+        """Redirects that stayed on their item (requested -> final URL): records moved to the final URL; the
+        requested URLs whose redirect reached another item's record, with the reason (they are gone)."""
+        from harvester.storage.lifecycle import settle_redirects
+
+        if self.discarding or not moves:
+            return {}
+        return settle_redirects(self.collection(source), moves, "url" in source.output.key)
 
     @mongo_storage_errors()
     def refresh_not_modified(self, source: SourceConfig, urls: list[str], run_id: str | None,

@@ -11,6 +11,11 @@ from pathlib import Path
 from harvester.storage.exports import FORMATS, export_query, export_records
 
 
+def gone_choice(value: str | None) -> bool | None:
+    """``--gone true|false`` as the filter's flag (None: every record)."""
+    return None if value is None else value == "true"
+
+
 def parse_since(value: str | None) -> datetime | None:
     """An ISO 8601 time (UTC when it has no offset) or a duration back from now (``7d``, ``6h``)."""
     if value is None:
@@ -47,7 +52,7 @@ def run_export(args: argparse.Namespace) -> int:
     settings = get_settings()
     collection = DataHandler(settings).database(source)[source.output_collection]
     runs_database = mongo_client(settings=settings)[settings.mongo_database]
-    query = export_query(runs_database, source, args.run_id, since, args.changed_only)
+    query = export_query(runs_database, source, args.run_id, since, args.changed_only, gone_choice(args.gone))
     total = collection.count_documents(query.filter())
     partial = output.with_name(f".{output.name}.partial")
     with Progress(TextColumn(f"{source.name} → {output.name}"), BarColumn(), MofNCompleteColumn(),

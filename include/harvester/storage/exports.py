@@ -30,6 +30,7 @@ from pymongo.collection import Collection
 
 from harvester.config import SourceConfig, scalar_type
 from harvester.errors import ExportUnavailable
+from harvester.storage.lifecycle import gone_filter
 from harvester.storage.records import plain
 from harvester.storage.runs import RunStore
 
@@ -40,7 +41,8 @@ Format = Literal["jsonl", "csv", "parquet"]
 FORMATS: tuple[Format, ...] = ("jsonl", "csv", "parquet")
 MEDIA_TYPES = {"jsonl": "application/x-ndjson", "csv": "text/csv; charset=utf-8",
                "parquet": "application/vnd.apache.parquet"}
-METADATA = {"first_seen_at": "datetime", "harvested_at": "datetime", "changed_at": "datetime", "run_id": "str"}
+METADATA = {"first_seen_at": "datetime", "harvested_at": "datetime", "changed_at": "datetime", "run_id": "str",
+            "gone_at": "datetime", "gone_reason": "str", "config_version": "str"}
 HIDDEN = {"_id": 0, "_http": 0}
 ROW_GROUP = 10_000
 JSON_OPTIONS = json_util.JSONOptions(json_mode=json_util.JSONMode.RELAXED, tz_aware=True, tzinfo=UTC)
@@ -63,11 +65,12 @@ class ExportQuery:
     (``changed_only``: ``changed_at`` within the run, or since ``since``; alone: the latest run's changes)."""
 
     def __init__(self, run_id: str | None = None, since: datetime | None = None, changed_only: bool = False,
-                 run_started_at: datetime | None = None) -> None:
+                 run_started_at: datetime | None = None, gone: bool | None = None) -> None:
         self.run_id, self.since, self.changed_only, self.run_started_at = run_id, since, changed_only, run_started_at
+        self.gone = gone  # True: only records of gone items (``gone_at``); False: only live ones; None: all
 
     def filter(self) -> dict[str, Any]:
-        query: dict[str, Any] = {}
+        query: dict[str, Any] = gone_filter(self.gone)
         if self.run_id is not None:
             query["run_id"] = self.run_id
         if self.since is not None:
@@ -79,7 +82,7 @@ class ExportQuery:
 
 
 def export_query(runs_database: Any, source: SourceConfig, run_id: str | None = None, since: datetime | None = None,
-                 changed_only: bool = False) -> ExportQuery:
+                 changed_only: bool = False, gone: bool | None = None) -> ExportQuery:
     """The query of ``harvester export`` and the results download: ``changed_only`` needs when the run (the
     given one, else the source's latest) started, read from the runs collection."""
     started = None
@@ -90,7 +93,7 @@ def export_query(runs_database: Any, source: SourceConfig, run_id: str | None = 
         started = (run or {}).get("started_at")
         if started is not None and started.tzinfo is None:
             started = started.replace(tzinfo=UTC)
-    return ExportQuery(run_id, since, changed_only, started)
+    return ExportQuery(run_id, since, changed_only, started, gone)
 
 
 def _csv_cell(value: Any) -> str:

@@ -92,11 +92,12 @@ class PackageStore:
 
     @mongo_storage_errors()
     def create_packages(self, source: str, run_id: str, packages: Iterable[tuple[int, list[str] | list[PackageTask]]],
-                        kind: str = "details", depth: int = 0) -> int:
+                        kind: str = "details", depth: int = 0, refetch: bool = False) -> int:
         """Insert waiting packages of URLs; ones that already exist (same source, run, id) are left untouched.
 
         Returns how many were new. Idempotent through the unique index, so a planner that died
         half-way can simply run again. Entries may be URLs (of ``kind`` and ``depth``) or PackageTasks.
+        ``refetch``: pages a manual trigger named, fetched without conditional requests.
         """
         now = _now()
         documents = []
@@ -115,6 +116,7 @@ class PackageStore:
                 "status": int(PackageStatus.WAITING),
                 "kind": package_kind,
                 "depth": package_depth,
+                **({"refetch": True} if refetch else {}),
                 "urls": urls,
                 "pending": pending,
                 "done": [],
@@ -175,7 +177,8 @@ class PackageStore:
                       "updated_at": _now()},
              "$inc": {"claims": 1}},
         )
-        projection = {"package_id": 1, "urls": 1, "kind": 1, "depth": 1, "pending": 1, "discovered": 1, "claim": 1}
+        projection = {"package_id": 1, "urls": 1, "kind": 1, "depth": 1, "pending": 1, "discovered": 1, "claim": 1,
+                      "refetch": 1}
         won = self.collection.find({"_id": {"$in": candidates}, "claim": token}, projection)
         return list(won.sort("package_id", 1))
 
@@ -244,8 +247,8 @@ class PackageStore:
     def running(self, source: str, run_id: str) -> Iterator[dict[str, Any]]:
         yield from self.collection.find(
             {"source": source, "run_id": run_id, "status": int(PackageStatus.RUNNING)},
-            {"package_id": 1, "pending": 1, "urls": 1, "claim": 1},
-        )
+            {"package_id": 1, "pending": 1, "urls": 1, "claim": 1, "kind": 1, "depth": 1, "refetch": 1},
+        )  # kind, depth and refetch: a half-pushed package's messages are made from this read
 
     @mongo_storage_errors()
     def reset_to_waiting(self, source: str, run_id: str, package_id: int, claim: str | None,

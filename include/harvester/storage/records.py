@@ -15,9 +15,12 @@ from harvester.errors import mongo_storage_errors
 
 
 @mongo_storage_errors()
-def latest_records(collection: Collection, limit: int = 10, run_id: str | None = None) -> list[dict[str, Any]]:
+def latest_records(collection: Collection, limit: int = 10, run_id: str | None = None,
+                   gone: bool | None = None) -> list[dict[str, Any]]:
     """The ``limit`` most recently harvested records (of one run when ``run_id`` is given)."""
-    query = {"run_id": run_id} if run_id else {}
+    from harvester.storage.lifecycle import gone_filter
+
+    query = {**({"run_id": run_id} if run_id else {}), **gone_filter(gone)}
     return list(collection.find(query).sort("harvested_at", pymongo.DESCENDING).limit(limit))
 
 

@@ -189,7 +189,7 @@ class BatchRunner:
         # every MongoDB read runs under the heartbeat: one that waits out an outage must not cost the leases
         with LeaseHeartbeat(self.store, name, leases_of(messages), self.settings.heartbeat_seconds,
                             self.batch_deadline(source, len(messages), pages)) as heartbeat:
-            fetcher = self.incremental.fetcher(source, messages, pages)
+            fetcher = self.incremental.fetcher(source, messages, pages, self.sources.version(name))
             permit = RateTokenPermit(self.store, name, [message.task_id for message in messages], heartbeat)
             fetched = self.loop.run_until_complete(
                 fetcher.fetch_all([message.url for message in messages], source, permit))
@@ -228,10 +228,8 @@ class BatchRunner:
                 report: BatchReport) -> None:
         to_store: list[StoredPage] = []
         record_listings: list[StoredPage] = []  # listing pages with records of their items (listing.records)
-        listings: list[StoredPage] = []
-        sitemaps: list[StoredPage] = []
-        not_modified: list[StoredPage] = []
-        finished: list[TaskMessage] = []
+        listings, sitemaps, not_modified = [], [], []
+        gone: list[StoredPage] = []  # detail pages whose item is gone (404/410, a soft 404, a redirect away)
         rejected: list[tuple[TaskMessage, FetchResult, str]] = []  # pages whose record was rejected, and why
         for message, page in zip(messages, pages, strict=True):
             fetch = page.fetch
@@ -241,7 +239,9 @@ class BatchRunner:
             report.outcomes[fetch.counter] += 1
             if fetch.truncated:
                 report.outcomes["truncated"] += 1
-            if fetch.outcome == "not_modified":
+            if page.gone is not None:
+                gone.append((message, page))
+            elif fetch.outcome == "not_modified":
                 not_modified.append((message, page))
             elif not fetch.ok:
                 self.failures.fetch_failed(source, message, fetch, report)
@@ -265,7 +265,8 @@ class BatchRunner:
                 listings.append((message, page))
         self.keep_evidence(source, rejected, report)  # their dead letters are written when settling ends
 
-        stored = self.settler.write(source, to_store + record_listings, report)
+        finished, stored = self.settler.settle_items(source, to_store + record_listings, gone, report,
+                                                     self.sources.version(source.name))
         stored_ids = {id(message) for message in stored}
         listings += [(message, page) for message, page in record_listings if id(message) in stored_ids]
         listing_ids = {id(message) for message, _ in record_listings}

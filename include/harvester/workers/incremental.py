@@ -79,7 +79,7 @@ class BatchFetcher:
             message = self.messages[index]
             if message.kind == "sitemap":
                 return await self.sitemaps.fetch(url, source, ready)
-            stored = self.validators.get(record_url(url)) if message.kind == "details" else None
+            stored = self.validators.get(record_url(url)) if message.kind == "details" and not message.refetch else None
             conditions = conditional_headers(stored)
             result = await self.pages.fetch(url, source, ready, conditions=conditions or None)
             if result.outcome == "not_modified" and stored is not None:
@@ -104,16 +104,19 @@ class IncrementalFetching:
     def from_settings(cls, settings: HarvesterSettings, data: DataHandler, pages: Fetcher) -> IncrementalFetching:
         return cls(data, pages, SitemapFetcher(settings, pages))
 
-    def fetcher(self, source: SourceConfig, messages: Sequence[TaskMessage], fetcher: PageFetcher) -> PageFetcher:
-        """``fetcher`` itself for a browser batch or one with nothing incremental in it."""
+    def fetcher(self, source: SourceConfig, messages: Sequence[TaskMessage], fetcher: PageFetcher,
+                config_version: str | None = None) -> PageFetcher:
+        """``fetcher`` itself for a browser batch or one with nothing incremental in it. Validators are read only
+        for records ``config_version`` extracted (a config change refetches and re-extracts every page), and
+        never for tasks a manual trigger asked to harvest again now (``refetch``)."""
         if fetcher is not self.pages or source.render != "http":
             return fetcher
-        details = [record_url(message.url) for message in messages if message.kind == "details"]
+        details = [record_url(message.url) for message in messages if message.kind == "details" and not message.refetch]
         has_sitemaps = any(message.kind == "sitemap" for message in messages)
         validators: dict[str, dict[str, Any]] = {}
         if details:
             try:
-                validators = self.data.validators(source, details)
+                validators = self.data.validators(source, details, config_version)
             except StorageError as error:  # the pages are fetched in full instead: slower, never wrong
                 log.warning("%s: reading the stored validators failed (%s): fetching unconditionally",
                             source.name, error)
