@@ -1,11 +1,12 @@
 """The Airflow plugin: the Harvester page, a "Harvest progress" tab on every run, and their JSON API.
 
 Airflow mounts the FastAPI app under ``/harvester`` in the api-server but does not authenticate
-plugin apps, so every route depends on Airflow's own security dependencies (issue 24):
+plugin apps, so every route depends on Airflow's own security dependencies:
 
 - every route needs an authenticated user (the UI's session cookie or a bearer token), the pages, the
   static files and the OpenAPI schema included (FastAPI's ``/docs`` and ``/redoc`` are off);
-- every read of one source needs read access (GET) to its DAG ``harvest_<source>``, and the lists
+- every read of one source needs read access (GET) to its DAG ``harvest_<source>`` (the export's download
+  included: it is every record of the source), checked before any database work, and the lists
   (``/api/sources``) show only the sources whose DAG the user may read, as the auth manager (simple, FAB,
   Keycloak...) answers;
 - changes need access to the DAG (PUT, as editing the DAG, to requeue dead letters; what Airflow's own
@@ -265,13 +266,13 @@ def results(source: str, views: ViewsDep, cursor: str | None = None,
 
 @api.get("/results/{source}/export",
          summary="The source's records as a download: jsonl, csv or parquet, by run, since a time, changed only",
-         response_class=FileResponse)
+         response_class=FileResponse, dependencies=[Depends(requires_source_dag_read)])
 def export_results(source: str, views: ViewsDep,
                    format: Annotated[Literal["jsonl", "csv", "parquet"], Query()] = "jsonl",
                    run_id: str | None = None,
                    since: Annotated[datetime | None, Query(description="harvested_at >= this")] = None,
                    changed_only: bool = False) -> FileResponse:
-    """The same records and formats as ``harvester export`` (issue 23), with the results route's access."""
+    """The same records and formats as ``harvester export``, with the results route's access."""
     _source_or_404(views, source)
     from harvester.storage import MEDIA_TYPES
 
