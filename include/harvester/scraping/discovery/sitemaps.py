@@ -80,7 +80,10 @@ def parse_lastmod(value: str | None) -> datetime | None:
                 return None
     if isinstance(moment, date) and not isinstance(moment, datetime):
         moment = datetime(moment.year, moment.month, moment.day)
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    try:  # 9999-12-31T23:59:59-01:00 is past what a datetime holds once moved to UTC
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        return None
 
 
 @dataclass(slots=True)
