@@ -271,12 +271,15 @@ def export_results(source: str, views: ViewsDep,
                    format: Annotated[Literal["jsonl", "csv", "parquet"], Query()] = "jsonl",
                    run_id: str | None = None,
                    since: Annotated[datetime | None, Query(description="harvested_at >= this")] = None,
-                   changed_only: bool = False) -> FileResponse:
+                   changed_only: bool = False,
+                   csv_formulas: Annotated[Literal["escaped", "raw"], Query(
+                       description="CSV: text cells beginning with = + - @ TAB or CR get a ' first (escaped), "
+                                   "or are written as harvested (raw)")] = "escaped") -> FileResponse:
     """The same records and formats as ``harvester export``, with the results route's access."""
     _source_or_404(views, source)
     from harvester.storage import MEDIA_TYPES
 
-    path, count = views.export(source, format, run_id, since, changed_only)
+    path, count = views.export(source, format, run_id, since, changed_only, csv_formulas == "escaped")
     name = f"{source}{'-' + run_id if run_id else ''}.{format}"
     cleanup = BackgroundTasks()
     cleanup.add_task(Path(path).unlink, missing_ok=True)  # once the file is sent
