@@ -87,6 +87,8 @@ class SitemapFollower:
             problems.append((message.url, discovery.problem))
         for reason, amount in discovery.ignored.items():
             report.outcomes[f"links_ignored:{reason}"] += amount
+        if discovery.ignored.get("off_site"):  # entries on another site than the sitemap's: dropped, and said so
+            figures["sitemap_off_site"] = discovery.ignored["off_site"]
         keys = SourceKeys(source.name)
         granted = self.figures.reserve(keys.run_sitemap_entries(message.run_id), discovery.entries,
                                        self.settings.sitemap_max_urls_per_run)
