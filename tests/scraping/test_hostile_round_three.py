@@ -40,3 +40,39 @@ def test_an_element_is_as_wide_as_its_attributes_however_they_are_separated(sepa
 ])
 def test_long_names_values_and_many_but_allowed_attributes_pass(page: str) -> None:
     assert markup_refusal(page, 500, 300_000) is None
+
+
+@pytest.mark.integration
+def test_a_site_cannot_fill_its_sources_cookie_jar_or_make_each_request_heavy(site) -> None:
+    """A site setting 100 cookies a page for 30 pages filled the jar to 3,000 and made each request carry a 329 kB
+    Cookie header; a host keeps its first 50 and the header stays under 8 KiB, the first cookie still sent."""
+    import asyncio
+
+    from aiohttp import web
+    from harvester.scraping.fetching.cookies import MAX_COOKIE_HEADER_BYTES, MAX_COOKIES_PER_HOST
+    from harvester.scraping.fetching.fetcher import Fetcher
+    from harvester.settings import HarvesterSettings
+
+    from tests.fixtures.demo_site import demo_source
+    from tests.fixtures.hostile_hosts import ALLOW_BOTH
+
+    async def flood(request: web.Request) -> web.StreamResponse:
+        response = web.Response(text="<html><body><h1 class='title'>t</h1></body></html>", content_type="text/html")
+        page = int(request.query.get("n", "0"))
+        for number in range(100):
+            response.set_cookie(f"c{page}_{number}", "v" * 100)
+        return response
+
+    site.route("/flood", flood)
+    settings = HarvesterSettings(allowed_private_networks=ALLOW_BOTH)
+    source = demo_source(site.url, robots="ignore")
+
+    async def run() -> None:
+        async with Fetcher(settings) as fetcher:
+            for page in range(30):
+                assert (await fetcher.fetch(f"{site.url}/flood?n={page}", source)).ok
+
+    asyncio.run(run())
+    last = site.headers_of("/flood?n=29")[0]["cookie"]
+    assert len(last) <= MAX_COOKIE_HEADER_BYTES and last.count("=") <= MAX_COOKIES_PER_HOST, len(last)
+    assert "c0_0=" in last  # the first cookies the site set are the ones kept
