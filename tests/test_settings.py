@@ -900,6 +900,44 @@ def test_browser_snapshot_settings_bound_how_long_and_how_much_a_snapshot_keeps(
         assert store.get("shop", task, now=now + timedelta(days=keep_days, seconds=1)) is None
 
 
+@covers_setting("evidence_max_pages_per_run", "evidence_max_bytes_per_run", "evidence_max_pages_per_source",
+                "evidence_max_bytes_per_source")
+@pytest.mark.integration
+def test_evidence_caps_bound_what_a_run_and_a_source_keep_and_count_the_rest(harvester_settings):
+    """A 10,000-page run of rejections kept 19.5 GiB for 7 days: evidence is capped per run and per source, in
+    pages and in bytes, and what a cap leaves out is counted."""
+    from datetime import UTC, datetime
+
+    from harvester.storage.snapshots import PageEvidence, SnapshotStore
+
+    now = datetime.now(UTC)
+
+    def pages(run: str, count: int, size: int = 1000) -> list[PageEvidence]:
+        return [PageEvidence(f"{run}-{n}", f"http://a.example/{n}", "rejected", "x" * size, run_id=run)
+                for n in range(count)]
+
+    def store(**caps: int) -> SnapshotStore:
+        settings = harvester_settings.model_copy(update=caps)
+        snapshots = SnapshotStore.from_settings(settings)
+        snapshots.collection.delete_many({})
+        return snapshots
+
+    by_pages = store(evidence_max_pages_per_run=3, evidence_max_pages_per_source=5)
+    first = by_pages.save_many("shop", pages("r1", 4), now)
+    assert len(first) == 3 and first.not_kept == 1  # the run's 3
+    second = by_pages.save_many("shop", pages("r2", 4), now)
+    assert len(second) == 2 and second.not_kept == 2  # the source's 5
+    again = by_pages.save_many("shop", pages("r1", 1), now)
+    assert len(again) == 1 and again.not_kept == 0  # a task's latest attempt replaces its snapshot: no new room
+    assert by_pages.save_many("other", pages("r1", 3), now).not_kept == 0  # caps are per source
+    by_bytes = store(evidence_max_bytes_per_run=1 << 20, evidence_max_bytes_per_source=3 << 20)
+    run = by_bytes.save_many("shop", pages("r1", 3, 400_000), now)
+    assert len(run) == 2 and run.not_kept == 1  # 2 x 0.4 MB fit in the run's 1 MiB
+    for name in ("r2", "r3", "r4"):
+        by_bytes.save_many("shop", pages(name, 2, 400_000), now)
+    assert by_bytes.usage({"source": "shop"}, now)[1] <= 3 << 20
+
+
 # -- the worker's batch heartbeat (workers/batch.py) -------------------------------------------------
 @covers_setting("heartbeat_seconds")
 @pytest.mark.integration

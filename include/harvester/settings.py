@@ -222,6 +222,16 @@ class HarvesterSettings(BaseSettings):
     browser_snapshot_max_bytes: int = Field(
         default=2 * 1024 * 1024, ge=16 * 1024, le=15 * 1024 * 1024,
         description="The most one snapshot keeps: its screenshot when it fits in half, its HTML cut to the rest.")
+    evidence_max_pages_per_run: int = Field(
+        default=500, ge=1, description="Snapshots of failed or rejected pages kept per run; past it (or past "
+                                       "evidence_max_bytes_per_run) a run's further evidence is counted, not kept.")
+    evidence_max_bytes_per_run: int = Field(
+        default=256 * 1024 * 1024, ge=1024 * 1024, description="Bytes of evidence (HTML and screenshots) kept per run.")
+    evidence_max_pages_per_source: int = Field(
+        default=2000, ge=1, description="Snapshots kept per source at once (for browser_snapshot_keep_days); past "
+                                        "it, or past evidence_max_bytes_per_source, new evidence is counted, not kept.")
+    evidence_max_bytes_per_source: int = Field(
+        default=1024 * 1024 * 1024, ge=1024 * 1024, description="Bytes of evidence kept per source at once.")
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 

@@ -122,3 +122,39 @@ def test_the_nav_links_work_under_a_sub_path(sub_path_server: AirflowServer) -> 
                 target = urljoin(base, link.replace("{DAG_ID}", f"harvest_{MINE}").replace("{RUN_ID}", "r"))
                 assert watcher.get(target).status_code == 200, target
     assert set(USERS) >= {"watcher", "operator"}
+
+
+def _route_paths_of_one_source() -> list[tuple[str, str]]:
+    """Every route of the plugin's app that names one source (in its path or as the DAG id), with its method,
+    read from the app itself: a route added later without the DAG check fails the test below."""
+    from fastapi.routing import APIRoute
+    from harvester.airflow.plugin import app
+
+    filled = {"{source}": OTHER, "{run_id}": "run-1", "{task_id}": "task-1", "{dag_id}": f"harvest_{OTHER}",
+              "{dag_run_id}": "manual__1"}
+    walked = []
+    for route in app.routes:
+        if not isinstance(route, APIRoute) or not ("{source}" in route.path or "{dag_id}" in route.path):
+            continue
+        path = route.path
+        for placeholder, value in filled.items():
+            path = path.replace(placeholder, value)
+        walked.extend((method, path) for method in sorted(route.methods))
+    return walked
+
+
+def test_every_route_of_one_source_refuses_a_user_without_access_to_its_dag(sub_path_server: AirflowServer,
+                                                                           redis_client) -> None:
+    """The watcher may read harvest_mine only: to every route about the other source (the export included, in
+    each format) the auth manager says no, so each answers 403 and reads nothing."""
+    walked = _route_paths_of_one_source()
+    assert ("GET", f"/api/results/{OTHER}/export") in walked and len(walked) >= 10, walked
+    with sub_path_server.client("watcher") as watcher:
+        for method, path in walked:
+            formats = ("jsonl", "csv", "parquet") if path.endswith("/export") else (None,)
+            for export_format in formats:
+                response = watcher.request(method, f"/harvester{path}", headers={"X-Harvester-Request": "1"},
+                                           params={"format": export_format} if export_format else None)
+                assert response.status_code == 403, (method, path, export_format, response.status_code,
+                                                     response.text[:200])
+    assert DeadLetters(redis_client).count(OTHER) == 1  # the requeue POST changed nothing

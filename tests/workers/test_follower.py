@@ -109,3 +109,43 @@ def test_discovered_tasks_join_the_parents_package_before_intake(harvester_setti
     assert child.task_id == planned_task_id(source.name, "run", 0, f"{BASE}/product/1") and child.package_id == 0
     package = mongo_server.client()[harvester_settings.mongo_database]["packages"].find_one({"source": source.name})
     assert set(package["pending"]) == {seed.task_id, child.task_id} and package["discovered"] == 1
+
+
+class CountingRobots:
+    """A real robots.txt cache (in this process) that counts the links it is asked to screen."""
+
+    def __init__(self, text: str) -> None:
+        from harvester.scraping.fetching.robots import RobotsCache, RobotsRules
+
+        self.cache = RobotsCache(None, 3600)
+        self.cache._remember(RobotsRules(BASE, text, 200))
+        self.screened = 0
+
+    def filter_allowed(self, urls: list[str], user_agent: str) -> tuple[list[str], int]:
+        self.screened += len(urls)
+        return self.cache.filter_allowed(urls, user_agent)
+
+
+def test_links_are_cut_by_max_new_urls_before_robots_txt_screens_them(redis_client, configure_settings) -> None:
+    """A listing page of 5,000 links was screened against robots.txt whole (103k links: 78 s) before max_new_urls
+    kept 10 of them; the cap cuts first, and a disallowed link gives its place back."""
+    settings: HarvesterSettings = configure_settings(output_sink="discard")
+    robots = CountingRobots("User-agent: *\nDisallow: /product/1\n")  # /product/1, /product/10..19, ...
+    follower = LinkFollower(URLStore(redis_client), RunFrontier(redis_client), Intake(redis_client, settings),
+                            DataHandler(settings), packages=lambda: pytest.fail("no package without a run"),
+                            robots=robots, user_agent="Harvester/1")
+    source = demo_source(BASE, "screened", robots="obey",
+                         listing={"link_selectors": ["a"], "follow": ".", "max_new_urls": 10})
+    parent = TaskMessage(task_id="p", source=source.name, kind="listing", url=f"{BASE}/shop", run_id="r1")
+    urls = [f"{BASE}/product/{n}" for n in range(5000)]
+    report = BatchReport(source.name)
+    follower.follow(source, parent, listing_page(parent.url, urls, []), report)
+    assert robots.screened <= 10, robots.screened
+    queued_urls = [child.url for child in queued(redis_client, source.name)]
+    assert queued_urls == [url for url in urls[:10] if url != f"{BASE}/product/1"]
+    assert report.outcomes["links_ignored:robots_disallowed"] == 1
+    assert URLStore(redis_client).seen(source, [f"{BASE}/product/1"]) == {f"{BASE}/product/1": False}
+    second = TaskMessage(task_id="q", source=source.name, kind="listing", url=f"{BASE}/shop?page=2", run_id="r1")
+    follower.follow(source, second, listing_page(second.url, [f"{BASE}/item/a", f"{BASE}/item/b"], []),
+                    BatchReport(source.name))
+    assert [child.url for child in queued(redis_client, source.name)][9:] == [f"{BASE}/item/a"]  # its place back

@@ -5,7 +5,8 @@ plugin apps, so every route depends on Airflow's own security dependencies, or a
 
 - every route needs an authenticated user (the UI's session cookie or a bearer token), the pages, the
   static files and the OpenAPI schema included (FastAPI's ``/docs`` and ``/redoc`` are off);
-- every read of one source needs read access (GET) to its DAG ``harvest_<source>``, and the lists
+- every read of one source needs read access (GET) to its DAG ``harvest_<source>`` (the export's download
+  included: it is every record of the source), checked before any database work, and the lists
   (``/api/sources``) show only the sources whose DAG the user may read, as the auth manager (simple, FAB,
   Keycloak...) answers;
 - changes need access to the DAG (PUT, as editing the DAG, to requeue dead letters; what Airflow's own
@@ -269,18 +270,21 @@ def results(source: str, views: ViewsDep, cursor: str | None = None,
 
 @api.get("/results/{source}/export",
          summary="The source's records as a download: jsonl, csv or parquet, by run, since a time, changed only",
-         response_class=FileResponse)
+         response_class=FileResponse, dependencies=[Depends(requires_source_dag_read)])
 def export_results(source: str, views: ViewsDep,
                    format: Annotated[Literal["jsonl", "csv", "parquet"], Query()] = "jsonl",
                    run_id: str | None = None,
                    since: Annotated[datetime | None, Query(description="harvested_at >= this")] = None,
                    changed_only: bool = False,
-                   gone: Annotated[bool | None, Query(description=GONE_QUERY)] = None) -> FileResponse:
+                   gone: Annotated[bool | None, Query(description=GONE_QUERY)] = None,
+                   csv_formulas: Annotated[Literal["escaped", "raw"], Query(
+                       description="CSV: text cells beginning with = + - @ TAB or CR get a ' first (escaped), "
+                                   "or are written as harvested (raw)")] = "escaped") -> FileResponse:
     """The same records and formats as ``harvester export``, with the results route's access."""
     _source_or_404(views, source)
     from harvester.storage import MEDIA_TYPES
 
-    path, count = views.export(source, format, run_id, since, changed_only, gone)
+    path, count = views.export(source, format, run_id, since, changed_only, gone, csv_formulas == "escaped")
     name = f"{source}{'-' + run_id if run_id else ''}.{format}"
     cleanup = BackgroundTasks()
     cleanup.add_task(Path(path).unlink, missing_ok=True)  # once the file is sent

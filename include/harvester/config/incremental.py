@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from harvester.config.attributes import StrictModel
 
@@ -46,6 +46,19 @@ class SitemapInput(StrictModel):
     sitemaps_from_robots: bool = Field(
         default=False,
         description="Also read the sitemaps named by the robots.txt of every host of input.seeds and input.sitemaps.")
+    sitemaps_other_sites: bool = Field(
+        default=False,
+        description="Keep the pages and child sitemaps a sitemap lists on other sites than its own (another "
+                    "registrable domain). Off by default: they are dropped and counted (off_site), as the sitemap "
+                    "protocol allows a sitemap to speak only for its own site; even when kept, their lastmod is "
+                    "not believed.")
+
+    @field_validator("sitemaps_other_sites")
+    @classmethod
+    def _other_sites_need_sitemaps(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and not (info.data.get("sitemaps") or info.data.get("sitemaps_from_robots")):
+            raise ValueError("sitemaps_other_sites applies to sitemaps: name input.sitemaps or sitemaps_from_robots")
+        return value
 
     @field_validator("sitemaps")
     @classmethod

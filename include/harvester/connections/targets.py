@@ -15,15 +15,61 @@ from harvester.settings import HarvesterSettings
 _REDIS_SSL_EXTRAS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_keyfile", "ssl_certfile", "ssl_check_hostname")
 
 
-def redact(uri: str) -> str:
-    """Hide a password in a URI before it is printed or logged."""
-    if "@" not in uri or "://" not in uri:
-        return uri
-    scheme, rest = uri.split("://", 1)
-    credentials, host = rest.rsplit("@", 1)
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}"
+SECRET_KEYS = frozenset({"password", "passwd", "pwd", "pass", "sentinel_password", "secret", "client_secret",
+                         "token", "access_token", "api_key", "apikey", "access_key", "secret_key", "private_key",
+                         "auth", "authorization", "x-api-key", "tlscertificatekeyfilepassword"})
+MASK = "***"
 
+
+def _secret_key(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in SECRET_KEYS or lowered.endswith(("password", "_secret", "_token"))
+
+
+def redact(text: str) -> str:
+    """``text`` safe to print or log: a URI's password (its user info) and the values of password-like query keys
+    (``?password=``, ``&sentinel_password=``, ``token``...) masked, or, for an Airflow connection in its JSON form,
+    the ``password`` and every secret-like key of its extras masked and the URIs inside it redacted the same way.
+    The one redactor every printout uses, so a new form of a secret is taught here once."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            document = json.loads(stripped)
+        except ValueError:
+            return _redact_uri(text)
+        return json.dumps(_redact_value(document)) if isinstance(document, dict) else _redact_uri(text)
+    return _redact_uri(text)
+
+
+def _redact_value(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {name: _redact_value(item, str(name)) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_redact_value(item, key) for item in value]
+    if key and _secret_key(key) and value not in (None, ""):
+        return MASK
+    return _redact_uri(value) if isinstance(value, str) else value
+
+
+def _redact_uri(uri: str) -> str:
+    if "://" not in uri:
+        return uri
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return uri.split("://", 1)[0] + "://" + MASK  # unreadable: nothing of it is printed
+    netloc = parts.netloc
+    if "@" in netloc:
+        user_info, host = netloc.rsplit("@", 1)
+        user = user_info.split(":", 1)[0]
+        netloc = f"{user}:{MASK}@{host}" if ":" in user_info else f"{user}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(_secret_key(name) for name, _ in pairs):
+            query = "&".join(f"{quote_plus(name)}={MASK if _secret_key(name) else quote_plus(value)}"
+                             for name, value in pairs)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 @dataclass(frozen=True)

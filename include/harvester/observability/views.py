@@ -394,11 +394,12 @@ class HarvestViews:
 
     # -- results -------------------------------------------------------------------------------------
     def export(self, name: str, fmt: str, run_id: str | None = None, since: datetime | None = None,
-               changed_only: bool = False, gone: bool | None = None) -> tuple[str, int]:
+               changed_only: bool = False, gone: bool | None = None,
+               escape_formulas: bool = True) -> tuple[str, int]:
         """The records as a ``fmt`` file (jsonl, csv, parquet) in a temporary file, and how many: the download
         of ``harvester export``. The caller streams the file, then deletes it."""
         return export_to_temporary_file(self.source(name), self.output_database(self.source(name)), self.database,
-                                        fmt, run_id, since, changed_only, gone)
+                                        fmt, run_id, since, changed_only, gone, escape_formulas)
 
     def results(self, name: str, cursor: str | None = None, limit: int = 50, run_id: str | None = None,
                 harvested_after: datetime | None = None, harvested_before: datetime | None = None,
@@ -435,7 +436,7 @@ class HarvestViews:
 
 def export_to_temporary_file(source: SourceConfig, output_database: Database, runs_database: Database, fmt: str,
                              run_id: str | None, since: datetime | None, changed_only: bool,
-                             gone: bool | None = None) -> tuple[str, int]:
+                             gone: bool | None = None, escape_formulas: bool = True) -> tuple[str, int]:
     """Write an export into a temporary file (spooled to disk, so memory stays flat); (its path, records)."""
     import os
     import tempfile
@@ -447,7 +448,7 @@ def export_to_temporary_file(source: SourceConfig, output_database: Database, ru
     try:
         with os.fdopen(handle, "wb") as out:
             count = export_records(source, output_database[source.output_collection], fmt, out,
-                                   query)
+                                   query, escape_formulas=escape_formulas)
     except BaseException:  # the file is removed whatever went wrong, then the error goes on
         os.unlink(path)
         raise

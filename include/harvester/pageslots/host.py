@@ -350,9 +350,13 @@ class PageSlotHost:
                 from harvester.storage import SnapshotStore
 
                 self._snapshots = SnapshotStore.from_settings(self.settings)
-            await asyncio.to_thread(self._snapshots.save, source.name, message.task_id, capture.url or message.url,
-                                    reason, capture.html, capture.screenshot)
-            self.report.snapshots += 1
+            kept = await asyncio.to_thread(self._snapshots.save, source.name, message.task_id,
+                                           capture.url or message.url, reason, capture.html, capture.screenshot,
+                                           None, message.run_id)
+            if kept is None:  # over the run's or the source's evidence caps
+                log.info("slot %s: the snapshot of %s was not kept (evidence caps)", self.slot_id, message.url)
+            else:
+                self.report.snapshots += 1
         except Exception as error:  # evidence only: MongoDB away must not stop the slot
             log.warning("slot %s: keeping the snapshot of %s failed: %s", self.slot_id, message.url, error)
 

@@ -66,12 +66,17 @@ async def fetch_for_try(source: Any, url: str, settings: Any, kind: str = "detai
         return await fetcher.fetch(url, source)
 
 
-def saved_page(path: Path, url: str) -> Any:
-    """A page saved to a file, as if it had been fetched from ``url``."""
+def saved_page(path: Path, url: str, cap: int) -> Any:
+    """A page saved to a file, as if it had been fetched from ``url``: at most ``cap`` bytes of it are read (the
+    fetched pages' ``body_size_cap_bytes``), so a file of any size costs what a page may cost."""
     from harvester.scraping.fetching import FetchResult, decode_text
 
-    body = path.read_bytes()
-    return FetchResult(url, "ok", final_url=url, status=200, text=decode_text(body, None), size=len(body))
+    with path.open("rb") as handle:
+        body = handle.read(cap + 1)
+    truncated = len(body) > cap
+    body = body[:cap]
+    return FetchResult(url, "ok", final_url=url, status=200, text=decode_text(body, None), size=len(body),
+                       truncated=truncated, reason=f"body cut at {cap} decoded bytes" if truncated else "")
 
 
 def _traces(extraction: Any) -> dict[str, Any]:
@@ -86,7 +91,9 @@ async def try_page(source: Any, url: str, kind: str, depth: int, html: Path | No
     from harvester.scraping.page import process_page
     from harvester.settings import get_settings
 
-    fetch = saved_page(html, url) if html is not None else await fetch_for_try(source, url, get_settings(), kind)
+    settings = get_settings()
+    fetch = (saved_page(html, url, settings.body_size_cap_bytes) if html is not None
+             else await fetch_for_try(source, url, settings, kind))
     page = process_page(source, kind, url, depth, fetch, trace=True)
     report: dict[str, Any] = {
         "source": source.name, "url": page.url, "kind": kind, "render": "file" if html else source.render,

@@ -6,6 +6,7 @@ Shared by the Celery task and `harvester try`, so the feedback loop shows exactl
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from harvester.config import SourceConfig
@@ -23,6 +24,8 @@ from harvester.scraping.extraction import (
 from harvester.scraping.fetching import FetchResult, strip_userinfo
 from harvester.scraping.lifecycle import gone_by_markers, gone_by_status, redirect_leaves_item
 from harvester.settings import HarvesterSettings, get_settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,6 +78,18 @@ def item_on_page(source: SourceConfig, fetch: FetchResult, data: PageData, resul
 
 
 def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult, *,
+                 trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
+    """:func:`extract_page`, and a page whose body breaks a parser or an extractor becomes that page's
+    ``parse_error``: the pages of its batch are stored, released and counted as if it were not there."""
+    try:
+        return extract_page(source, kind, url, depth, fetch, trace=trace, settings=settings)
+    except Exception as error:  # what one site sent broke our reading of it: that page fails, never its batch
+        log.warning("processing %s failed: %s: %s", url, type(error).__name__, error, exc_info=True)
+        fetch.outcome, fetch.reason = "parse_error", f"unreadable page: {type(error).__name__}: {error}"[:300]
+        return PageResult(fetch, kind, url)
+
+
+def extract_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult, *,
                  trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
     """Extract from a successful fetch; a failed fetch passes through untouched. A ``content: json``
     response that is not JSON (or nests too deep), or HTML refused before parsing (:mod:`markup`), fails the

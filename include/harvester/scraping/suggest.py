@@ -40,6 +40,10 @@ def _suggest(args: argparse.Namespace) -> int:
     from harvester.errors import SourceConfigError
     from harvester.scraping.suggestion import SuggestError, render_yaml, suggest
 
+    parts = urlsplit(args.url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:  # a source's seeds are web pages, nothing else
+        print(f"harvester suggest: not an absolute http(s) URL: {args.url!r}", file=sys.stderr)
+        return 2
     name = args.name or default_name(args.url)
     command = "harvester suggest " + " ".join(
         [args.url, *(["--listing"] if args.listing else []), *(["--render", args.render] if args.render else [])])

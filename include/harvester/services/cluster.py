@@ -38,7 +38,14 @@ from harvester.services.catalogue import (
     browser_countries,
     celery_worker_command,
 )
-from harvester.services.launcher import VENV_BIN, Service, Supervisor, TimedSteps, with_venv_on_path
+from harvester.services.launcher import (
+    VENV_BIN,
+    Service,
+    Supervisor,
+    TimedSteps,
+    with_venv_on_path,
+    write_private_file,
+)
 from harvester.services.launcher import main as launcher_main
 from harvester.services.mongo import airflow_connection_uri, choose_mongo, redact
 from harvester.services.ports import LOOPBACK, PortPlan
@@ -94,9 +101,7 @@ class ClusterSecrets:
         created = cls(postgres_password=secrets.token_hex(16), redis_password=secrets.token_hex(16),
                       fernet_key=Fernet.generate_key().decode(), api_secret_key=secrets.token_hex(32),
                       jwt_secret=secrets.token_hex(32), admin_password=secrets.token_urlsafe(12))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(vars(created)))
-        path.chmod(0o600)
+        write_private_file(path, json.dumps(vars(created)))
         return created
 
 
@@ -448,9 +453,7 @@ class Cluster:
                                     stdout=log, stderr=subprocess.STDOUT, cwd=REPOSITORY_ROOT, timeout=600)
         if result.returncode != 0:
             raise ClusterError(f"airflow db migrate failed\n{self.log_tail('airflow-init')}")
-        self.passwords_file.parent.mkdir(parents=True, exist_ok=True)
-        self.passwords_file.write_text(json.dumps({AIRFLOW_USER: self.secrets.admin_password}) + "\n")
-        self.passwords_file.chmod(0o600)
+        write_private_file(self.passwords_file, json.dumps({AIRFLOW_USER: self.secrets.admin_password}) + "\n")
 
     def describe(self) -> str:
         mongo = redact(self.resolved_mongo_uri)

@@ -10,6 +10,7 @@ nothing twice, and ``stop`` also stops a group whose PID file is left from a ser
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -77,13 +78,24 @@ class Service:
         return self.commands[0]
 
 
+def write_private_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only from the first byte: a private temporary file created
+    0600 (never written world-readable and chmodded after, which leaves a moment, and a file, others may read),
+    then renamed over ``path``, so an older world-readable file is replaced rather than rewritten in place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
+
+
 def write_missing_files(files: tuple[tuple[Path, str], ...]) -> None:
-    """Write each (path, text) whose file does not exist yet (mode 0600: it may hold a password)."""
+    """Write each (path, text) whose file does not exist yet (mode 0600 from the start: it may hold a password)."""
     for path, text in files:
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            path.chmod(0o600)
+            write_private_file(path, text)
 
 
 class Supervisor:

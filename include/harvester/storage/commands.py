@@ -42,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="true: only records of gone items (gone_at set); false: only items still there")
     export.add_argument("-o", "--output", required=True, help="the file to write (replaced when complete)")
     export.add_argument("--no-progress", action="store_true", help="no progress bar")
+    export.add_argument("--csv-raw-formulas", action="store_true",
+                        help="CSV: write text cells that begin with = + - @ TAB or CR as harvested (by default a ' "
+                             "goes first, so a spreadsheet does not run a site's text as a formula)")
     export.set_defaults(handler=_export)
 
 

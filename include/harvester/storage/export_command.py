@@ -61,7 +61,8 @@ def run_export(args: argparse.Namespace) -> int:
         bar = progress.add_task("export", total=total)
         with open(partial, "wb") as out:
             written = export_records(source, collection, fmt, out, query,
-                                     lambda count: progress.update(bar, completed=count))
+                                     lambda count: progress.update(bar, completed=count),
+                                     escape_formulas=not args.csv_raw_formulas)
         os.replace(partial, output)
     print(f"{written} record(s) of {source.name} written to {output} ({fmt})")
     return 0

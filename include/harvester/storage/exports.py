@@ -6,10 +6,15 @@ with the output (Parquet: one row group per ``ROW_GROUP`` records). Every format
 - ``jsonl``: MongoDB Extended JSON (relaxed), one record a line: datetimes as ``{"$date": ...}``, exact
   prices as ``{"$numberDecimal": "1299.00"}``; :func:`read_jsonl` (``bson.json_util``) reads them back.
 - ``csv``: one column per field (``url``, the attributes in YAML order, then Harvester's); datetimes in
-  ISO 8601 with their offset, decimals as written, lists and prices as JSON; empty is null.
-  :func:`read_csv` reads them back with the source's attribute types.
+  ISO 8601 with their offset, decimals as written, lists and prices as JSON; empty is null. A text cell that
+  a spreadsheet would run as a formula (it begins with ``=``, ``+``, ``-``, ``@``, a TAB or a CR: OWASP's
+  CSV injection rule) is written with a ``'`` before it, as is a text that already begins with ``'``, so the
+  escape can be undone exactly; ``escape_formulas=False`` writes them raw. :func:`read_csv` reads them back
+  with the source's attribute types, the escape undone.
 - ``parquet`` (pyarrow): a schema made from the attribute types (int64, float64, bool, UTC timestamps,
-  ``decimal128(38, 18)`` amounts in a struct with their currency, lists of those).
+  ``decimal128(38, 18)`` amounts in a struct with their currency, lists of those); a row group is written
+  every ``ROW_GROUP`` records or ``ROW_GROUP_BYTES`` of values, whichever comes first, so large records do
+  not pile up in memory.
 
 Harvester's own bookkeeping (``_id``, ``_http``) is never exported.
 """
@@ -45,6 +50,9 @@ METADATA = {"first_seen_at": "datetime", "harvested_at": "datetime", "changed_at
             "gone_at": "datetime", "gone_reason": "str", "config_version": "str"}
 HIDDEN = {"_id": 0, "_http": 0}
 ROW_GROUP = 10_000
+ROW_GROUP_BYTES = 64 * 1024 * 1024  # about this much of values per row group, whatever the records' size
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # OWASP: what makes a spreadsheet read a cell as a formula
+FORMULA_ESCAPE = "'"
 JSON_OPTIONS = json_util.JSONOptions(json_mode=json_util.JSONMode.RELAXED, tz_aware=True, tzinfo=UTC)
 Progress = Callable[[int], None]
 
@@ -96,7 +104,17 @@ def export_query(runs_database: Any, source: SourceConfig, run_id: str | None = 
     return ExportQuery(run_id, since, changed_only, started, gone)
 
 
-def _csv_cell(value: Any) -> str:
+def escape_formula(text: str) -> str:
+    """``text`` with a ``'`` before it when a spreadsheet would run it as a formula (or it begins with ``'``,
+    so :func:`unescape_formula` can tell an escape from a value)."""
+    return FORMULA_ESCAPE + text if text.startswith((*FORMULA_STARTS, FORMULA_ESCAPE)) else text
+
+
+def unescape_formula(cell: str) -> str:
+    return cell[1:] if cell.startswith(FORMULA_ESCAPE) else cell
+
+
+def _csv_cell(value: Any, escape_formulas: bool) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -104,7 +122,9 @@ def _csv_cell(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(plain(value), ensure_ascii=False)
     value = plain(value)
-    return value if isinstance(value, str) else repr(value)
+    if not isinstance(value, str):
+        return repr(value)  # a number: a spreadsheet reads -5 as minus five, never as a formula
+    return escape_formula(value) if escape_formulas else value
 
 
 def _records(collection: Collection, query: ExportQuery) -> Iterator[dict[str, Any]]:
@@ -115,13 +135,17 @@ def _records(collection: Collection, query: ExportQuery) -> Iterator[dict[str, A
 
 
 def export_records(source: SourceConfig, collection: Collection, fmt: str, out: IO[bytes],
-                   query: ExportQuery | None = None, progress: Progress | None = None) -> int:
-    """Write the selected records to ``out`` in ``fmt`` (one of :data:`FORMATS`); how many were written."""
-    writer = {"jsonl": _write_jsonl, "csv": _write_csv, "parquet": _write_parquet}.get(fmt)
-    if writer is None:  # the command and the download check first; a caller that did not learns it here
+                   query: ExportQuery | None = None, progress: Progress | None = None, *,
+                   escape_formulas: bool = True) -> int:
+    """Write the selected records to ``out`` in ``fmt`` (one of :data:`FORMATS`); how many were written.
+    ``escape_formulas`` (CSV only): text cells a spreadsheet would run as formulas get a ``'`` first."""
+    if fmt not in FORMATS:  # the command and the download check first; a caller that did not learns it here
         raise ValueError(f"no export format {fmt!r}: one of {', '.join(FORMATS)}")
     records = _records(collection, query or ExportQuery())
-    return writer(source, records, out, progress or (lambda count: None))
+    progress = progress or (lambda count: None)
+    if fmt == "csv":
+        return _write_csv(source, records, out, progress, escape_formulas)
+    return (_write_jsonl if fmt == "jsonl" else _write_parquet)(source, records, out, progress)
 
 
 def _write_jsonl(source: SourceConfig, records: Iterable[dict[str, Any]], out: IO[bytes], progress: Progress) -> int:
@@ -133,14 +157,15 @@ def _write_jsonl(source: SourceConfig, records: Iterable[dict[str, Any]], out: I
     return count
 
 
-def _write_csv(source: SourceConfig, records: Iterable[dict[str, Any]], out: IO[bytes], progress: Progress) -> int:
+def _write_csv(source: SourceConfig, records: Iterable[dict[str, Any]], out: IO[bytes], progress: Progress,
+               escape_formulas: bool = True) -> int:
     columns = list(field_types(source))
     text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
     writer = csv.writer(text)
     writer.writerow(columns)
     count = 0
     for record in records:
-        writer.writerow([_csv_cell(record.get(column)) for column in columns])
+        writer.writerow([_csv_cell(record.get(column), escape_formulas) for column in columns])
         count += 1
         progress(count)
     text.flush()
@@ -173,6 +198,18 @@ def _arrow_value(value: Any) -> Any:
     return value
 
 
+def value_size(value: Any) -> int:
+    """About how many bytes ``value`` holds (texts by their length, anything else 8): enough to flush a row
+    group before a few thousand half-megabyte records are held at once."""
+    if isinstance(value, str | bytes):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(value_size(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return sum(value_size(item) for item in value)
+    return 8
+
+
 def _write_parquet(source: SourceConfig, records: Iterable[dict[str, Any]], out: IO[bytes],
                    progress: Progress) -> int:
     try:
@@ -183,15 +220,17 @@ def _write_parquet(source: SourceConfig, records: Iterable[dict[str, Any]], out:
 
     types = field_types(source)
     schema = pa.schema([(name, _arrow_type(kind)) for name, kind in types.items()])
-    count = 0
+    count = size = 0
     with pq.ParquetWriter(out, schema) as writer:
         rows: list[dict[str, Any]] = []
         for record in records:
-            rows.append({name: _arrow_value(record.get(name)) for name in types})
+            row = {name: _arrow_value(record.get(name)) for name in types}
+            rows.append(row)
+            size += value_size(row)
             count += 1
-            if len(rows) >= ROW_GROUP:
+            if len(rows) >= ROW_GROUP or size >= ROW_GROUP_BYTES:
                 writer.write_table(pa.Table.from_pylist(rows, schema=schema))
-                rows = []
+                rows, size = [], 0
             progress(count)
         if rows or count == 0:
             writer.write_table(pa.Table.from_pylist(rows, schema=schema))
@@ -217,8 +256,9 @@ def _typed(value: Any, attribute_type: str) -> Any:
     return value
 
 
-def read_csv(source: SourceConfig, path: str | Path) -> list[dict[str, Any]]:
-    """An export in CSV read back with the source's types (the inverse of the CSV writer)."""
+def read_csv(source: SourceConfig, path: str | Path, *, escaped_formulas: bool = True) -> list[dict[str, Any]]:
+    """An export in CSV read back with the source's types (the inverse of the CSV writer, its formula escape
+    undone unless the file was written with ``escape_formulas=False``)."""
     types = field_types(source)
     records = []
     with open(path, encoding="utf-8", newline="") as handle:
@@ -237,7 +277,7 @@ def read_csv(source: SourceConfig, path: str | Path) -> list[dict[str, Any]]:
                 elif kind in ("bool", "present"):
                     record[name] = cell == "true"
                 else:
-                    record[name] = _typed(cell, kind)
+                    record[name] = _typed(unescape_formula(cell) if escaped_formulas else cell, kind)
             records.append(record)
     return records
 

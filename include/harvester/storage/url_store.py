@@ -147,6 +147,12 @@ class RunFrontier:
         return reserve_under_cap(self.redis, SourceKeys(source).run_new_urls(run_id), wanted, cap, self.ttl)
 
     @redis_storage_errors()
+    def give_back_new_urls(self, source: str, run_id: str | None, count: int) -> None:
+        """Return ``count`` reserved places (URLs granted, then screened out), so later pages may use them."""
+        if count > 0:
+            self.redis.decrby(SourceKeys(source).run_new_urls(run_id), count)
+
+    @redis_storage_errors()
     def reserve_listing_pages(self, source: str, run_id: str | None, wanted: int, cap: int) -> int:
         """How many of ``wanted`` newly discovered listing pages still fit under the run's
         ``max_listing_pages_per_run`` (reserved atomically, across every worker)."""

@@ -290,7 +290,8 @@ class BatchRunner:
         the browser's snapshots use, in one bulk write before their dead letters are written, so each letter links
         to its page at once (a slot keeps its browser pages' snapshots itself). Evidence that cannot be kept never
         fails the batch."""
-        pages = [PageEvidence(message.task_id, fetch.final_url or message.url, reason, fetch.text or "")
+        pages = [PageEvidence(message.task_id, fetch.final_url or message.url, reason, fetch.text or "",
+                              run_id=message.run_id)
                  for message, fetch, reason in rejected if message.task_id]
         if source.render != "http" or not pages:
             return
@@ -299,8 +300,10 @@ class BatchRunner:
                 from harvester.storage import SnapshotStore
 
                 self._evidence = SnapshotStore.from_settings(self.settings)
-            self._evidence.save_many(source.name, pages)
-            report.outcomes["evidence_kept"] += len(pages)
+            saved = self._evidence.save_many(source.name, pages)
+            report.outcomes["evidence_kept"] += len(saved)
+            if saved.not_kept:  # over the run's or the source's evidence caps: counted, not kept
+                report.outcomes["evidence_not_kept"] += saved.not_kept
         except (StorageError, ConnectionNotFound) as error:
             log.warning("%s: keeping the bodies of %d rejected pages as evidence failed: %s", source.name,
                         len(pages), error)

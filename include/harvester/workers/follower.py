@@ -86,6 +86,10 @@ class LinkFollower:
     def screen(self, source: SourceConfig, urls: list[str], report: BatchReport) -> list[str]:
         """Drop links whose address is refused (loopback, link-local, private...) and, when the source
         obeys robots.txt, those a cached robots.txt disallows; each counted as an ignored link."""
+        return self.screen_robots(source, self.screen_addresses(urls, report), report)
+
+    def screen_addresses(self, urls: list[str], report: BatchReport) -> list[str]:
+        """Drop links whose address is refused (a literal check: no lookup), each counted as an ignored link."""
         if not urls:
             return urls
         urls = list(dict.fromkeys(strip_userinfo(url) for url in urls))  # credentials in links are never used
@@ -95,7 +99,12 @@ class LinkFollower:
                 report.outcomes[f"links_ignored:{screening_outcome(reason)}"] += 1
             if refused:
                 urls = [url for url in urls if url not in refused]
-        if self.robots is not None and source.robots == "obey":
+        return urls
+
+    def screen_robots(self, source: SourceConfig, urls: list[str], report: BatchReport) -> list[str]:
+        """Drop the links a cached robots.txt disallows when the source obeys it. Called on what the caps left
+        (``max_new_urls``, the listing caps): a page of 100,000 links is screened for the few it may add."""
+        if urls and self.robots is not None and source.robots == "obey":
             user_agent = source.headers.get("User-Agent") or self.user_agent
             urls, disallowed = self.robots.filter_allowed(urls, user_agent)
             if disallowed:
@@ -113,22 +122,33 @@ class LinkFollower:
             if reason in BOUNDS:
                 cut(report, message, f"links_ignored:{reason}", amount)
         listings = self.frontier.new_listing_pages(source.name, message.run_id,
-                                                   self.screen(source, discovery.listings, report),
+                                                   self.screen_addresses(discovery.listings, report),
                                                    owner=message.task_id)
-        listings = self.within_listing_cap(source, message, listings, report)
+        listings = self.screen_robots(source, self.within_listing_cap(source, message, listings, report), report)
         self.queue(source, message, [child_task(source, message, url, "listing") for url in listings], report)
+        details = self.new_details(source, message, self.screen_addresses(discovery.details, report),
+                                   source.listing.max_new_urls, report)
+        self.queue(source, message, [child_task(source, message, url, "details") for url in details], report)
+
+    def new_details(self, source: SourceConfig, message: TaskMessage, candidates: list[str], cap: int,
+                    report: BatchReport, counter: str = "links_over_max_new_urls") -> list[str]:
+        """The detail links not seen before that fit under the run's ``cap``, then screened by robots.txt: the
+        caps cut first, so robots.txt reads only what may be queued; a disallowed link gives its place back."""
         authority = None if self.data.discarding else self.data.collection(source)
-        candidates = self.screen(source, discovery.details, report)
         details = self.urls.filter_new(source, candidates, owner=message.task_id, authority=authority)
         report.outcomes["links_duplicate"] += len(candidates) - len(details)
-        granted = self.frontier.reserve_new_urls(source.name, message.run_id, len(details),
-                                                 source.listing.max_new_urls)
+        granted = self.frontier.reserve_new_urls(source.name, message.run_id, len(details), cap)
         if granted < len(details):
-            report.outcomes["links_over_max_new_urls"] += len(details) - granted
-            cut(report, message, "links_over_max_new_urls", len(details) - granted)
+            report.outcomes[counter] += len(details) - granted
+            cut(report, message, counter, len(details) - granted)
             self.urls.forget(source, details[granted:])
             details = details[:granted]
-        self.queue(source, message, [child_task(source, message, url, "details") for url in details], report)
+        allowed = self.screen_robots(source, details, report)
+        if len(allowed) < len(details):
+            kept = set(allowed)
+            self.urls.forget(source, [url for url in details if url not in kept])
+            self.frontier.give_back_new_urls(source.name, message.run_id, len(details) - len(allowed))
+        return allowed
 
     def within_listing_cap(self, source: SourceConfig, message: TaskMessage, listings: list[str],
                            report: BatchReport) -> list[str]:

@@ -87,6 +87,8 @@ class SitemapFollower:
             problems.append((message.url, discovery.problem))
         for reason, amount in discovery.ignored.items():
             report.outcomes[f"links_ignored:{reason}"] += amount
+        if discovery.ignored.get("off_site"):  # entries on another site than the sitemap's: dropped, and said so
+            figures["sitemap_off_site"] = discovery.ignored["off_site"]
         keys = SourceKeys(source.name)
         granted = self.figures.reserve(keys.run_sitemap_entries(message.run_id), discovery.entries,
                                        self.settings.sitemap_max_urls_per_run)
@@ -141,7 +143,7 @@ class SitemapFollower:
                 figures["sitemap_unchanged"] = len(unchanged)
                 report.outcomes["links_ignored:sitemap_unchanged"] += len(unchanged)
                 urls = [url for url in urls if url not in unchanged]
-        candidates = self.links.screen(source, urls, report)
+        candidates = self.links.screen_addresses(urls, report)
         details = self.urls.filter_new(source, candidates, owner=message.task_id, authority=authority)
         report.outcomes["links_duplicate"] += len(candidates) - len(details)
         cap = source.listing.max_new_urls if source.listing is not None else DEFAULT_MAX_NEW_URLS
@@ -151,6 +153,12 @@ class SitemapFollower:
             figures["sitemap_over_max_new_urls"] = len(details) - granted
             self.urls.forget(source, details[granted:])
             details = details[:granted]
+        allowed = self.links.screen_robots(source, details, report)  # after the cap: robots.txt reads few
+        if len(allowed) < len(details):
+            kept = set(allowed)
+            self.urls.forget(source, [url for url in details if url not in kept])
+            self.frontier.give_back_new_urls(source.name, message.run_id, len(details) - len(allowed))
+            details = allowed
         self.links.queue(source, message, [child_task(source, message, url, "details") for url in details], report)
         figures["sitemap_urls_queued"] = len(details)
 

@@ -11,7 +11,9 @@ The :class:`ContextGuard` is attached once to each context (one per source visit
   as the site sees them) and is counted;
 - the source's HTTP connection headers and cookies go to the origins its credentials are bound to
   (:func:`harvester.scraping.fetching.sites.credential_origins`: the connection's own, else the seeds'), as the HTTP
-  fetcher sends them, never to the origin of whatever URL a task names;
+  fetcher sends them, never to the origin of whatever URL a task names, and on every hop: a request that carries
+  the headers is fetched one hop at a time (:meth:`ContextGuard._send_one_hop`), so a redirect to another origin
+  arrives there without them;
 - WebSockets are refused unless the source allows them (then they connect through the guard proxy, checked
   like any connection); popups are closed as they open (their requests were routed here first);
 
@@ -150,9 +152,18 @@ class ContextGuard:
             if self._charger is not None:  # its tokens right before it leaves: as the site sees it
                 await self._charger.charge(request.url)
         if self.credential_headers and origin in self.credential_origins:
-            await route.continue_(headers={**request.headers, **self.credential_headers})
+            await self._send_one_hop(route, {**request.headers, **self.credential_headers})
             return
         await route.continue_()
+
+    async def _send_one_hop(self, route: Route, headers: dict[str, str]) -> None:
+        """Sends a request that carries the connection's headers without following its redirects: headers given
+        to ``route.continue_`` ride along every redirect Chromium follows, and the hops never come back to the
+        route. Here the guard fetches the one hop (through the same guard proxy and cookie jar as Chromium) and
+        hands the answer to Chromium; a redirect is then followed by Chromium as a new request, which the route
+        decides again, so the login goes on to the next hop only when that hop's origin is bound too."""
+        response = await route.fetch(headers=headers, max_redirects=0, timeout=self.source.timeout * 1000)
+        await route.fulfill(response=response)
 
     def _refusal(self, url: str) -> str | None:
         """What is refused without a lookup: the scheme, a refused name, a refused literal address."""

@@ -7,6 +7,10 @@ only over https) with a policy that refuses a ``Domain`` that is a public suffix
 ``Domain=co.uk``) by the list ``publicsuffixlist`` ships. The transports keep no cookies of their own.
 
 A source's HTTP connection's cookies always win: a jar cookie of the same name is not sent beside it.
+
+A site cannot fill the jar to make every request heavy (3,000 cookies made a 329 kB ``Cookie`` header): a host
+keeps its first ``MAX_COOKIES_PER_HOST`` cookies (a site's later ones are dropped), and the header sent carries
+at most ``MAX_COOKIE_HEADER_BYTES``, the connection's cookies first.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ __all__ = ["PublicSuffixCookiePolicy", "SourceCookieJars", "set_cookie_values"]
 
 MAX_SOURCES = 1000  # jars kept per process; the least recently used source's goes first
 MAX_COOKIES_PER_SOURCE = 3000  # past it a jar drops its expired cookies, then everything (a cookie flood)
+MAX_COOKIES_PER_HOST = 50  # RFC 6265's floor for what a user agent keeps per domain; a site's later ones are dropped
+MAX_COOKIE_HEADER_BYTES = 8192  # a Cookie header past this is cut (what many servers accept in one header line)
 
 
 class PublicSuffixCookiePolicy(DefaultCookiePolicy):
@@ -65,9 +71,12 @@ def set_cookie_values(headers: Mapping[str, str]) -> list[str]:
 class SourceCookieJars:
     """A cookie jar per source (see the module docstring)."""
 
-    def __init__(self, max_sources: int = MAX_SOURCES, max_cookies: int = MAX_COOKIES_PER_SOURCE) -> None:
+    def __init__(self, max_sources: int = MAX_SOURCES, max_cookies: int = MAX_COOKIES_PER_SOURCE,
+                 max_per_host: int = MAX_COOKIES_PER_HOST, max_header_bytes: int = MAX_COOKIE_HEADER_BYTES) -> None:
         self.max_sources = max_sources
         self.max_cookies = max_cookies
+        self.max_per_host = max_per_host
+        self.max_header_bytes = max_header_bytes
         self._jars: OrderedDict[str, CookieJar] = OrderedDict()
 
     def jar(self, source: str) -> CookieJar:
@@ -86,9 +95,17 @@ class SourceCookieJars:
         self.jar(source).add_cookie_header(request)
         jar_header = request.get_header("Cookie") or request.unredirected_hdrs.get("Cookie") or ""
         own = dict(connection_cookies or {})
-        pairs = [pair for pair in jar_header.split("; ") if pair and pair.split("=", 1)[0] not in own]
-        pairs += [f"{name}={value}" for name, value in own.items()]
-        return "; ".join(pairs) or None
+        pairs = [f"{name}={value}" for name, value in own.items()]
+        size = sum(len(pair) + 2 for pair in pairs)
+        for pair in jar_header.split("; "):
+            if not pair or pair.split("=", 1)[0] in own:
+                continue
+            if size + len(pair) + 2 > self.max_header_bytes:
+                break  # the rest of the jar's cookies stay home: the header is as large as it may be
+            pairs.append(pair)
+            size += len(pair) + 2
+        jar_pairs = pairs[len(own):]
+        return "; ".join(jar_pairs + pairs[:len(own)]) or None
 
     def store(self, source: str, url: str, values: Iterable[str]) -> None:
         """Keep what a response to ``url`` set (refused domains, paths and public suffixes dropped)."""
@@ -97,7 +114,15 @@ class SourceCookieJars:
             return
         jar = self.jar(source)
         jar.extract_cookies(_Response(values), urllib.request.Request(url))  # type: ignore[arg-type]  # duck: only .info()
+        self._cap_hosts(jar)
         if len(jar) > self.max_cookies:
             jar.clear_expired_cookies()
             if len(jar) > self.max_cookies:
                 jar.clear()
+
+    def _cap_hosts(self, jar: CookieJar) -> None:
+        """Each domain keeps its first ``max_per_host`` cookies (the jar keeps them in the order they came)."""
+        for domain, paths in list(jar._cookies.items()):  # the standard jar's own store: domain -> path -> name
+            cookies = [(path, name) for path, names in paths.items() for name in names]
+            for path, name in cookies[self.max_per_host:]:
+                jar.clear(domain, path, name)

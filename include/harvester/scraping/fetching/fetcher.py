@@ -31,6 +31,7 @@ from w3lib.encoding import html_to_unicode
 from harvester.config import SourceConfig
 from harvester.connections import HttpCredentials, resolve_http
 from harvester.errors import (
+    HarvesterError,
     RobotsDisallowed,
     RobotsUnavailable,
     TaskNoLongerHeld,
@@ -196,7 +197,9 @@ class Fetcher:
 
     async def fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
                     conditions: Mapping[str, str] | None = None) -> FetchResult:
-        """Fetch one page; never raises for what a site can do wrong (that becomes the outcome).
+        """Fetch one page; never raises for what a site can do wrong (that becomes the outcome): whatever a
+        parser raises on a body or a header it was sent (a date out of range, a cookie, robots.txt, a charset)
+        is this page's ``parse_error``, so one page never fails the pages fetched beside it.
 
         ``ready`` is asked last, right before the request starts (after robots.txt and the host's turn,
         outside the timeout: waiting is not fetching): the batch's per_minute token is taken as close to
@@ -217,37 +220,51 @@ class Fetcher:
             else:
                 async with asyncio.timeout(source.timeout):
                     result = await self._fetch(url, source, ready, conditions)
-        except TaskNoLongerHeld:
-            result = FetchResult(url, "skipped", reason=SKIPPED_REASON)
-        except RobotsDisallowed as error:
-            result = FetchResult(url, "robots_disallowed", reason=str(error))
-        except RobotsUnavailable as error:
-            result = FetchResult(url, "robots_unavailable", reason=str(error))
-        except AddressRefused as error:
-            result = FetchResult(url, "refused", reason=str(error))
-        except BodyRefused as error:
-            result = FetchResult(url, "decode_error", reason=str(error))
-        except zlib.error as error:
-            result = FetchResult(url, "decode_error", reason=f"undecodable body: {type(error).__name__}: {error}")
-        except MemoryError:
-            result = FetchResult(url, "decode_error", reason="out of memory reading the body")
-        except TimeoutError:
-            result = FetchResult(url, "timeout", reason=f"no complete response within {source.timeout:g}s")
-        except TooManyRedirects:
-            result = FetchResult(url, "too_many_redirects",
-                                 reason=f"more than {self.settings.max_redirects} redirects (a loop?)")
-        except TransportFailure as error:
-            result = FetchResult(url, error.outcome, reason=str(error))
-        except OSError as error:
-            result = FetchResult(url, "connection_error", reason=f"{type(error).__name__}: {error}")
-        except HostRateTimeout as error:
-            result = FetchResult(url, "host_rate_wait", reason=str(error))
+        except Exception as error:  # what a site can cause is this page's outcome (failure_result); ours re-raise
+            result = self.failure_result(url, source, error)
         finally:
             if token is not None and self.gate is not None:
                 await self.gate.release(token)
         result.elapsed = time.monotonic() - started
         result.started_at = started_at
         return result
+
+    def failure_result(self, url: str, source: SourceConfig, failure: Exception) -> FetchResult:
+        """The page's outcome for what went wrong fetching or reading it; the worker's own stores failing (Redis,
+        MongoDB: a :class:`HarvesterError` not listed here) re-raise, so its batch goes back, not the page."""
+        try:
+            raise failure
+        except TaskNoLongerHeld:
+            return FetchResult(url, "skipped", reason=SKIPPED_REASON)
+        except RobotsDisallowed as error:
+            return FetchResult(url, "robots_disallowed", reason=str(error))
+        except RobotsUnavailable as error:
+            return FetchResult(url, "robots_unavailable", reason=str(error))
+        except AddressRefused as error:
+            return FetchResult(url, "refused", reason=str(error))
+        except BodyRefused as error:
+            return FetchResult(url, "decode_error", reason=str(error))
+        except zlib.error as error:
+            return FetchResult(url, "decode_error", reason=f"undecodable body: {type(error).__name__}: {error}")
+        except MemoryError:
+            return FetchResult(url, "decode_error", reason="out of memory reading the body")
+        except TimeoutError:
+            return FetchResult(url, "timeout", reason=f"no complete response within {source.timeout:g}s")
+        except TooManyRedirects:
+            return FetchResult(url, "too_many_redirects",
+                               reason=f"more than {self.settings.max_redirects} redirects (a loop?)")
+        except TransportFailure as error:
+            return FetchResult(url, error.outcome, reason=str(error))
+        except OSError as error:
+            return FetchResult(url, "connection_error", reason=f"{type(error).__name__}: {error}")
+        except HostRateTimeout as error:
+            return FetchResult(url, "host_rate_wait", reason=str(error))
+        except HarvesterError:
+            raise
+        except Exception as error:  # a parser broke on what the site sent (a date, a charset, a cookie, robots.txt)
+            log.warning("reading the response of %s failed: %s: %s", url, type(error).__name__, error)
+            return FetchResult(url, "parse_error",
+                               reason=f"unreadable response: {type(error).__name__}: {error}"[:300])
 
     async def _before_request(self, url: str, source: SourceConfig,
                               ready: Callable[[], Awaitable[bool]] | None = None) -> HostLimits | None:
