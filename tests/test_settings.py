@@ -794,13 +794,22 @@ def test_page_slot_retry_delay_seconds_is_the_pause_before_a_failed_load_is_retr
     assert elapsed[0.0] < 0.4 <= 0.8 <= elapsed[0.4]
 
 
-@covers_setting("page_slot_block_markers")
+@covers_setting("block_markers")
 @pytest.mark.integration
-def test_page_slot_block_markers_turn_a_rendered_page_into_a_block(redis_client, redis_server, monkeypatch):
-    page = "<h1>Please solve the captcha</h1>"
+def test_block_markers_turn_a_rendered_page_and_a_fetched_page_into_a_block(redis_client, redis_server, monkeypatch):
+    from harvester.scraping import FetchResult, process_page
+
+    from tests.fixtures.demo_site import demo_source
+
+    page = "<h1>Please wait while we check your request</h1>"
     assert render(slot_host(redis_server, monkeypatch, [page])) == ("ok", "ok")
-    blocked = slot_host(redis_server, monkeypatch, [page], page_slot_block_markers=["solve the captcha"])
+    blocked = slot_host(redis_server, monkeypatch, [page], block_markers=["check your request"])
     assert render(blocked) == ("blocked", "blocked")
+    source = demo_source("http://shop")
+    for markers, outcome in (([], "ok"), (["Check Your Request"], "blocked")):  # the HTTP path, any case
+        fetch = FetchResult("http://shop/product/1", "ok", status=200, text=page)
+        process_page(source, "details", fetch.url, 0, fetch, settings=HarvesterSettings(block_markers=markers))
+        assert fetch.outcome == outcome, markers
 
 
 @covers_setting("page_slot_recycle_after_pages")

@@ -25,6 +25,7 @@ from harvester.config.attributes import (
     check_link_expression,
     check_selector,
 )
+from harvester.config.blocks import BlockMarkers
 from harvester.config.browser import BrowserOptions
 from harvester.config.incremental import (
     AfterSchedule,
@@ -225,6 +226,10 @@ class SourceConfig(StrictModel):
         default_factory=BrowserOptions,
         description="Browser sources: when a page is ready (wait_for, wait_timeout), actions before extraction, "
                     "isolation of visits, WebSockets (docs/sources.md, the browser section).")
+    block: BlockMarkers = Field(
+        default_factory=BlockMarkers,
+        description="What this site's block pages look like (selectors, texts, statuses) beside the built-in "
+                    "markers: a match is retried, never stored (docs/sources.md, the block section).")
     http_connection_id: str | None = Field(
         default=None, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
         description="An Airflow HTTP connection whose login/password (basic auth) or extras (headers, cookies) "

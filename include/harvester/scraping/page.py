@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from harvester.config import SourceConfig
 from harvester.scraping.discovery import Discovery, canonicalise_url, discover_links
 from harvester.scraping.extraction import (
+    BlockDetector,
     DataBounds,
     Extraction,
     ListingRecords,
@@ -19,6 +20,7 @@ from harvester.scraping.extraction import (
     extract_listing_records,
     extract_record,
     markup_refusal,
+    recognise_block,
 )
 from harvester.scraping.fetching import FetchResult, strip_userinfo
 from harvester.settings import HarvesterSettings, get_settings
@@ -58,6 +60,20 @@ def page_data(source: SourceConfig, fetch: FetchResult, url: str, bounds: DataBo
     return PageData(fetch.text, fetch.final_url or url, source.content, bounds or DataBounds.from_settings())
 
 
+def mark_block(source: SourceConfig, fetch: FetchResult, settings: HarvesterSettings,
+               data: PageData | None = None) -> bool:
+    """Make ``fetch`` ``blocked`` when its page (or status) is a block by the source's markers, the built-in
+    ones or the shared ``block_markers``: True then. ``data``: the page as extraction parses it, so a selector
+    marker costs no second parse."""
+    detector = BlockDetector.for_source(source, settings.block_markers)
+    block = recognise_block(detector, fetch.outcome, fetch.status, fetch.text,
+                            (lambda: data.selector) if data is not None else None)
+    if block is None:
+        return False
+    fetch.outcome, fetch.reason = block
+    return True
+
+
 def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult, *,
                  trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
     """Extract from a successful fetch; a failed fetch passes through untouched. A ``content: json``
@@ -66,9 +82,11 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
     default, for the tools): the markup caps, URL lengths, structured-data bounds and the value and page budgets
     are all read from them."""
     result = PageResult(fetch, kind, record_url(url))
-    if not fetch.ok:
-        return result
     limits = settings if settings is not None else get_settings()
+    if not fetch.ok:
+        if kind != "sitemap":
+            mark_block(source, fetch, limits)
+        return result
     if kind == "sitemap":  # the pages and sitemaps it lists (issue 23)
         from harvester.scraping.discovery import sitemap_discovery
 
@@ -80,6 +98,8 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
             fetch.text, limits.max_attributes_per_element, limits.max_elements_per_page)) is not None:
         fetch.outcome, fetch.reason = "parse_error", refusal
         return result
+    if mark_block(source, fetch, limits, data if source.content == "html" else None):
+        return result  # a challenge page is never extracted, so never stored
     if source.content == "json":
         try:
             data.json  # noqa: B018 (parsed here, so a body that is not JSON fails the page, not each attribute)
