@@ -101,7 +101,7 @@ class ConcurrencyCounter:
         self.site = site
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith((STATS_PATH, "/_markup")):
+        if scope["type"] != "http" or scope["path"].startswith((STATS_PATH, "/_markup", "/_challenge")):
             await self.app(scope, receive, send)
             return
         client = next((value.decode() for name, value in scope["headers"] if name == CLIENT_HEADER), None)
@@ -450,6 +450,10 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     from harvester_demo.incremental import incremental_routes  # sitemaps, conditional requests (issue 23)
 
     routes += incremental_routes(lambda: site.products, product_body, page, product_facts, latency)
+    from harvester_demo.challenges import ChallengeMiddleware, ChallengeWall, challenge_routes  # a WAF (blocks)
+
+    wall = ChallengeWall()
+    routes += challenge_routes(wall)
     app = Starlette(routes=routes)
     app.state.site = site
-    return ConcurrencyCounter(app, site)
+    return ConcurrencyCounter(ChallengeMiddleware(app, wall), site)

@@ -35,8 +35,10 @@ def test_a_block_halves_the_hosts_rate_from_what_was_really_sent(redis_client) -
     started_requests(redis_client, source.name, 40)  # 40 a minute were sent; the site challenged
     verdict = throttle.record(source, HOST, blocked=1, clean=0)
     assert verdict.rate_per_minute == 20.0 and not verdict.pause
-    assert throttle.record(source, HOST, blocked=2, clean=0).rate_per_minute == 5.0  # one halving per block
-    assert throttle.record(source, HOST, blocked=50, clean=0).rate_per_minute == FLOOR_PER_MINUTE  # 3 at most, floor
+    assert throttle.record(source, HOST, blocked=5, clean=0).rate_per_minute == 10.0  # one halving a batch
+    for _ in range(5):
+        verdict = throttle.record(source, HOST, blocked=1, clean=0)
+    assert verdict.rate_per_minute == FLOOR_PER_MINUTE  # never below the floor
     raised = throttle.record(source, HOST, blocked=0, clean=10).rate_per_minute
     assert raised == pytest.approx(FLOOR_PER_MINUTE * RAISE_PER_CLEAN_PAGE ** 10, abs=0.001)
     assert throttle.record(source, "other.example", blocked=0, clean=5).rate_per_minute is None  # never slowed

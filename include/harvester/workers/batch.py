@@ -296,6 +296,8 @@ class BatchRunner:
         for message, page in zip(messages, pages, strict=True):
             if page.fetch.outcome == "blocked":
                 by_host[host_of(message.url)][0] += 1
+                if message.run_id:
+                    report.blocked_by_run[message.run_id] += 1
             elif page.fetch.ok:
                 by_host[host_of(message.url)][1] += 1
         verdicts = self.throttle.record_all(source, {host: (blocked, clean) for host, (blocked, clean)
@@ -360,6 +362,8 @@ class BatchRunner:
                 self.store.count_outcomes(source, report.outcomes, pipeline)
                 for run_id, figures in report.extracted.by_run.items():  # the run's quality and drift figures
                     RunFigures(self.redis).queue_add(pipeline, source, run_id, figures)
+                for run_id, blocked in report.blocked_by_run.items():  # block pages, each attempt counted
+                    RunFigures(self.redis).queue_add(pipeline, source, run_id, {"pages_blocked": blocked})
                 if messages and fetches:
                     record_fetches(self.redis, source, messages, fetches, pipeline=pipeline)
                 pipeline.execute()

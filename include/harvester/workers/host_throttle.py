@@ -3,7 +3,7 @@
 Scrapy's AutoThrottle adapts a delay to latency; a WAF that challenges past N requests a minute says nothing of
 latency, only blocks. So each batch reports, per host, its block pages and its clean pages (one
 ``lua/host_throttle.lua`` call): a block halves the host's rate (the first from what the source really started in
-the last window), each clean page raises it a little (:data:`RAISE_PER_CLEAN_PAGE`), and back at the source's
+its rate window), each clean page raises it a little (:data:`RAISE_PER_CLEAN_PAGE`), and back at the source's
 own limit the host is no longer slowed. The rate lives in Redis (``SourceKeys.host_throttles``), so every worker
 fetching the host slows down together; :class:`~harvester.workers.host_rate.HostRateGate` reads it (cached
 for :data:`REFRESH_SECONDS`) and holds each request start to it, never above the source's limits. Repeated
@@ -56,9 +56,11 @@ def ceiling_of(source: SourceConfig) -> int:
 class HostThrottle:
     """The adaptive per-host rate (see the module docstring)."""
 
-    def __init__(self, client: redis.Redis, window_seconds: float, pause_after: int, pause_seconds: float) -> None:
+    def __init__(self, client: redis.Redis, window_seconds: float, pause_after: int, pause_seconds: float,
+                 rate_window_seconds: float = 60.0) -> None:
         self.client = client
         self.window_seconds = window_seconds
+        self.rate_window_seconds = rate_window_seconds  # the window "per minute" is counted over
         self.pause_after = pause_after
         self.pause_seconds = pause_seconds
         self.scripts = Scripts(client, [HOST_THROTTLE])
@@ -66,7 +68,8 @@ class HostThrottle:
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, client: redis.Redis) -> HostThrottle:
-        return cls(client, settings.block_window_seconds, settings.block_pause_after, settings.block_pause_seconds)
+        return cls(client, settings.block_window_seconds, settings.block_pause_after, settings.block_pause_seconds,
+                   settings.rate_window_seconds + settings.rate_window_margin_seconds)
 
     @redis_storage_errors()
     def record(self, source: SourceConfig, host: str, blocked: int, clean: int) -> HostVerdict:
@@ -75,7 +78,8 @@ class HostThrottle:
         reply = self.scripts.call(
             "host_throttle", source.name, {"host_blocks": keys.host_blocks(host)}, host=host, blocked=blocked,
             clean=clean, ceiling_per_minute=ceiling_of(source), floor_per_minute=FLOOR_PER_MINUTE,
-            raise_factor=RAISE_PER_CLEAN_PAGE, window_seconds=self.window_seconds, pause_after=self.pause_after)
+            raise_factor=RAISE_PER_CLEAN_PAGE, window_seconds=self.window_seconds, pause_after=self.pause_after,
+            rate_window_seconds=self.rate_window_seconds)
         return HostVerdict(host, reply.rate_per_minute or None, reply.blocks_in_window, reply.pause)
 
     def record_all(self, source: SourceConfig, pages: dict[str, tuple[int, int]]) -> list[HostVerdict]:
@@ -83,7 +87,7 @@ class HostThrottle:
         slowed costs no call (the common case). A Redis fault loses one batch's say, never fails the batch."""
         verdicts = []
         for host, (blocked, clean) in pages.items():
-            if not blocked and self.cached_rate(source.name, host) is None:
+            if not blocked and self.known_rate(source.name, host) is None:
                 continue
             try:
                 verdicts.append(self.record(source, host, blocked, clean))
@@ -91,21 +95,23 @@ class HostThrottle:
                 log.warning("%s: the block figures of host %s could not be recorded: %s", source.name, host, error)
         return verdicts
 
-    def cached_rate(self, source: str, host: str) -> float | None:
-        """The host's slowed rate as this worker last read it (None: not slowed, or never read)."""
+    def known_rate(self, source: str, host: str) -> float | None:
+        """:meth:`rate` for a caller off the event loop (a batch settling its pages)."""
         cached = self._cache.get(source)
-        return cached.rates.get(host) if cached is not None else None
+        if cached is None or time.monotonic() - cached.read_at >= REFRESH_SECONDS:
+            cached = self._cache[source] = _Cached(time.monotonic(), cached.rates if cached is not None else {})
+            try:
+                cached.rates = self._read(source)
+            except StorageError as error:  # the last copy holds until Redis answers again
+                log.warning("slowed hosts of %s unavailable: %s", source, error)
+        return cached.rates.get(host)
 
     async def rate(self, source: str, host: str) -> float | None:
         """The host's slowed rate in requests per minute, None when it is not slowed: read from Redis at most
         every :data:`REFRESH_SECONDS` per source (one HGETALL), else this worker's copy."""
         cached = self._cache.get(source)
         if cached is None or time.monotonic() - cached.read_at >= REFRESH_SECONDS:
-            cached = self._cache[source] = _Cached(time.monotonic(), cached.rates if cached is not None else {})
-            try:
-                cached.rates = await asyncio.to_thread(self._read, source)
-            except StorageError as error:  # the last copy holds until Redis answers again
-                log.warning("slowed hosts of %s unavailable: %s", source, error)
+            return await asyncio.to_thread(self.known_rate, source, host)
         return cached.rates.get(host)
 
     @redis_storage_errors()
