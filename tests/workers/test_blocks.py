@@ -115,3 +115,23 @@ def test_past_its_retries_a_blocked_page_is_a_dead_letter_naming_the_marker(redi
     FailurePolicy(store, packages=lambda: None).fetch_failed(source, message, blocked, report)  # type: ignore[arg-type]
     (letter,) = DeadLetters(redis_client).list(source.name)
     assert letter.reason == "blocked: block page: built-in Cloudflare challenge (title 'Just a moment...')"
+
+
+def test_a_browser_request_to_a_slowed_host_takes_the_hosts_turn(redis_client, configure_settings) -> None:
+    """A source with no host limit: its page slots' requests take no host token, until blocks slow the host."""
+    from harvester.distributor import SourceRegistry
+    from harvester.workers.slot_pipeline import SiteRequestCharger
+
+    settings = configure_settings()
+    source = demo_source(f"http://{HOST}", "slowed_browser", rate_limit={"max_active": 4, "per_minute": 1000})
+    SourceRegistry(redis_client).register(source)
+    window = SourceKeys(source.name).host_fetch_window(HOST)
+    charger = SiteRequestCharger(RateLimitStore(redis_client, settings), HostRateGate.from_settings(settings,
+                                                                                                    redis_client),
+                                 source)
+    asyncio.run(charger.charge(f"http://{HOST}/product/1"))
+    assert redis_client.zcard(window) == 0  # not limited, not slowed: no host token
+    HostThrottle.from_settings(settings, redis_client).record(source, HOST, blocked=1, clean=0)
+    charger.gate.throttle._cache.clear()  # type: ignore[union-attr]  # read it now, not after REFRESH_SECONDS
+    asyncio.run(charger.charge(f"http://{HOST}/product/2"))
+    assert redis_client.zcard(window) == 1 and charger.charged == 2
