@@ -794,13 +794,22 @@ def test_page_slot_retry_delay_seconds_is_the_pause_before_a_failed_load_is_retr
     assert elapsed[0.0] < 0.4 <= 0.8 <= elapsed[0.4]
 
 
-@covers_setting("page_slot_block_markers")
+@covers_setting("block_markers")
 @pytest.mark.integration
-def test_page_slot_block_markers_turn_a_rendered_page_into_a_block(redis_client, redis_server, monkeypatch):
-    page = "<h1>Please solve the captcha</h1>"
+def test_block_markers_turn_a_rendered_page_and_a_fetched_page_into_a_block(redis_client, redis_server, monkeypatch):
+    from harvester.scraping import FetchResult, process_page
+
+    from tests.fixtures.demo_site import demo_source
+
+    page = "<h1>Please wait while we check your request</h1>"
     assert render(slot_host(redis_server, monkeypatch, [page])) == ("ok", "ok")
-    blocked = slot_host(redis_server, monkeypatch, [page], page_slot_block_markers=["solve the captcha"])
+    blocked = slot_host(redis_server, monkeypatch, [page], block_markers=["check your request"])
     assert render(blocked) == ("blocked", "blocked")
+    source = demo_source("http://shop")
+    for markers, outcome in (([], "ok"), (["Check Your Request"], "blocked")):  # the HTTP path, any case
+        fetch = FetchResult("http://shop/product/1", "ok", status=200, text=page)
+        process_page(source, "details", fetch.url, 0, fetch, settings=HarvesterSettings(block_markers=markers))
+        assert fetch.outcome == outcome, markers
 
 
 @covers_setting("page_slot_recycle_after_pages")
@@ -1294,3 +1303,59 @@ def test_sitemap_max_urls_per_run_caps_the_entries_a_run_reads(redis_client):
     assert follow_sitemap(redis_client, "urls-1", children=0, pages=10)["sitemap_urls_queued"] == 10
     figures = follow_sitemap(redis_client, "urls-2", children=0, pages=10, sitemap_max_urls_per_run=4)
     assert (figures["sitemap_urls_queued"], figures["sitemap_entries_over_run_cap"]) == (4, 6)
+
+
+@covers_setting("block_pause_after")
+@pytest.mark.integration
+def test_block_pause_after_is_how_many_blocks_pause_a_host(redis_client, configure_settings):
+    from harvester.workers.host_throttle import HostThrottle
+
+    from tests.fixtures.demo_site import demo_source
+
+    source = demo_source("http://shop.example", "blocks_pause")
+    for after, pauses in ((2, [False, True]), (3, [False, False])):
+        redis_client.flushdb()
+        throttle = HostThrottle.from_settings(configure_settings(block_pause_after=after), redis_client)
+        assert [throttle.record(source, "shop.example", 1, 0).pause for _ in range(2)] == pauses, after
+
+
+@covers_setting("block_window_seconds")
+@pytest.mark.integration
+def test_block_window_seconds_forgets_blocks_older_than_it(redis_client, configure_settings):
+    from harvester.workers.host_throttle import HostThrottle
+
+    from tests.fixtures.demo_site import demo_source
+
+    source = demo_source("http://shop.example", "blocks_window")
+    for window, counted in ((0.3, 1), (30.0, 2)):
+        redis_client.flushdb()
+        throttle = HostThrottle.from_settings(configure_settings(block_window_seconds=window), redis_client)
+        throttle.record(source, "shop.example", 1, 0)
+        time.sleep(0.5)
+        assert throttle.record(source, "shop.example", 1, 0).blocks_in_window == counted, window
+
+
+@covers_setting("block_pause_seconds")
+@pytest.mark.integration
+def test_block_pause_seconds_is_how_long_a_host_that_blocked_repeatedly_waits(redis_client, configure_settings):
+    from harvester.scraping import FetchResult, PageResult
+    from harvester.workers.batch import BatchRunner
+    from harvester.workers.report import BatchReport
+
+    from tests.fixtures.demo_site import demo_source
+
+    source = demo_source("http://shop.example", "blocks_paused")
+    for seconds in (5.0, 50.0):
+        redis_client.flushdb()
+        runner = BatchRunner(configure_settings(block_pause_after=1, block_pause_seconds=seconds))
+        try:
+            message = TaskMessage(task_id="t1", source=source.name, url="http://shop.example/product/1")
+            fetch = FetchResult(message.url, "blocked", status=200, reason="block page: text 'wall'")
+            before = time.time()
+            with runner.failures.deferred():
+                runner.answer_blocks(source, [message], [PageResult(fetch, "details", message.url)],
+                                     BatchReport(source.name))
+            paused_until = float(redis_client.hget(SourceKeys(source.name).host_paused, "shop.example"))
+            assert before + seconds - 1 <= paused_until <= time.time() + seconds, seconds
+        finally:
+            runner.close()

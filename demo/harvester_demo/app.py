@@ -101,7 +101,7 @@ class ConcurrencyCounter:
         self.site = site
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith((STATS_PATH, "/_markup")):
+        if scope["type"] != "http" or scope["path"].startswith((STATS_PATH, "/_markup", "/_challenge")):
             await self.app(scope, receive, send)
             return
         client = next((value.decode() for name, value in scope["headers"] if name == CLIENT_HEADER), None)
@@ -453,6 +453,10 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     from harvester_demo.lifecycle import lifecycle_routes  # items delisted and relisted, moved by redirects
 
     routes += lifecycle_routes(product_body, page, product_facts)
+    from harvester_demo.challenges import ChallengeMiddleware, ChallengeWall, challenge_routes  # a WAF (blocks)
+
+    wall = ChallengeWall()
+    routes += challenge_routes(wall)
     app = Starlette(routes=routes)
     app.state.site = site
-    return ConcurrencyCounter(app, site)
+    return ConcurrencyCounter(ChallengeMiddleware(app, wall), site)

@@ -182,6 +182,16 @@ class SourceKeys:
         """Sorted set: requests in flight on ``host`` -> deadline (per_host_max_active at fetch time)."""
         return self._key(f"host:{host}:fetch-active")
 
+    @property
+    def host_throttles(self) -> str:
+        """Hash: host -> requests per minute the host is slowed to after blocks (absent: not slowed)."""
+        return self._key("host-throttles")
+
+    def host_blocks(self, host: str) -> str:
+        """Sorted set: block pages seen on ``host`` in the block window (member -> time, s): repeated blocks
+        pause the host."""
+        return self._key(f"host:{host}:blocks")
+
 
 @dataclass(frozen=True, slots=True)
 class PageSlotKeys:

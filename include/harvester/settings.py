@@ -208,8 +208,17 @@ class HarvesterSettings(BaseSettings):
         "navigated for ever keeps growing its renderer (measured: 85 MB after 1 page, 195 MB after 60).")
     page_slot_recycle_rss_mb: float = Field(
         default=1024.0, gt=0, description="A slot's browser is re-launched when its process tree's RSS passes this.")
-    page_slot_block_markers: list[str] = Field(
-        default_factory=list, description="Text in a rendered page that means the site blocked us (like a 403).")
+    block_window_seconds: float = Field(
+        default=60.0, gt=0, description="Blocks of one host counted within this window pause it (block_pause_after); "
+        "also the window a host's first slowed rate is measured over.")
+    block_pause_after: int = Field(
+        default=5, ge=1, description="Block pages of one host within block_window_seconds that pause the host for "
+        "every worker.")
+    block_pause_seconds: float = Field(
+        default=60.0, gt=0, description="How long a host that blocked repeatedly is paused at admission.")
+    block_markers: list[str] = Field(
+        default_factory=list, description="Texts that mean the site blocked us, in any page of any source (HTTP "
+        "or browser; matched case-insensitively), beside the built-in markers and each source's block section.")
     page_slot_allow_direct_connections: bool = Field(
         default=False, description="Local demos only: a country without a proxy browses directly instead of "
                                    "having its tasks dead-lettered.")

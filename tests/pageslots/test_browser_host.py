@@ -164,3 +164,21 @@ def test_a_source_s_http_connection_reaches_its_site_only_and_its_cookies_stay_i
     assert 'class="cookie-header">session=s3cret<' in member_cookies.text
     assert 'class="cookie-header">none<' in visitor_cookies.text
     assert refused.outcome == "http_error" and refused.status == 401
+
+
+@pytest.mark.integration
+def test_a_challenge_that_answers_200_is_a_block_in_the_browser_too(demo_site) -> None:
+    """The same markers as the HTTP path: Chromium renders the WAF's "Just a moment..." (status 200), the task is
+    blocked naming the marker, and the slot closes its page so the next task gets a fresh context."""
+    settings = HarvesterSettings(page_slot_idle_seconds=5, page_slot_retry_delay_seconds=0.05)
+    source = SourceConfig.model_validate(browser_source_document(demo_site.url, "host_challenge"))
+
+    async def scenario() -> None:
+        async with BrowserHost(settings) as host:
+            challenge = await host.render(f"{demo_site.url}/challenge", source)
+            assert (challenge.outcome, challenge.status) == ("blocked", 200)
+            assert challenge.reason == "block page: built-in Cloudflare challenge (title 'Just a moment...')"
+            assert host.states() == {"SG": SlotState.NO_PAGE} and host.totals.blocked_closes == 1
+            assert (await host.render(f"{demo_site.url}/product/2", source)).ok  # a fresh page: items come again
+
+    asyncio.run(scenario())

@@ -88,3 +88,23 @@ def test_a_rejected_key_rejects_every_record_of_that_key(handler) -> None:
     records = [{"url": "same", "n": 1}, {"url": "other", "n": 2}, {"url": "same", "n": 2**70}]
     result = handler.write(source, records)
     assert sorted(result.rejected) == [0, 2] and result.upserted == 1
+
+
+def test_a_record_with_every_attribute_empty_never_overwrites_a_stored_one(handler) -> None:
+    """A page that gave nothing but its key (a challenge page answering 200, an empty render) must not null the
+    values a good page stored; a record nobody stored yet is still written, and so is one with a value."""
+    source = demo_source("http://site", output={"key": ["url"]},
+                         attributes={"title": {"css": "h1"}, "price": {"css": ".price", "type": "float"},
+                                     "tags": {"css": "li.tag", "type": "list[str]"}})
+    handler.write(source, [{"url": "kept", "title": "Lamp", "price": 9.5, "tags": ["a"]},
+                           {"url": "changed", "title": "Desk", "price": 20.0, "tags": []}], "run-1")
+    empty = {"title": None, "price": None, "tags": []}
+    result = handler.write(source, [{"url": "kept", **empty}, {"url": "new", **empty},
+                                    {"url": "changed", "title": None, "price": 19.0, "tags": []}], "run-2")
+    collection = handler.collection(source)
+    kept = collection.find_one({"url": "kept"})
+    assert (kept["title"], kept["price"], kept["tags"], kept["run_id"]) == ("Lamp", 9.5, ["a"], "run-1")
+    assert collection.find_one({"url": "new"})["title"] is None  # nothing stored to keep: written
+    changed = collection.find_one({"url": "changed"})
+    assert (changed["title"], changed["price"]) == (None, 19.0)  # one value found: the record is the page's
+    assert result.rejected == {} and result.empty_kept == 1

@@ -12,6 +12,7 @@ from harvester.config.attributes import (
     meta_expression,
     scalar_type,
 )
+from harvester.config.blocks import BlockMarkers
 from harvester.config.browser import (
     Action,
     BrowserOptions,
@@ -49,7 +50,7 @@ from harvester.errors import SourceConfigError
 __all__ = [
     "BATCH_SIZE_PARAM", "DETAIL_URLS_PARAM", "ELEMENT_SELECTOR_KINDS", "JSON_PREFIX", "MAX_BATCH_SIZE",
     "MAX_PACKAGES_PARAM", "QUALITY_PARAMS", "RULE_NAMES", "SOURCE_SUFFIXES", "URLS_PARAM", "XPATH_PREFIX", "Action",
-    "AfterSchedule", "Attribute", "BrowserOptions", "ClickSpec", "DelayWait", "DismissSpec", "Listing",
+    "AfterSchedule", "Attribute", "BlockMarkers", "BrowserOptions", "ClickSpec", "DelayWait", "DismissSpec", "Listing",
     "ListingRecords", "NetworkIdleWait", "Problem", "Quality", "RecordItem", "RunOptions", "ScrollSpec",
     "SelectorWait", "SourceConfig", "SourceConfigError", "SourceSet", "StructuredPath", "ValueRules", "WaitSpec",
     "compile_jmespath", "default_directory", "format_duration", "get_source", "load_source_file", "load_sources",

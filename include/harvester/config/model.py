@@ -25,6 +25,7 @@ from harvester.config.attributes import (
     check_link_expression,
     check_selector,
 )
+from harvester.config.blocks import BlockMarkers
 from harvester.config.browser import BrowserOptions
 from harvester.config.incremental import (
     AfterSchedule,
@@ -230,6 +231,10 @@ class SourceConfig(StrictModel):
         default_factory=GoneMarkers,
         description="When a detail page's item is gone: statuses (404, 410), and the selectors or texts of a "
                     "page that answers 200 for an item that no longer exists (docs/sources.md, gone).")
+    block: BlockMarkers = Field(
+        default_factory=BlockMarkers,
+        description="What this site's block pages look like (selectors, texts, statuses) beside the built-in "
+                    "markers: a match is retried, never stored (docs/sources.md, the block section).")
     http_connection_id: str | None = Field(
         default=None, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
         description="An Airflow HTTP connection whose login/password (basic auth) or extras (headers, cookies) "

@@ -92,6 +92,7 @@ class SourceSummary(BaseModel):
     paused_hosts: dict[str, float] = Field(description="Host -> seconds it still waits (Retry-After).")
     records_stored: int
     records_not_modified: int = Field(default=0, description="Records 304 answers kept (conditional requests).")
+    pages_blocked: int = Field(default=0, description="Block pages met (challenges, denials): retried, never stored.")
     bytes_saved: int = Field(default=0, description="Body bytes those 304 answers did not send.")
     drift_threshold: float
     selector_drift: list[str]
@@ -282,6 +283,7 @@ class HarvestViews:
             if live else {},
             records_stored=live.outcome("records_stored") if live else 0,
             records_not_modified=live.outcome("records_not_modified") if live else 0,
+            pages_blocked=live.outcome("blocked") if live else 0,
             bytes_saved=live.outcome("bytes_saved") if live else 0,
             drift_threshold=config.drift_threshold if config else 20.0,
             selector_drift=[entry.attribute for entry in extraction if entry.drift],

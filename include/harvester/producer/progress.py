@@ -193,6 +193,7 @@ class RunMonitor:
         figures, _ = RunFigures(self.redis).read(source, run_id)
         report.update(quality_figures(report, figures))
         report["links_cut"] = links_cut(figures)
+        report["pages_blocked"] = int(figures.get("pages_blocked", 0))  # block pages met, each attempt counted
         if attributes:
             from harvester.producer.health import extraction_report
 

@@ -103,6 +103,10 @@ def assess_quality(report: Mapping[str, Any], quality: Quality, unit: str = "pag
         breach("max_dead_share", shares["dead"], quality.max_dead_share,
                f"{_percent(shares['dead'])} of tasks dead-lettered unanswered ({report['tasks_dead_unreached']}"
                f"{': ' + top if top else ''}; at most {_percent(quality.max_dead_share)} allowed)")
+    still_blocked = int((report.get("failures_by_reason") or {}).get("blocked", 0))
+    if still_blocked:  # items the site never let us read: their stored values are old, whatever the shares say
+        breach("blocked", still_blocked, 0, f"{still_blocked} pages stayed blocked past their retries (the site's "
+               f"block never lifted; {report.get('pages_blocked', 0)} block pages met)")
     stored = int(report.get("records_stored", 0))
     if stored < quality.min_records:
         breach("min_records", stored, quality.min_records,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from harvester.config import SourceConfig
 from harvester.scraping.discovery import Discovery, canonicalise_url, discover_links
 from harvester.scraping.extraction import (
+    BlockDetector,
     DataBounds,
     Extraction,
     ListingRecords,
@@ -20,6 +21,7 @@ from harvester.scraping.extraction import (
     extract_listing_records,
     extract_record,
     markup_refusal,
+    recognise_block,
 )
 from harvester.scraping.fetching import FetchResult, strip_userinfo
 from harvester.scraping.lifecycle import gone_by_markers, gone_by_status, redirect_leaves_item
@@ -77,6 +79,20 @@ def item_on_page(source: SourceConfig, fetch: FetchResult, data: PageData, resul
     return result.gone is None
 
 
+def mark_block(source: SourceConfig, fetch: FetchResult, settings: HarvesterSettings,
+               data: PageData | None = None) -> bool:
+    """Make ``fetch`` ``blocked`` when its page (or status) is a block by the source's markers, the built-in
+    ones or the shared ``block_markers``: True then. ``data``: the page as extraction parses it, so a selector
+    marker costs no second parse."""
+    detector = BlockDetector.for_source(source, settings.block_markers)
+    block = recognise_block(detector, fetch.outcome, fetch.status, fetch.text,
+                            (lambda: data.selector) if data is not None else None)
+    if block is None:
+        return False
+    fetch.outcome, fetch.reason = block
+    return True
+
+
 def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult, *,
                  trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
     """:func:`extract_page`, and a page whose body breaks a parser or an extractor becomes that page's
@@ -97,12 +113,14 @@ def extract_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
     default, for the tools): the markup caps, URL lengths, structured-data bounds and the value and page budgets
     are all read from them."""
     result = PageResult(fetch, kind, record_url(url))
+    limits = settings if settings is not None else get_settings()
     if kind == "details" and (gone := gone_by_status(source, fetch)) is not None:
         result.gone = gone
         return result
     if not fetch.ok:
+        if kind != "sitemap":
+            mark_block(source, fetch, limits)
         return result
-    limits = settings if settings is not None else get_settings()
     if kind == "sitemap":  # the pages and sitemaps it lists
         from harvester.scraping.discovery import sitemap_discovery
 
@@ -114,6 +132,8 @@ def extract_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
             fetch.text, limits.max_attributes_per_element, limits.max_elements_per_page)) is not None:
         fetch.outcome, fetch.reason = "parse_error", refusal
         return result
+    if mark_block(source, fetch, limits, data if source.content == "html" else None):
+        return result  # a challenge page is never extracted, so never stored
     if source.content == "json":
         try:
             data.json  # noqa: B018 (parsed here, so a body that is not JSON fails the page, not each attribute)

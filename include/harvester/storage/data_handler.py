@@ -10,6 +10,10 @@ A record that cannot be written never fails its batch-mates: when pymongo cannot
 rest is sent; when the server refuses some writes (``BulkWriteError`` names each by index; an
 unordered bulk has written the others) those records are rejected with MongoDB's reason.
 A duplicate-key error (two workers upserting one new key at once) is retried once, not rejected.
+
+A record whose every non-key attribute is empty (a page that gave nothing but its key: a challenge page that
+answered 200 and slipped past the block markers, a render that never came) is only ever inserted
+(``$setOnInsert``): it never writes over a stored record, so a good stored price is never replaced by null.
 """
 
 from __future__ import annotations
@@ -43,13 +47,26 @@ MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 ENCODING_ERRORS = (BSONError, DocumentTooLarge, OverflowError, UnicodeError, ValueError, TypeError)
 
 
+def _is_empty(value: Any) -> bool:
+    return value is None or value == "" or (isinstance(value, list | dict) and not value)
+
+
+def is_empty_record(source: SourceConfig, record: dict[str, Any]) -> bool:
+    """Whether every non-key attribute of ``record`` is empty: what a page with none of the item's data gives.
+    A source with no attribute beside its key never has empty records (its key is all it stores)."""
+    names = [name for name in source.attributes if name not in source.output.key]
+    return bool(names) and all(_is_empty(record.get(name)) for name in names)
+
+
 @dataclass
 class _Upsert:
-    """One upsert and the positions (in the batch) of the records it stands for."""
+    """One upsert and the positions (in the batch) of the records it stands for; ``insert_only``: an empty
+    record, written only where nothing is stored under its key."""
 
     filter: dict[str, Any]
     update: dict[str, Any]
     positions: list[int]
+    insert_only: bool = False
 
     def operation(self) -> pymongo.UpdateOne:
         return pymongo.UpdateOne(self.filter, self.update, upsert=True)
@@ -69,6 +86,7 @@ class WriteResult:
     changed: int = 0
     unchanged: int = 0
     back: int = 0  # records that were gone and were found again (their ``gone_at`` cleared)
+    empty_kept: int = 0  # records with every non-key attribute empty that met a stored one and left it as it was
 
     @property
     def stored(self) -> int:
@@ -145,11 +163,15 @@ class DataHandler:
             requested = data.pop(REQUESTED_URLS, None)
             if config_version:
                 data[CONFIG_VERSION] = config_version
+            where = {name: record[name] for name in source.output.key}
+            if is_empty_record(source, record):
+                upserts.append(_Upsert(where, {"$setOnInsert": {**data, "first_seen_at": now}}, positions, True))
+                continue
             update: dict[str, Any] = {"$set": data, "$setOnInsert": {"first_seen_at": now},
                                       "$unset": {GONE_AT: "", GONE_REASON: ""}}
             if requested:
                 update["$addToSet"] = {REQUESTED_URLS: {"$each": list(requested)}}
-            upserts.append(_Upsert({name: record[name] for name in source.output.key}, update, positions))
+            upserts.append(_Upsert(where, update, positions))
         return upserts
 
     @mongo_storage_errors()
@@ -169,7 +191,8 @@ class DataHandler:
             result.discarded = len(upserts)
             return result
         collection = self.collection(source)
-        self._classify(collection, source, upserts, run_id, now, result)
+        self._classify(collection, source, [upsert for upsert in upserts if not upsert.insert_only], run_id, now,
+                       result)
         self._bulk_write(collection, upserts, result)
         return result
 
@@ -255,6 +278,9 @@ class DataHandler:
                 self._bulk_write(collection, storable, result, attempt + 1)
             return
         self._count(result, written.upserted_count, written.matched_count, written.modified_count)
+        inserted = {index for index in written.upserted_ids}
+        result.empty_kept += sum(1 for index, upsert in enumerate(upserts)
+                                 if upsert.insert_only and index not in inserted)
 
     @staticmethod
     def _storable(upsert: _Upsert, result: WriteResult) -> bool:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from harvester.config import SourceConfig
-from harvester.distributor import RateLimitStore, RegisteredSources, TaskMessage
+from harvester.distributor import RateLimitStore, RegisteredSources, TaskMessage, host_of
 from harvester.errors import ConnectionNotFound, SourceNotRegistered, StorageError, redis_storage_errors
 from harvester.metrics import record_fetches
 from harvester.scraping import AddressGuard, Fetcher, FetchResult, PageFetcher, PageResult, RobotsCache, process_page
@@ -47,6 +47,7 @@ from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolic
 from harvester.workers.follower import LinkFollower, discovered_task_id
 from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
 from harvester.workers.host_rate import HostRateGate
+from harvester.workers.host_throttle import HostThrottle
 from harvester.workers.incremental import IncrementalFetching, refresh_not_modified
 from harvester.workers.report import BatchReport
 from harvester.workers.settler import Settler, StoredPage
@@ -83,6 +84,7 @@ class BatchRunner:
         self.robots = RobotsCache.from_settings(self.settings, self.clients.redis)
         self.follower = LinkFollower.from_settings(self.settings, self.clients, self.address_refusals, self.robots)
         self.settler = Settler.from_settings(self.settings, self.clients, self.failures)
+        self.throttle = HostThrottle.from_settings(self.settings, self.clients.redis)  # blocks slow their host
         self.fetcher: PageFetcher = Fetcher.from_settings(
             self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis),
             guard=self.guard)
@@ -264,6 +266,7 @@ class BatchRunner:
             else:
                 listings.append((message, page))
         self.keep_evidence(source, rejected, report)  # their dead letters are written when settling ends
+        self.answer_blocks(source, messages, pages, report)
 
         finished, stored = self.settler.settle_items(source, to_store + record_listings, gone, report,
                                                      self.sources.version(source.name))
@@ -283,6 +286,30 @@ class BatchRunner:
         followed += self.sitemaps.follow_all(source, sitemaps, report)
         finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
         self.settler.complete(source, finished + stored + followed, report)
+
+    def answer_blocks(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
+                      report: BatchReport) -> None:
+        """What block pages do beyond their retry: each host's rate adapts to its blocked and clean pages (shared
+        by every worker, :mod:`harvester.workers.host_throttle`), a host that blocked repeatedly is paused, and the
+        source's cookies for a host that blocked are dropped (HTTP: a challenge often binds its verdict to a
+        cookie; the browser's fresh context does the same for browser sources)."""
+        by_host: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for message, page in zip(messages, pages, strict=True):
+            if page.fetch.outcome == "blocked":
+                by_host[host_of(message.url)][0] += 1
+                if message.run_id:
+                    report.blocked_by_run[message.run_id] += 1
+            elif page.fetch.ok:
+                by_host[host_of(message.url)][1] += 1
+        verdicts = self.throttle.record_all(source, {host: (blocked, clean) for host, (blocked, clean)
+                                                     in by_host.items()})
+        paused = [verdict.host for verdict in verdicts if verdict.pause]
+        if paused:
+            report.outcomes["hosts_paused_for_blocks"] += len(paused)
+            self.failures.pause_hosts(source, paused, self.throttle.pause_seconds)
+        for host, (blocked, _) in by_host.items():
+            if blocked and source.render == "http" and isinstance(self.fetcher, Fetcher):
+                report.outcomes["cookies_dropped_for_blocks"] += self.fetcher.cookies.drop_host(source.name, host)
 
     def keep_evidence(self, source: SourceConfig, rejected: list[tuple[TaskMessage, FetchResult, str]],
                       report: BatchReport) -> None:
@@ -339,6 +366,8 @@ class BatchRunner:
                 self.store.count_outcomes(source, report.outcomes, pipeline)
                 for run_id, figures in report.extracted.by_run.items():  # the run's quality and drift figures
                     RunFigures(self.redis).queue_add(pipeline, source, run_id, figures)
+                for run_id, blocked in report.blocked_by_run.items():  # block pages, each attempt counted
+                    RunFigures(self.redis).queue_add(pipeline, source, run_id, {"pages_blocked": blocked})
                 if messages and fetches:
                     record_fetches(self.redis, source, messages, fetches, pipeline=pipeline)
                 pipeline.execute()

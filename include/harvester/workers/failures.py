@@ -133,6 +133,14 @@ class FailurePolicy:
         self._queue([(TaskEnding.failure(message, decision.reason, decision.retry_after), report)], pauses)
         return decision
 
+    def pause_hosts(self, source: SourceConfig, hosts: list[str], seconds: float) -> None:
+        """Pause ``hosts`` of ``source`` at admission for every worker (repeated blocks); the whole source too when
+        all its input is on one of them. Recorded with the batch's endings."""
+        pauses = [(source.name, host, seconds) for host in hosts]
+        if single_host(source):
+            pauses.append((source.name, "", seconds))
+        self._queue(pauses=pauses)
+
     def retry(self, message: TaskMessage, reason: str, retry_after: float | None, report: BatchReport,
               counter: str | None = None) -> None:
         """Hand the task back for a later attempt; past the source's retries the store dead-letters it."""

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis
 
@@ -23,6 +24,7 @@ from harvester.redis_keys import SourceKeys
 from harvester.redis_scripts import Scripts
 from harvester.scraping import HostLimits, HostRateTimeout
 from harvester.settings import HarvesterSettings
+from harvester.workers.host_throttle import HostThrottle
 from harvester.workers.scripts import HOST_FETCH
 
 __all__ = ["HostLimits", "HostRateGate", "HostRateTimeout", "HostToken"]
@@ -40,11 +42,12 @@ class HostRateGate:
     """Tokens for request starts per source and host (see the module docstring)."""
 
     def __init__(self, client: redis.Redis, window_seconds: float, max_wait_seconds: float,
-                 hold_seconds: float) -> None:
+                 hold_seconds: float, throttle: HostThrottle | None = None) -> None:
         self.client = client
         self.window_seconds = window_seconds
         self.max_wait_seconds = max_wait_seconds
         self.hold_seconds = hold_seconds
+        self.throttle = throttle  # hosts slowed down after blocks: their rate holds here too
         self.scripts = Scripts(client, [HOST_FETCH])  # the one script the gate calls
 
     @classmethod
@@ -53,7 +56,8 @@ class HostRateGate:
         the site a little after its token, whatever sends it: the host's window is widened by
         ``rate_window_margin_seconds`` as per_minute's is, so the site's window never sees more."""
         return cls(client, settings.rate_window_seconds + settings.rate_window_margin_seconds,
-                   settings.host_rate_max_wait_seconds, settings.lease_seconds)
+                   settings.host_rate_max_wait_seconds, settings.lease_seconds,
+                   HostThrottle.from_settings(settings, client))
 
     @redis_storage_errors()
     def try_acquire(self, source: str, host: str, limits: HostLimits, token: str) -> float:
@@ -69,10 +73,12 @@ class HostRateGate:
 
     async def acquire(self, source: str, url: str, limits: HostLimits) -> HostToken | None:
         """Wait (on the loop) for a token of ``url``'s host; None when the host is not limited. Raises
-        :class:`HostRateTimeout` past ``max_wait_seconds``. The Redis call itself is one short round trip."""
+        :class:`HostRateTimeout` past ``max_wait_seconds``. The Redis call itself is one short round trip.
+        A host slowed down after blocks is limited to its slowed rate (never above the source's own)."""
+        host = host_of(url)
+        limits = await self.slowed(source, host, limits)
         if not limits.limited:
             return None
-        host = host_of(url)
         token = secrets.token_hex(8)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.max_wait_seconds
@@ -83,6 +89,14 @@ class HostRateGate:
             if loop.time() + wait > deadline:
                 raise HostRateTimeout(f"host {host} rate: no request slot within {self.max_wait_seconds:g}s")
             await asyncio.sleep(wait)
+
+    async def slowed(self, source: str, host: str, limits: HostLimits) -> HostLimits:
+        """``limits`` with the host's slowed rate when blocks slowed it (:mod:`harvester.workers.host_throttle`)."""
+        rate = await self.throttle.rate(source, host) if self.throttle is not None else None
+        if rate is None:
+            return limits
+        slowed = max(1, math.floor(rate))
+        return replace(limits, per_minute=min(limits.per_minute, slowed) if limits.per_minute else slowed)
 
     async def release(self, token: HostToken | None) -> None:
         """The request ended: free its in-flight place (its start stays in the rolling window)."""

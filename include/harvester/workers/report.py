@@ -21,6 +21,7 @@ class BatchReport:
     discovered: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     extracted: ExtractionTally = field(default_factory=ExtractionTally)  # per run: what the quality is over
+    blocked_by_run: Counter[str] = field(default_factory=Counter)  # block pages per run id: the run report's figure
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "tasks": self.tasks, "stored": self.stored, "retried": self.retried,

@@ -1,4 +1,5 @@
-"""The contract of the workers' Lua script (``lua/host_fetch.lua``), called through :mod:`harvester.redis_scripts`.
+"""The contracts of the workers' Lua scripts (``lua/host_fetch.lua``, ``lua/host_throttle.lua``), called through
+:mod:`harvester.redis_scripts`.
 
 The workers own per-host politeness at fetch time (:class:`harvester.workers.host_rate.HostRateGate`),
 so they own its script; its two keys are built from the host, so both are passed explicitly.
@@ -11,7 +12,7 @@ from pathlib import Path
 from harvester.redis_keys import SourceKeys
 from harvester.redis_scripts import ScriptContract, declare_script
 
-__all__ = ["CONTRACTS", "HOST_FETCH", "LUA_DIRECTORY"]
+__all__ = ["CONTRACTS", "HOST_FETCH", "HOST_THROTTLE", "LUA_DIRECTORY"]
 
 LUA_DIRECTORY = Path(__file__).with_name("lua")
 
@@ -21,4 +22,11 @@ HOST_FETCH = declare_script(
     directory=LUA_DIRECTORY, key_space=SourceKeys, table=False,
     explicit_keys=("host_fetch_window", "host_fetch_active"))
 
-CONTRACTS: dict[str, ScriptContract] = {HOST_FETCH.name: HOST_FETCH}
+HOST_THROTTLE = declare_script(
+    "host_throttle", "host_throttles host_blocks window",
+    "host blocked clean ceiling_per_minute floor_per_minute raise_factor window_seconds pause_after "
+    "rate_window_seconds",
+    {"rate_per_minute": float, "blocks_in_window": int, "pause": lambda value: bool(int(value))},
+    directory=LUA_DIRECTORY, key_space=SourceKeys, explicit_keys=("host_blocks",))
+
+CONTRACTS: dict[str, ScriptContract] = {HOST_FETCH.name: HOST_FETCH, HOST_THROTTLE.name: HOST_THROTTLE}

@@ -78,6 +78,8 @@ class Settler:
                 report.outcomes["records_updated"] += result.matched
                 report.outcomes["records_changed"] += result.changed
                 report.outcomes["records_unchanged"] += result.unchanged
+                if result.empty_kept:  # empty records that left the stored ones as they were
+                    report.outcomes["records_empty_kept"] += result.empty_kept
                 records_stored += len(records) - len(result.rejected)
                 for position, reason in result.rejected.items():
                     report.outcomes["rejected"] += 1

@@ -2,9 +2,9 @@
 :class:`~harvester.workers.batch.BatchRunner` (its sources, its rate-limit store, its settle path).
 
 Every request a browser page sends to its own site takes the source's ``per_minute`` token (``acquire_fetch``,
-the window HTTP fetches take theirs from) and, when the source limits its hosts, the host's turn
-(``host_fetch``, as the HTTP fetcher asks it), right before it leaves: the page's route asks for the navigation
-(every attempt) and for each XHR, fetch or document after it. The host's window is widened by
+the window HTTP fetches take theirs from) and the host's turn when the source limits its hosts or its blocks
+slowed the host (``host_fetch``, as the HTTP fetcher asks it), right before it leaves: the page's route asks for
+the navigation (every attempt) and for each XHR, fetch or document after it. The host's window is widened by
 ``rate_window_margin_seconds`` as per_minute's is. So both limits hold as the site sees them, whatever renders
 the pages.
 """
@@ -38,8 +38,7 @@ class SiteRequestCharger:
 
     async def charge(self, url: str) -> None:
         await self._per_minute()
-        if self.limits.limited:
-            await self._host_turn(url)
+        await self._host_turn(url)  # also when the source sets no host limit: a host its blocks slowed holds
         self.charged += 1
 
     async def _per_minute(self) -> None:

@@ -17,6 +17,7 @@ from harvester.config import SourceConfig
 from harvester.scraping.browser.guard_proxy import REFUSED_HEADER, GuardProxy
 from harvester.scraping.browser.page_guard import BodyCap, ContextGuard, RequestCharger
 from harvester.scraping.browser.readiness import NotReady, Readiness, run_actions
+from harvester.scraping.extraction import BlockDetector, recognise_block
 from harvester.scraping.fetching import DEFAULT_CLASSIFIER, FetchResult, ResponseClassifier
 from harvester.settings import HarvesterSettings
 
@@ -122,7 +123,19 @@ async def load_page(tools: LoadTools, url: str, source: SourceConfig, kind: str,
             loaded.load_failed = True
         return _finish(loaded, tools, started, refused_before, bytes_before)
     _read(loaded, response, text, page.url, settings.body_size_cap_bytes, tools.cap, classifier)
+    _unready_block(loaded, source, settings)
     return _finish(loaded, tools, started, refused_before, bytes_before)
+
+
+def _unready_block(loaded: PageLoad, source: SourceConfig, settings: HarvesterSettings) -> None:
+    """A page that never became ready because it is a challenge (its item's selectors never appear) is a block,
+    not a failed load: re-loading it seven times would only ask the wall seven more times."""
+    if not loaded.not_ready:
+        return
+    detector = BlockDetector.for_source(source, settings.block_markers)
+    if (block := recognise_block(detector, "ok", loaded.fetch.status, loaded.fetch.text)) is not None:
+        loaded.fetch.outcome, loaded.fetch.reason = block
+        loaded.load_failed, loaded.not_ready = False, ""
 
 
 async def _prepared(tools: LoadTools, readiness: Readiness, loaded: PageLoad, remaining_ms: float) -> str | None:

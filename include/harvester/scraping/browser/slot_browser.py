@@ -34,6 +34,7 @@ from harvester.scraping.browser import page_load as browser_flags
 from harvester.scraping.browser.guard_proxy import GuardProxy, UpstreamProxy
 from harvester.scraping.browser.page_guard import BodyCap, ContextGuard, RequestCharger
 from harvester.scraping.browser.page_load import LoadTools, PageLoad, first_line, load_page, user_agent_and_headers
+from harvester.scraping.extraction import BlockDetector, recognise_block
 from harvester.scraping.fetching import (
     AddressGuard,
     FetchResult,
@@ -274,7 +275,7 @@ class SlotBrowser:
             render.fetch = loaded.fetch
             if not loaded.load_failed:
                 self.consecutive_failures = 0
-                render.ending = self._ending(render.fetch)
+                render.ending = self._ending(render.fetch, source)
                 return render
             if await self.failed_load(loaded.fetch.reason, render.outcomes, listener):
                 render.capture, self.last_capture = self.last_capture, None
@@ -291,10 +292,12 @@ class SlotBrowser:
             reason = f"browser could not open a page: {type(error).__name__}: {first_line(error)}"
             return PageLoad(FetchResult(url, "connection_error", reason=reason), load_failed=True)
 
-    def _ending(self, fetch: FetchResult) -> Ending:
-        marker = next((m for m in self.settings.page_slot_block_markers if m and m in fetch.text), None)
-        if marker is not None and fetch.outcome == "ok":
-            fetch.outcome, fetch.reason = "blocked", f"block marker {marker!r} in the page"
+    def _ending(self, fetch: FetchResult, source: SourceConfig) -> Ending:
+        """A page the block markers recognise is a block like a 403: the slot closes its page, so the next task
+        gets a fresh context (new cookies, storage), and the task is retried."""
+        detector = BlockDetector.for_source(source, self.settings.block_markers)
+        if (block := recognise_block(detector, fetch.outcome, fetch.status, fetch.text)) is not None:
+            fetch.outcome, fetch.reason = block
         return "blocked" if fetch.outcome == "blocked" else "ok"
 
     async def failed_load(self, reason: str, outcomes: Counter[str], listener: LoadListener | None = None) -> bool:

@@ -10,6 +10,13 @@ from typing import TYPE_CHECKING
 from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.scraping.extraction.blocks import (
+        BUILTIN_MARKERS,
+        BlockDetector,
+        BlockMatch,
+        detection_cpu_ms,
+        recognise_block,
+    )
     from harvester.scraping.extraction.extractor import (
         Extraction,
         ListingRecords,
@@ -27,7 +34,8 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     )
 
 __all__ = [
-    "DataBounds", "Extraction", "ListingRecords", "PageData", "StructuredDataError", "extract_listing_records",
-    "extract_record", "gather", "markup_refusal", "search", "type_matches"
+    "BUILTIN_MARKERS", "BlockDetector", "BlockMatch", "DataBounds", "Extraction", "ListingRecords", "PageData",
+    "StructuredDataError", "detection_cpu_ms", "extract_listing_records", "extract_record", "gather", "markup_refusal",
+    "recognise_block", "search", "type_matches"
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -107,6 +107,20 @@ class SourceCookieJars:
         jar_pairs = pairs[len(own):]
         return "; ".join(jar_pairs + pairs[:len(own)]) or None
 
+    def drop_host(self, source: str, host: str) -> int:
+        """Forget the cookies of ``source`` that would go to ``host`` (its own and its parent domains'): a site
+        that blocked us may have bound its verdict to them. The number dropped."""
+        jar = self._jars.get(source)
+        if jar is None:
+            return 0
+        host = host.lower().rstrip(".")
+        domains = {cookie.domain: cookie.domain.lstrip(".").lower() for cookie in jar}
+        doomed = [cookie for cookie in jar
+                  if host == domains[cookie.domain] or host.endswith("." + domains[cookie.domain])]
+        for cookie in doomed:
+            jar.clear(cookie.domain, cookie.path, cookie.name)
+        return len(doomed)
+
     def store(self, source: str, url: str, values: Iterable[str]) -> None:
         """Keep what a response to ``url`` set (refused domains, paths and public suffixes dropped)."""
         values = list(values)
