@@ -43,6 +43,7 @@ from harvester.scraping.fetching.charsets import (  # noqa: E402  (the path abov
     encoding_for_label,
     header_encoding,
 )
+from harvester.scraping.fetching.robots import RobotsRules  # noqa: E402  (the path above first)
 
 
 def _corpora() -> Path:
@@ -194,6 +195,22 @@ def undeclared_figures(smoke: bool) -> dict[str, Any]:
             "charset_undeclared_cpu_ms_per_page": round(1000 * (time.process_time() - started) / max(total, 1), 2)}
 
 
+def robots_figures(smoke: bool) -> dict[str, Any]:
+    """Google's robots.txt cases of kind ``allowed``: each robots.txt decoded as the fetcher decodes it and read
+    by :class:`~harvester.scraping.fetching.robots.RobotsRules`; the share answered as Google's parser does."""
+    path = CORPORA / "robots" / "google-robotstxt-cases.json"
+    if not path.is_file():
+        return {"robots_google_share": None}
+    cases = [case for case in json.loads(path.read_text()) if case["kind"] == "allowed"][:: 8 if smoke else 1]
+    misses = []
+    for case in cases:
+        text = decode_document(base64.b64decode(case["robots_txt_b64"]), "text/plain").text
+        if RobotsRules("http://foo.bar", text).allowed(case["url"], case["user_agent"]) != case["expected_allowed"]:
+            misses.append(f"{case['test']} line {case['line']}")
+    return {"robots_google_share": round(1 - len(misses) / len(cases), 4), "robots_cases": len(cases),
+            "robots_misses": misses}
+
+
 def block_detection_figures(smoke: bool) -> dict[str, Any]:
     """WIRED IN AT MERGE: ``block_detect_cpu_ms_per_page``, the block markers' CPU per page on the demo's
     product pages (goal <= 5 % of ``process_page``'s CPU), from the block detector built beside this bench.
@@ -208,6 +225,7 @@ def main() -> None:
     figures: dict[str, Any] = {"bench": "realdata", "smoke": arguments.smoke}
     figures |= charset_suite_figures(arguments.smoke)
     figures |= undeclared_figures(arguments.smoke)
+    figures |= robots_figures(arguments.smoke)
     figures |= block_detection_figures(arguments.smoke)
     print(json.dumps(figures))
 
