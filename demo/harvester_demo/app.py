@@ -450,6 +450,9 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     from harvester_demo.incremental import incremental_routes  # sitemaps, conditional requests (issue 23)
 
     routes += incremental_routes(lambda: site.products, product_body, page, product_facts, latency)
+    from harvester_demo.legacy import legacy_routes  # session ids in links, pages that name no charset
+
+    routes += legacy_routes(page)
     app = Starlette(routes=routes)
     app.state.site = site
     return ConcurrencyCounter(app, site)

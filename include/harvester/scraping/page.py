@@ -47,10 +47,13 @@ class PageResult:
         return self.extraction.rejected_reason if self.extraction is not None else None
 
 
-def record_url(url: str) -> str:
-    """The URL a record is stored under: the canonical form of the requested URL, without credentials."""
+def record_url(url: str, source: SourceConfig | None = None) -> str:
+    """The URL a record is stored under: the canonical form of the requested URL (without the source's
+    session ids), without credentials."""
     url = strip_userinfo(url)
-    return canonicalise_url(url) or url
+    if source is None:
+        return canonicalise_url(url) or url
+    return canonicalise_url(url, session_ids=source.session_ids.rules) or url
 
 
 def page_data(source: SourceConfig, fetch: FetchResult, url: str, bounds: DataBounds | None = None) -> PageData:
@@ -65,7 +68,7 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
     fetch as ``parse_error``: retrying cannot help. ``settings``: the caller's (the worker's; the process's by
     default, for the tools): the markup caps, URL lengths, structured-data bounds and the value and page budgets
     are all read from them."""
-    result = PageResult(fetch, kind, record_url(url))
+    result = PageResult(fetch, kind, record_url(url, source))
     if not fetch.ok:
         return result
     limits = settings if settings is not None else get_settings()

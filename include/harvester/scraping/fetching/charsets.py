@@ -72,6 +72,7 @@ WEB_ORDER = {name: rank for rank, name in enumerate((
 SINGLE_BYTE = tuple(WEB_ORDER)
 
 ALPHABET_SAMPLE_BYTES = 64 * 1024
+_NOT_TEXT = re.compile("[\x80-\x9f\ufffd]")  # C1 controls and bytes a charset leaves undefined: never in text
 
 
 @dataclass(frozen=True)
@@ -162,19 +163,22 @@ def _single_byte(codec: str) -> bool:
 
 def _most_likely(sample: bytes) -> str | None:
     """charset-normalizer's reading when it is a multi-byte charset (it tells those apart well); else the
-    single-byte charset whose reading is written most wholly in one language's alphabet
-    (:func:`alphabet_share`), ties going to the cleaner reading, then to the charset more pages were
-    written in (:data:`WEB_ORDER`). charset-normalizer alone read a French page in windows-1252 as
-    windows-1257 (``voilà`` as ``voilą``) with no mess at all: only a language's letters tell them apart."""
+    single-byte charset whose reading has the fewest C1 controls and undefined bytes (no text has them),
+    then is written most wholly in one language's alphabet (:func:`alphabet_share`), ties going to the
+    cleaner reading, then to the charset more pages were written in (:data:`WEB_ORDER`). charset-normalizer
+    alone read a French page in windows-1252 as windows-1257 (``voilà`` as ``voilą``) with no mess at all:
+    only a language's letters tell them apart."""
     readings = list(charset_normalizer.from_bytes(sample))
     if readings and not _single_byte(readings[0].encoding):
         return _python_codec(readings[0].encoding)
     mess = {codecs.lookup(reading.encoding).name: reading.chaos for reading in readings}
     text_sample = sample[:ALPHABET_SAMPLE_BYTES]
 
-    def rank(codec: str) -> tuple[float, float, float, int]:
-        share, likeness = alphabet_share(text_sample.decode(codec, "replace"))
-        return -round(share, 2), -round(likeness, 2), mess.get(codec, 1.0), WEB_ORDER.get(codec, len(WEB_ORDER))
+    def rank(codec: str) -> tuple[int, float, float, float, int]:
+        text = text_sample.decode(codec, "replace")
+        share, likeness = alphabet_share(text)
+        return (len(_NOT_TEXT.findall(text)), -round(share, 2), -round(likeness, 2), mess.get(codec, 1.0),
+                WEB_ORDER.get(codec, len(WEB_ORDER)))
 
     return _python_codec(min(SINGLE_BYTE, key=rank))
 
