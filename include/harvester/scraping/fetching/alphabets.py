@@ -26,9 +26,11 @@ LEGACY_LANGUAGES = (
     "af", "sq", "pl", "cs", "sk", "hu", "ro", "hr", "sl", "bs", "et", "lv", "lt", "tr", "az", "vi", "ru", "uk",
     "be", "bg", "sr", "mk", "kk", "el", "he", "ar", "fa", "ur", "th",
 )
-MIN_OCCURRENCES = 3  # a letter seen fewer times is a foreign name's (Åland in French), not the language's
+MIN_OCCURRENCES = 2  # a letter seen fewer times is a foreign name's (Åland in French), not the language's
 # marks common in text of any language, which neither help nor hurt a reading
 _WORD = re.compile(r"[^\s\d_!-/:-@\[-`{-~]+")  # a run of letters and what is not ASCII: "URL-адрес" is two
+# punctuation, spaces and format marks (the right-to-left marks of Hebrew and Arabic text): no one's letters
+NOT_COUNTED = frozenset({"Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "Zs", "Zl", "Zp", "Cf"})
 _CAPITAL_INSIDE = re.compile(r"[^\W\d_](?<=[^\W\d_A-Z])(?=[A-Z\u00c0-\u00de\u0391-\u03ab\u0400-\u042f])")
 NEUTRAL = frozenset("\u00a0\u20ac\u2014\u2013\u00ab\u00bb\u201c\u201d\u201e\u2018\u2019\u201a\u2026\u2022\u00b7"
                     "\u00a9\u00ae\u00b0\u00a7\u00b6\u2020\u2021\u2030\u2122\u00d7")
@@ -88,7 +90,7 @@ def alphabet_share(text: str) -> tuple[float, float]:
         scripts = {_script(character) for character in word if character.isalpha()}
         mixed = len(scripts) > 1 or _CAPITAL_INSIDE.search(word) is not None
         for character in word:
-            if character.isascii() or character in NEUTRAL or unicodedata.category(character)[0] in "PZ":
+            if character.isascii() or character in NEUTRAL or unicodedata.category(character) in NOT_COUNTED:
                 continue
             if mixed or not (character.isalpha() or unicodedata.category(character)[0] == "M"):
                 against += 1
