@@ -261,6 +261,10 @@ class SourceConfig(StrictModel):
         "Session ids in this site's URLs: the canonical URL (a page's key, what `follow` matches) leaves out "
         "jsessionid, PHPSESSID, sid/sessionid with a token-like value and the like; `drop` names more, `keep` "
         "keeps some."))
+    url_key: Literal["requested", "canonical_link"] = Field(default="requested", description=(
+        "The URL a detail record is stored under: `requested`, the canonical form of the URL fetched; or "
+        "`canonical_link`, the page's <link rel=canonical> when it names a page of the same site (one item "
+        "reached by several URLs is then one record)."))
     http_connection_id: str | None = Field(
         default=None, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
         description="An Airflow HTTP connection whose login/password (basic auth) or extras (headers, cookies) "

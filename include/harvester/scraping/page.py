@@ -20,7 +20,7 @@ from harvester.scraping.extraction import (
     extract_record,
     markup_refusal,
 )
-from harvester.scraping.fetching import FetchResult, strip_userinfo
+from harvester.scraping.fetching import FetchResult, same_site, strip_userinfo
 from harvester.settings import HarvesterSettings, get_settings
 
 
@@ -54,6 +54,18 @@ def record_url(url: str, source: SourceConfig | None = None) -> str:
     if source is None:
         return canonicalise_url(url) or url
     return canonicalise_url(url, session_ids=source.session_ids.rules) or url
+
+
+def canonical_link_url(source: SourceConfig, data: PageData, base: str, requested: str) -> str:
+    """The page's ``<link rel=canonical>`` in its canonical form (without the source's session ids) when the
+    source keys records by it and it names a page of the same site as the requested URL; else ``requested``.
+    Another site's canonical link is not trusted: a page must not file its record under a key it does not
+    own."""
+    if source.url_key != "canonical_link" or source.content != "html":
+        return requested
+    href = data.selector.css("link[rel~=canonical]::attr(href)").get()
+    canonical = canonicalise_url(href, base, source.session_ids.rules) if href else None
+    return canonical if canonical is not None and same_site(canonical, requested) else requested
 
 
 def page_data(source: SourceConfig, fetch: FetchResult, url: str, bounds: DataBounds | None = None) -> PageData:
@@ -97,6 +109,7 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
                                                              max_value_length=limits.max_value_length,
                                                              max_page_characters=limits.max_extracted_characters)
     else:
+        result.url = canonical_link_url(source, data, base, result.url)
         result.extraction = extract_record(source, data, result.url, base, trace=trace,
                                            max_value_length=limits.max_value_length,
                                            max_page_characters=limits.max_extracted_characters)
