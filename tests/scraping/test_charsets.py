@@ -10,6 +10,7 @@ import json
 import pytest
 from harvester.scraping.fetching import decode_text
 from harvester.scraping.fetching.charsets import (
+    StreamDecoder,
     declared_encoding,
     decode_document,
     detected_encoding,
@@ -171,3 +172,16 @@ def test_w3lib_encoding_suite() -> None:
         if not (both_none or (found and wanted_codec and same_codec(found, wanted_codec))):
             wrong.append(case["line"])
     assert wrong == []
+
+
+def test_a_document_read_in_pieces_is_decoded_as_a_whole_one() -> None:
+    """A streamed sitemap or feed: the charset decided on the first piece, a character cut between pieces
+    joined."""
+    body = f'<?xml version="1.0" encoding="Shift_JIS"?><rss><title>{JAPANESE}</title></rss>'.encode("cp932")
+    stream = StreamDecoder("application/xml")
+    text = "".join(stream.decode(body[start:start + 7]) for start in range(0, len(body), 7)) + stream.decode(
+        b"", final=True)
+    assert text == body.decode("cp932") and same_codec(stream.encoding, "cp932")
+    with_bom = StreamDecoder()
+    assert with_bom.decode(codecs.BOM_UTF8 + FRENCH.encode()[:10]) == ""  # the head is not in yet
+    assert with_bom.decode(FRENCH.encode()[10:], final=True) == FRENCH

@@ -38,9 +38,11 @@ from harvester.scraping.fetching.alphabets import alphabet_share
 
 __all__ = [
     "DecodedText",
+    "StreamDecoder",
     "declared_encoding",
     "decode_document",
     "detected_encoding",
+    "document_encoding",
     "encoding_for_label",
     "header_encoding",
 ]
@@ -49,6 +51,7 @@ DecidedBy = Literal["bom", "header", "xml", "meta", "detection"]
 PRESCAN_BYTES = 1024  # WHATWG's prescan reads this much
 DEEP_SCAN_BYTES = 64 * 1024  # a <meta charset> past the prescan is still honoured within the page's head
 DETECTION_BYTES = 256 * 1024  # charset-normalizer reads at most this much of a long document
+STREAM_HEAD_BYTES = 8 * 1024  # a streamed document's charset is decided on this much of its start
 # Python codec names of the supersets browsers decode a label's documents with, beyond webencodings' table
 SUPERSETS = {"gbk": "gb18030", "gb2312": "gb18030", "euc_kr": "cp949", "shift_jis": "cp932", "big5": "big5hkscs",
              "latin_1": "cp1252", "iso8859-1": "cp1252", "ascii": "cp1252", "iso8859_9": "cp1254",
@@ -217,11 +220,12 @@ def _xml_wide_encoding(body: bytes) -> str | None:
     return None
 
 
-def decode_document(body: bytes, content_type: str | None = None) -> DecodedText:
-    """``body`` decoded in the WHATWG order (the module docstring); undecodable bytes become U+FFFD."""
+def document_encoding(body: bytes, content_type: str | None = None) -> tuple[str, DecidedBy, int]:
+    """The Python codec ``body`` is in, which step of the WHATWG order decided it, and the length of its
+    byte order mark (0 without one)."""
     bom_encoding, bom = read_bom(body)
     if bom_encoding is not None and bom is not None:
-        return DecodedText(to_unicode(body[len(bom):], bom_encoding), bom_encoding, "bom")
+        return bom_encoding, "bom", len(bom)
     decided_by: DecidedBy = "header"
     encoding = header_encoding(content_type)
     if encoding is None and (wide := _xml_wide_encoding(body)) is not None:
@@ -230,5 +234,36 @@ def decode_document(body: bytes, content_type: str | None = None) -> DecodedText
         encoding, decided_by = declared
     if encoding is None:
         encoding, decided_by = detected_encoding(body), "detection"
-    encoding = _wide_codec(encoding, body)
-    return DecodedText(to_unicode(body, encoding), encoding, decided_by)
+    return _wide_codec(encoding, body), decided_by, 0
+
+
+def decode_document(body: bytes, content_type: str | None = None) -> DecodedText:
+    """``body`` decoded in the WHATWG order (the module docstring); undecodable bytes become U+FFFD."""
+    encoding, decided_by, bom_length = document_encoding(body, content_type)
+    return DecodedText(to_unicode(body[bom_length:], encoding), encoding, decided_by)
+
+
+class StreamDecoder:
+    """Text of a document read in pieces (a streamed sitemap or feed, never held whole): its charset is
+    decided on its first :data:`STREAM_HEAD_BYTES` (or all of it, if shorter) as :func:`decode_document`
+    decides it, then each piece is decoded as it comes (a character cut between two pieces is joined;
+    undecodable bytes become U+FFFD). Until the head is in, ``decode`` returns nothing."""
+
+    def __init__(self, content_type: str | None = None) -> None:
+        self.content_type = content_type
+        self.encoding: str | None = None
+        self._decoder: codecs.IncrementalDecoder | None = None
+        self._head = b""
+
+    def decode(self, piece: bytes, final: bool = False) -> str:
+        if self._decoder is None:
+            self._head += piece
+            if len(self._head) < STREAM_HEAD_BYTES and not final:
+                return ""
+            self.encoding, _, skip = document_encoding(self._head, self.content_type)
+            errors = "w3lib_gb18030_replace" if self.encoding == "gb18030" else "replace"
+            self._decoder = codecs.getincrementaldecoder(self.encoding)(errors)
+            piece, self._head = self._head[skip:], b""
+        return self._decoder.decode(piece, final)
+
+
