@@ -457,6 +457,9 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
 
     wall = ChallengeWall()
     routes += challenge_routes(wall)
+    from harvester_demo.legacy import legacy_routes  # session ids in links, pages that name no charset
+
+    routes += legacy_routes(page)
     app = Starlette(routes=routes)
     app.state.site = site
     return ConcurrencyCounter(ChallengeMiddleware(app, wall), site)

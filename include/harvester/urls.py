@@ -4,13 +4,18 @@ so one page has one key everywhere.
 It is w3lib's ``canonicalize_url`` (percent-escape case, dot segments, IDNA hosts, IPv6 forms, a
 sorted query; escapes that are not UTF-8, such as ``caf%E9``, are kept as the site wrote them) plus
 Harvester's rules: only http(s); no userinfo (credentials never travel in a stored URL); no default
-port; no trailing dot on the host; no fragment; no tracking parameters.
+port; no trailing dot on the host; no fragment; no tracking parameters; no session ids
+(:class:`SessionIds`: ``jsessionid``, ``PHPSESSID`` and the like in the query or as a ``;name=value`` path
+parameter, ``sid`` and ``sessionid`` when their value looks like a token), so one item linked from two
+renders of a listing with two sessions is one key. A source may drop more names or keep some
+(``session_ids`` in its YAML).
 A leaf module: producer, scraping and storage all import it, and it imports none of them.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from urllib.parse import unquote_plus, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url
@@ -22,10 +27,50 @@ TRACKING_PARAMETERS = frozenset({
 })
 TRACKING_PREFIXES = ("utm_", "pk_", "hsa_")
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# names that only ever carry a session (any value); ASP's cookie-less session names end in random letters
+SESSION_PARAMETERS = frozenset({"jsessionid", "phpsessid", "aspsessionid", "cfid", "cftoken", "zenid", "oscsid",
+                                "sessid", "session_id", "sessionid", "sid", "s_id"})
+ALWAYS_SESSION_PARAMETERS = frozenset({"jsessionid", "phpsessid", "aspsessionid", "zenid", "oscsid"})
+SESSION_PREFIXES = ("aspsessionid",)
+# a value that looks like a session token: 16 or more letters, digits, '-' or '_' with at least one digit
+# (``sid=de`` is a language, ``sessionid=12`` a count; ``sid=9f1c2e77a04b4d3e`` is a session)
+_TOKEN = re.compile(r"(?=[^0-9]*[0-9])[A-Za-z0-9_.-]{16,}")
+_PATH_PARAMETER = re.compile(r";([A-Za-z_][\w.-]*)=([^/?#;]*)")
 # URLs that are canonical already (lower-case host, no default port, a plain path without dot
 # segments, no query, no fragment): most input and discovered URLs. They skip w3lib, which costs
 # about 10 us a URL; the planner reads 200,000 input URLs a run.
 _ALREADY_CANONICAL = re.compile(r"(https?)://[a-z0-9-]+(?:\.[a-z0-9-]+)*(?::([1-9][0-9]{0,4}))?((?:/[A-Za-z0-9._~-]*)*)")
+
+
+@dataclass(frozen=True)
+class SessionIds:
+    """Which query and path parameters are session ids and leave the canonical URL: the default names
+    (:data:`SESSION_PARAMETERS`: the unambiguous ones whatever their value, ``sid``-like ones when the value
+    looks like a token), plus a source's ``drop`` (whatever their value), minus its ``keep``."""
+
+    drop: frozenset[str] = frozenset()
+    keep: frozenset[str] = frozenset()
+
+    def is_session_id(self, name: str, value: str) -> bool:
+        lowered = name.lower()
+        if lowered in self.keep:
+            return False
+        if lowered in self.drop or lowered in ALWAYS_SESSION_PARAMETERS or lowered.startswith(SESSION_PREFIXES):
+            return True
+        return lowered in SESSION_PARAMETERS and _TOKEN.fullmatch(value) is not None
+
+
+DEFAULT_SESSION_IDS = SessionIds()
+
+
+def without_session_path_parameters(url: str, session_ids: SessionIds = DEFAULT_SESSION_IDS) -> str:
+    """``url`` without ``;jsessionid=…``-style path parameters (Java servlets write the session there)."""
+    if ";" not in url:
+        return url
+    head, mark, tail = url.partition("?") if "?" in url else url.partition("#")
+    head = _PATH_PARAMETER.sub(lambda match: "" if session_ids.is_session_id(*match.groups()) else match.group(),
+                               head)
+    return f"{head}{mark}{tail}"
 
 
 def is_tracking_parameter(name: str) -> bool:
@@ -33,9 +78,11 @@ def is_tracking_parameter(name: str) -> bool:
     return lowered in TRACKING_PARAMETERS or lowered.startswith(TRACKING_PREFIXES)
 
 
-def canonicalise_url(url: str | None, base: str | None = None) -> str | None:
+def canonicalise_url(url: str | None, base: str | None = None,
+                     session_ids: SessionIds = DEFAULT_SESSION_IDS) -> str | None:
     """The canonical form of a link (resolved against ``base``), or None when it is not an http(s) URL
-    with a host (``javascript:``, ``mailto:``, ``file:``, ``data:``, malformed)."""
+    with a host (``javascript:``, ``mailto:``, ``file:``, ``data:``, malformed). ``session_ids``: the
+    source's rules of which parameters are session ids (the defaults otherwise)."""
     url = (url or "").strip()
     if not url:
         return None
@@ -46,7 +93,14 @@ def canonicalise_url(url: str | None, base: str | None = None) -> str | None:
             return None
     if (match := _ALREADY_CANONICAL.fullmatch(url)) and _plain(*match.groups()):
         return url if match.group(3) else f"{url}/"
-    return _canonicalise(url, None)
+    return _canonicalise(url, None, session_ids)
+
+
+def _dropped(pair: str, session_ids: SessionIds) -> bool:
+    """A query parameter that is no part of the page's identity: a tracking parameter or a session id."""
+    name, _, value = pair.partition("=")
+    name = unquote_plus(name)
+    return is_tracking_parameter(name) or session_ids.is_session_id(name, unquote_plus(value))
 
 
 def _plain(scheme: str, port: str | None, path: str) -> bool:
@@ -56,10 +110,11 @@ def _plain(scheme: str, port: str | None, path: str) -> bool:
     return "//" not in path and "/./" not in f"{path}/" and "/../" not in f"{path}/"
 
 
-def _canonicalise(url: str, base: str | None) -> str | None:
+def _canonicalise(url: str, base: str | None, session_ids: SessionIds = DEFAULT_SESSION_IDS) -> str | None:
     try:
         if base is not None:
             url = urljoin(base, url)
+        url = without_session_path_parameters(url, session_ids)
         if urlsplit(url).scheme.lower() not in DEFAULT_PORTS:
             return None
         parts = urlsplit(canonicalize_url(url))
@@ -76,8 +131,5 @@ def _canonicalise(url: str, base: str | None) -> str | None:
     if ":" in host:
         host = f"[{host}]"
     netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
-    query = "&".join(
-        pair for pair in parts.query.split("&")
-        if pair and not is_tracking_parameter(unquote_plus(pair.partition("=")[0]))
-    )
+    query = "&".join(pair for pair in parts.query.split("&") if pair and not _dropped(pair, session_ids))
     return urlunsplit((scheme, netloc, parts.path or "/", query, ""))

@@ -71,3 +71,29 @@ def test_rekey_of_an_unknown_source_fails(configure_settings, capsys) -> None:
     configure_settings()
     assert main(["rekey", "--source", "nope"]) == 1
     assert "nope" in capsys.readouterr().err
+
+
+def test_rekey_moves_urls_with_session_ids_to_one_record(configure_settings, mongo_server, redis_client,
+                                                         capsys) -> None:
+    """Records stored before session ids left the canonical URL: one item under two sessions becomes one
+    record (the newer), and a name the source keeps stays."""
+    settings = configure_settings()
+    (settings.sources_dir / "rekeyed.yaml").write_text(SOURCE + "session_ids:\n  keep: [lang_session]\n")
+    output = mongo_server.client()[settings.mongo_database]["rekeyed"]
+    output.create_index("url", unique=True, name="harvester_output_key")
+    now = datetime.now(UTC)
+    output.insert_many([
+        {"url": "http://site.example/item/7;jsessionid=0A1B2C3D4E5F6A7B8C9D", "title": "old",
+         "harvested_at": now - timedelta(hours=1)},
+        {"url": "http://site.example/item/7?PHPSESSID=9f1c2e77a04b4d3e9f1c", "title": "new", "harvested_at": now},
+        {"url": "http://site.example/item/8?lang_session=fr12345678901234567", "title": "kept", "harvested_at": now},
+    ])
+    old_key = URLStore.key("rekeyed", "http://site.example/item/7?PHPSESSID=9f1c2e77a04b4d3e9f1c")
+    redis_client.set(old_key, "stored", ex=3600)
+
+    assert main(["rekey", "--source", "rekeyed"]) == 0
+    assert "1 duplicate(s) removed" in capsys.readouterr().out
+    documents = {document["url"]: document["title"] for document in output.find()}
+    assert documents == {"http://site.example/item/7": "new",
+                         "http://site.example/item/8?lang_session=fr12345678901234567": "kept"}
+    assert redis_client.get(URLStore.key("rekeyed", "http://site.example/item/7")) == b"stored"

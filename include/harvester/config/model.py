@@ -37,6 +37,7 @@ from harvester.config.incremental import (
 from harvester.config.lifecycle import GoneMarkers
 from harvester.config.quality import Quality
 from harvester.queues import DEFAULT_QUEUE, PAGESLOTS_QUEUE, PRIORITY_QUEUE
+from harvester.urls import SessionIds
 
 __all__ = ["RESERVED_FIELDS", "XPATH_PREFIX", "Attribute", "AttributeType", "ListingRecords", "SourceConfig",
            "check_selector"]
@@ -177,6 +178,37 @@ class Listing(StrictModel):
         return value
 
 
+class SessionIdNames(StrictModel):
+    """Which URL parameters are session ids on this site, beyond or instead of the defaults of
+    :mod:`harvester.urls` (``jsessionid``, ``PHPSESSID``, ``sid`` and ``sessionid`` with a token-like value…)."""
+
+    drop: list[str] = Field(default_factory=list, description=(
+        "More query or ;path parameter names that carry a session on this site: left out of the canonical URL "
+        "(the key of a page) whatever their value."))
+    keep: list[str] = Field(default_factory=list, description=(
+        "Parameter names Harvester takes for session ids that this site uses for something else: kept in the "
+        "canonical URL."))
+
+    @field_validator("drop", "keep")
+    @classmethod
+    def _names(cls, names: list[str], info: Any) -> list[str]:
+        for name in names:
+            if not re.fullmatch(r"[A-Za-z_][\w.-]{0,99}", name):
+                raise ValueError(f"session_ids.{info.field_name}: {name!r} is not a URL parameter name "
+                                 "(letters, digits, '_', '.', '-')")
+        return [name.lower() for name in names]
+
+    @model_validator(mode="after")
+    def _not_both(self) -> SessionIdNames:
+        if both := sorted(set(self.drop) & set(self.keep)):
+            raise ValueError(f"session_ids: {', '.join(both)} cannot be both dropped and kept")
+        return self
+
+    @property
+    def rules(self) -> SessionIds:
+        return SessionIds(frozenset(self.drop), frozenset(self.keep))
+
+
 class Output(HistoryOutput):
     database: str | None = Field(default=None, description="Defaults to the harvester database.")
     collection: str | None = Field(default=None, pattern=r"^[^$\x00]+$", description="Defaults to the source name.")
@@ -235,6 +267,14 @@ class SourceConfig(StrictModel):
         default_factory=BlockMarkers,
         description="What this site's block pages look like (selectors, texts, statuses) beside the built-in "
                     "markers: a match is retried, never stored (docs/sources.md, the block section).")
+    session_ids: SessionIdNames = Field(default_factory=SessionIdNames, description=(
+        "Session ids in this site's URLs: the canonical URL (a page's key, what `follow` matches) leaves out "
+        "jsessionid, PHPSESSID, sid/sessionid with a token-like value and the like; `drop` names more, `keep` "
+        "keeps some."))
+    url_key: Literal["requested", "canonical_link"] = Field(default="requested", description=(
+        "The URL a detail record is stored under: `requested`, the canonical form of the URL fetched; or "
+        "`canonical_link`, the page's <link rel=canonical> when it names a page of the same site (one item "
+        "reached by several URLs is then one record)."))
     http_connection_id: str | None = Field(
         default=None, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
         description="An Airflow HTTP connection whose login/password (basic auth) or extras (headers, cookies) "

@@ -28,7 +28,7 @@ from harvester.producer.sitemaps import plan_sitemaps
 from harvester.producer.streams import prefetch
 from harvester.scraping import RobotsCache
 from harvester.storage import PackageStore, RunStore
-from harvester.urls import canonicalise_url
+from harvester.urls import DEFAULT_SESSION_IDS, SessionIds, canonicalise_url
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class PlanResult:
 _HTTP_URL = re.compile(r"(?i:https?)://(?:[^\s/?#@]+@)?[^\s/?#:@]+(?::\d{1,5})?(?:[/?#]\S*)?")
 
 
-def valid_url(value: Any) -> str | None:
+def valid_url(value: Any, session_ids: SessionIds = DEFAULT_SESSION_IDS) -> str | None:
     """The URL in its canonical form (:mod:`harvester.urls`), when it is an absolute http(s) URL with a
     host and no whitespace; else None.
 
@@ -96,7 +96,7 @@ def valid_url(value: Any) -> str | None:
     if not isinstance(value, str):
         return None
     url = value.strip()
-    return canonicalise_url(url) if _HTTP_URL.fullmatch(url) else None
+    return canonicalise_url(url, session_ids=session_ids) if _HTTP_URL.fullmatch(url) else None
 
 
 def _dotted(document: dict[str, Any], path: str) -> Any:
@@ -314,7 +314,7 @@ class Planner:
         chunk: dict[str, None] = {}
         for origin, raw in self._raw_urls(source, options):
             result.urls_read += 1
-            url = valid_url(raw)
+            url = valid_url(raw, source.session_ids.rules)
             if url is None:
                 result.skipped_invalid += 1
                 if len(result.invalid_examples) < INVALID_EXAMPLES:

@@ -23,7 +23,7 @@ from harvester.scraping.extraction import (
     markup_refusal,
     recognise_block,
 )
-from harvester.scraping.fetching import FetchResult, strip_userinfo
+from harvester.scraping.fetching import FetchResult, same_site, strip_userinfo
 from harvester.scraping.lifecycle import gone_by_markers, gone_by_status, redirect_leaves_item
 from harvester.settings import HarvesterSettings, get_settings
 
@@ -55,10 +55,25 @@ class PageResult:
         return self.extraction.rejected_reason if self.extraction is not None else None
 
 
-def record_url(url: str) -> str:
-    """The URL a record is stored under: the canonical form of the requested URL, without credentials."""
+def record_url(url: str, source: SourceConfig | None = None) -> str:
+    """The URL a record is stored under: the canonical form of the requested URL (without the source's
+    session ids), without credentials."""
     url = strip_userinfo(url)
-    return canonicalise_url(url) or url
+    if source is None:
+        return canonicalise_url(url) or url
+    return canonicalise_url(url, session_ids=source.session_ids.rules) or url
+
+
+def canonical_link_url(source: SourceConfig, data: PageData, base: str, requested: str) -> str:
+    """The page's ``<link rel=canonical>`` in its canonical form (without the source's session ids) when the
+    source keys records by it and it names a page of the same site as the requested URL; else ``requested``.
+    Another site's canonical link is not trusted: a page must not file its record under a key it does not
+    own."""
+    if source.url_key != "canonical_link" or source.content != "html":
+        return requested
+    href = data.selector.css("link[rel~=canonical]::attr(href)").get()
+    canonical = canonicalise_url(href, base, source.session_ids.rules) if href else None
+    return canonical if canonical is not None and same_site(canonical, requested) else requested
 
 
 def page_data(source: SourceConfig, fetch: FetchResult, url: str, bounds: DataBounds | None = None) -> PageData:
@@ -69,7 +84,7 @@ def page_data(source: SourceConfig, fetch: FetchResult, url: str, bounds: DataBo
 def item_on_page(source: SourceConfig, fetch: FetchResult, data: PageData, result: PageResult) -> bool:
     """Whether a detail page shows its item; if not, ``result.gone`` says why. A redirect that stays on the
     item moves ``result.url`` to the final canonical URL and keeps the requested one in ``requested_url``."""
-    final = record_url(fetch.final_url) if fetch.final_url else result.url
+    final = record_url(fetch.final_url, source) if fetch.final_url else result.url
     if final != result.url:
         if (left := redirect_leaves_item(source, result.url, final)) is not None:
             result.gone = left
@@ -112,7 +127,7 @@ def extract_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
     fetch as ``parse_error``: retrying cannot help. ``settings``: the caller's (the worker's; the process's by
     default, for the tools): the markup caps, URL lengths, structured-data bounds and the value and page budgets
     are all read from them."""
-    result = PageResult(fetch, kind, record_url(url))
+    result = PageResult(fetch, kind, record_url(url, source))
     limits = settings if settings is not None else get_settings()
     if kind == "details" and (gone := gone_by_status(source, fetch)) is not None:
         result.gone = gone
@@ -150,6 +165,7 @@ def extract_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
     elif not item_on_page(source, fetch, data, result):
         return result
     else:
+        result.url = canonical_link_url(source, data, base, result.url)
         result.extraction = extract_record(source, data, result.url, base, trace=trace,
                                            max_value_length=limits.max_value_length,
                                            max_page_characters=limits.max_extracted_characters)

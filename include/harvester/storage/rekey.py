@@ -1,5 +1,6 @@
 """Move a source's stored URLs to the canonical form of :mod:`harvester.urls` (after the canonical form
-changed, e.g. when the hand-written canonicaliser gave way to w3lib's).
+changed: when the hand-written canonicaliser gave way to w3lib's, when session ids left the canonical
+URL, or when a source's ``session_ids`` names more or keeps some).
 
 Records: each output document whose ``url`` is not canonical gets the canonical one; when two
 documents turn out to be spellings of one page (and ``url`` is part of the output key), the one
@@ -57,7 +58,7 @@ def rekey_source(source: SourceConfig, output: Collection, redis_client: redis.R
     moved_urls: list[tuple[str, str]] = []
     for document in output.find({"url": {"$type": "string"}}, projection).sort("_id", 1):
         old = document["url"]
-        new = canonicalise_url(old)
+        new = canonicalise_url(old, session_ids=source.session_ids.rules)
         if new is None:
             result.not_http += 1
             continue

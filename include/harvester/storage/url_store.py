@@ -23,12 +23,14 @@ from pymongo.collection import Collection
 from harvester.config import SourceConfig
 from harvester.errors import mongo_storage_errors, redis_storage_errors
 from harvester.redis_keys import SourceKeys
-from harvester.urls import canonicalise_url
+from harvester.urls import DEFAULT_SESSION_IDS, canonicalise_url
 
 
-def canonical_urls(urls: Iterable[str]) -> list[str]:
-    """The canonical forms, each once, in input order; what is not an http(s) URL is left out."""
-    return list(dict.fromkeys(url for url in map(canonicalise_url, urls) if url is not None))
+def canonical_urls(urls: Iterable[str], source: SourceConfig | None = None) -> list[str]:
+    """The canonical forms (without the source's session ids), each once, in input order; what is not an
+    http(s) URL is left out."""
+    session_ids = source.session_ids.rules if source is not None else DEFAULT_SESSION_IDS
+    return list(dict.fromkeys(url for raw in urls if (url := canonicalise_url(raw, session_ids=session_ids))))
 
 
 def url_digest(url: str) -> str:
@@ -60,7 +62,7 @@ class URLStore:
         (a retry after a crash between marking and queueing), its URLs count as new again, so a
         retry never loses them; any other task sees them as duplicates. URLs come back canonical.
         """
-        unique = canonical_urls(urls)
+        unique = canonical_urls(urls, source)
         if not unique:
             return []
         lag = self.lag_seconds(source)
@@ -90,7 +92,7 @@ class URLStore:
         lag = self.lag_seconds(source)
         pipeline = self.redis.pipeline(transaction=False)
         count = 0
-        for url in canonical_urls(urls):
+        for url in canonical_urls(urls, source):
             pipeline.set(self.key(source.name, url), "stored", ex=lag)
             count += 1
         if count:
@@ -99,7 +101,7 @@ class URLStore:
     @redis_storage_errors()
     def forget(self, source: SourceConfig, urls: Iterable[str]) -> None:
         """Unmark URLs that were claimed but not queued (over a cap), so a later run may take them."""
-        keys = [self.key(source.name, url) for url in canonical_urls(urls)]
+        keys = [self.key(source.name, url) for url in canonical_urls(urls, source)]
         if keys:
             self.redis.delete(*keys)
 
@@ -111,7 +113,7 @@ class URLStore:
             return {}
         pipeline = self.redis.pipeline(transaction=False)
         for url in unique:
-            pipeline.exists(self.key(source.name, canonicalise_url(url) or url))
+            pipeline.exists(self.key(source.name, canonicalise_url(url, session_ids=source.session_ids.rules) or url))
         return {url: bool(reply) for url, reply in zip(unique, pipeline.execute(), strict=True)}
 
 

@@ -17,7 +17,7 @@ from harvester.config import JSON_PREFIX, SourceConfig
 from harvester.patterns import compile_pattern
 from harvester.scraping.extraction import PageData, StructuredDataError, gather, search
 from harvester.scraping.fetching import same_site
-from harvester.urls import TRACKING_PARAMETERS, TRACKING_PREFIXES, canonicalise_url
+from harvester.urls import DEFAULT_SESSION_IDS, TRACKING_PARAMETERS, TRACKING_PREFIXES, SessionIds, canonicalise_url
 
 __all__ = ["TRACKING_PARAMETERS", "TRACKING_PREFIXES", "Discovery", "canonicalise_url", "discover_links",
            "follow_matcher", "select_links"]
@@ -98,10 +98,11 @@ class Discovery:
     def ignore(self, reason: str) -> None:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
 
-    def usable_url(self, raw: str, base: str, limit: int) -> str | None:
-        """``raw``'s canonical form against ``base`` when it is at most ``limit`` characters before and after
-        it is canonicalised; else None, counted (too_long, not_http)."""
-        url = canonicalise_url(raw, base) if len(raw) <= limit else None
+    def usable_url(self, raw: str, base: str, limit: int, session_ids: SessionIds = DEFAULT_SESSION_IDS
+                   ) -> str | None:
+        """``raw``'s canonical form against ``base`` (without the source's session ids) when it is at most
+        ``limit`` characters before and after it is canonicalised; else None, counted (too_long, not_http)."""
+        url = canonicalise_url(raw, base, session_ids) if len(raw) <= limit else None
         if len(raw) > limit or (url is not None and len(url) > limit):
             self.ignore("too_long")
         elif url is None:
@@ -125,10 +126,10 @@ class Discovery:
 
 
 def _usable_links(selector: Selector | PageData, expressions: list[str], page_url: str, limit: int,
-                  discovery: Discovery) -> Iterator[str]:
+                  discovery: Discovery, session_ids: SessionIds) -> Iterator[str]:
     """The canonical URLs the expressions select (:meth:`Discovery.usable_url`)."""
     for raw in select_links(selector, expressions):
-        if (url := discovery.usable_url(raw, page_url, limit)) is not None:
+        if (url := discovery.usable_url(raw, page_url, limit, session_ids)) is not None:
             yield url
 
 
@@ -147,11 +148,12 @@ def discover_links(source: SourceConfig, page_url: str, selector: Selector | Pag
     limit = max_url_length if max_url_length is not None else _max_url_length()
     follow = follow_matcher(listing.follow)
     seen: set[str] = set()
-    for url in _usable_links(selector, listing.link_selectors, page_url, limit, discovery):
+    session_ids = source.session_ids.rules
+    for url in _usable_links(selector, listing.link_selectors, page_url, limit, discovery, session_ids):
         discovery.add_detail(url, follow, seen)
     if listing.next_page_selectors:
         next_cap = max_next_pages if max_next_pages is not None else _max_next_pages()
-        for url in _usable_links(selector, listing.next_page_selectors, page_url, limit, discovery):
+        for url in _usable_links(selector, listing.next_page_selectors, page_url, limit, discovery, session_ids):
             if depth + 1 > listing.max_depth:
                 discovery.ignore("beyond_max_depth")
             elif not next_page_followed(source, page_url, url):

@@ -1,6 +1,6 @@
-"""Fetching over HTTP: transports, bodies within their caps, responses classified, robots.txt, the
-address rules (SSRF defences), sites by the Public Suffix List, a source's cookies, and the contract HTTP and
-the browser both offer (``page_fetcher``).
+"""Fetching over HTTP: transports, bodies within their caps, the charset of what was fetched (pages, feeds,
+sitemaps and robots.txt alike), responses classified, robots.txt, the address rules (SSRF defences), sites by
+the Public Suffix List, a source's cookies, and the contract HTTP and the browser both offer (``page_fetcher``).
 
 It imports no other part of :mod:`harvester.scraping`: extraction, discovery and the browser build on it.
 """
@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         strip_userinfo,
     )
     from harvester.scraping.fetching.bodies import WireCap, ZlibDecoder, decoder_for
+    from harvester.scraping.fetching.charsets import DecodedText, StreamDecoder, decode_document
     from harvester.scraping.fetching.fetcher import Fetcher, KeptCredentials, credential_headers, decode_text
     from harvester.scraping.fetching.page_fetcher import (
         SKIPPED_REASON,
@@ -34,9 +35,9 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 
 __all__ = [
     "DEFAULT_CLASSIFIER", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON", "TOO_MANY_HOSTS",
-    "AddressGuard", "FetchPermit", "FetchResult", "FetchedBatch", "Fetcher", "HostLimits", "IPAddress",
-    "KeptCredentials", "Origin", "PageFetcher", "ResponseClassifier", "RobotsCache", "Verdict", "WireCap",
-    "ZlibDecoder", "credential_headers", "credential_origins", "decode_text", "decoder_for", "name_refusal",
-    "origin_of_url", "same_site", "strip_userinfo"
+    "AddressGuard", "DecodedText", "FetchPermit", "FetchResult", "FetchedBatch", "Fetcher", "HostLimits",
+    "IPAddress", "KeptCredentials", "Origin", "PageFetcher", "ResponseClassifier", "RobotsCache", "StreamDecoder",
+    "Verdict", "WireCap", "ZlibDecoder", "credential_headers", "credential_origins", "decode_document",
+    "decode_text", "decoder_for", "name_refusal", "origin_of_url", "same_site", "strip_userinfo"
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -5,7 +5,8 @@ transport: aiohttp (HTTP/1.1) by default, httpx with HTTP/2 over TLS when ``HARV
 Hostile sites (docs/workers.md, "Fetch-side defences"): redirects are followed here, hop by hop, each
 hop's address checked (:mod:`harvester.scraping.fetching.addresses`) and the connected peer checked after it;
 bodies are decoded with a cap on decoded bytes (:mod:`harvester.scraping.fetching.bodies`); text is decoded
-with w3lib's ``html_to_unicode`` (header, BOM, ``<meta charset>``, detection); robots.txt and the
+in the WHATWG order (:mod:`harvester.scraping.fetching.charsets`: BOM, header, prolog or ``<meta>``,
+detection); robots.txt and the
 per-host rate are asked before a request starts; a source's ``http_connection_id`` supplies its
 credentials. Every refusal is a per-page outcome with its reason, never an exception.
 
@@ -26,8 +27,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
-from w3lib.encoding import html_to_unicode
-
 from harvester.config import SourceConfig
 from harvester.connections import HttpCredentials, resolve_http
 from harvester.errors import (
@@ -40,6 +39,7 @@ from harvester.errors import (
 )
 from harvester.scraping.fetching.addresses import AddressGuard, AddressRefused, strip_userinfo
 from harvester.scraping.fetching.bodies import ACCEPT_ENCODING, Body, BodyRefused, read_body
+from harvester.scraping.fetching.charsets import decode_document
 from harvester.scraping.fetching.cookies import SourceCookieJars, set_cookie_values
 from harvester.scraping.fetching.page_fetcher import (
     SKIPPED_REASON,
@@ -99,9 +99,9 @@ class RequestGate(Protocol):
 
 
 def decode_text(body: bytes, content_type: str | None) -> str:
-    """The page's text: the header's charset, else a BOM, else ``<meta charset>``, else detection (w3lib)."""
-    _, text = html_to_unicode(content_type or None, body)
-    return text
+    """The page's text in the charset it is really in (BOM, header, XML prolog or ``<meta>``, detection:
+    :func:`harvester.scraping.fetching.charsets.decode_document`), the same for pages, feeds and robots.txt."""
+    return decode_document(body, content_type).text
 
 
 def credential_headers(credentials: HttpCredentials) -> dict[str, str]:

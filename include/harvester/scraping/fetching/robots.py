@@ -25,6 +25,7 @@ import asyncio
 import functools
 import json
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -49,6 +50,9 @@ MEMORY_SECONDS = 60.0  # parsed rules are kept in the process this long before R
 FetchRobots = Callable[[str], Awaitable[tuple[int | None, str]]]
 
 
+_PRODUCT_TOKEN = re.compile(r"[A-Za-z_-]+")
+
+
 def origin_of(url: str) -> str:
     """``scheme://host[:port]`` of a URL, lower-cased: robots.txt applies per origin."""
     parts = urlsplit(url)
@@ -56,11 +60,47 @@ def origin_of(url: str) -> str:
 
 
 def user_agent_token(user_agent: str) -> str:
-    """The product token robots.txt groups match: ``Harvester/0.1.0 (+url)`` → ``Harvester``."""
-    return (user_agent.split("/", 1)[0].split() or ["*"])[0]
+    """The product token robots.txt groups match: ``Harvester/0.1.0 (+url)`` → ``Harvester``. A name that is
+    no product token (``Foo Bar``: RFC 9309 allows letters, ``_`` and ``-``) is matched by the ``*`` group
+    only, as Google's parser does (protego matched it to the group ``Foo``)."""
+    product = user_agent.split("/", 1)[0].strip()
+    return product if _PRODUCT_TOKEN.fullmatch(product) else "*"
 
 
 RULE_DIRECTIVES = ("allow", "disallow")
+MAX_LINE_BYTES = 2083 * 8 - 1  # Google's parser reads this much of a line (RFC 9309 lets a parser cut lines)
+USER_AGENT_KEYS = frozenset({"user-agent", "useragent", "user agent"})
+# the keys a group may hold without ending it: Google's and RFC 9309's, with the misspellings Google accepts,
+# and the ones whose values we read (Crawl-delay, Request-rate); any other line is dropped, as Google ignores
+# it, so that "Foo: bar" between two User-agent lines no longer splits their group
+KNOWN_KEYS = USER_AGENT_KEYS | frozenset({
+    "allow", "disallow", "dissallow", "dissalow", "disalow", "diasllow", "disallaw", "sitemap", "site-map",
+    "sitemaps", "crawl-delay", "crawl delay", "request-rate", "request rate", "host", "visit-time", "visit time"})
+
+
+def as_google_reads(text: str) -> str:
+    """``text`` as Google's parser (the reference RFC 9309 was written from) reads it, in the terms protego
+    parses: each line cut at :data:`MAX_LINE_BYTES`, a User-agent value cut to its product token (the
+    letters, ``_`` and ``-`` it starts with: ``FOO BAR`` names ``FOO``, matched without case), and lines
+    of keys nobody knows dropped instead of ending the group they stand in."""
+    kept: list[str] = []
+    for line in text.splitlines():
+        if len(line) > MAX_LINE_BYTES // 4 and len(encoded := line.encode()) > MAX_LINE_BYTES:
+            line = encoded[:MAX_LINE_BYTES].decode(errors="ignore")
+        content = line.split("#", 1)[0]
+        key, colon, value = content.partition(":")
+        key = " ".join(key.split()).lower()
+        if not colon or not key:
+            kept.append(line)
+            continue
+        if key not in KNOWN_KEYS:
+            continue
+        if key in USER_AGENT_KEYS:
+            value = value.strip()
+            token = "*" if value.startswith("*") else (match.group() if (match := _PRODUCT_TOKEN.match(value)) else "")
+            line = f"User-agent: {token}"
+        kept.append(line)
+    return "\n".join(kept)
 
 
 def bounded_robots_text(text: str, max_rules: int | None, max_wildcards: int | None) -> tuple[str, int, int]:
@@ -106,7 +146,8 @@ class RobotsRules:
         self.unavailable = unavailable
         self.failure = failure  # what failed when the file could not be fetched at all
         self.fetched_at = time.time() if fetched_at is None else fetched_at
-        self.text, self.dropped_rules, self.cut_rules = bounded_robots_text(text, max_rules, max_wildcards)
+        self.text, self.dropped_rules, self.cut_rules = bounded_robots_text(as_google_reads(text), max_rules,
+                                                                           max_wildcards)
         self._parser = Protego.parse(self.text) if self.text else None
 
     def allowed(self, url: str, user_agent: str) -> bool:
