@@ -18,11 +18,27 @@ from harvester.scraping.suggestion.data import (
 )
 from harvester.scraping.suggestion.listing import suggest_listing
 from harvester.scraping.suggestion.markup import css_choices
+from harvester.scraping.suggestion.targeted import detect_schema, first_sound, schema_named
 from harvester.scraping.suggestion.writer import render_yaml
 
 
 def suggest_detail(page: PageData, suggestion: Suggestion) -> None:
-    """Structured data first; CSS where it gives fewer than two attributes (or none at all)."""
+    """In a target schema's terms when one is asked for (or, with ``auto``, declared or looked like by the
+    page); else structured data first, and CSS where it gives fewer than two attributes (or none at all)."""
+    schema = detect_schema(page) if suggestion.schema == "auto" else (
+        schema_named(suggestion.schema) if suggestion.schema else None)
+    if schema is not None:
+        chosen, notes = first_sound(page, page.url, schema)
+        suggestion.notes.append(f"schema: {schema.name}" + (" (the page declares or looks like it)"
+                                                            if suggestion.schema == "auto" else ""))
+        suggestion.notes += notes
+        suggestion.add(chosen)
+        if suggestion.include_all:
+            suggestion.add(structured_choices(page)[0])
+            suggestion.add(css_choices(page.selector))
+        key, why = pick_key(suggestion.attributes)
+        suggestion.key, suggestion.key_why = (key, why) if key else (["url"], "no identifier found: the page's url")
+        return
     choices, notes = structured_choices(page)
     suggestion.notes += notes
     suggestion.add(choices)
@@ -83,7 +99,7 @@ def prune(suggestion: Suggestion, pages: dict[str, PageData]) -> None:
         suggestion.key, suggestion.key_why = ["url"], "the identifier gave no value: the page's url"
 
 
-async def _fetch(url: str, name: str, render: str, country: str | None, content: str = "html") -> Any:
+async def fetch_page(url: str, name: str, render: str, country: str | None, content: str = "html") -> Any:
     """The page as `harvester try` fetches it (:func:`harvester.scraping.commands.fetch_for_try`)."""
     from harvester.config import SourceConfig
     from harvester.scraping.commands import fetch_for_try
@@ -100,14 +116,14 @@ def _is_json(fetch: Any) -> bool:
     return media.endswith(("/json", "+json")) or (not media and fetch.text.lstrip()[:1] in ("{", "["))
 
 
-def suggest(url: str, name: str, listing: bool = False, render: str | None = None, country: str = "SG"
-            ) -> Suggestion:
+def suggest(url: str, name: str, listing: bool = False, render: str | None = None, country: str = "SG",
+            schema: str | None = None, include_all: bool = False) -> Suggestion:
     """Fetch the page (HTTP; Chromium when asked, or when the HTTP body lacks what the rendered page has)."""
-    suggestion = Suggestion(url, name)
+    suggestion = Suggestion(url, name, schema=schema, include_all=include_all)
     mode = render or "http"
-    fetch = asyncio.run(_fetch(url, name, mode, country if mode == "browser" else None))
+    fetch = asyncio.run(fetch_page(url, name, mode, country if mode == "browser" else None))
     if fetch.outcome == "parse_error" and "content type" in fetch.reason and "json" in fetch.reason:
-        fetch = asyncio.run(_fetch(url, name, "http", None, "json"))  # an API: read its JSON
+        fetch = asyncio.run(fetch_page(url, name, "http", None, "json"))  # an API: read its JSON
     if not fetch.ok:
         raise SuggestError(f"{url}: {fetch.counter}: {fetch.reason or 'no page'}")
     suggestion.render = mode
@@ -116,9 +132,9 @@ def suggest(url: str, name: str, listing: bool = False, render: str | None = Non
     pages = analyse(fetch, suggestion, listing)
     if render is None and not _is_json(fetch) and len(suggestion.attributes) + len(suggestion.records) < 2 \
             and not listing:
-        browser = Suggestion(url, name, render="browser", country=country)
+        browser = Suggestion(url, name, render="browser", country=country, schema=schema, include_all=include_all)
         try:
-            rendered = asyncio.run(_fetch(url, name, "browser", country))
+            rendered = asyncio.run(fetch_page(url, name, "browser", country))
         except Exception as error:  # no Chromium here: the HTTP suggestion stands, with the reason
             suggestion.notes.append(f"the HTTP body had few fields and rendering failed: {error}")
         else:
@@ -130,7 +146,7 @@ def suggest(url: str, name: str, listing: bool = False, render: str | None = Non
                     suggestion, pages = browser, rendered_pages
     if listing and suggestion.kind == "listing" and not suggestion.records and (detail := pages.pop("first_detail",
                                                                                                     None)):
-        detail_fetch = asyncio.run(_fetch(detail, name, suggestion.render, suggestion.country))
+        detail_fetch = asyncio.run(fetch_page(detail, name, suggestion.render, suggestion.country))
         if detail_fetch.ok:
             pages["details"] = page_of(detail_fetch, detail, suggestion.content)
             suggestion.notes.append(f"attributes: from the first detail page, {detail}")

@@ -1,0 +1,177 @@
+"""Fields a page says in its markup rather than its data: "Label: value" structures (``dl/dt/dd``, two-column
+``th/td`` rows, ``li`` and other short elements reading "SKU: 1234") matched by label in many languages, and
+the page's prominent elements (its ``h1``, the price beside it, the add-to-cart control that says the product
+can be bought).
+
+Every selector is tied to what the site's template writes on each of its pages (the label's words, a class,
+an id without digits), never to one page's values, ids or position in a list, so it holds on the site's other
+pages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from parsel import Selector
+
+from harvester.scraping.suggestion.choices import Choice
+from harvester.scraping.suggestion.markup import generated_class
+from harvester.scraping.suggestion.schemas import TargetField
+
+LABEL_MAX = 48
+# Marks shops put around a label: colons (full-width too), directional marks, bullets and non-breaking spaces.
+_LABEL_TRIM = "\u200e\u200f\u200b\u00a0:：#•·-– \t\n"
+_LABEL_ELEMENTS = "//th | //dt | //td | //span | //b | //strong | //label | //div | //p | //li | //h3 | //h4"
+# An identifier: one token of letters and digits (dashes, dots, slashes inside), with a digit.
+_IDENTIFIER = re.compile(r"^(?=[\w./-]*\d)[\w][\w./-]{2,39}$")
+
+
+def xpath_literal(text: str) -> str:
+    """A string literal for XPath 1.0, which has no escapes: quoted with what the text lacks, else concat()."""
+    if "'" not in text:
+        return f"'{text}'"
+    if '"' not in text:
+        return f'"{text}"'
+    return "concat(" + ", \"'\", ".join(f"'{part}'" for part in text.split("'")) + ")"
+
+
+def label_key(text: str) -> str:
+    return " ".join(text.strip(_LABEL_TRIM).lower().split())
+
+
+def _own_text(node: Selector) -> str:
+    return " ".join("".join(node.xpath("./text()").getall()).split())
+
+
+def label_candidates(document: Selector, target: TargetField) -> Iterator[Choice]:
+    """Choices for a field from the page's label-value structures whose label means that field."""
+    if not target.labels:
+        return
+    labels = set(target.labels)
+    seen: set[str] = set()
+    for node in document.xpath(_LABEL_ELEMENTS):
+        whole = " ".join((node.xpath("string()").get() or "").split())
+        if not whole or len(whole) > LABEL_MAX + 80:
+            continue
+        for choice in _label_choices(node, whole, labels, target):
+            expression = choice.spec.get("xpath", "")
+            if expression not in seen:
+                seen.add(expression)
+                yield choice
+
+
+def _label_choices(node: Selector, whole: str, labels: set[str], target: TargetField) -> Iterator[Choice]:
+    tag = node.root.tag
+    if not isinstance(tag, str):
+        return
+    if len(whole) <= LABEL_MAX and label_key(whole) in labels and not node.xpath("./*[normalize-space()]"):
+        literal = xpath_literal(whole)
+        sibling = node.xpath("following-sibling::*[1]")
+        if sibling and (sibling[0].xpath("string()").get() or "").strip():
+            following = sibling[0].root.tag
+            yield _choice(target, f"//{tag}[normalize-space()={literal}]/following-sibling::{following}[1]",
+                          f"the value beside the label {whole!r} ({tag} then {following})")
+        elif node.xpath("following-sibling::text()[normalize-space()]") and (parent := node.xpath(".."))[0:1]:
+            parent_tag = parent[0].root.tag
+            yield _choice(target, f"//{parent_tag}[{tag}[normalize-space()={literal}]]",
+                          f"the text after the label {whole!r} in its {parent_tag}", _after_label(whole))
+        return
+    own = _own_text(node)
+    label, separator, value = own.partition(":")
+    if separator and value.strip() and label_key(label) in labels and not node.xpath("./*"):
+        prefix = xpath_literal(label + separator)
+        yield _choice(target, f"//{tag}[starts-with(normalize-space(), {prefix})]",
+                      f"the {tag} reading {label + separator!r} and its value", _after_label(label + separator))
+
+
+def _after_label(label: str) -> str:
+    """RE2: what follows the label (its marks skipped) to the end of the element's text."""
+    return rf"^\s*{re.escape(label.strip())}[\s{re.escape(_LABEL_TRIM)}]*(\S.*?)\s*$"
+
+
+def _choice(target: TargetField, xpath: str, why: str, regex: str | None = None) -> Choice:
+    spec = {"xpath": xpath, **({"type": target.type} if target.type != "str" else {}),
+            **({"regex": regex} if regex else {})}
+    return Choice(target.name, spec, f"{why}: {target.why}")
+
+
+def identifier_shaped(value: str) -> bool:
+    return _IDENTIFIER.match(value.strip()) is not None
+
+
+# Words for "price" in class names and ids, and the marks of a price that is not the one a buyer pays.
+_PRICE_HOOK = re.compile(r"price|preis|prix|prezzo|precio|preco|prijs|pris|cena|hinta|fiyat|amount|cost", re.I)
+_NOT_THE_PRICE = re.compile(r"old|was|strike|before|regular|list|compare|original|crossed|unit|per|save|saving|"
+                            r"discount|rrp|uvp|msrp|instead|from|range|shipping|delivery|tax|vat|installment|"
+                            r"monthly|points|label|currency|symbol|fraction|whole|decimal|cents|block_|range", re.I)
+_STRUCK = "ancestor-or-self::*[self::del or self::s or self::strike]"
+
+
+def _class_hook(node: Selector) -> tuple[str, str] | None:
+    """The CSS of an element by its id (no digits: not one page's) or its first named class, and the words."""
+    tag = node.root.tag if isinstance(node.root.tag, str) else None
+    if tag is None:
+        return None
+    element_id = node.attrib.get("id") or ""
+    if element_id and not re.search(r"\d", element_id) and re.fullmatch(r"[A-Za-z][\w-]*", element_id):
+        return f"{tag}#{element_id}", element_id
+    classes = [name for name in (node.attrib.get("class") or "").split()
+               if re.fullmatch(r"[A-Za-z_-][\w-]*", name) and not generated_class(name)]
+    hooked = [name for name in classes if _PRICE_HOOK.search(name)] or classes
+    return (f"{tag}.{hooked[0]}", " ".join(classes)) if hooked else None
+
+
+def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]:
+    """The price beside the title: the first element after the ``h1`` whose class or id says price and whose
+    text reads as an amount, that is not struck through nor a unit, old or instalment price. Its selector
+    must find that very element first on the page."""
+    after_title = document.xpath("//h1[1]/following::*[@class or @id]") or document.xpath("//body//*[@class or @id]")
+    for node in after_title[:4000]:
+        hook = _class_hook(node)
+        if hook is None or not _PRICE_HOOK.search(hook[1]) or _NOT_THE_PRICE.search(hook[1]):
+            continue
+        text = " ".join((node.xpath("string()").get() or "").split())
+        if not (0 < len(text) <= 40 and re.search(r"\d", text)) or node.xpath(_STRUCK):
+            continue
+        css = hook[0]
+        first = document.css(css)
+        if not first or " ".join((first[0].xpath("string()").get() or "").split()) != text:
+            continue
+        yield Choice(target.name, {"css": css, "type": "price"},
+                     f"{css}: the first price after the page's title that is not struck through nor a unit or old "
+                     f"price: {target.why}")
+        return
+
+
+_ADD_TO_CART = re.compile(
+    r"add to (?:cart|basket|bag|trolley)|buy now|buy it now|in den (?:warenkorb|einkaufswagen)|jetzt kaufen|"
+    r"ajouter au panier|acheter|aggiungi al carrello|acquista|añadir al carrito|agregar al carrito|comprar|"
+    r"in winkelwagen|toevoegen aan winkelwagen|lägg i varukorgen|læg i kurv|legg i handlekurven|lisää ostoskoriin|"
+    r"do koszyka|dodaj do koszyka|do košíku|kosárba|sepete ekle|в корзину|купить|カートに入れる|加入购物车|장바구니",
+    re.I)
+
+
+def add_to_cart(document: Selector, target: TargetField) -> Iterator[Choice]:
+    """The product can be bought when the page has its add-to-cart control (true), not when it lacks it: the
+    control's hook is its id, name or class, which the template writes on every product page."""
+    for node in document.xpath("//button | //input[@type='submit' or @type='button'] | //a[@role='button']"):
+        text = " ".join((node.xpath("string()").get() or node.attrib.get("value") or "").split())
+        if not _ADD_TO_CART.search(text) and not _ADD_TO_CART.search(node.attrib.get("value") or ""):
+            continue
+        if node.xpath("ancestor-or-self::*[@disabled or @aria-disabled='true']"):
+            continue
+        tag = node.root.tag
+        for attribute in ("id", "name", "data-testid", "data-test"):
+            value = node.attrib.get(attribute) or ""
+            if value and not re.search(r"\d{3,}", value) and "'" not in value:
+                yield Choice(target.name, {"xpath": f"boolean(//{tag}[@{attribute}='{value}'])", "type": "bool"},
+                             f"the add-to-cart {tag} ({attribute} {value!r}) is on the page: in stock while it is")
+                return
+        hook = _class_hook(node)
+        if hook is not None and "." in hook[0]:
+            name = hook[0].split(".", 1)[1]
+            yield Choice(target.name, {"xpath": f"boolean(//{tag}[contains(concat(' ', normalize-space(@class), "
+                                                f"' '), ' {name} ')])", "type": "bool"},
+                         f"the add-to-cart {tag} (class {name}) is on the page: in stock while it is")
+            return
