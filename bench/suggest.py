@@ -56,7 +56,7 @@ def serve(pages: dict[str, bytes]) -> tuple[ThreadingHTTPServer, str]:
     """The captured pages on a loopback port, one path each, as bytes (the fetcher sniffs their charset)."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             body = pages.get(self.path.strip("/").removeprefix("p/"))
             if body is None:
                 self.send_error(404)

@@ -21,7 +21,7 @@ from harvester.scraping.suggestion.schemas import TargetField
 
 LABEL_MAX = 48
 # Marks shops put around a label: colons (full-width too), directional marks, bullets and non-breaking spaces.
-_LABEL_TRIM = "\u200e\u200f\u200b\u00a0:：#•·-– \t\n"
+_LABEL_TRIM = "\u200e\u200f\u200b\u00a0:\uff1a#•·-\u2013 \t\n"
 _LABEL_ELEMENTS = "//th | //dt | //td | //span | //b | //strong | //label | //div | //p | //li | //h3 | //h4"
 # An identifier: one token of letters and digits (dashes, dots, slashes inside), with a digit.
 _IDENTIFIER = re.compile(r"^(?=[\w./-]*\d)[\w][\w./-]{2,39}$")
@@ -152,26 +152,60 @@ _ADD_TO_CART = re.compile(
     re.I)
 
 
-def add_to_cart(document: Selector, target: TargetField) -> Iterator[Choice]:
-    """The product can be bought when the page has its add-to-cart control (true), not when it lacks it: the
-    control's hook is its id, name or class, which the template writes on every product page."""
+# What a shop writes on a product page that cannot be bought now, in the languages shops write in: whole phrases
+# (an "Image unavailable" caption is not about the product).
+OUT_OF_STOCK_PHRASES = (
+    "out of stock", "sold out", "currently unavailable", "temporarily unavailable", "no longer available",
+    "not in stock", "not available for purchase", "ausverkauft", "derzeit nicht verfügbar", "nicht lieferbar",
+    "nicht mehr verfügbar", "épuisé", "rupture de stock", "actuellement indisponible", "plus disponible",
+    "esaurito", "non disponibile", "agotado", "sin stock", "no disponible", "esgotado", "indisponível",
+    "uitverkocht", "niet op voorraad", "niet leverbaar", "slutsåld", "udsolgt", "utsolgt", "loppuunmyyty",
+    "wyprzedane", "brak w magazynie", "vyprodáno", "nedostupné", "нет в наличии", "распродано", "売り切れ",
+    "在庫切れ", "缺货", "售罄", "품절", "tükendi", "stokta yok",
+)
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÜÉÈÀÍÓÚÑ"
+_LOWER = "abcdefghijklmnopqrstuvwxyzäöüéèàíóúñ"
+OUT_OF_STOCK_TEXT = (
+    "//body//text()[not(ancestor::script or ancestor::style or ancestor::noscript or ancestor::template "
+    "or ancestor::option or ancestor::a)][string-length(normalize-space()) < 60][" + " or ".join(
+        f"contains(translate(., '{_UPPER}', '{_LOWER}'), '{phrase}')" for phrase in OUT_OF_STOCK_PHRASES) + "]")
+
+
+def _cart_hook(node: Selector) -> str | None:
+    """XPath of the add-to-cart control by its id, name, test id or class: what the template writes on every
+    product page (a value with a run of digits is one product's, and is not used)."""
+    tag = node.root.tag
+    for attribute in ("id", "name", "data-testid", "data-test"):
+        value = node.attrib.get(attribute) or ""
+        if value and not re.search(r"\d{3,}", value) and "'" not in value:
+            return f"//{tag}[@{attribute}='{value}']"
+    hook = _class_hook(node)
+    if hook is not None and "." in hook[0]:
+        return f"//{tag}[contains(concat(' ', normalize-space(@class), ' '), ' {hook[0].split('.', 1)[1]} ')]"
+    return None
+
+
+def add_to_cart_control(document: Selector) -> tuple[str, str] | None:
+    """The page's add-to-cart control (XPath, what it reads), when it has one that is not disabled."""
     for node in document.xpath("//button | //input[@type='submit' or @type='button'] | //a[@role='button']"):
         text = " ".join((node.xpath("string()").get() or node.attrib.get("value") or "").split())
-        if not _ADD_TO_CART.search(text) and not _ADD_TO_CART.search(node.attrib.get("value") or ""):
+        if not (_ADD_TO_CART.search(text) or _ADD_TO_CART.search(node.attrib.get("value") or "")):
             continue
         if node.xpath("ancestor-or-self::*[@disabled or @aria-disabled='true']"):
             continue
-        tag = node.root.tag
-        for attribute in ("id", "name", "data-testid", "data-test"):
-            value = node.attrib.get(attribute) or ""
-            if value and not re.search(r"\d{3,}", value) and "'" not in value:
-                yield Choice(target.name, {"xpath": f"boolean(//{tag}[@{attribute}='{value}'])", "type": "bool"},
-                             f"the add-to-cart {tag} ({attribute} {value!r}) is on the page: in stock while it is")
-                return
-        hook = _class_hook(node)
-        if hook is not None and "." in hook[0]:
-            name = hook[0].split(".", 1)[1]
-            yield Choice(target.name, {"xpath": f"boolean(//{tag}[contains(concat(' ', normalize-space(@class), "
-                                                f"' '), ' {name} ')])", "type": "bool"},
-                         f"the add-to-cart {tag} (class {name}) is on the page: in stock while it is")
-            return
+        if (hook := _cart_hook(node)) is not None:
+            return hook, text[:40]
+    return None
+
+
+def add_to_cart(document: Selector, target: TargetField) -> Iterator[Choice]:
+    """In stock while the page has its add-to-cart control and says nowhere that the product is out of stock
+    (sold out, currently unavailable... in many languages); without a control, while it says nowhere so."""
+    control = add_to_cart_control(document)
+    if control is not None:
+        yield Choice(target.name, {"xpath": f"boolean({control[0]}) and not({OUT_OF_STOCK_TEXT})", "type": "bool"},
+                     f"the add-to-cart control ({control[1]!r}) is on the page and no text says the product is out "
+                     "of stock: in stock")
+    yield Choice(target.name, {"xpath": f"not({OUT_OF_STOCK_TEXT})", "type": "bool"},
+                 "no text on the page says the product is out of stock (sold out, currently unavailable, in many "
+                 "languages): in stock while none does")

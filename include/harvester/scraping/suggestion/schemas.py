@@ -53,7 +53,7 @@ _PRICE_LABELS = ("price", "our price", "sale price", "preis", "prix", "prezzo", 
                  "cena", "hinta", "цена", "価格", "价格", "가격", "fiyat", "ár")
 _BRAND_LABELS = ("brand", "brand name", "manufacturer", "marke", "hersteller", "marque", "fabricant", "marca",
                  "produttore", "fabricante", "merk", "märke", "producent", "marka", "производитель", "бренд",
-                 "ブランド", "メーカー", "品牌", "브랜드", "marka adı")
+                 "ブランド", "メーカー", "品牌", "브랜드", "marka ad\u0131")
 _GTIN_LABELS = ("gtin", "ean", "ean code", "ean-code", "ean13", "upc", "isbn", "isbn-13", "isbn 13", "isbn13",
                 "barcode", "código de barras", "code ean", "codice ean", "strichcode")
 _MPN_LABELS = ("mpn", "manufacturer part number", "herstellernummer", "hersteller-artikelnummer",

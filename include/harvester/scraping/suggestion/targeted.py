@@ -15,7 +15,14 @@ from typing import Any
 
 from harvester.scraping.extraction import PageData, search, type_matches
 from harvester.scraping.suggestion.choices import Choice
-from harvester.scraping.suggestion.labels import add_to_cart, identifier_shaped, label_candidates, prominent_price
+from harvester.scraping.suggestion.identifiers import identifier_candidates
+from harvester.scraping.suggestion.labels import (
+    add_to_cart,
+    add_to_cart_control,
+    identifier_shaped,
+    label_candidates,
+    prominent_price,
+)
 from harvester.scraping.suggestion.schemas import PRODUCT, TARGET_SCHEMAS, TargetField, TargetSchema, schema_of_type
 
 NAME_MAX = 300
@@ -96,8 +103,9 @@ def markup_candidates(page: PageData, target: TargetField) -> Iterator[Choice]:
 
 
 def candidates(page: PageData, schema: TargetSchema, target: TargetField) -> list[Choice]:
+    shown = [*identifier_candidates(page, target)] if target.name == "sku" else []
     return [*structured_candidates(page, schema, target), *meta_candidates(page, target),
-            *itemprop_candidates(page, target), *markup_candidates(page, target)]
+            *itemprop_candidates(page, target), *shown, *markup_candidates(page, target)]
 
 
 def sound(target: TargetField, value: Any) -> bool:
@@ -161,7 +169,7 @@ def detect_schema(page: PageData) -> TargetSchema | None:
                     return schema
     price = PRODUCT.field("price")
     availability = PRODUCT.field("availability")
-    if price and availability and next(add_to_cart(page.selector, availability), None) \
+    if price and availability and add_to_cart_control(page.selector) is not None \
             and next(prominent_price(page.selector, price), None):
         return PRODUCT
     return None
