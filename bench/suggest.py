@@ -48,8 +48,8 @@ PUBLISHED = {
 HELD_OUT_FROM = "c"  # ids starting with c, d, e or f: about a quarter of the pages, kept out of rule writing
 # Words of site chrome in an attribute name: a suggested field named so is navigation, not the product.
 CHROME = re.compile(r"(?:^|_)(?:nav|navigation|menu|cart|basket|bag|wish|wishlist|search|share|social|cookie|"
-                    r"consent|toast|toaster|glow|login|signin|account|footer|header|breadcrumb|newsletter|"
-                    r"banner|modal|popup|hm)(?:_|$)")
+                    r"consent|toast|toaster|login|signin|account|footer|header|breadcrumb|newsletter|"
+                    r"banner|modal|popup|hamburger|locale|logo)(?:_|$)")
 
 
 def serve(pages: dict[str, bytes]) -> tuple[ThreadingHTTPServer, str]:
@@ -141,7 +141,8 @@ def one_page(page_id: str, base: str) -> dict[str, Any]:
     page = PageData(text, url, "html", DataBounds.from_settings(get_settings()))
     record = extract_record(source, page, url).record
     return {"id": page_id, "seconds": seconds, "predicted": predicted(record), "name": record.get("name"),
-            "attributes": [choice.name for choice in suggestion.attributes]}
+            "attributes": [choice.name for choice in suggestion.attributes],
+            "specs": {choice.name: choice.spec for choice in suggestion.attributes}}
 
 
 def fetch_text(url: str) -> str:
@@ -158,6 +159,7 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="12 pages, for CI (seconds)")
     parser.add_argument("--pages", type=int, default=0, help="only the first N pages (0: all)")
     parser.add_argument("--show", action="store_true", help="print each wrong field to stderr")
+    parser.add_argument("--only", default="", help="only the pages whose id starts with one of these (comma-separated)")
     args = parser.parse_args()
     if not CORPUS.is_dir():
         print(json.dumps({"skipped": f"{CORPUS} is absent"}))
@@ -168,6 +170,8 @@ def main() -> int:
     limit = 12 if args.smoke else args.pages
     if limit:
         ids = ids[::max(1, len(ids) // limit)][:limit]
+    if args.only:
+        ids = [page_id for page_id in ids if page_id.startswith(tuple(args.only.split(",")))]
     pages = {page_id: gzip.decompress((CORPUS / "html" / f"{page_id}.html.gz").read_bytes()) for page_id in ids}
     server, base = serve(pages)
     results = []
@@ -196,7 +200,8 @@ def show(result: dict[str, Any]) -> None:
     for field in FIELDS:
         truth, value = result["truth"].get(field) or [], result["predicted"].get(field)
         if not (value is None and not truth) and not (value is not None and matches(field, value, truth)):
-            print(f"{result['id'][:10]} {field}: got {value!r}, want {truth[:2]!r}", file=sys.stderr)
+            print(f"{result['id'][:10]} {field}: got {value!r}, want {truth[:2]!r} from "
+                  f"{json.dumps(result.get('specs', {}).get(field), ensure_ascii=False)[:300]}", file=sys.stderr)
     if not result["name"]:
         print(f"{result['id'][:10]} name: none ({result.get('failure', '')[:100]})", file=sys.stderr)
 

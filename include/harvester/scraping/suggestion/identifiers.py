@@ -32,8 +32,9 @@ def address_tokens(page: PageData) -> set[str]:
     tokens: set[str] = set()
     for address in addresses:
         parts = urlsplit(address)
-        tokens |= {token for token in _TOKEN.findall(unquote(f"{parts.path}?{parts.query}"))
-                   if re.search(r"\d", token)}
+        text = unquote(f"{parts.path}?{parts.query}")
+        tokens |= {token for token in [*_TOKEN.findall(text), *re.findall(r"\d{4,40}", text)]
+                   if len(re.findall(r"\d", token)) >= 3}  # "50ml" is a size, not an identifier
     return tokens
 
 

@@ -104,8 +104,16 @@ def identifier_shaped(value: str) -> bool:
 _PRICE_HOOK = re.compile(r"price|preis|prix|prezzo|precio|preco|prijs|pris|cena|hinta|fiyat|amount|cost", re.I)
 _NOT_THE_PRICE = re.compile(r"old|was|strike|before|regular|list|compare|original|crossed|unit|per|save|saving|"
                             r"discount|rrp|uvp|msrp|instead|from|range|shipping|delivery|tax|vat|installment|"
-                            r"monthly|points|label|currency|symbol|fraction|whole|decimal|cents|block_|range", re.I)
+                            r"monthly|points|label|currency|symbol|fraction|whole|decimal|cents", re.I)
 _STRUCK = "ancestor-or-self::*[self::del or self::s or self::strike]"
+# Widgets that show other products' prices beside the product: carousels, recommendations, "also bought".
+_OTHER_PRODUCTS = re.compile(r"carousel|recommend|related|similar|upsell|cross|sponsor|slider|swiper|viewed|bought|"
+                             r"suggest|widget|accessor|bundle|compare|teaser|tile|card", re.I)
+
+
+def _among_other_products(node: Selector) -> bool:
+    return any(_OTHER_PRODUCTS.search(f"{ancestor.attrib.get('class', '')} {ancestor.attrib.get('id', '')}")
+               for ancestor in node.xpath("ancestor::*[@class or @id]"))
 
 
 def _class_hook(node: Selector) -> tuple[str, str] | None:
@@ -132,7 +140,7 @@ def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]
         if hook is None or not _PRICE_HOOK.search(hook[1]) or _NOT_THE_PRICE.search(hook[1]):
             continue
         text = " ".join((node.xpath("string()").get() or "").split())
-        if not (0 < len(text) <= 40 and re.search(r"\d", text)) or node.xpath(_STRUCK):
+        if not (0 < len(text) <= 40 and re.search(r"\d", text)) or node.xpath(_STRUCK) or _among_other_products(node):
             continue
         css = hook[0]
         first = document.css(css)
@@ -158,9 +166,10 @@ OUT_OF_STOCK_PHRASES = (
     "out of stock", "sold out", "currently unavailable", "temporarily unavailable", "no longer available",
     "not in stock", "not available for purchase", "ausverkauft", "derzeit nicht verfügbar", "nicht lieferbar",
     "nicht mehr verfügbar", "épuisé", "rupture de stock", "actuellement indisponible", "plus disponible",
-    "esaurito", "non disponibile", "agotado", "sin stock", "no disponible", "esgotado", "indisponível",
+    "esaurito", "attualmente non disponibile", "momentaneamente non disponibile", "agotado", "sin stock",
+    "no disponible temporalmente", "esgotado",
     "uitverkocht", "niet op voorraad", "niet leverbaar", "slutsåld", "udsolgt", "utsolgt", "loppuunmyyty",
-    "wyprzedane", "brak w magazynie", "vyprodáno", "nedostupné", "нет в наличии", "распродано", "売り切れ",
+    "wyprzedane", "brak w magazynie", "vyprodáno", "není skladem", "нет в наличии", "распродано", "売り切れ",
     "在庫切れ", "缺货", "售罄", "품절", "tükendi", "stokta yok",
 )
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÜÉÈÀÍÓÚÑ"

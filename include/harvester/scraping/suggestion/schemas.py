@@ -46,7 +46,9 @@ _SKU_LABELS = (
     "référence", "réf", "réf.", "numéro d'article", "code article", "référence produit", "codice", "codice articolo",
     "codice prodotto", "cod. articolo", "riferimento", "referencia", "ref. producto", "código", "código de producto",
     "código del producto", "número de artículo", "artikelnummer:", "varenummer", "artikelnr.", "tuotenumero",
-    "numer katalogowy", "kod produktu", "kod", "číslo produktu", "kód produktu", "cikkszám", "termékkód",
+    "numer katalogowy",
+    "šifra", "šifra artikla", "cod produs", "cod",
+    "kod produktu", "kod", "číslo produktu", "kód produktu", "cikkszám", "termékkód",
     "артикул", "код товара", "код", "商品番号", "品番", "型番", "货号", "商品编号", "상품번호", "รหัสสินค้า",
 )
 _PRICE_LABELS = ("price", "our price", "sale price", "preis", "prix", "prezzo", "precio", "preço", "prijs", "pris",
@@ -61,6 +63,12 @@ _MPN_LABELS = ("mpn", "manufacturer part number", "herstellernummer", "herstelle
 _AVAILABILITY_LABELS = ("availability", "stock", "in stock", "verfügbarkeit", "lieferbarkeit", "disponibilité",
                         "disponibilità", "disponibilidad", "disponibilidade", "beschikbaarheid", "lagerstatus",
                         "наличие", "在庫", "库存", "재고")
+
+# A product offered in several sizes or by several sellers can be bought while any of its offers can.
+ANY_OFFER_AVAILABLE = ("length(to_array(offers)[?ends_with(to_string(availability), 'InStock') || "
+                       "ends_with(to_string(availability), 'LimitedAvailability') || "
+                       "ends_with(to_string(availability), 'OnlineOnly') || "
+                       "ends_with(to_string(availability), 'InStoreOnly')]) > `0`")
 
 PRODUCT = TargetSchema("product", ("Product", "ProductGroup", "IndividualProduct", "ProductModel", "Book", "Vehicle",
                                    "SomeProducts", "Car"), (
@@ -78,7 +86,8 @@ PRODUCT = TargetSchema("product", ("Product", "ProductGroup", "IndividualProduct
     TargetField("brand", paths=("brand.name", "brand[0].name", "brand", "manufacturer.name"),
                 meta=("product:brand", "og:brand"), itemprops=("brand",), labels=_BRAND_LABELS,
                 why="the brand or maker"),
-    TargetField("availability", "bool", paths=("offers[0].availability", "offers.availability", "availability"),
+    TargetField("availability", "bool", paths=(ANY_OFFER_AVAILABLE, "offers[0].availability", "offers.availability",
+                                                  "availability"),
                 meta=("product:availability", "og:availability"), itemprops=("availability",),
                 labels=_AVAILABILITY_LABELS, why="in stock (true) or not: schema.org's InStock / OutOfStock"),
     TargetField("gtin", paths=("gtin13", "gtin", "gtin12", "gtin14", "gtin8", "isbn", "offers[0].gtin13"),

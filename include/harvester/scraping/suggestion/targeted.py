@@ -23,7 +23,14 @@ from harvester.scraping.suggestion.labels import (
     label_candidates,
     prominent_price,
 )
-from harvester.scraping.suggestion.schemas import PRODUCT, TARGET_SCHEMAS, TargetField, TargetSchema, schema_of_type
+from harvester.scraping.suggestion.schemas import (
+    ANY_OFFER_AVAILABLE,
+    PRODUCT,
+    TARGET_SCHEMAS,
+    TargetField,
+    TargetSchema,
+    schema_of_type,
+)
 
 NAME_MAX = 300
 
@@ -50,7 +57,12 @@ def structured_candidates(page: PageData, schema: TargetSchema, target: TargetFi
             continue
         item_type, item = found
         for path in target.paths:
-            value = search(path, item)
+            try:
+                value = search(path, item)
+            except ValueError:  # a function path (any offer available) on a shape it does not fit: not here
+                continue
+            if path == ANY_OFFER_AVAILABLE and search("to_array(offers)[].availability", item) in (None, []):
+                continue  # no offer says its availability: false would be a guess
             if _empty(value) or (isinstance(value, list) and target.type != "url"):
                 continue
             spec = {kind: {"type": item_type, "path": path}, **_typed(target)}
@@ -123,36 +135,63 @@ def sound(target: TargetField, value: Any) -> bool:
     return True
 
 
-def first_sound(page: PageData, url: str, schema: TargetSchema) -> tuple[list[Choice], list[str]]:
-    """Each field's first candidate that gives a sound value on the page; notes on the fields none gave."""
+def _probe_values(page: PageData, specs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every candidate extracted from one page at once (one source of numbered attributes)."""
     from harvester.config import SourceConfig
     from harvester.scraping.extraction import extract_record
 
-    offered = {target.name: candidates(page, schema, target) for target in schema.fields}
-    numbered = {f"candidate_{index}": choice for index, choice in
-                enumerate(choice for choices in offered.values() for choice in choices)}
-    valid = {}
-    for key, choice in numbered.items():
-        try:
-            SourceConfig.model_validate({"name": "probe", "input": {"seeds": [url]}, "attributes": {key: choice.spec}})
-        except ValueError:  # a candidate the config refuses (an odd label in an xpath) is no candidate
-            continue
-        valid[key] = choice.spec
-    values: dict[str, Any] = {}
-    if valid:
-        probe = SourceConfig.model_validate({"name": "probe", "input": {"seeds": [url]}, "attributes": valid})
-        values = extract_record(probe, page, url).values
+    if not specs:
+        return {}
+    probe = SourceConfig.model_validate({"name": "probe", "input": {"seeds": [page.url]}, "attributes": specs})
+    return extract_record(probe, page, page.url).values
+
+
+def _valid(choice: Choice, url: str) -> bool:
+    from harvester.config import SourceConfig
+
+    try:
+        SourceConfig.model_validate({"name": "probe", "input": {"seeds": [url]}, "attributes": {"probe": choice.spec}})
+    except ValueError:  # a candidate the config refuses (an odd label in an xpath) is no candidate
+        return False
+    return True
+
+
+def offered(pages: list[PageData], schema: TargetSchema) -> dict[str, Choice]:
+    """Every page's candidates, numbered, in order of trust (the first page's first); each selector once."""
+    numbered: dict[str, Choice] = {}
+    seen: set[str] = set()
+    for target in schema.fields:
+        for page in pages:
+            for choice in candidates(page, schema, target):
+                identity = f"{target.name} {sorted(choice.spec.items())!r}"
+                if identity not in seen and _valid(choice, page.url):
+                    seen.add(identity)
+                    numbered[f"candidate_{len(numbered)}"] = choice
+    return numbered
+
+
+def first_sound(pages: list[PageData], schema: TargetSchema) -> tuple[list[Choice], list[str]]:
+    """Each field's first candidate that gives a sound value on every page (the suggested one and the samples);
+    notes on the fields none gave everywhere."""
+    numbered = offered(pages, schema)
+    specs = {key: choice.spec for key, choice in numbered.items()}
+    values = [_probe_values(page, specs) for page in pages]
     chosen, notes = [], []
     for target in schema.fields:
-        keys = [key for key, choice in numbered.items() if choice.name == target.name and key in valid]
-        winner = next((key for key in keys if sound(target, values.get(key))), None)
+        keys = [key for key, choice in numbered.items() if choice.name == target.name]
+        held = {key: sum(sound(target, page_values.get(key)) for page_values in values) for key in keys}
+        winner = next((key for key in keys if held[key] == len(pages)), None)
         if winner is None:
-            notes.append(f"{target.name}: not found on this page ({len(keys)} places tried)")
+            best = max(held.values(), default=0)
+            notes.append(f"{target.name}: not found on this page ({len(keys)} places tried)" if best == 0 else
+                         f"{target.name}: no selector gave it on every page (at best {best} of {len(pages)})")
             continue
         choice = numbered[winner]
         tried = keys.index(winner)
         if tried:
             choice.why += f" (the {tried} more trusted place{'s' if tried > 1 else ''} gave no sound value)"
+        if len(pages) > 1:
+            choice.why += f"; held on all {len(pages)} sampled pages"
         chosen.append(choice)
     return chosen, notes
 
