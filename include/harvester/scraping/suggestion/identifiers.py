@@ -21,6 +21,8 @@ from harvester.scraping.suggestion.labels import LABEL_MAX, xpath_literal
 from harvester.scraping.suggestion.schemas import TargetField
 
 _TOKEN = re.compile(r"[A-Za-z0-9]{4,40}")
+# Tokens of an address that name something else: a year (/2020/), a size (50ml, 4x42, 128gb).
+_NOT_AN_IDENTIFIER = re.compile(r"^(?:(?:19|20)\d\d|\d+x\d+|\d+(?:ml|cl|l|g|kg|mm|cm|m|gb|tb|mb|w|v|mah|hz|in))$", re.I)
 _SHOWN = ("//body//*[text()[normalize-space()]][not(ancestor-or-self::*[self::script or self::style or self::noscript "
           "or self::a or self::option or self::button or self::template])]")
 
@@ -34,7 +36,7 @@ def address_tokens(page: PageData) -> set[str]:
         parts = urlsplit(address)
         text = unquote(f"{parts.path}?{parts.query}")
         tokens |= {token for token in [*_TOKEN.findall(text), *re.findall(r"\d{4,40}", text)]
-                   if len(re.findall(r"\d", token)) >= 3}  # "50ml" is a size, not an identifier
+                   if len(re.findall(r"\d", token)) >= 3 and not _NOT_AN_IDENTIFIER.match(token)}
     return tokens
 
 

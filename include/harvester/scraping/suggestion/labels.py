@@ -108,7 +108,7 @@ _NOT_THE_PRICE = re.compile(r"old|was|strike|before|regular|list|compare|origina
 _STRUCK = "ancestor-or-self::*[self::del or self::s or self::strike]"
 # Widgets that show other products' prices beside the product: carousels, recommendations, "also bought".
 _OTHER_PRODUCTS = re.compile(r"carousel|recommend|related|similar|upsell|cross|sponsor|slider|swiper|viewed|bought|"
-                             r"suggest|widget|accessor|bundle|compare|teaser|tile|card", re.I)
+                             r"suggest|accessor|bundle|compare|teaser", re.I)
 
 
 def _among_other_products(node: Selector) -> bool:
