@@ -228,3 +228,53 @@ def test_sample_pages_and_a_saved_page(shop, tmp_path: Path, capsys: pytest.Capt
     assert main(["suggest", f"{shop.url}/item/1", "--all"]) == 2
     assert main(["suggest", f"{shop.url}/item/1", "--schema", "product", "--sample", f"{shop.url}/gone"]) == 1
     assert "sample" in capsys.readouterr().err
+
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS_PRESENT = any((base / "shared" / "corpora" / "zyte-products").is_dir() for base in (ROOT.parent,
+                                                                                           ROOT.parent.parent))
+
+
+def bench_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("suggest_bench", ROOT / "bench" / "suggest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.unit
+def test_the_bench_scores_as_the_benchmark_does() -> None:
+    bench = bench_module()
+    results = [
+        {"truth": {"price": ["87.11"], "sku": ["B1"], "availability": ["InStock"]},
+         "predicted": bench.predicted({"price": {"amount": Decimal("87.110"), "currency": "USD"}, "sku": "B1"}),
+         "name": "A"},
+        {"truth": {"price": ["5"], "sku": ["X9"], "availability": ["OutOfStock"]},
+         "predicted": bench.predicted({"price": {"amount": Decimal("6"), "currency": "EUR"}, "availability": False}),
+         "name": None},
+    ]
+    figures = bench.figures(results)
+    # price: 1 right, 1 wrong (a false positive and a false negative); sku: 1 right, 1 missing; availability: 2 right
+    assert (figures["price_f1"], figures["sku_f1"], figures["availability_f1"]) == (0.5, 0.667, 1.0)
+    assert figures["name_share"] == 0.5
+    assert results[0]["predicted"]["availability"] == "InStock"  # empty: InStock, as the benchmark fills it
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CORPUS_PRESENT, reason="../shared/corpora/zyte-products is absent (a user's clone)")
+def test_the_bench_smoke_run_prints_the_figures_the_table_needs() -> None:
+    import subprocess
+    import sys
+
+    finished = subprocess.run([sys.executable, str(ROOT / "bench" / "suggest.py"), "--smoke"], capture_output=True,
+                              text=True, timeout=900, cwd=ROOT)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    figures = json.loads(finished.stdout.strip().splitlines()[-1])
+    for key in ("price_f1", "sku_f1", "availability_f1", "name_share", "chrome_attributes", "suggest_seconds_per_page",
+                "held_out", "developed", "published"):
+        assert key in figures, key
+    assert figures["pages"] == 12 and figures["name_share"] >= 0.9 and figures["chrome_attributes"] == 0
+    assert figures["published"]["zyte_automatic_extraction"]["price_f1"] == 0.918
