@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "OpenGraph, else CSS)",
         description="Fetch URL and print a source YAML for it (or write it to FILE), each choice explained in a "
                     "comment. Check it with `harvester try FILE URL`.")
-    parser.add_argument("url", help="a detail page, or a listing page with --listing, or a JSON API URL")
+    parser.add_argument("url", help="a detail page, or a listing page with --listing, or a JSON API URL (with "
+                                    "--html: the saved page's address)")
     parser.add_argument("--name", help="the source name (default: from the URL's host)")
     parser.add_argument("--listing", action="store_true",
                         help="the URL is a listing page: suggest its detail links, pagination and records")
@@ -25,6 +26,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="fetch over HTTP or render in Chromium (default: HTTP, and Chromium when the HTTP body "
                              "lacks what the rendered page has)")
     parser.add_argument("--country", default="SG", help="browser sources: the page slots' country (default SG)")
+    parser.add_argument("--schema", choices=["product", "job_posting", "article", "event", "auto"],
+                        help="name the attributes as schema.org names this type's fields (product: name, price, sku, "
+                             "availability...), each read from the most trusted place the page says it; auto: the "
+                             "type the page declares or looks like (default: the page's own field names)")
+    parser.add_argument("--all", dest="include_all", action="store_true",
+                        help="with --schema: the page's fields outside the schema too (never site chrome)")
+    parser.add_argument("--sample", action="append", default=[], metavar="URL",
+                        help="another page of the site the suggestion must hold on (repeatable): a selector is kept "
+                             "only when it gives its field on every page")
+    parser.add_argument("--html", metavar="FILE", type=Path, help="read this saved page instead of fetching URL")
     parser.add_argument("-o", "--output", type=Path, metavar="FILE", help="write the YAML here instead of printing it")
     parser.set_defaults(handler=_suggest)
 
@@ -46,9 +57,17 @@ def _suggest(args: argparse.Namespace) -> int:
         return 2
     name = args.name or default_name(args.url)
     command = "harvester suggest " + " ".join(
-        [args.url, *(["--listing"] if args.listing else []), *(["--render", args.render] if args.render else [])])
+        [args.url, *(["--listing"] if args.listing else []), *(["--render", args.render] if args.render else []),
+         *(["--schema", args.schema] if args.schema else []), *(["--all"] if args.include_all else []),
+         *(part for sample in args.sample for part in ("--sample", sample)),
+         *(["--html", str(args.html)] if args.html else [])])
+    if args.include_all and not args.schema:
+        print("harvester suggest: --all widens a --schema suggestion; without --schema every field is suggested",
+              file=sys.stderr)
+        return 2
     try:
-        suggestion = suggest(args.url, name, args.listing, args.render, args.country)
+        suggestion = suggest(args.url, name, args.listing, args.render, args.country, schema=args.schema,
+                             include_all=args.include_all, samples=args.sample, html=args.html)
     except SuggestError as error:
         print(f"harvester suggest: {error}", file=sys.stderr)
         return 1

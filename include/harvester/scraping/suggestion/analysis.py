@@ -4,6 +4,7 @@ read what it offers, then keep only the attributes that give a value on that ver
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from harvester.scraping.extraction import PageData, search
@@ -18,11 +19,27 @@ from harvester.scraping.suggestion.data import (
 )
 from harvester.scraping.suggestion.listing import suggest_listing
 from harvester.scraping.suggestion.markup import css_choices
+from harvester.scraping.suggestion.targeted import detect_schema, first_sound, schema_named
 from harvester.scraping.suggestion.writer import render_yaml
 
 
 def suggest_detail(page: PageData, suggestion: Suggestion) -> None:
-    """Structured data first; CSS where it gives fewer than two attributes (or none at all)."""
+    """In a target schema's terms when one is asked for (or, with ``auto``, declared or looked like by the
+    page); else structured data first, and CSS where it gives fewer than two attributes (or none at all)."""
+    schema = detect_schema(page) if suggestion.schema == "auto" else (
+        schema_named(suggestion.schema) if suggestion.schema else None)
+    if schema is not None:
+        chosen, notes = first_sound([page, *suggestion.sample_pages], schema)
+        suggestion.notes.append(f"schema: {schema.name}" + (" (the page declares or looks like it)"
+                                                            if suggestion.schema == "auto" else ""))
+        suggestion.notes += notes
+        suggestion.add(chosen)
+        if suggestion.include_all:
+            suggestion.add(structured_choices(page)[0])
+            suggestion.add(css_choices(page.selector))
+        key, why = pick_key(suggestion.attributes)
+        suggestion.key, suggestion.key_why = (key, why) if key else (["url"], "no identifier found: the page's url")
+        return
     choices, notes = structured_choices(page)
     suggestion.notes += notes
     suggestion.add(choices)
@@ -83,7 +100,7 @@ def prune(suggestion: Suggestion, pages: dict[str, PageData]) -> None:
         suggestion.key, suggestion.key_why = ["url"], "the identifier gave no value: the page's url"
 
 
-async def _fetch(url: str, name: str, render: str, country: str | None, content: str = "html") -> Any:
+async def fetch_page(url: str, name: str, render: str, country: str | None, content: str = "html") -> Any:
     """The page as `harvester try` fetches it (:func:`harvester.scraping.commands.fetch_for_try`)."""
     from harvester.config import SourceConfig
     from harvester.scraping.commands import fetch_for_try
@@ -100,45 +117,104 @@ def _is_json(fetch: Any) -> bool:
     return media.endswith(("/json", "+json")) or (not media and fetch.text.lstrip()[:1] in ("{", "["))
 
 
-def suggest(url: str, name: str, listing: bool = False, render: str | None = None, country: str = "SG"
-            ) -> Suggestion:
-    """Fetch the page (HTTP; Chromium when asked, or when the HTTP body lacks what the rendered page has)."""
-    suggestion = Suggestion(url, name)
+def suggest(url: str, name: str, listing: bool = False, render: str | None = None, country: str = "SG",
+            schema: str | None = None, include_all: bool = False, samples: list[str] | None = None,
+            html: Path | None = None) -> Suggestion:
+    """Fetch the page (HTTP; Chromium when asked, or when the HTTP body lacks what the rendered page has), or read
+    it from ``html``; with ``samples``, keep only what holds on those pages of the site too."""
+    suggestion = Suggestion(url, name, schema=schema, include_all=include_all)
     mode = render or "http"
-    fetch = asyncio.run(_fetch(url, name, mode, country if mode == "browser" else None))
-    if fetch.outcome == "parse_error" and "content type" in fetch.reason and "json" in fetch.reason:
-        fetch = asyncio.run(_fetch(url, name, "http", None, "json"))  # an API: read its JSON
-    if not fetch.ok:
-        raise SuggestError(f"{url}: {fetch.counter}: {fetch.reason or 'no page'}")
+    fetch = _first_fetch(url, name, mode, country, html)
     suggestion.render = mode
     if mode == "browser":
         suggestion.render_why, suggestion.country = "asked for with --render browser", country
+    suggestion.sample_pages = [_sample_page(sample, name, mode, country) for sample in samples or []]
     pages = analyse(fetch, suggestion, listing)
-    if render is None and not _is_json(fetch) and len(suggestion.attributes) + len(suggestion.records) < 2 \
-            and not listing:
-        browser = Suggestion(url, name, render="browser", country=country)
-        try:
-            rendered = asyncio.run(_fetch(url, name, "browser", country))
-        except Exception as error:  # no Chromium here: the HTTP suggestion stands, with the reason
-            suggestion.notes.append(f"the HTTP body had few fields and rendering failed: {error}")
-        else:
-            if rendered.ok:
-                rendered_pages = analyse(rendered, browser, listing)
-                if len(browser.attributes) > len(suggestion.attributes):
-                    browser.render_why = (f"the HTTP body has {len(suggestion.attributes)} of the fields the rendered "
-                                          f"page has ({len(browser.attributes)}): the page is built by JavaScript")
-                    suggestion, pages = browser, rendered_pages
+    if render is None and html is None and not _is_json(fetch) and not listing \
+            and len(suggestion.attributes) + len(suggestion.records) < 2:
+        suggestion, pages = _rendered_if_richer(suggestion, pages, country, listing)
     if listing and suggestion.kind == "listing" and not suggestion.records and (detail := pages.pop("first_detail",
                                                                                                     None)):
-        detail_fetch = asyncio.run(_fetch(detail, name, suggestion.render, suggestion.country))
+        detail_fetch = asyncio.run(fetch_page(detail, name, suggestion.render, suggestion.country))
         if detail_fetch.ok:
             pages["details"] = page_of(detail_fetch, detail, suggestion.content)
-            suggestion.notes.append(f"attributes: from the first detail page, {detail}")
+            suggestion.sample_pages = [_sample_page(sample, name, suggestion.render, suggestion.country)
+                                       for sample in suggestion.detail_samples]
+            suggestion.notes.append(f"attributes: from the first detail page, {detail}" + (
+                f", and held on {len(suggestion.sample_pages)} more of the listing's" if suggestion.sample_pages
+                else ""))
             suggest_detail(pages["details"], suggestion)
     _found_something(suggestion, "")
     prune(suggestion, pages)
+    prune_on_samples(suggestion)
     _found_something(suggestion, "; what was found gave no value there: " + "; ".join(suggestion.dropped))
     return suggestion
+
+
+def _first_fetch(url: str, name: str, mode: str, country: str, html: Path | None) -> Any:
+    if html is not None:
+        from harvester.scraping.commands import saved_page
+
+        if not html.is_file():
+            raise SuggestError(f"no such file: {html}")
+        return saved_page(html, url)
+    fetch = asyncio.run(fetch_page(url, name, mode, country if mode == "browser" else None))
+    if fetch.outcome == "parse_error" and "content type" in fetch.reason and "json" in fetch.reason:
+        fetch = asyncio.run(fetch_page(url, name, "http", None, "json"))  # an API: read its JSON
+    if not fetch.ok:
+        raise SuggestError(f"{url}: {fetch.counter}: {fetch.reason or 'no page'}")
+    return fetch
+
+
+def _sample_page(url: str, name: str, mode: str, country: str | None) -> PageData:
+    """Another page of the site the suggestion must hold on: one that cannot be read is the user's error."""
+    fetch = asyncio.run(fetch_page(url, name, mode, country if mode == "browser" else None))
+    if not fetch.ok:
+        raise SuggestError(f"sample {url}: {fetch.counter}: {fetch.reason or 'no page'}")
+    return page_of(fetch, url, "html")
+
+
+def _rendered_if_richer(suggestion: Suggestion, pages: dict[str, Any], country: str, listing: bool
+                        ) -> tuple[Suggestion, dict[str, Any]]:
+    """The suggestion from the rendered page when it finds more fields than the HTTP body's."""
+    browser = Suggestion(suggestion.url, suggestion.name, render="browser", country=country, schema=suggestion.schema,
+                         include_all=suggestion.include_all)
+    browser.sample_pages = suggestion.sample_pages
+    try:
+        rendered = asyncio.run(fetch_page(suggestion.url, suggestion.name, "browser", country))
+    except Exception as error:  # no Chromium here: the HTTP suggestion stands, with the reason
+        suggestion.notes.append(f"the HTTP body had few fields and rendering failed: {error}")
+        return suggestion, pages
+    if rendered.ok:
+        rendered_pages = analyse(rendered, browser, listing)
+        if len(browser.attributes) > len(suggestion.attributes):
+            browser.render_why = (f"the HTTP body has {len(suggestion.attributes)} of the fields the rendered "
+                                  f"page has ({len(browser.attributes)}): the page is built by JavaScript")
+            return browser, rendered_pages
+    return suggestion, pages
+
+
+def prune_on_samples(suggestion: Suggestion) -> None:
+    """Drop the attributes that give no value on one of the sampled pages; say on how many each held."""
+    from harvester.config import parse_source
+    from harvester.scraping.extraction import extract_record
+
+    if not suggestion.sample_pages or not suggestion.attributes:
+        return
+    source = parse_source(render_yaml(suggestion, "harvester suggest"), "<suggested>")
+    missing: dict[str, str] = {}
+    for page in suggestion.sample_pages:
+        extraction = extract_record(source, page, page.url)
+        for choice in suggestion.attributes:
+            if not extraction.has_value(choice.name) and choice.name not in missing:
+                missing[choice.name] = f"{choice.name}: no value on the sampled page {page.url}"
+    suggestion.dropped += [missing[choice.name] for choice in suggestion.attributes if choice.name in missing]
+    suggestion.attributes = [choice for choice in suggestion.attributes if choice.name not in missing]
+    for choice in suggestion.attributes:
+        if "sampled pages" not in choice.why:
+            choice.why += f"; held on all {len(suggestion.sample_pages) + 1} pages"
+    if suggestion.key != ["url"] and not set(suggestion.key) <= {choice.name for choice in suggestion.attributes}:
+        suggestion.key, suggestion.key_why = ["url"], "the identifier gave no value on every page: the page's url"
 
 
 def _found_something(suggestion: Suggestion, detail: str) -> None:

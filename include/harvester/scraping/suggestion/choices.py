@@ -53,6 +53,10 @@ class Suggestion:
     key_why: str = ""
     dropped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    schema: str | None = None  # a target schema's name, "auto", or None: the page's own names
+    include_all: bool = False  # with a schema, the fields outside it too
+    sample_pages: list[Any] = field(default_factory=list, repr=False)  # other pages it must hold on
+    detail_samples: list[str] = field(default_factory=list)  # a listing's detail pages after the first
 
     def add(self, choices: list[Choice], into: list[Choice] | None = None) -> None:
         """Add choices whose names are new (a richer source came first and wins)."""

@@ -91,6 +91,7 @@ def suggest_listing(page: PageData, suggestion: Suggestion) -> str | None:
     follow = f"^{re.escape(origin)}{shape}$"
     selector, why = link_selector(links)
     distinct = sorted({url for _, url in links})
+    suggestion.detail_samples = distinct[1:3]  # the suggestion must hold on these detail pages too
     # records: structured items (an ItemList), else the repeated element around each link
     records_from_item_list(page, suggestion)
     if not suggestion.records and (elements := item_element(links[0][0], len(distinct), page)):

@@ -1,0 +1,84 @@
+"""The shop's identifier of a product, found where the shop shows the identifier its own address uses.
+
+Shops name a product page by its identifier (``/dp/B07FW264WL``, ``/itm/302474151804``, ``/p/1236291.html``),
+and show that identifier on the page under a label of their own words ("item number:", "Šifra", "商品編號").
+A value shown on the page that is also a token of the page's canonical address is the identifier whatever the
+label's language, so no vocabulary is needed; the selector is the label (or the element's stable id), never
+the value, so it holds on the site's other pages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from urllib.parse import unquote, urlsplit
+
+from parsel import Selector
+
+from harvester.scraping.extraction import PageData
+from harvester.scraping.suggestion.choices import Choice
+from harvester.scraping.suggestion.labels import LABEL_MAX, xpath_literal
+from harvester.scraping.suggestion.schemas import TargetField
+
+_TOKEN = re.compile(r"[A-Za-z0-9]{4,40}")
+# Tokens of an address that name something else: a year (/2020/), a size (50ml, 4x42, 128gb).
+_NOT_AN_IDENTIFIER = re.compile(r"^(?:(?:19|20)\d\d|\d+x\d+|\d+(?:ml|cl|l|g|kg|mm|cm|m|gb|tb|mb|w|v|mah|hz|in))$", re.I)
+_SHOWN = ("//body//*[text()[normalize-space()]][not(ancestor-or-self::*[self::script or self::style or self::noscript "
+          "or self::a or self::option or self::button or self::template])]")
+
+
+def address_tokens(page: PageData) -> set[str]:
+    """The tokens with a digit in the page's canonical address (``link rel=canonical``, ``og:url``, its URL)."""
+    addresses = [*page.selector.css("link[rel=canonical]::attr(href)").getall()[:1],
+                 *(page.meta().get("og:url") or [])[:1], page.url]
+    tokens: set[str] = set()
+    for address in addresses:
+        parts = urlsplit(address)
+        text = unquote(f"{parts.path}?{parts.query}")
+        tokens |= {token for token in [*_TOKEN.findall(text), *re.findall(r"\d{4,40}", text)]
+                   if len(re.findall(r"\d", token)) >= 3 and not _NOT_AN_IDENTIFIER.match(token)}
+    return tokens
+
+
+def identifier_candidates(page: PageData, target: TargetField) -> Iterator[Choice]:
+    """Choices for the elements that show a token of the page's address: by their label, else their id."""
+    tokens = address_tokens(page)
+    if not tokens:
+        return
+    seen: set[str] = set()
+    for element in page.selector.xpath(_SHOWN)[:20000]:
+        value = " ".join(" ".join(element.xpath("text()").getall()).split())
+        if len(value) > LABEL_MAX + 40:
+            continue
+        for token in tokens:
+            if re.search(rf"(?<![A-Za-z0-9]){token}(?![A-Za-z0-9])", value):
+                for choice in _shown(element, value, token, target):
+                    if choice.spec["xpath"] not in seen:
+                        seen.add(choice.spec["xpath"])
+                        yield choice
+
+
+def _shown(element: Selector, value: str, token: str, target: TargetField) -> Iterator[Choice]:
+    tag = element.root.tag
+    if not isinstance(tag, str):
+        return
+    why = f"{target.why}: the page shows it, and the page's address names the product by it"
+    whole = element.xpath("normalize-space()").get() or ""
+    if whole == token:
+        label = element.xpath("preceding-sibling::*[1]")
+        label_text = label[0].xpath("normalize-space()").get() if label else ""
+        if label and label_text and len(label_text) <= LABEL_MAX and not re.search(r"\d{3,}", label_text):
+            yield Choice(target.name, {"xpath": f"//{label[0].root.tag}[normalize-space()={xpath_literal(label_text)}]"
+                                                f"/following-sibling::{tag}[1]"},
+                         f"the value beside the label {label_text!r}: {why}")
+        element_id = element.attrib.get("id") or ""
+        if re.fullmatch(r"[A-Za-z][A-Za-z_-]*", element_id):
+            yield Choice(target.name, {"xpath": f"//{tag}[@id='{element_id}']"}, f"the {tag} #{element_id}: {why}")
+        return
+    before = value.split(token, 1)[0]
+    label = before.strip()
+    if label and value.startswith(before) and len(label) <= LABEL_MAX and not re.search(r"\d{3,}", label) \
+            and not element.xpath("./*[normalize-space()]"):
+        yield Choice(target.name, {"xpath": f"//{tag}[starts-with(normalize-space(), {xpath_literal(label)})]",
+                                   "regex": rf"{re.escape(label)}\s*([A-Za-z0-9][\w./-]*[A-Za-z0-9])"},
+                     f"the {tag} reading {label!r} and the identifier: {why}")

@@ -1,0 +1,280 @@
+"""`harvester suggest --schema`: fields named as schema.org names them, each read from the most trusted place the
+page says it (JSON-LD, microdata, meta, itemprop, label rows, the prominent elements), held on sampled pages,
+and never site chrome. Pages are parsed here as the command parses them; the command's own paths (fetching,
+--html, --sample, --listing) run against a real loopback server (tests.fixtures.hostile_hosts)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harvester.cli import main
+from harvester.config import SourceConfig
+from harvester.scraping.extraction import DataBounds, PageData, extract_record
+from harvester.scraping.suggestion.choices import Choice
+from harvester.scraping.suggestion.labels import xpath_literal
+from harvester.scraping.suggestion.markup import chrome_name, css_choices
+from harvester.scraping.suggestion.schemas import JOB_POSTING, PRODUCT
+from harvester.scraping.suggestion.targeted import detect_schema, first_sound
+from parsel import Selector
+
+URL = "https://shop.example/p/widget-4711.html"
+
+
+def page(body: str, head: str = "", url: str = URL) -> PageData:
+    return PageData(f"<html><head>{head}</head><body>{body}</body></html>", url, "html", DataBounds())
+
+
+def ld(data: dict[str, Any]) -> str:
+    return f'<script type="application/ld+json">{json.dumps({"@context": "https://schema.org", **data})}</script>'
+
+
+def suggested(*pages: PageData) -> tuple[dict[str, Choice], list[dict[str, Any]], list[str]]:
+    """The product fields chosen over ``pages``, and the record each page gives with them."""
+    chosen, notes = first_sound(list(pages), PRODUCT)
+    source = SourceConfig.model_validate({"name": "probe", "input": {"seeds": [pages[0].url]},
+                                         "attributes": {choice.name: choice.spec for choice in chosen}})
+    records = [extract_record(source, each, each.url).record for each in pages]
+    return {choice.name: choice for choice in chosen}, records, notes
+
+
+def kind_of(choice: Choice) -> str:
+    return next(key for key in ("jsonld", "microdata", "meta", "css", "xpath") if key in choice.spec)
+
+
+@pytest.mark.unit
+def test_json_ld_gives_every_product_field_typed() -> None:
+    head = ld({"@type": "Product", "name": "Widget", "sku": "W-4711", "gtin13": "4006381333931",
+               "brand": {"@type": "Brand", "name": "Acme"}, "image": ["https://shop.example/w.jpg"],
+               "offers": {"@type": "Offer", "price": "19.90", "priceCurrency": "EUR",
+                          "availability": "https://schema.org/InStock"}})
+    choices, [record], _ = suggested(page("<h1>Something else</h1>", head))
+    assert {name: kind_of(choice) for name, choice in choices.items()} == {
+        "name": "jsonld", "price": "jsonld", "currency": "jsonld", "sku": "jsonld", "brand": "jsonld",
+        "availability": "jsonld", "gtin": "jsonld", "image": "jsonld"}
+    assert record["price"] == {"amount": Decimal("19.9"), "currency": "EUR"}
+    assert (record["name"], record["sku"], record["brand"], record["availability"]) == ("Widget", "W-4711", "Acme",
+                                                                                         True)
+
+
+@pytest.mark.unit
+def test_a_product_in_stock_in_any_size_is_in_stock() -> None:
+    offers = [{"@type": "Offer", "price": "30", "priceCurrency": "EUR", "availability": "https://schema.org/OutOfStock"},
+              {"@type": "Offer", "price": "30", "priceCurrency": "EUR", "availability": "https://schema.org/InStock"}]
+    _, [record], _ = suggested(page("<h1>Boots</h1>", ld({"@type": "Product", "name": "Boots", "offers": offers})))
+    assert record["availability"] is True
+    sold_out = [{**offer, "availability": "https://schema.org/SoldOut"} for offer in offers]
+    _, [record], _ = suggested(page("<h1>Boots</h1>", ld({"@type": "Product", "name": "Boots", "offers": sold_out})))
+    assert record["availability"] is False
+
+
+@pytest.mark.unit
+def test_microdata_then_meta_then_itemprop_when_the_more_trusted_place_says_nothing() -> None:
+    head = (ld({"@type": "Product", "name": "Lamp", "offers": {"@type": "Offer", "price": "", "priceCurrency": "GBP"}})
+            + '<meta property="product:price:amount" content="42.50">'
+              '<meta property="product:price:currency" content="GBP">')
+    body = '<h1>Lamp</h1><span itemprop="sku">LMP-220</span>'
+    choices, [record], _ = suggested(page(body, head))
+    assert kind_of(choices["price"]) == "meta" and "gave no sound value" in choices["price"].why
+    assert record["price"] == {"amount": Decimal("42.5"), "currency": "GBP"}
+    assert choices["sku"].spec == {"css": "[itemprop=sku]"} and record["sku"] == "LMP-220"
+    microdata = ('<div itemscope itemtype="https://schema.org/Product"><h1 itemprop="name">Chair</h1>'
+                 '<span itemprop="sku">CH-9</span><div itemprop="offers" itemscope itemtype="https://schema.org/Offer">'
+                 '<meta itemprop="price" content="12.00"><meta itemprop="priceCurrency" content="USD"></div></div>')
+    choices, [record], _ = suggested(page(microdata))
+    assert kind_of(choices["sku"]) == "microdata" and record["sku"] == "CH-9"
+    assert record["price"] == {"amount": Decimal("12"), "currency": "USD"}
+
+
+@pytest.mark.unit
+def test_label_rows_of_a_shop_without_structured_data_in_three_languages() -> None:
+    book = ("<h1>The Book</h1><ul><li>ISBN-13: 9780306406157</li><li>Publisher: Plenum</li></ul>"
+            '<span class="our-price">£12.99</span>')
+    choices, [record], _ = suggested(page(book))
+    assert record["gtin"] == "9780306406157" and "ISBN-13:" in choices["gtin"].spec["xpath"]
+    assert record["price"] == {"amount": Decimal("12.99"), "currency": "GBP"}
+    german = "<h1>Tisch</h1><dl><dt>Marke</dt><dd>Holzwerk</dd><dt>Artikelnummer</dt><dd>T-55-EI</dd></dl>"
+    _, [record], _ = suggested(page(german))
+    assert (record["brand"], record["sku"]) == ("Holzwerk", "T-55-EI")
+    french = "<h1>Table</h1><table><tr><th>Référence</th><td>TB-88-CH</td></tr></table>"
+    choices, [record], _ = suggested(page(french))
+    assert choices["sku"].spec["xpath"].startswith("//th[normalize-space()=") and "TB-88-CH" not in str(choices)
+
+
+@pytest.mark.unit
+def test_the_identifier_the_address_uses_is_found_under_a_label_in_any_language() -> None:
+    body = "<h1>Widget</h1><table><tr><td>Šifra izdelka</td><td>4711</td></tr></table><p>9 reviews</p>"
+    choices, [record], _ = suggested(page(body))
+    assert record["sku"] == "4711"
+    assert "4711" not in choices["sku"].spec["xpath"]  # the label, never the value
+    other = page(body.replace("4711", "5230"), url="https://shop.example/p/gadget-5230.html")
+    _, [_, record], _ = suggested(page(body), other)
+    assert record["sku"] == "5230"
+
+
+@pytest.mark.unit
+def test_the_price_beside_the_title_not_the_old_unit_or_other_products_price() -> None:
+    body = ("<div class='crumbs'><span class='price'>1.00 €</span></div><h1>Coffee</h1>"
+            "<del><span class='price-old'>9,99 €</span></del><span class='price-unit'>(3,99 € / kg)</span>"
+            "<span class='product-price'>7,49 €</span>"
+            "<div class='carousel'><span class='tile-price'>2,00 €</span></div>")
+    choices, [record], _ = suggested(page(body))
+    assert choices["price"].spec == {"css": "span.product-price", "type": "price"}
+    assert record["price"] == {"amount": Decimal("7.49"), "currency": "EUR"}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("body, in_stock", [
+    ("<h1>Kettle</h1><button id='add-to-cart'>Add to basket</button>", True),
+    ("<h1>Kettle</h1><p class='stock'>Currently unavailable.</p>", False),
+    ("<h1>Kessel</h1><span>Ausverkauft</span><button id='add-to-cart' disabled>In den Warenkorb</button>", False),
+    ("<h1>Kettle</h1><figure>Image unavailable</figure><button id='buy'>Buy now</button>", True),
+])
+def test_availability_from_the_add_to_cart_control_and_the_page_text(body: str, in_stock: bool) -> None:
+    choices, [record], _ = suggested(page(body))
+    assert record["availability"] is in_stock
+    assert kind_of(choices["availability"]) == "xpath"
+
+
+@pytest.mark.unit
+def test_a_selector_is_kept_only_when_it_holds_on_every_sampled_page() -> None:
+    first = page("<h1>A</h1><span class='code'>Code: AB-1234</span><p>SKU: AB-1234</p>",
+                 url="https://shop.example/item/1")
+    second = page("<h1>B</h1><span class='code'>CD-9876</span><p>SKU: CD-9876</p>", url="https://shop.example/item/2")
+    choices, records, _ = suggested(first, second)
+    assert [record["sku"] for record in records] == ["AB-1234", "CD-9876"]
+    assert "held on all 2 sampled pages" in choices["sku"].why
+    lone = page("<h1>C</h1><p>Nothing here</p>", url="https://shop.example/item/3")
+    choices, _, notes = suggested(first, lone)
+    assert "sku" not in choices and any("at best 1 of 2" in note for note in notes)
+
+
+@pytest.mark.unit
+def test_site_chrome_is_never_suggested() -> None:
+    body = ("<nav><span class='nav-cart-count'>0</span><span class='logo-label'>Shop</span></nav>"
+            "<div class='glow-toaster-title'>Deliver to</div><span class='share-label'>Share</span>"
+            "<span class='cookie-text'>We use cookies</span><span class='wishlist-count'>3</span>"
+            "<h1>Widget</h1><span class='colour'>Red</span>")
+    names = {choice.name for choice in css_choices(Selector(text=f"<html><body>{body}</body></html>"))}
+    assert names == {"title", "colour"}
+    assert all(chrome_name(name) for name in ("nav_cart_count", "glow-toaster-title", "share-buttons", "cookie_bar"))
+    assert not any(chrome_name(name) for name in ("price", "colour", "navy_blue", "searchlight_model"))
+
+
+@pytest.mark.unit
+def test_auto_picks_the_declared_type_else_a_product_when_it_looks_like_one() -> None:
+    job = page("<h1>Engineer</h1>", ld({"@type": "JobPosting", "title": "Engineer", "datePosted": "2026-01-05"}))
+    assert detect_schema(job) is JOB_POSTING
+    shop = page("<h1>Mug</h1><span class='price'>5,00 €</span><button name='add'>Ajouter au panier</button>")
+    assert detect_schema(shop) is PRODUCT
+    assert detect_schema(page("<h1>About us</h1><p>We are a team.</p>")) is None
+
+
+@pytest.mark.unit
+def test_xpath_literals_hold_quotes_of_both_kinds() -> None:
+    for text in ("plain", "numéro d'article", 'say "hi"', "it's \"both\""):
+        node = Selector(text=f"<p>{text}</p>").xpath(f"//p[normalize-space()={xpath_literal(text)}]")
+        assert node, text
+
+
+PRODUCT_PAGE = ("<html><body><nav><a class='nav-cart' href='/cart'>Cart (0)</a></nav><h1>Widget {n}</h1>"
+                "<table><tr><th>Item number</th><td>WX-{n}00</td></tr></table><span class='price'>{n}9.00 €</span>"
+                "<button id='add-to-cart'>Add to cart</button></body></html>")
+
+
+@pytest.fixture
+def shop(site):
+    site.route("/shop", text="".join(f"<div class='card'><a class='product-link' href='/item/{n}'>Widget {n}</a></div>"
+                                     for n in range(1, 5)), content_type="text/html")
+    for n in range(1, 5):
+        site.route(f"/item/{n}", text=PRODUCT_PAGE.format(n=n), content_type="text/html")
+    return site
+
+
+@pytest.mark.integration
+def test_listing_to_source_end_to_end_with_the_product_schema(shop, tmp_path: Path) -> None:
+    path = tmp_path / "shop.yaml"
+    assert main(["suggest", f"{shop.url}/shop", "--listing", "--schema", "product", "--name", "shop",
+                 "-o", str(path), "--render", "http"]) == 0
+    text = path.read_text()
+    suggested_source = yaml.safe_load(text)
+    assert {"name", "price", "sku", "availability"} <= set(suggested_source["attributes"])
+    assert "held on all 3 sampled pages" in text
+    assert not any(chrome_name(name) for name in suggested_source["attributes"])
+    report = tmp_path / "report.json"
+    with report.open("w") as out:
+        import contextlib
+        with contextlib.redirect_stdout(out):
+            assert main(["try", str(path), f"{shop.url}/item/4", "--json"]) == 0
+    record = json.loads(report.read_text())["record"]
+    assert (record["name"], record["sku"], record["availability"]) == ("Widget 4", "WX-400", True)
+    assert record["price"]["amount"] == "49.00" or float(record["price"]["amount"]) == 49.0
+
+
+@pytest.mark.integration
+def test_sample_pages_and_a_saved_page(shop, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    saved = tmp_path / "item.html"
+    saved.write_text(PRODUCT_PAGE.format(n=7), encoding="utf-8")
+    assert main(["suggest", "https://shop.example/item/7", "--html", str(saved), "--schema", "product",
+                 "--sample", f"{shop.url}/item/2"]) == 0
+    attributes = yaml.safe_load(capsys.readouterr().out)["attributes"]
+    assert attributes["sku"]["xpath"] == "//th[normalize-space()='Item number']/following-sibling::td[1]"
+    assert main(["suggest", "https://shop.example/item/7", "--html", str(tmp_path / "missing.html")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    assert main(["suggest", f"{shop.url}/item/1", "--all"]) == 2
+    assert main(["suggest", f"{shop.url}/item/1", "--schema", "product", "--sample", f"{shop.url}/gone"]) == 1
+    assert "sample" in capsys.readouterr().err
+
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS_PRESENT = any((base / "shared" / "corpora" / "zyte-products").is_dir() for base in (ROOT.parent,
+                                                                                           ROOT.parent.parent))
+
+
+def bench_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("suggest_bench", ROOT / "bench" / "suggest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.unit
+def test_the_bench_scores_as_the_benchmark_does() -> None:
+    bench = bench_module()
+    results = [
+        {"truth": {"price": ["87.11"], "sku": ["B1"], "availability": ["InStock"]},
+         "predicted": bench.predicted({"price": {"amount": Decimal("87.110"), "currency": "USD"}, "sku": "B1"}),
+         "name": "A"},
+        {"truth": {"price": ["5"], "sku": ["X9"], "availability": ["OutOfStock"]},
+         "predicted": bench.predicted({"price": {"amount": Decimal("6"), "currency": "EUR"}, "availability": False}),
+         "name": None},
+    ]
+    figures = bench.figures(results)
+    # price: 1 right, 1 wrong (a false positive and a false negative); sku: 1 right, 1 missing; availability: 2 right
+    assert (figures["price_f1"], figures["sku_f1"], figures["availability_f1"]) == (0.5, 0.667, 1.0)
+    assert figures["name_share"] == 0.5
+    assert results[0]["predicted"]["availability"] == "InStock"  # empty: InStock, as the benchmark fills it
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CORPUS_PRESENT, reason="../shared/corpora/zyte-products is absent (a user's clone)")
+def test_the_bench_smoke_run_prints_the_figures_the_table_needs() -> None:
+    import subprocess
+    import sys
+
+    finished = subprocess.run([sys.executable, str(ROOT / "bench" / "suggest.py"), "--smoke"], capture_output=True,
+                              text=True, timeout=900, cwd=ROOT)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    figures = json.loads(finished.stdout.strip().splitlines()[-1])
+    for key in ("price_f1", "sku_f1", "availability_f1", "name_share", "chrome_attributes", "suggest_seconds_per_page",
+                "held_out", "developed", "published"):
+        assert key in figures, key
+    assert figures["pages"] == 12 and figures["name_share"] >= 0.9 and figures["chrome_attributes"] == 0
+    assert figures["published"]["zyte_automatic_extraction"]["price_f1"] == 0.918
