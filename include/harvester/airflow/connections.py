@@ -66,6 +66,14 @@ class AirflowConnectionResolver(FieldsResolver):
             options["tlsAllowInvalidCertificates"] = True
         return MongoTarget(connection_id, hook.uri, _via(connection_id), options)
 
+    def filesystem(self, location: str, connection_id: str | None) -> tuple[Any, str]:
+        """Through Airflow's ``ObjectStoragePath``: the filesystem ``connection_id``'s credentials open (s3://,
+        gs:// with the provider's connection), the same one an Airflow task's object storage uses."""
+        from airflow.sdk import ObjectStoragePath
+
+        path = ObjectStoragePath(location, conn_id=connection_id)
+        return path.fs, path.path
+
 
 def _via(connection_id: str) -> str:
     return f"Airflow connection {connection_id}"

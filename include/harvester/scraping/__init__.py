@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         SKIPPED_REASON,
         TOO_MANY_HOSTS,
         AddressGuard,
+        Exchange,
         FetchedBatch,
         Fetcher,
         FetchPermit,
@@ -52,7 +53,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 
 __all__ = [
     "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "OWNER_FLAG", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON",
-    "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "Extraction", "FetchPermit",
+    "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "Exchange", "Extraction", "FetchPermit",
     "FetchResult", "FetchedBatch", "Fetcher", "GuardProxy", "HostLimits", "HostRateTimeout", "LoadListener",
     "PageCapture", "PageFetcher", "PageLoad", "PageResult", "Readiness", "Render", "RequestCharger",
     "ResponseClassifier", "RobotsCache", "SitemapDiscovery", "SitemapFetcher", "SlotBrowser", "Verdict",

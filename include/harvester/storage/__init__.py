@@ -5,6 +5,10 @@ from typing import TYPE_CHECKING
 from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.storage.archive import ArchivedPage, ArchiveWriter
+    from harvester.storage.archive_index import ARCHIVE_INDEX_COLLECTION, ArchiveIndex
+    from harvester.storage.archive_reader import ArchivedResponse, read_archived
+    from harvester.storage.archive_retention import Expired, expire_archive
     from harvester.storage.conditional import conditional_headers, validators_of
     from harvester.storage.data_handler import DataHandler, WriteResult
     from harvester.storage.exports import MEDIA_TYPES, export_query, export_records
@@ -15,8 +19,32 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.storage.url_store import RunFrontier, URLStore, url_digest
 
 __all__ = [
-    "MEDIA_TYPES", "RUNS_COLLECTION", "DataHandler", "PackageStatus", "PackageStore", "PageEvidence", "PageSnapshot",
-    "RunFigures", "RunFrontier", "RunStore", "SnapshotStore", "URLStore", "WriteResult", "conditional_headers",
-    "export_query", "export_records", "planned_task_id", "url_digest", "validators_of",
+    "ARCHIVE_INDEX_COLLECTION",
+    "MEDIA_TYPES",
+    "RUNS_COLLECTION",
+    "ArchiveIndex",
+    "ArchiveWriter",
+    "ArchivedPage",
+    "ArchivedResponse",
+    "DataHandler",
+    "Expired",
+    "PackageStatus",
+    "PackageStore",
+    "PageEvidence",
+    "PageSnapshot",
+    "RunFigures",
+    "RunFrontier",
+    "RunStore",
+    "SnapshotStore",
+    "URLStore",
+    "WriteResult",
+    "conditional_headers",
+    "expire_archive",
+    "export_query",
+    "export_records",
+    "planned_task_id",
+    "read_archived",
+    "url_digest",
+    "validators_of",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.scraping.fetching.fetcher import Fetcher, KeptCredentials, credential_headers, decode_text
     from harvester.scraping.fetching.page_fetcher import (
         SKIPPED_REASON,
+        Exchange,
         FetchedBatch,
         FetchPermit,
         FetchResult,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 
 __all__ = [
     "DEFAULT_CLASSIFIER", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON", "TOO_MANY_HOSTS",
-    "AddressGuard", "FetchPermit", "FetchResult", "FetchedBatch", "Fetcher", "HostLimits", "IPAddress",
+    "AddressGuard", "Exchange", "FetchPermit", "FetchResult", "FetchedBatch", "Fetcher", "HostLimits", "IPAddress",
     "KeptCredentials", "Origin", "PageFetcher", "ResponseClassifier", "RobotsCache", "Verdict", "WireCap",
     "ZlibDecoder", "credential_headers", "credential_origins", "decode_text", "decoder_for", "name_refusal",
     "origin_of_url", "same_site", "strip_userinfo"
