@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 from harvester.config.model import SourceConfig
 from harvester.distributor import TaskMessage
-from harvester.storage import ArchiveIndex, expire_archive, read_archived
+from harvester.metrics.collector import metrics_registry
+from harvester.storage import ArchiveIndex, RunFigures, expire_archive, read_archived
 from harvester_demo.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER
 from warcio.archiveiterator import ArchiveIterator
 
 from tests.fixtures.servers import VENV_BIN
+from tests.metrics.helpers import scrape, value
 from tests.workers.test_batch import records, run_until_idle
 
 pytestmark = pytest.mark.integration
@@ -114,16 +116,20 @@ def test_credentials_and_cookies_never_reach_the_archive(write_source, crawl, de
 
 
 def test_storage_that_fails_loses_no_record_and_counts_the_gap(write_source, crawl, demo_site, mongo_server,
-                                                               worker_settings, tmp_path) -> None:
+                                                               worker_settings, redis_client, tmp_path) -> None:
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the archive's folder should be")
     source = archive_source(write_source, blocked / "archive")
-    crawl.push(source, *[TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/{number}")
-                         for number in (1, 2)])
+    registry = metrics_registry(redis_client, worker_settings)
+    crawl.push(source, *[TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/{number}",
+                                     run_id="run-gap") for number in (1, 2)])
     run_until_idle(crawl, source)
     assert records(mongo_server, worker_settings, source).count_documents({}) == 2
     counters = crawl.store.counters(source.name)
     assert counters["outcome:archive_gap"] == 2 and "outcome:archived" not in counters
+    figures, _ = RunFigures(redis_client).read(source.name, "run-gap")  # what the run's report shows
+    assert figures["archive_gap"] == 2
+    assert value(scrape(registry), "harvester_archive_gap_pages_total", source=source.name) == 2  # the alert's
 
 
 def test_a_required_archive_that_fails_retries_the_batch(write_source, crawl, demo_site, mongo_server,

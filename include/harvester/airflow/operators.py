@@ -155,7 +155,34 @@ def report_run(source: SourceConfig, run_id: str, params: dict[str, Any] | None 
     outcome = report["quality"]
     if outcome["outcome"] != "green":
         log.warning("run %s of %s is %s: %s", run_id, source.name, outcome["outcome"], outcome["reason"])
+    if source.output.archive.enabled:
+        expire_source_archive(source)
     return report
+
+
+def expire_source_archive(source: SourceConfig) -> None:
+    """The archive's clean-up, after each run's report (daily for a daily source): files and index rows past
+    ``output.archive.keep``, by Redis's clock. One that fails is logged and tried again after the next run."""
+    from datetime import UTC, datetime
+
+    from harvester.errors import StorageError, redis_storage_errors
+    from harvester.storage import ArchiveIndex, expire_archive
+
+    settings = get_settings()
+    try:
+        with _connections(source) as connections:
+            with redis_storage_errors():
+                seconds, microseconds = connections.redis.time()
+            now = datetime.fromtimestamp(seconds + microseconds / 1e6, UTC)
+            expired = expire_archive(source, ArchiveIndex(connections.database(connections.main,
+                                                                               settings.mongo_database)),
+                                     settings.archive_location, now)
+    except StorageError as error:  # the archive's own failure, or MongoDB's: never the run's outcome
+        log.warning("the archive clean-up of %s failed (tried again after the next run): %s", source.name, error)
+        return
+    if expired.files or expired.rows:
+        log.info("archive of %s: %d files and %d index rows past keep=%s deleted", source.name, expired.files,
+                 expired.rows, source.output.archive.keep)
 
 
 class HarvestSensor(BaseSensorOperator):

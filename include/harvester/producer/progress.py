@@ -193,6 +193,9 @@ class RunMonitor:
         figures, _ = RunFigures(self.redis).read(source, run_id)
         report.update(quality_figures(report, figures))
         report["links_cut"] = links_cut(figures)
+        if figures.get("archived") or figures.get("archive_gap"):  # output.archive: what the run kept, what it missed
+            report["archive"] = {"archived": int(figures.get("archived", 0)),
+                                 "gap": int(figures.get("archive_gap", 0))}
         if attributes:
             from harvester.producer.health import extraction_report
 

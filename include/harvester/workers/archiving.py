@@ -53,13 +53,22 @@ class PageArchive:
             return None
         try:
             report.outcomes["archived"] += self.writer.archive(source, pages)
+            self.count_by_run(report, pages, "archived")
         except (ArchiveUnavailable, ConnectionNotFound) as error:
             log.warning("%s: %d fetched pages could not be archived: %s", source.name, len(pages), error)
             if source.output.archive.required:
                 report.outcomes["archive_retried"] += len(pages)
                 return f"archive required and unavailable: {error}"
             report.outcomes["archive_gap"] += len(pages)
+            self.count_by_run(report, pages, "archive_gap")
         return None
+
+    @staticmethod
+    def count_by_run(report: BatchReport, pages: list[ArchivedPage], figure: str) -> None:
+        """The run's figures too (sent with the batch's counters): the run report shows its archive and gap."""
+        for page in pages:
+            if page.run_id:
+                report.extracted.by_run[page.run_id][figure] += 1
 
     def close(self) -> None:
         if self._writer is not None:
