@@ -61,6 +61,8 @@ class ArchivedPage:
     url: str  # the task's URL (what re-extraction looks a page up by); the exchange has the final one
     exchange: Any
     fetched_at: datetime
+    kind: str = "details"  # the task's kind and depth: re-extraction reads the page as its task did
+    depth: int = 0
 
 
 def payload_digest(body: bytes) -> str:
@@ -242,7 +244,8 @@ class ArchiveWriter:
         entries = [IndexEntry(
             source=source.name, run=page.run_id, task_id=page.task_id, url=page.url, final_url=page.exchange.url,
             time=page.fetched_at, file=archived_file, offset=start + offset, length=length, digest=digest,
-            status=page.exchange.status, record=kind, connection_id=settings.connection_id,
+            status=page.exchange.status, record=kind, connection_id=settings.connection_id, kind=page.kind,
+            depth=page.depth,
             payload=(originals[index].payload if kind == "revisit" and index in originals else None),
         ) for index, (page, digest, (kind, offset, length)) in enumerate(zip(pages, digests, placed, strict=True))]
         self.index.add(entries)

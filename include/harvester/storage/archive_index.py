@@ -62,13 +62,15 @@ class IndexEntry:
     record: str  # response or revisit
     connection_id: str | None = None
     payload: PayloadLocation | None = None  # a revisit's original (None: a response is its own payload)
+    kind: str = "details"  # the task's kind (details, listing) and depth
+    depth: int = 0
 
     def document(self) -> dict[str, Any]:
         document = {
             "source": self.source, "run": self.run, "task_id": self.task_id, "url": self.url,
             "final_url": self.final_url, "time": self.time, "file": self.file, "offset": self.offset,
             "length": self.length, "digest": self.digest, "status": self.status, "record": self.record,
-            "connection_id": self.connection_id}
+            "connection_id": self.connection_id, "kind": self.kind, "depth": self.depth}
         if self.payload is not None:
             document["payload"] = {"file": self.payload.file, "offset": self.payload.offset,
                                    "length": self.payload.length, "connection_id": self.payload.connection_id}
@@ -162,6 +164,15 @@ class ArchiveIndex:
         for row in self.collection.find(query, sort=[("time", ASCENDING)]):
             latest[row["url"]] = row  # later rows win
         return list(latest.values())
+
+    @mongo_storage_errors()
+    def latest_of(self, source: str, urls: list[str]) -> dict[str, dict[str, Any]]:
+        """The latest row of each of ``urls`` that the archive holds, whenever archived (links found again)."""
+        latest: dict[str, dict[str, Any]] = {}
+        if urls:
+            for row in self.collection.find({"source": source, "url": {"$in": urls}}, sort=[("time", ASCENDING)]):
+                latest[row["url"]] = row
+        return latest
 
     @mongo_storage_errors()
     def rows(self, source: str, run: str | None = None) -> Iterator[dict[str, Any]]:

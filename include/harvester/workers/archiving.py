@@ -46,7 +46,7 @@ class PageArchive:
         if not source.output.archive.enabled:
             return None
         pages = [ArchivedPage(message.task_id or "", message.run_id or "", message.url, fetch.exchange,
-                              datetime.fromtimestamp(fetch.started_at or 0.0, UTC))
+                              datetime.fromtimestamp(fetch.started_at or 0.0, UTC), message.kind, message.depth)
                  for message, fetch in zip(messages, fetches, strict=True)
                  if fetch.exchange is not None and fetch.outcome != "skipped"]
         if not pages:
