@@ -59,6 +59,7 @@ __all__ = [
     "PageCapture", "PageFetcher", "PageLoad", "PageResult", "Readiness", "Render", "RequestCharger",
     "ResponseClassifier", "RobotsCache", "SitemapDiscovery", "SitemapFetcher", "SlotBrowser", "Verdict",
     "canonicalise_url", "decode_text", "discover_links", "extract_record", "first_line", "flag_value",
-    "kill_process_tree", "load_page", "process_page", "record_url", "render_page", "strip_userinfo", "user_agent_and_headers",
+    "kill_process_tree", "load_page", "process_page", "record_url", "render_page", "strip_userinfo",
+    "user_agent_and_headers",
 ]
 __getattr__, __dir__ = lazy_face(__name__)
