@@ -36,13 +36,21 @@ from harvester.config.loader import (
 )
 from harvester.config.model import MAX_BATCH_SIZE, Archive, Listing, SourceConfig, format_duration, parse_duration
 from harvester.config.quality import QUALITY_PARAMS, Quality
-from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM, RunOptions
+from harvester.config.run_options import (
+    BATCH_SIZE_PARAM,
+    MAX_PACKAGES_PARAM,
+    REEXTRACT_RUN_PARAM,
+    REEXTRACT_SINCE_PARAM,
+    URLS_PARAM,
+    RunOptions,
+)
 from harvester.config.value_rules import RULE_NAMES, ValueRules, rule_bound
 from harvester.errors import SourceConfigError
 
 __all__ = [
     "BATCH_SIZE_PARAM", "ELEMENT_SELECTOR_KINDS", "JSON_PREFIX", "MAX_BATCH_SIZE", "MAX_PACKAGES_PARAM",
-    "QUALITY_PARAMS", "RULE_NAMES", "SOURCE_SUFFIXES", "URLS_PARAM", "XPATH_PREFIX", "Action", "AfterSchedule",
+    "QUALITY_PARAMS", "REEXTRACT_RUN_PARAM", "REEXTRACT_SINCE_PARAM",
+    "RULE_NAMES", "SOURCE_SUFFIXES", "URLS_PARAM", "XPATH_PREFIX", "Action", "AfterSchedule",
     "Archive", "Attribute", "BrowserOptions", "ClickSpec", "DelayWait", "DismissSpec", "Listing", "ListingRecords",
     "NetworkIdleWait", "Problem", "Quality", "RecordItem", "RunOptions", "ScrollSpec", "SelectorWait", "SourceConfig",
     "SourceConfigError", "SourceSet", "StructuredPath", "ValueRules", "WaitSpec", "compile_jmespath",

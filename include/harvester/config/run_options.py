@@ -16,6 +16,9 @@ from harvester.config.quality import Quality
 BATCH_SIZE_PARAM = "batch_size"
 MAX_PACKAGES_PARAM = "max_packages"
 URLS_PARAM = "urls"
+# A trigger that names either runs a re-extraction over the source's archive instead of a harvest (no request).
+REEXTRACT_SINCE_PARAM = "reextract_since"
+REEXTRACT_RUN_PARAM = "reextract_run"
 
 
 class RunOptions(BaseModel):
