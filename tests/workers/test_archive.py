@@ -195,3 +195,26 @@ def test_retention_deletes_old_files_and_their_rows(write_source, crawl, demo_si
     expired = expire_archive(source, index, worker_settings.archive_location, now + timedelta(days=3))
     assert (expired.files, expired.rows) == (1, 1)
     assert warc_files(location) == [] and index.latest(source.name) == []
+
+
+def test_the_index_exports_as_cdxj_and_the_expire_command_keeps_what_is_young(
+        write_source, crawl, demo_site, worker_settings, tmp_path) -> None:
+    location = tmp_path / "archive"
+    source = archive_source(write_source, location)
+    crawl.push(source, *[TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/{number}",
+                                     run_id="r") for number in (1, 2)])
+    run_until_idle(crawl, source)
+    done = subprocess.run([str(VENV_BIN / "harvester"), "archive", "cdxj", source.name, "--run", "r"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines == sorted(lines)
+    key, stamp, fields = lines[0].split(" ", 2)
+    port = demo_site.url.rsplit(":", 1)[1]
+    assert key == f"1,0,0,127:{port})/product/1" and len(stamp) == 14
+    entry = json.loads(fields)
+    assert entry["status"] == "200" and entry["filename"].startswith("file://") and int(entry["length"]) > 0
+    expire = subprocess.run([str(VENV_BIN / "harvester"), "archive", "expire", source.name],
+                            capture_output=True, text=True, timeout=120)
+    assert expire.returncode == 0 and "0 files and 0 index rows" in expire.stdout
+    assert len(warc_files(location)) == 1

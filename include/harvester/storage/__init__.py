@@ -6,7 +6,7 @@ from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
     from harvester.storage.archive import ArchivedPage, ArchiveWriter
-    from harvester.storage.archive_index import ARCHIVE_INDEX_COLLECTION, ArchiveIndex
+    from harvester.storage.archive_index import ARCHIVE_INDEX_COLLECTION, ArchiveIndex, cdxj_line
     from harvester.storage.archive_reader import ArchivedResponse, read_archived
     from harvester.storage.archive_retention import Expired, expire_archive
     from harvester.storage.conditional import conditional_headers, validators_of
@@ -38,6 +38,7 @@ __all__ = [
     "SnapshotStore",
     "URLStore",
     "WriteResult",
+    "cdxj_line",
     "conditional_headers",
     "expire_archive",
     "export_query",

@@ -10,10 +10,12 @@ payload already archived for the source is written as a revisit of the first cop
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from pymongo import ASCENDING, DESCENDING
 from pymongo.collection import Collection
@@ -87,6 +89,30 @@ def payload_of(row: dict[str, Any]) -> PayloadLocation | None:
         return None
     return PayloadLocation(payload["file"], int(payload["offset"]), int(payload["length"]),
                            payload.get("connection_id"))
+
+
+def surt(url: str) -> str:
+    """The Sort-friendly URI Reordering Transform web archives key CDX lines by: the host's labels reversed and
+    comma-joined (``www.`` dropped, lower-cased), ``)``, then path and query (``com,example)/shop?page=2``)."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower().removeprefix("www.")
+    port = f":{parts.port}" if parts.port and parts.port not in (80, 443) else ""
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return ",".join(reversed(host.split("."))) + port + ")" + path.lower()
+
+
+def cdxj_line(row: dict[str, Any]) -> str:
+    """One index row as a CDXJ line (pywb's index format): SURT, 14-digit timestamp, then the JSON fields."""
+    moment = row["time"] if row["time"].tzinfo is not None else row["time"].replace(tzinfo=UTC)
+    location = payload_of(row) if row.get("record") == "revisit" else None
+    fields = {"url": row.get("final_url") or row["url"], "status": str(row.get("status", "")),
+              "digest": str(row.get("digest", "")).removeprefix("sha1:"), "length": str(row["length"]),
+              "offset": str(row["offset"]), "filename": row["file"]}
+    if row.get("record") == "revisit":
+        fields["mime"] = "warc/revisit"
+        if location is not None:
+            fields["refers_to"] = location.file
+    return f"{surt(fields['url'])} {moment.astimezone(UTC).strftime('%Y%m%d%H%M%S')} {json.dumps(fields)}"
 
 
 def _warc_date(moment: datetime) -> str:

@@ -1,5 +1,6 @@
 """The storage component's commands: `harvester records SOURCE` (the latest records of a source),
-`harvester export SOURCE` (a file of its records) and `harvester rekey --source X` (records and seen-URL keys)."""
+`harvester export SOURCE` (a file of its records), `harvester rekey --source X` (records and seen-URL keys) and
+`harvester archive cdxj|expire SOURCE` (the WARC archive's index as CDXJ, its clean-up)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,15 @@ import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    archive = subparsers.add_parser(
+        "archive", help="a source's WARC archive: its index as CDXJ, or the clean-up of what is past keep",
+        description="cdxj: print the archive index of a source (or one run) as CDXJ lines, sorted, for pywb and "
+                    "other replay tools; expire: delete the source's archived files and index rows past "
+                    "output.archive.keep now (the clean-up after each run's report does it too).")
+    archive.add_argument("action", choices=["cdxj", "expire"])
+    archive.add_argument("source", help="the source name")
+    archive.add_argument("--run", dest="run_id", help="cdxj: only the pages of this run")
+    archive.set_defaults(handler=_archive)
     rekey = subparsers.add_parser(
         "rekey", help="move a source's stored URLs and seen-URL keys to the canonical URL form",
         description="Rewrite the url of every output record of a source to its canonical form "
@@ -102,3 +112,28 @@ def _export(args: argparse.Namespace) -> int:
     from harvester.storage.export_command import run_export
 
     return run_export(args)
+
+
+def _archive(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from harvester.config import get_source
+    from harvester.errors import HarvesterError
+    from harvester.settings import get_settings
+    from harvester.storage import ArchiveIndex, cdxj_line, expire_archive
+
+    settings = get_settings()
+    try:
+        source = get_source(args.source)
+        index = ArchiveIndex.from_settings(settings)
+        if args.action == "cdxj":
+            for line in sorted(cdxj_line(row) for row in index.rows(source.name, args.run_id)):
+                print(line)
+            return 0
+        expired = expire_archive(source, index, settings.archive_location, datetime.now(UTC))
+    except (HarvesterError, LookupError) as error:  # no such source, the index or the files unreachable
+        print(f"archive {args.action} {args.source}: {error}", file=sys.stderr)
+        return 2
+    print(f"{source.name}: {expired.files} files and {expired.rows} index rows past keep={source.output.archive.keep} "
+          "deleted")
+    return 0
