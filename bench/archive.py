@@ -10,7 +10,8 @@ crawl's) alternately with the archive on and off (file storage in the bench's di
 - ``archive_bytes_per_page``: the WARC bytes (gzip per record, request and response) per archived page;
 - ``reextract_pages_per_s``: the archived run re-extracted (:class:`harvester.producer.Reextraction`, index,
   WARC reads, extraction; records to the discard sink), pages per second;
-- ``reextract_speedup``: that over the crawl-only pages per second of the same pages (goal >= 5).
+- ``reextract_speedup``: that over the crawl-only pages per second of the same pages (goal >= 5); the CPU per
+  page of both beside them (``cpu_ms_per_page_off``, ``reextract_cpu_ms_per_page``).
 
 Usage: .venv/bin/python bench/archive.py [--pages 600] [--latency-ms 20] [--rounds 3] [--smoke]
 ``--smoke``: 40 pages, one round (checks the bench runs; its figures mean little). The JSON object on the last
@@ -119,14 +120,10 @@ def run_rounds(args: argparse.Namespace, site_url: str, directory: Path) -> dict
         assert archived is not None
         source, run_id = archived
         requests_before = site_stats(site_url, source.name)["total"]
-        started = time.perf_counter()
-        if os.environ.get("BENCH_PROFILE"):
-            import cProfile
-
-            cProfile.runctx("Reextraction.from_settings(settings).run(source, archived_run=run_id)", globals(),
-                            locals(), os.environ["BENCH_PROFILE"])
+        started, cpu_started = time.perf_counter(), time.process_time()
         report = Reextraction.from_settings(settings).run(source, archived_run=run_id)
         reextract_seconds = time.perf_counter() - started
+        reextract_cpu = time.process_time() - cpu_started
         if site_stats(site_url, source.name)["total"] != requests_before:
             sys.exit("the re-extraction reached the site")
     finally:
@@ -144,6 +141,7 @@ def run_rounds(args: argparse.Namespace, site_url: str, directory: Path) -> dict
         "crawl_pages_per_s": round(crawl_pages_per_s, 1),
         "reextract_pages_per_s": round(reextract_pages_per_s, 1),
         "reextract_records": report.get("records_stored", 0),
+        "reextract_cpu_ms_per_page": round(1000 * reextract_cpu / max(1, report.get("pages_read", 0)), 3),
         "reextract_speedup": round(reextract_pages_per_s / crawl_pages_per_s, 2),
     }
 

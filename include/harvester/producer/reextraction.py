@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,10 +24,10 @@ from harvester.settings import HarvesterSettings
 from harvester.storage import (
     ArchivedResponse,
     ArchiveIndex,
+    ArchiveReader,
     DataHandler,
     RunFigures,
     RunStore,
-    read_archived,
     validators_of,
 )
 
@@ -77,14 +76,13 @@ class Reextraction:
     """Runs one re-extraction of one source over its archive."""
 
     def __init__(self, settings: HarvesterSettings, index: ArchiveIndex, data: DataHandler, runs: RunStore,
-                 figures: RunFigures | None = None, read: Callable[[dict[str, Any]], ArchivedResponse | None]
-                 = read_archived) -> None:
+                 figures: RunFigures | None = None) -> None:
         self.settings = settings
         self.index = index
         self.data = data
         self.runs = runs
         self.figures = figures
-        self.read = read
+        self.reader = ArchiveReader()
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings) -> Reextraction:
@@ -118,11 +116,12 @@ class Reextraction:
                 self._write(source, pending, tally)
                 pending = []
         self._write(source, pending, tally)
+        self.reader.close()
         return self._report(source, tally, archived_run, since, now)
 
     def _page(self, source: SourceConfig, row: dict[str, Any], tally: ReextractionTally) -> PageResult | None:
         try:
-            archived = self.read(row)
+            archived = self.reader.read(row)
         except ArchiveUnavailable as error:
             log.warning("%s: the archived page of %s cannot be read: %s", source.name, row["url"], error)
             tally.outcomes["archive_unreadable"] += 1

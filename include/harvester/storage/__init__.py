@@ -7,7 +7,7 @@ from harvester.lazy import lazy_face
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
     from harvester.storage.archive import ArchivedPage, ArchiveWriter
     from harvester.storage.archive_index import ARCHIVE_INDEX_COLLECTION, ArchiveIndex, cdxj_line
-    from harvester.storage.archive_reader import ArchivedResponse, read_archived
+    from harvester.storage.archive_reader import ArchivedResponse, ArchiveReader, read_archived
     from harvester.storage.archive_retention import Expired, expire_archive
     from harvester.storage.conditional import conditional_headers, validators_of
     from harvester.storage.data_handler import DataHandler, WriteResult
@@ -23,6 +23,7 @@ __all__ = [
     "MEDIA_TYPES",
     "RUNS_COLLECTION",
     "ArchiveIndex",
+    "ArchiveReader",
     "ArchiveWriter",
     "ArchivedPage",
     "ArchivedResponse",
