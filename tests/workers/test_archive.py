@@ -218,3 +218,23 @@ def test_the_index_exports_as_cdxj_and_the_expire_command_keeps_what_is_young(
                             capture_output=True, text=True, timeout=120)
     assert expire.returncode == 0 and "0 files and 0 index rows" in expire.stdout
     assert len(warc_files(location)) == 1
+
+
+def test_harvester_try_reads_an_archived_page_from_a_warc_file_without_a_request(
+        write_source, crawl, demo_site, worker_settings, tmp_path) -> None:
+    location = tmp_path / "archive"
+    source = archive_source(write_source, location)
+    url = f"{demo_site.url}/product/7"
+    crawl.push(source, TaskMessage(source=source.name, kind="details", url=url, run_id="r"))
+    run_until_idle(crawl, source)
+    [warc] = warc_files(location)
+    requests_before = demo_site.client_stats(source.name)["total"]
+    done = subprocess.run([str(VENV_BIN / "harvester"), "try", source.name, url, "--warc", str(warc), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["render"] == "warc" and report["record"]["sku"] == "SKU-00007" and report["status"] == 200
+    assert demo_site.client_stats(source.name)["total"] == requests_before
+    missing = subprocess.run([str(VENV_BIN / "harvester"), "try", source.name, f"{demo_site.url}/product/8",
+                              "--warc", str(warc)], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "no response of" in missing.stderr
