@@ -238,3 +238,31 @@ def test_harvester_try_reads_an_archived_page_from_a_warc_file_without_a_request
     missing = subprocess.run([str(VENV_BIN / "harvester"), "try", source.name, f"{demo_site.url}/product/8",
                               "--warc", str(warc)], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "no response of" in missing.stderr
+
+
+def test_a_replayed_run_answers_harvester_try_with_the_archived_page(
+        write_source, crawl, demo_site, worker_settings, tmp_path) -> None:
+    location = tmp_path / "archive"
+    source = archive_source(write_source, location)
+    crawl.push(source, *[TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/{number}",
+                                     run_id="recorded") for number in (4, 9)])
+    run_until_idle(crawl, source)
+    replay = subprocess.Popen([str(VENV_BIN / "harvester"), "replay", source.name, "--run", "recorded"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = replay.stdout.readline()
+        assert "replaying 2 paths" in line, line + (replay.stdout.read() if replay.poll() is not None else "")
+        base = line.strip().rsplit(" ", 1)[1]
+        requests_before = demo_site.client_stats(source.name)["total"]
+        done = subprocess.run([str(VENV_BIN / "harvester"), "try", source.name, f"{base}/product/9", "--json"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        report = json.loads(done.stdout)
+        assert report["record"]["sku"] == "SKU-00009" and report["status"] == 200
+        assert demo_site.client_stats(source.name)["total"] == requests_before  # the recorded site answered
+        unknown = subprocess.run([str(VENV_BIN / "harvester"), "try", source.name, f"{base}/product/5", "--json"],
+                                 capture_output=True, text=True, timeout=120)
+        assert json.loads(unknown.stdout)["status"] == 404
+    finally:
+        replay.terminate()
+        replay.wait(timeout=10)

@@ -8,6 +8,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.storage.archive import ArchivedPage, ArchiveWriter
     from harvester.storage.archive_index import ARCHIVE_INDEX_COLLECTION, ArchiveIndex, cdxj_line
     from harvester.storage.archive_reader import ArchivedResponse, ArchiveReader, read_archived
+    from harvester.storage.archive_replay import ArchiveReplay
     from harvester.storage.archive_retention import Expired, expire_archive
     from harvester.storage.conditional import conditional_headers, validators_of
     from harvester.storage.data_handler import DataHandler, WriteResult
@@ -24,6 +25,7 @@ __all__ = [
     "RUNS_COLLECTION",
     "ArchiveIndex",
     "ArchiveReader",
+    "ArchiveReplay",
     "ArchiveWriter",
     "ArchivedPage",
     "ArchivedResponse",

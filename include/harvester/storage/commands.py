@@ -1,6 +1,7 @@
 """The storage component's commands: `harvester records SOURCE` (the latest records of a source),
 `harvester export SOURCE` (a file of its records), `harvester rekey --source X` (records and seen-URL keys) and
-`harvester archive cdxj|expire SOURCE` (the WARC archive's index as CDXJ, its clean-up)."""
+`harvester archive cdxj|expire SOURCE` (the WARC archive's index as CDXJ, its clean-up) and `harvester replay
+SOURCE` (its archived pages served on loopback)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     archive.add_argument("source", help="the source name")
     archive.add_argument("--run", dest="run_id", help="cdxj: only the pages of this run")
     archive.set_defaults(handler=_archive)
+    replay = subparsers.add_parser(
+        "replay", help="serve a source's archived pages on loopback (a recorded site for try and tests)",
+        description="Answer each request with the archived status, headers and body of the latest page of its "
+                    "path and query (of --run, else of the whole archive); unknown paths answer 404.")
+    replay.add_argument("source", help="the source name")
+    replay.add_argument("--run", dest="run_id", help="only the pages of this run")
+    replay.add_argument("--port", type=int, default=0, help="the loopback port (default: a free one)")
+    replay.set_defaults(handler=_replay)
     rekey = subparsers.add_parser(
         "rekey", help="move a source's stored URLs and seen-URL keys to the canonical URL form",
         description="Rewrite the url of every output record of a source to its canonical form "
@@ -136,4 +145,41 @@ def _archive(args: argparse.Namespace) -> int:
         return 2
     print(f"{source.name}: {expired.files} files and {expired.rows} index rows past keep={source.output.archive.keep} "
           "deleted")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+
+    from aiohttp import web
+
+    from harvester.errors import HarvesterError
+    from harvester.settings import get_settings
+    from harvester.storage import ArchiveIndex, ArchiveReplay
+
+    try:
+        replay = ArchiveReplay(ArchiveIndex.from_settings(get_settings()), args.source, args.run_id)
+    except HarvesterError as error:  # the index unreachable
+        print(f"replay {args.source}: {error}", file=sys.stderr)
+        return 2
+    if not replay.rows:
+        print(f"replay {args.source}: nothing archived{f' by run {args.run_id}' if args.run_id else ''}",
+              file=sys.stderr)
+        return 2
+
+    async def serve() -> None:
+        runner = web.AppRunner(replay.application())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", args.port)  # loopback only: a replay is for tools and tests
+        await site.start()
+        port = runner.addresses[0][1]
+        print(f"replaying {len(replay.rows)} paths of {args.source} at http://127.0.0.1:{port}", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a replay ends
+        asyncio.run(serve())
     return 0
