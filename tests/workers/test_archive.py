@@ -266,3 +266,27 @@ def test_a_replayed_run_answers_harvester_try_with_the_archived_page(
     finally:
         replay.terminate()
         replay.wait(timeout=10)
+
+
+def test_a_304_is_archived_as_a_revisit_that_reads_as_the_original_page(
+        write_source, crawl, demo_site, mongo_server, worker_settings, tmp_path) -> None:
+    location = tmp_path / "archive"
+    source = write_source("conditional", robots="ignore", listing=None,
+                          input={"kind": "details", "seeds": [f"{demo_site.url}/inc/product/1"]},
+                          output={"key": ["url"], "archive": {"enabled": True, "location": f"file://{location}"}})
+    url = f"{demo_site.url}/inc/product/1"
+    for run in ("first", "second"):
+        crawl.push(source, TaskMessage(source=source.name, kind="details", url=url, run_id=run))
+        run_until_idle(crawl, source)
+    assert crawl.store.counters(source.name)["outcome:not_modified"] == 1
+    found = warc_records(location)
+    revisits = [(uri, status) for kind, uri, status, _ in found if kind == "revisit"]
+    assert revisits == [(url, "304")]
+    with warc_files(location)[-1].open("rb") as handle:
+        profiles = [record.rec_headers.get_header("WARC-Profile") for record in ArchiveIterator(handle)
+                    if record.rec_type == "revisit"]
+    assert profiles and profiles[-1].endswith("/revisit/server-not-modified")
+    row = index_of(mongo_server, worker_settings).latest(source.name, run="second")[0]
+    assert (row["record"], row["status"]) == ("revisit", 304)
+    archived = read_archived(row)  # the page as the site confirmed it: the original's body
+    assert archived is not None and archived.status == 200 and b"SKU-00001" in archived.body
