@@ -290,3 +290,13 @@ def test_a_304_is_archived_as_a_revisit_that_reads_as_the_original_page(
     assert (row["record"], row["status"]) == ("revisit", 304)
     archived = read_archived(row)  # the page as the site confirmed it: the original's body
     assert archived is not None and archived.status == 200 and b"SKU-00001" in archived.body
+
+
+def test_inside_airflow_the_location_opens_through_object_storage_path(tmp_path) -> None:
+    from harvester.airflow.connections import AirflowConnectionResolver
+
+    resolver = AirflowConnectionResolver()
+    filesystem, path = resolver.filesystem(f"file://{tmp_path}/warc", "fs_default")
+    assert type(filesystem).__name__ == "LocalFileSystem" and path == f"{tmp_path}/warc"
+    assert resolver.filesystem(f"file://{tmp_path}", None) is None  # no connection: fsspec's own, as on workers
+    assert resolver.filesystem("nosuchscheme://bucket/x", "fs_default") is None  # no provider: not Airflow's
