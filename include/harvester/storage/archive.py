@@ -49,6 +49,8 @@ SECRET_RESPONSE_HEADERS = frozenset({"set-cookie", "set-cookie2"})
 # The payload kept is the decoded one (what the page was read from), so these no longer describe it.
 ENCODING_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length"})
 WARC_SUFFIX = ".warc.gz"
+REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+REVISIT_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 
 
 @dataclass(frozen=True)
@@ -123,12 +125,15 @@ class WarcBatch:
         status_line = f"{exchange.status} {_reason_phrase(exchange.status)}"
         http_headers = StatusAndHeaders(status_line, archived_response_headers(
             exchange.response_headers, len(exchange.body)), protocol=exchange.http_version or "HTTP/1.1")
-        if original is not None:
-            profile = ("http://netpreserve.org/warc/1.1/revisit/server-not-modified" if exchange.status == 304
-                       else "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest")
-            record = self.writer.create_revisit_record(
-                exchange.url, digest, original.uri, original.date, http_headers=http_headers,
-                warc_headers_dict={"WARC-Date": date, "WARC-Profile": profile})
+        if original is not None or exchange.status == 304:
+            # one profile header (warcio's create_revisit_record would add a second); a 304 of a page archived
+            # nowhere is still a revisit, of nothing this archive holds: it names no original
+            headers = {"WARC-Date": date, "WARC-Payload-Digest": digest,
+                       "WARC-Profile": REVISIT_NOT_MODIFIED if exchange.status == 304 else REVISIT_IDENTICAL}
+            if original is not None:
+                headers |= {"WARC-Refers-To-Target-URI": original.uri, "WARC-Refers-To-Date": original.date}
+            record = self.writer.create_warc_record(exchange.url, "revisit", http_headers=http_headers,
+                                                    warc_headers_dict=headers)
             kind = "revisit"
         else:
             record = self.writer.create_warc_record(
@@ -256,6 +261,7 @@ class ArchiveWriter:
         stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")
         host = socket.gethostname().split(".", 1)[0] or "host"
         run = "".join(character if character.isalnum() or character in "-_." else "_" for character in run_id)
+        run = "_" if run.strip(".") == "" else run  # never "." or "..": a run's folder stays under its source
         name = f"{stamp}-{host}-{os.getpid()}-{self._sequence}{WARC_SUFFIX}"
         return f"{root.rstrip('/')}/{source}/{run or 'manual'}/{name}"
 
