@@ -947,6 +947,91 @@ def test_evidence_caps_bound_what_a_run_and_a_source_keep_and_count_the_rest(har
     assert by_bytes.usage({"source": "shop"}, now)[1] <= 3 << 20
 
 
+# -- the archive of fetched pages (storage/archive.py) ---------------------------------------------
+def archive_pages(count: int, run_id: str = "r") -> list:
+    from datetime import UTC, datetime
+
+    from harvester.scraping import Exchange
+    from harvester.storage import ArchivedPage
+
+    return [ArchivedPage(f"t{number}", run_id, f"http://shop.example/{number}", Exchange(
+        "GET", f"http://shop.example/{number}", (("User-Agent", "Harvester"),), 200,
+        (("Content-Type", "text/html"),), f"<p>page {number}</p>".encode()), datetime.now(UTC))
+        for number in range(count)]
+
+
+def archived_source(location: str | None = None) -> SourceConfig:
+    archive: dict[str, object] = {"enabled": True} | ({"location": location} if location else {})
+    return SourceConfig.model_validate({"name": "shop", "input": {"seeds": ["http://shop.example/"]},
+                                        "attributes": {"title": {"css": "h1"}}, "output": {"archive": archive}})
+
+
+@covers_setting("archive_location")
+@pytest.mark.integration
+def test_archive_location_is_where_sources_without_their_own_location_archive(harvester_settings, tmp_path):
+    from harvester.storage import ArchiveWriter
+
+    for folder in ("first", "second"):
+        settings = harvester_settings.model_copy(update={"archive_location": f"file://{tmp_path / folder}"})
+        writer = ArchiveWriter.from_settings(settings)
+        try:
+            assert writer.archive(archived_source(), archive_pages(2)) == 2
+        finally:
+            writer.close()
+        assert len(list((tmp_path / folder / "shop" / "r").glob("*.warc.gz"))) == 1
+    own = ArchiveWriter.from_settings(harvester_settings.model_copy(
+        update={"archive_location": f"file://{tmp_path / 'unused'}"}))
+    try:
+        own.archive(archived_source(f"file://{tmp_path / 'own'}"), archive_pages(1))
+    finally:
+        own.close()
+    assert not (tmp_path / "unused").exists() and list((tmp_path / "own").rglob("*.warc.gz"))
+
+
+@covers_setting("archive_write_timeout_seconds")
+@pytest.mark.integration
+def test_archive_write_timeout_seconds_bounds_how_long_a_hanging_store_holds_a_batch(harvester_settings):
+    import threading
+
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+    from harvester.errors import ArchiveUnavailable
+    from harvester.storage import ArchiveWriter
+
+    release = threading.Event()
+
+    class HangingFileSystem(MemoryFileSystem):  # an object store that stops answering until released
+        protocol = "hanging"
+        store: dict = {}  # fsspec's memory filesystems keep their files in class attributes: this one's own
+        pseudo_dirs: list = [""]
+
+        def _open(self, path, mode="rb", **kwargs):
+            release.wait(30)
+            return super()._open(path, mode, **kwargs)
+
+    fsspec.register_implementation("hanging", HangingFileSystem, clobber=True)
+    settings = harvester_settings.model_copy(update={"archive_location": "hanging://archive",
+                                                     "archive_write_timeout_seconds": 0.5})
+    writer = ArchiveWriter.from_settings(settings)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ArchiveUnavailable, match=r"within 0\.5s"):
+            writer.archive(archived_source(), archive_pages(1))
+        assert 0.4 < time.monotonic() - started < 5
+        started = time.monotonic()
+        with pytest.raises(ArchiveUnavailable, match="not finished"):  # the next batch does not queue behind it
+            writer.archive(archived_source(), archive_pages(1))
+        assert time.monotonic() - started < 0.4
+        release.set()
+        deadline = time.monotonic() + 10
+        while writer._pending is not None and not writer._pending.done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert writer.archive(archived_source(), archive_pages(1)) == 1  # the store answers again
+    finally:
+        release.set()
+        writer.close()
+
+
 # -- the worker's batch heartbeat (workers/batch.py) -------------------------------------------------
 @covers_setting("heartbeat_seconds")
 @pytest.mark.integration

@@ -23,6 +23,7 @@ from typing import Protocol
 
 __all__ = [
     "AddressRefused",
+    "ArchiveUnavailable",
     "BodyRefused",
     "ClusterError",
     "CoercionError",
@@ -176,6 +177,11 @@ class StorageError(HarvesterError):
 
 class ExportUnavailable(StorageError):
     """An export format whose library is not installed (pyarrow for Parquet)."""
+
+
+class ArchiveUnavailable(StorageError):
+    """The WARC archive could not be written (its storage failed, filled or did not answer in time): the batch's
+    records are still stored and the gap counted, unless the source's ``output.archive.required`` retries it."""
 
 
 class StorageUnavailableError(StorageError):

@@ -241,6 +241,13 @@ class HarvesterSettings(BaseSettings):
                                         "it, or past evidence_max_bytes_per_source, new evidence is counted, not kept.")
     evidence_max_bytes_per_source: int = Field(
         default=1024 * 1024 * 1024, ge=1024 * 1024, description="Bytes of evidence kept per source at once.")
+    archive_location: str = Field(
+        default_factory=lambda: "file://" + str(REPOSITORY_ROOT / "var" / "archive"),
+        description="Where sources' WARC archives go unless a source's output.archive.location says (a URL: "
+                    "file:///data/archive, s3://bucket/prefix).")
+    archive_write_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=600, description="How long a batch waits for its archive write; past it the gap "
+                                                "is counted (or the batch retried when the archive is required).")
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 

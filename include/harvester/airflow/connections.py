@@ -66,6 +66,20 @@ class AirflowConnectionResolver(FieldsResolver):
             options["tlsAllowInvalidCertificates"] = True
         return MongoTarget(connection_id, hook.uri, _via(connection_id), options)
 
+    def filesystem(self, location: str, connection_id: str | None) -> tuple[Any, str] | None:
+        """Through Airflow's ``ObjectStoragePath``: the filesystem ``connection_id``'s credentials open (s3://,
+        gs:// with the provider's connection), the same one an Airflow task's object storage uses. None (fsspec's
+        own, as on a worker) without a connection, or for a scheme no installed provider registers."""
+        if connection_id is None:
+            return None
+        from airflow.sdk import ObjectStoragePath
+
+        try:
+            path = ObjectStoragePath(location, conn_id=connection_id)
+            return path.fs, path.path
+        except ValueError:  # "No filesystem registered for scheme ...": not Airflow's to open
+            return None
+
 
 def _via(connection_id: str) -> str:
     return f"Airflow connection {connection_id}"

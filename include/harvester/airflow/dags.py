@@ -21,6 +21,8 @@ from harvester.config import (
     DETAIL_URLS_PARAM,
     MAX_BATCH_SIZE,
     MAX_PACKAGES_PARAM,
+    REEXTRACT_RUN_PARAM,
+    REEXTRACT_SINCE_PARAM,
     SOURCE_SUFFIXES,
     URLS_PARAM,
     SourceConfig,
@@ -104,6 +106,23 @@ def source_params(source: SourceConfig) -> dict[str, Param]:
             **_PARAM_DIALECT,
         ),
         **quality_params(source),
+        **reextraction_params(source),
+    }
+
+
+def reextraction_params(source: SourceConfig) -> dict[str, Param]:
+    """A source with an archive can be re-extracted from the trigger form: its current config over the archived
+    pages of a window, no request to the site."""
+    if not source.output.archive.enabled:
+        return {}
+    return {
+        REEXTRACT_SINCE_PARAM: Param(
+            "", type="string", pattern=r"^(\s*\d+\s*[smhdw]\s*)?$", title="Re-extract since",
+            description="Instead of harvesting, re-extract the pages archived in this last while (7d, 12h) with "
+                        "the current config: no request reaches the site.", **_PARAM_DIALECT),
+        REEXTRACT_RUN_PARAM: Param(
+            "", type="string", title="Re-extract run",
+            description="Instead of harvesting, re-extract the pages archived by this run id.", **_PARAM_DIALECT),
     }
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, BaseSensorOperator
 
 from harvester.airflow.assets import asset_event_extra, output_asset
-from harvester.config import SourceConfig
+from harvester.config import REEXTRACT_RUN_PARAM, REEXTRACT_SINCE_PARAM, SourceConfig
 from harvester.connections import (
     MONGO_DEFAULT,
     REDIS_DEFAULT,
@@ -99,6 +99,20 @@ def plan_run(source: SourceConfig, airflow_run_id: str, params: dict[str, Any] |
     return result.to_dict()
 
 
+def reextract_run(source: SourceConfig, params: dict[str, Any]) -> dict[str, Any]:
+    """The trigger form's re-extraction (``reextract_since`` or ``reextract_run``): the current config over the
+    archive, as a run of its own; no request reaches the site, so the run is over when this returns."""
+    from harvester.config import parse_duration
+    from harvester.producer import Reextraction
+
+    since = parse_duration(params[REEXTRACT_SINCE_PARAM]) if params.get(REEXTRACT_SINCE_PARAM) else None
+    report = Reextraction.from_settings(get_settings()).run(source, params.get(REEXTRACT_RUN_PARAM) or None, since)
+    log.info("re-extraction %s of %s: %s archived pages read, %s records stored (%s changed), 0 requests",
+             report["run_id"], source.name, report.get("pages_read", 0), report.get("records_stored", 0),
+             report.get("records_changed", 0))
+    return {"run_id": report["run_id"], "reextraction": report}
+
+
 def _robots_cache(settings: HarvesterSettings) -> RobotsCache:
     """The workers' robots.txt cache in Redis: planning drops URLs a cached robots.txt disallows."""
     from harvester.connections import REDIS_DEFAULT, redis_client
@@ -155,7 +169,34 @@ def report_run(source: SourceConfig, run_id: str, params: dict[str, Any] | None 
     outcome = report["quality"]
     if outcome["outcome"] != "green":
         log.warning("run %s of %s is %s: %s", run_id, source.name, outcome["outcome"], outcome["reason"])
+    if source.output.archive.enabled:
+        expire_source_archive(source)
     return report
+
+
+def expire_source_archive(source: SourceConfig) -> None:
+    """The archive's clean-up, after each run's report (daily for a daily source): files and index rows past
+    ``output.archive.keep``, by Redis's clock. One that fails is logged and tried again after the next run."""
+    from datetime import UTC, datetime
+
+    from harvester.errors import StorageError, redis_storage_errors
+    from harvester.storage import ArchiveIndex, expire_archive
+
+    settings = get_settings()
+    try:
+        with _connections(source) as connections:
+            with redis_storage_errors():
+                seconds, microseconds = connections.redis.time()
+            now = datetime.fromtimestamp(seconds + microseconds / 1e6, UTC)
+            expired = expire_archive(source, ArchiveIndex(connections.database(connections.main,
+                                                                               settings.mongo_database)),
+                                     settings.archive_location, now)
+    except StorageError as error:  # the archive's own failure, or MongoDB's: never the run's outcome
+        log.warning("the archive clean-up of %s failed (tried again after the next run): %s", source.name, error)
+        return
+    if expired.files or expired.rows:
+        log.info("archive of %s: %d files and %d index rows past keep=%s deleted", source.name, expired.files,
+                 expired.rows, source.output.archive.keep)
 
 
 class HarvestSensor(BaseSensorOperator):
@@ -176,6 +217,8 @@ class HarvestSensor(BaseSensorOperator):
         return str(plan["run_id"])
 
     def poke(self, context: Any) -> bool:
+        if context["ti"].xcom_pull(task_ids=self.plan_task_id).get("reextraction") is not None:
+            return True  # a re-extraction is done when planned: no task went to the workers
         run_id = self._run_id(context)
         with _connections(self.source) as connections:
             progress = _settlement(self.source, connections).settle_and_measure(
@@ -229,7 +272,10 @@ class PlanOperator(BaseOperator):
         self.source = source
 
     def execute(self, context: Any) -> dict[str, Any]:
-        return plan_run(self.source, context["run_id"], context.get("params"))
+        params = context.get("params") or {}
+        if params.get(REEXTRACT_SINCE_PARAM) or params.get(REEXTRACT_RUN_PARAM):
+            return reextract_run(self.source, params)
+        return plan_run(self.source, context["run_id"], params)
 
 
 class _AfterPlanOperator(BaseOperator):
@@ -243,6 +289,10 @@ class _AfterPlanOperator(BaseOperator):
     def planned_run_id(self, context: Any) -> str:
         return str(context["ti"].xcom_pull(task_ids=self.plan_task_id)["run_id"])
 
+    def reextraction(self, context: Any) -> dict[str, Any] | None:
+        """The re-extraction's report when the ``plan`` task ran one instead of planning a harvest."""
+        return context["ti"].xcom_pull(task_ids=self.plan_task_id).get("reextraction")
+
 
 class ProduceOperator(_AfterPlanOperator):
     """Claim waiting packages and push their tasks into the distributor intake."""
@@ -250,6 +300,8 @@ class ProduceOperator(_AfterPlanOperator):
     ui_color = "#fdf3e8"
 
     def execute(self, context: Any) -> dict[str, Any]:
+        if self.reextraction(context) is not None:  # nothing to fetch: the pages came from the archive
+            return {"run_id": self.planned_run_id(context), "tasks_pushed": 0}
         return produce_run(self.source, self.planned_run_id(context))
 
 
@@ -260,7 +312,8 @@ class ReportOperator(_AfterPlanOperator):
     ui_color = "#e9fde8"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        report = report_run(self.source, self.planned_run_id(context), context.get("params"))
+        report = self.reextraction(context) or report_run(self.source, self.planned_run_id(context),
+                                                          context.get("params"))
         quality = report["quality"]
         if quality["outcome"] == "failed":  # the harvest is over: a retry would report the same data again
             from airflow.sdk.exceptions import AirflowFailException

@@ -209,11 +209,66 @@ class SessionIdNames(StrictModel):
         return SessionIds(frozenset(self.drop), frozenset(self.keep))
 
 
+ARCHIVE_LOCATION_SCHEMES = ("file", "s3", "gs", "gcs", "az", "abfs", "memory")
+
+
+class Archive(StrictModel):
+    """``output.archive``: every response a task fetched, kept as WARC/1.1 records (request, response, revisit)
+    with an index in MongoDB, so a fixed config can be re-run over what the site said, without asking it again."""
+
+    enabled: bool = Field(default=False, description="Write every fetched response of the source to the archive.")
+    location: str | None = Field(
+        default=None, description="Where the WARC files go, as a URL (file:///data/archive, s3://bucket/warc); "
+                                  "default: the HARVESTER_ARCHIVE_LOCATION setting.")
+    connection_id: str | None = Field(
+        default=None, description="An Airflow connection holding the object store's credentials (s3://, gs://).")
+    keep: Duration = Field(default=timedelta(days=30), description="How long archived files and their index "
+                                                                   "rows are kept (the daily clean-up).")
+    required: bool = Field(default=False, description="true: a batch whose responses cannot be archived is "
+                                                      "retried; false: its records are stored and the gap counted.")
+    max_file_mb: int = Field(default=100, ge=1, le=10_000, description="A WARC file is rotated past this size.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        """``archive: true`` is ``archive: {enabled: true}``."""
+        return {"enabled": value} if isinstance(value, bool) else value
+
+    @field_validator("keep", mode="before")
+    @classmethod
+    def _keep(cls, value: Any) -> timedelta:
+        try:
+            duration = parse_duration(value)
+        except ValueError as error:
+            raise ValueError(f"output.archive.keep: {error}") from None
+        if duration < timedelta(hours=1):
+            raise ValueError("output.archive.keep: keep the archive at least 1h (re-extraction reads it)")
+        return duration
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in ARCHIVE_LOCATION_SCHEMES:
+            raise ValueError(f"output.archive.location: expected a URL of {', '.join(ARCHIVE_LOCATION_SCHEMES)} "
+                             f"(file:///data/archive, s3://bucket/prefix), got {value!r}")
+        return value.rstrip("/")
+
+    @field_serializer("keep", when_used="json")
+    def _keep_text(self, value: timedelta) -> str:
+        """As YAML writes it, so the registered copy validates back to the same config."""
+        return format_duration(value)
+
+
 class Output(HistoryOutput):
     database: str | None = Field(default=None, description="Defaults to the harvester database.")
     collection: str | None = Field(default=None, pattern=r"^[^$\x00]+$", description="Defaults to the source name.")
     key: list[str] = Field(default_factory=lambda: ["url"], min_length=1, description="Fields of the upsert key.")
     connection_id: str = "mongo_default"
+    archive: Archive = Field(default_factory=Archive, description="Keep every fetched response as WARC records "
+                                                                  "(true, or a mapping of the fields below).")
 
 
 class SourceConfig(StrictModel):

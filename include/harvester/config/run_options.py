@@ -17,6 +17,9 @@ BATCH_SIZE_PARAM = "batch_size"
 MAX_PACKAGES_PARAM = "max_packages"
 URLS_PARAM = "urls"
 DETAIL_URLS_PARAM = "detail_urls"
+# A trigger that names either runs a re-extraction over the source's archive instead of a harvest (no request).
+REEXTRACT_SINCE_PARAM = "reextract_since"
+REEXTRACT_RUN_PARAM = "reextract_run"
 
 
 class RunOptions(BaseModel):

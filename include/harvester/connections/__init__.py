@@ -51,6 +51,7 @@ from harvester.connections.resolution import (
     aresolve_redis,
     register_resolver,
     registered_resolvers,
+    resolve_filesystem,
     resolve_http,
     resolve_mongo,
     resolve_redis,
@@ -83,6 +84,6 @@ __all__ = [
     "http_connection_origin", "http_credentials_from_fields", "mongo_client", "mongo_client_for",
     "mongo_client_options", "mongo_target_from_fields", "open_mongo_client", "open_redis_client",
     "open_sentinel_client", "parse_sentinels", "redact", "redis_client", "redis_client_for", "redis_client_options",
-    "redis_target_from_fields", "register_resolver", "registered_resolvers", "resolve_http", "resolve_mongo",
-    "resolve_redis", "sentinel_fields", "unregister_resolver",
+    "redis_target_from_fields", "register_resolver", "registered_resolvers", "resolve_filesystem", "resolve_http",
+    "resolve_mongo", "resolve_redis", "sentinel_fields", "unregister_resolver",
 ]

@@ -156,6 +156,20 @@ def resolve_http(connection_id: str) -> HttpCredentials:
                              f"{connection_id.upper()} or an Airflow connection)")
 
 
+def resolve_filesystem(location: str, connection_id: str | None = None) -> tuple[Any, str]:
+    """The fsspec filesystem of a storage URL (``file:///data/archive``, ``s3://bucket/prefix``) and the path
+    in it: a registered resolver's (inside Airflow, ``ObjectStoragePath`` with ``connection_id``'s credentials),
+    else fsspec's own, whose object-store libraries read their credentials from the environment. Core code
+    writes through this and never imports Airflow."""
+    for resolver in _resolvers:
+        method = getattr(resolver, "filesystem", None)
+        if method is not None and (found := method(location, connection_id)) is not None:
+            return found
+    from fsspec.core import url_to_fs  # imported here: most processes never touch files
+
+    return url_to_fs(location)
+
+
 async def _aresolve(kind: str, connection_id: str) -> Any:
     """The first registered resolver's target for ``connection_id``: its ``a<kind>`` method awaited where it
     has one (an Airflow resolver in the triggerer), else its ``<kind>`` method; None when none knows the id."""

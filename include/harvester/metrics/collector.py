@@ -136,7 +136,7 @@ SOURCE_GAUGES: dict[str, tuple[str, Callable[[SourceSnapshot], float]]] = {
     "source_paused": ("1 while the whole source waits for a Retry-After.", lambda s: 1 if s.paused else 0),
     "paused_hosts": ("Hosts of the source waiting for a Retry-After.", lambda s: len(s.paused_hosts)),
 }
-# Per-source counters of browser pages: metric -> help and the outcome counter it reads.
+# Per-source counters read from the source's outcome counters: metric -> help and the outcome counter it reads.
 BROWSER_COUNTERS = {
     "harvester_browser_blocked_bytes": ("Bytes browser pages did not download thanks to resource blocking.",
                                         "browser_blocked_bytes"),
@@ -144,6 +144,10 @@ BROWSER_COUNTERS = {
     "harvester_browser_restarts": ("Browsers re-launched after failed loads.", "browser_relaunches"),
     # conditional requests: what a 304 spared the site and us
     "harvester_bytes_saved": ("Body bytes 304 answers did not send (their records' last body size).", "bytes_saved"),
+    # the WARC archive of fetched pages (output.archive)
+    "harvester_archived_pages": ("Fetched pages written to the source's WARC archive.", "archived"),
+    "harvester_archive_gap_pages": ("Fetched pages the archive could not keep (its storage failed, filled or "
+                                    "hung): their records were stored without an archived response.", "archive_gap"),
 }
 
 

@@ -93,6 +93,13 @@ def links_cut(figures: dict[str, int]) -> dict[str, int]:
             if name.startswith(("links_ignored:", "links_over_")) and amount}
 
 
+def archive_figures(figures: dict[str, int]) -> dict[str, Any]:
+    """A run with ``output.archive``: the pages it archived and those the archive missed (its gap)."""
+    if not figures.get("archived") and not figures.get("archive_gap"):
+        return {}
+    return {"archive": {"archived": int(figures.get("archived", 0)), "gap": int(figures.get("archive_gap", 0))}}
+
+
 class RunMonitor:
     """Measures a run and computes its report; reads only (settling is :class:`RunSettlement`'s)."""
 
@@ -194,6 +201,7 @@ class RunMonitor:
         report.update(quality_figures(report, figures))
         report["links_cut"] = links_cut(figures)
         report["pages_blocked"] = int(figures.get("pages_blocked", 0))  # block pages met, each attempt counted
+        report.update(archive_figures(figures))
         if attributes:
             from harvester.producer.health import extraction_report
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         SKIPPED_REASON,
         TOO_MANY_HOSTS,
         AddressGuard,
+        Exchange,
         FetchedBatch,
         Fetcher,
         FetchPermit,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         ResponseClassifier,
         RobotsCache,
         Verdict,
+        decode_text,
         strip_userinfo,
     )
     from harvester.scraping.page import PageResult, process_page, record_url
@@ -52,11 +54,12 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 
 __all__ = [
     "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "OWNER_FLAG", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON",
-    "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "Extraction", "FetchPermit",
+    "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "Exchange", "Extraction", "FetchPermit",
     "FetchResult", "FetchedBatch", "Fetcher", "GuardProxy", "HostLimits", "HostRateTimeout", "LoadListener",
     "PageCapture", "PageFetcher", "PageLoad", "PageResult", "Readiness", "Render", "RequestCharger",
     "ResponseClassifier", "RobotsCache", "SitemapDiscovery", "SitemapFetcher", "SlotBrowser", "Verdict",
-    "canonicalise_url", "discover_links", "extract_record", "first_line", "flag_value", "kill_process_tree",
-    "load_page", "process_page", "record_url", "render_page", "strip_userinfo", "user_agent_and_headers",
+    "canonicalise_url", "decode_text", "discover_links", "extract_record", "first_line", "flag_value",
+    "kill_process_tree", "load_page", "process_page", "record_url", "render_page", "strip_userinfo",
+    "user_agent_and_headers",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -29,6 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--url", dest="base_url", metavar="URL",
                         help="with --html: the page's address (relative links resolve against it; default: the "
                              "URL argument or the first seed)")
+    parser.add_argument("--warc", metavar="FILE", type=Path,
+                        help="read the URL's archived response from this WARC file instead of fetching (a file of "
+                             "the source's output.archive; default URL: the file's first response)")
     parser.set_defaults(handler=_try)
 
 
@@ -79,24 +82,45 @@ def saved_page(path: Path, url: str, cap: int) -> Any:
                        truncated=truncated, reason=f"body cut at {cap} decoded bytes" if truncated else "")
 
 
+def warc_page(path: Path, url: str | None) -> Any:
+    """The response record of ``url`` in a WARC file (its first response when ``url`` is None), as if fetched;
+    None when the file holds no response of that URL. Read with warcio, the archive's own library."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    from harvester.scraping.fetching import FetchResult, decode_text
+
+    with path.open("rb") as handle:
+        for record in ArchiveIterator(handle):
+            target = record.rec_headers.get_header("WARC-Target-URI")
+            if record.rec_type != "response" or record.http_headers is None or (url is not None and target != url):
+                continue
+            body = record.content_stream().read()
+            content_type = record.http_headers.get_header("Content-Type") or ""
+            return FetchResult(target, "ok", final_url=target, status=int(record.http_headers.get_statuscode()),
+                               text=decode_text(body, content_type), content_type=content_type, size=len(body))
+    return None
+
+
 def _traces(extraction: Any) -> dict[str, Any]:
     return {name: {"selector": trace.selector, "matched": trace.matched, "samples": trace.samples,
                    "value": _plain(trace.value), "problem": trace.problem}
             for name, trace in (extraction.traces or {}).items()}
 
 
-async def try_page(source: Any, url: str, kind: str, depth: int, html: Path | None = None) -> dict[str, Any]:
-    """Fetch (HTTP or Chromium) and process one page, or read it from ``html``; the report `harvester try`
-    prints."""
+async def try_page(source: Any, url: str, kind: str, depth: int, html: Path | None = None,
+                   fetched: Any = None) -> dict[str, Any]:
+    """Fetch (HTTP or Chromium) and process one page, or read it from ``html`` (or take it ``fetched`` from an
+    archive); the report `harvester try` prints."""
     from harvester.scraping.page import process_page
     from harvester.settings import get_settings
 
     settings = get_settings()
-    fetch = (saved_page(html, url, settings.body_size_cap_bytes) if html is not None
-             else await fetch_for_try(source, url, settings, kind))
+    fetch = fetched or (saved_page(html, url, settings.body_size_cap_bytes) if html is not None
+                        else await fetch_for_try(source, url, settings, kind))
     page = process_page(source, kind, url, depth, fetch, trace=True)
+    render = "warc" if fetched is not None else "file" if html else source.render
     report: dict[str, Any] = {
-        "source": source.name, "url": page.url, "kind": kind, "render": "file" if html else source.render,
+        "source": source.name, "url": page.url, "kind": kind, "render": render,
         "outcome": fetch.counter, "status": fetch.status, "http_version": fetch.http_version or None,
         "final_url": fetch.final_url,
         "elapsed_s": round(fetch.elapsed, 3), "bytes": fetch.size, "truncated": fetch.truncated,
@@ -192,11 +216,18 @@ def _try(args: argparse.Namespace) -> int:
         if not args.html.is_file():
             print(f"harvester try: no such file: {args.html}", file=sys.stderr)
             return 2
+    fetched = None
+    if args.warc is not None:
+        fetched = warc_page(args.warc, args.url) if args.warc.is_file() else None
+        if fetched is None:
+            print(f"harvester try: no response of {args.url or 'any URL'} in {args.warc}", file=sys.stderr)
+            return 2
+        url = fetched.url
     if url is None:
         print("harvester try: give a URL (the source has no seed URLs)", file=sys.stderr)
         return 2
     kind = args.kind or (source.input.kind if args.url is None or url in source.input.seeds else "details")
-    report = asyncio.run(try_page(source, url, kind, args.depth, args.html))
+    report = asyncio.run(try_page(source, url, kind, args.depth, args.html, fetched))
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:

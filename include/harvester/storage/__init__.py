@@ -5,6 +5,11 @@ from typing import TYPE_CHECKING
 from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
+    from harvester.storage.archive import ArchivedPage, ArchiveWriter
+    from harvester.storage.archive_index import ARCHIVE_INDEX_COLLECTION, ArchiveIndex, cdxj_line
+    from harvester.storage.archive_reader import ArchivedResponse, ArchiveReader, read_archived
+    from harvester.storage.archive_replay import ArchiveReplay
+    from harvester.storage.archive_retention import Expired, expire_archive
     from harvester.storage.conditional import conditional_headers, validators_of
     from harvester.storage.data_handler import DataHandler, WriteResult
     from harvester.storage.exports import MEDIA_TYPES, export_query, export_records
@@ -16,9 +21,38 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.storage.url_store import RunFrontier, URLStore, url_digest
 
 __all__ = [
-    "MEDIA_TYPES", "REQUESTED_URLS", "RUNS_COLLECTION", "DataHandler", "GoneMarks", "PackageStatus", "PackageStore",
-    "PageEvidence", "PageSnapshot", "RunFigures", "RunFrontier", "RunStore", "SnapshotStore", "URLStore",
-    "WriteResult", "conditional_headers", "export_query", "export_records", "gone_filter", "planned_task_id",
-    "url_digest", "validators_of",
+    "ARCHIVE_INDEX_COLLECTION",
+    "MEDIA_TYPES",
+    "REQUESTED_URLS",
+    "RUNS_COLLECTION",
+    "ArchiveIndex",
+    "ArchiveReader",
+    "ArchiveReplay",
+    "ArchiveWriter",
+    "ArchivedPage",
+    "ArchivedResponse",
+    "DataHandler",
+    "Expired",
+    "GoneMarks",
+    "PackageStatus",
+    "PackageStore",
+    "PageEvidence",
+    "PageSnapshot",
+    "RunFigures",
+    "RunFrontier",
+    "RunStore",
+    "SnapshotStore",
+    "URLStore",
+    "WriteResult",
+    "cdxj_line",
+    "conditional_headers",
+    "expire_archive",
+    "export_query",
+    "export_records",
+    "gone_filter",
+    "planned_task_id",
+    "read_archived",
+    "url_digest",
+    "validators_of",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -1,5 +1,7 @@
 """The storage component's commands: `harvester records SOURCE` (the latest records of a source),
-`harvester export SOURCE` (a file of its records) and `harvester rekey --source X` (records and seen-URL keys)."""
+`harvester export SOURCE` (a file of its records), `harvester rekey --source X` (records and seen-URL keys) and
+`harvester archive cdxj|expire SOURCE` (the WARC archive's index as CDXJ, its clean-up) and `harvester replay
+SOURCE` (its archived pages served on loopback)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,23 @@ import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    archive = subparsers.add_parser(
+        "archive", help="a source's WARC archive: its index as CDXJ, or the clean-up of what is past keep",
+        description="cdxj: print the archive index of a source (or one run) as CDXJ lines, sorted, for pywb and "
+                    "other replay tools; expire: delete the source's archived files and index rows past "
+                    "output.archive.keep now (the clean-up after each run's report does it too).")
+    archive.add_argument("action", choices=["cdxj", "expire"])
+    archive.add_argument("source", help="the source name")
+    archive.add_argument("--run", dest="run_id", help="cdxj: only the pages of this run")
+    archive.set_defaults(handler=_archive)
+    replay = subparsers.add_parser(
+        "replay", help="serve a source's archived pages on loopback (a recorded site for try and tests)",
+        description="Answer each request with the archived status, headers and body of the latest page of its "
+                    "path and query (of --run, else of the whole archive); unknown paths answer 404.")
+    replay.add_argument("source", help="the source name")
+    replay.add_argument("--run", dest="run_id", help="only the pages of this run")
+    replay.add_argument("--port", type=int, default=0, help="the loopback port (default: a free one)")
+    replay.set_defaults(handler=_replay)
     rekey = subparsers.add_parser(
         "rekey", help="move a source's stored URLs and seen-URL keys to the canonical URL form",
         description="Rewrite the url of every output record of a source to its canonical form "
@@ -111,3 +130,65 @@ def _export(args: argparse.Namespace) -> int:
     from harvester.storage.export_command import run_export
 
     return run_export(args)
+
+
+def _archive(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from harvester.config import get_source
+    from harvester.errors import HarvesterError
+    from harvester.settings import get_settings
+    from harvester.storage import ArchiveIndex, cdxj_line, expire_archive
+
+    settings = get_settings()
+    try:
+        source = get_source(args.source)
+        index = ArchiveIndex.from_settings(settings)
+        if args.action == "cdxj":
+            for line in sorted(cdxj_line(row) for row in index.rows(source.name, args.run_id)):
+                print(line)
+            return 0
+        expired = expire_archive(source, index, settings.archive_location, datetime.now(UTC))
+    except (HarvesterError, LookupError) as error:  # no such source, the index or the files unreachable
+        print(f"archive {args.action} {args.source}: {error}", file=sys.stderr)
+        return 2
+    print(f"{source.name}: {expired.files} files and {expired.rows} index rows past keep={source.output.archive.keep} "
+          "deleted")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+
+    from aiohttp import web
+
+    from harvester.errors import HarvesterError
+    from harvester.settings import get_settings
+    from harvester.storage import ArchiveIndex, ArchiveReplay
+
+    try:
+        replay = ArchiveReplay(ArchiveIndex.from_settings(get_settings()), args.source, args.run_id)
+    except HarvesterError as error:  # the index unreachable
+        print(f"replay {args.source}: {error}", file=sys.stderr)
+        return 2
+    if not replay.rows:
+        print(f"replay {args.source}: nothing archived{f' by run {args.run_id}' if args.run_id else ''}",
+              file=sys.stderr)
+        return 2
+
+    async def serve() -> None:
+        runner = web.AppRunner(replay.application())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", args.port)  # loopback only: a replay is for tools and tests
+        await site.start()
+        port = runner.addresses[0][1]
+        print(f"replaying {len(replay.rows)} paths of {args.source} at http://127.0.0.1:{port}", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a replay ends
+        asyncio.run(serve())
+    return 0

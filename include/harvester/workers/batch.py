@@ -42,6 +42,7 @@ from harvester.metrics import record_fetches
 from harvester.scraping import AddressGuard, Fetcher, FetchResult, PageFetcher, PageResult, RobotsCache, process_page
 from harvester.settings import HarvesterSettings, get_settings
 from harvester.storage import DataHandler, PageEvidence, RunFigures
+from harvester.workers.archiving import PageArchive
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
@@ -90,6 +91,7 @@ class BatchRunner:
             guard=self.guard)
         self._browser: PageFetcher | None = None
         self._evidence: SnapshotStore | None = None  # rejected HTTP pages' bodies (opened on the first one)
+        self.archive = PageArchive(self.settings)  # sources with output.archive: every fetched response, as WARC
         # incremental harvests: conditional requests, sitemaps
         self.incremental = IncrementalFetching.from_settings(self.settings, self.clients.data, self.fetcher)
         self.sitemaps = SitemapFollower.from_settings(self.settings, self.clients, self.follower, self.failures)
@@ -137,6 +139,7 @@ class BatchRunner:
         return fetching + 2 * self.settings.lease_seconds
 
     def close(self) -> None:
+        self.archive.close()
         for fetcher in (self._browser, self.fetcher):
             if fetcher is not None:
                 with contextlib.suppress(Exception):  # a fetcher that fails to close must not keep the rest open
@@ -198,6 +201,9 @@ class BatchRunner:
             report.outcomes.update(fetched.outcomes)
             if permit.waited_seconds >= 0.001:
                 report.outcomes["rate_wait_ms"] += int(permit.waited_seconds * 1000)
+            if not self.archived(source, messages, fetched.results, report):
+                self.count(name, report, messages, fetched.results)
+                return report
             self.settle(source, messages, self.process(source, messages, fetched.results), report)
         self.count(name, report, messages, fetched.results)
         return report
@@ -210,9 +216,23 @@ class BatchRunner:
         report.outcomes.update(outcomes or {})
         with LeaseHeartbeat(self.store, source.name, leases_of(messages), self.settings.heartbeat_seconds,
                             self.batch_deadline(source)):
-            self.settle(source, messages, self.process(source, messages, fetches), report)
+            if self.archived(source, messages, fetches, report):
+                self.settle(source, messages, self.process(source, messages, fetches), report)
         self.count(source.name, report, messages, fetches)
         return report
+
+    def archived(self, source: SourceConfig, messages: list[TaskMessage], fetches: list[FetchResult],
+                 report: BatchReport) -> bool:
+        """Archive the batch's responses (``output.archive``) before anything is stored; False when the archive
+        is required and failed: then every task of the batch was handed back for a later attempt."""
+        reason = self.archive.keep(source, messages, fetches, report)
+        if reason is None:
+            return True
+        with self.failures.deferred():
+            for message, fetch in zip(messages, fetches, strict=True):
+                if fetch.outcome != "skipped":  # a task whose lease was lost is not ours to hand back
+                    self.failures.retry(message, reason, None, report)
+        return False
 
     def process(self, source: SourceConfig, messages: list[TaskMessage],
                 fetches: list[FetchResult]) -> list[PageResult]:

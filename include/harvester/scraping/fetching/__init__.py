@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.scraping.fetching.fetcher import Fetcher, KeptCredentials, credential_headers, decode_text
     from harvester.scraping.fetching.page_fetcher import (
         SKIPPED_REASON,
+        Exchange,
         FetchedBatch,
         FetchPermit,
         FetchResult,
@@ -35,9 +36,32 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 
 __all__ = [
     "DEFAULT_CLASSIFIER", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON", "TOO_MANY_HOSTS",
-    "AddressGuard", "DecodedText", "FetchPermit", "FetchResult", "FetchedBatch", "Fetcher", "HostLimits",
-    "IPAddress", "KeptCredentials", "Origin", "PageFetcher", "ResponseClassifier", "RobotsCache", "StreamDecoder",
-    "Verdict", "WireCap", "ZlibDecoder", "credential_headers", "credential_origins", "decode_document",
-    "decode_text", "decoder_for", "name_refusal", "origin_of_url", "same_site", "strip_userinfo"
+    "AddressGuard",
+    "DecodedText",
+    "Exchange",
+    "FetchPermit",
+    "FetchResult",
+    "FetchedBatch",
+    "Fetcher",
+    "HostLimits",
+    "IPAddress",
+    "KeptCredentials",
+    "Origin",
+    "PageFetcher",
+    "ResponseClassifier",
+    "RobotsCache",
+    "StreamDecoder",
+    "Verdict",
+    "WireCap",
+    "ZlibDecoder",
+    "credential_headers",
+    "credential_origins",
+    "decode_document",
+    "decode_text",
+    "decoder_for",
+    "name_refusal",
+    "origin_of_url",
+    "same_site",
+    "strip_userinfo",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -43,6 +43,7 @@ from harvester.scraping.fetching.charsets import decode_document
 from harvester.scraping.fetching.cookies import SourceCookieJars, set_cookie_values
 from harvester.scraping.fetching.page_fetcher import (
     SKIPPED_REASON,
+    Exchange,
     FetchedBatch,
     FetchPermit,
     FetchResult,
@@ -309,7 +310,8 @@ class Fetcher:
         return await self.robots.rules(url, fetch_robots)
 
     async def _send(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
-                    conditions: Mapping[str, str] | None = None) -> TransportResponse:
+                    conditions: Mapping[str, str] | None = None,
+                    sent: dict[str, str] | None = None) -> TransportResponse:
         """GET ``url`` and follow redirects by hand: every hop's URL and the peer it connected to are
         checked, credentials go only to the origins they are bound to (:func:`hop_headers`), cookies come
         from and go to the source's own jar, and userinfo is dropped."""
@@ -320,7 +322,11 @@ class Fetcher:
             await self.guard.check(current, remember=True)  # the peer is checked below
             if hop > 0 and ready is not None and not await ready():  # each hop is a request start too
                 raise TaskNoLongerHeld(f"no longer held before the redirect to {current}")
-            response = await self.transport.get(current, self.hop_headers(source, headers, credentials, current))
+            hop_headers = self.hop_headers(source, headers, credentials, current)
+            if sent is not None:  # the archive keeps the request the page came from: the last hop's
+                sent.clear()
+                sent.update(hop_headers)
+            response = await self.transport.get(current, hop_headers)
             self.cookies.store(source.name, current, set_cookie_values(response.headers))
             location = response.headers.get("location")
             if response.status not in REDIRECT_STATUSES or not location:
@@ -342,6 +348,17 @@ class Fetcher:
         if cookie:
             hop["Cookie"] = f"{hop['Cookie']}; {cookie}" if hop.get("Cookie") else cookie
         return hop
+
+    def exchange(self, source: SourceConfig, response: TransportResponse, sent: Mapping[str, str],
+                 body: bytes) -> Exchange:
+        """The request and response of a page as they went, for the archive (:class:`Exchange`). The names of
+        the headers the source's credentials add go with it, so the archive can redact them by name."""
+        credentials = self.credentials(source)
+        secret = {name.lower() for name in credential_headers(credentials)} if credentials is not None else set()
+        items = getattr(response.headers, "multi_items", response.headers.items)  # httpx keeps repeats apart so
+        return Exchange("GET", response.url, tuple(sent.items()), response.status,  # (aiohttp's items() does)
+                        tuple((str(name), str(value)) for name, value in items()), body,
+                        response.http_version or "HTTP/1.1", frozenset(secret))
 
     def _credential_origins(self, source: SourceConfig, credentials: HttpCredentials) -> frozenset[Origin]:
         """:func:`credential_origins`, kept while the same credentials serve the source (seeds may be many)."""
@@ -380,7 +397,8 @@ class Fetcher:
     async def _fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
                      conditions: Mapping[str, str] | None = None) -> FetchResult:
         cap = self.settings.body_size_cap_bytes
-        response = await self._send(url, source, ready, conditions)
+        sent: dict[str, str] | None = {} if source.output.archive.enabled else None
+        response = await self._send(url, source, ready, conditions, sent)
         try:
             status = response.status
             content_type = response.headers.get("content-type", "")
@@ -392,10 +410,14 @@ class Fetcher:
             if classified.outcome != "ok":
                 result.outcome, result.reason = classified.outcome, classified.reason
                 result.retry_after = classified.retry_after
+                if sent is not None and status == 304:  # archived as a revisit of what the site still has
+                    result.exchange = self.exchange(source, response, sent, b"")
                 return result
             body = await self.read_capped(response, cap)
         finally:
             await response.aclose()
+        if sent is not None:
+            result.exchange = self.exchange(source, response, sent, body.content)
         result.size = len(body.content)
         result.truncated = body.truncated
         result.text = decode_text(body.content, content_type)

@@ -41,6 +41,24 @@ class HostLimits:
         return bool(self.per_minute or self.min_interval_seconds or self.max_in_flight)
 
 
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """The request a page cost and the response it got, as sent and received, for a source whose responses
+    are archived (``output.archive``): the worker writes them as WARC records. Only the last request of a
+    redirect chain is kept (the one the page's text came from); the body is the decoded payload (what the page
+    was read from), so its ``Content-Encoding`` no longer applies. Credentials are in ``request_headers`` as
+    sent: the archive redacts them, never the fetcher, which knows nothing of storage."""
+
+    method: str
+    url: str
+    request_headers: tuple[tuple[str, str], ...]
+    status: int
+    response_headers: tuple[tuple[str, str], ...]
+    body: bytes = b""
+    http_version: str = "HTTP/1.1"
+    credential_header_names: frozenset[str] = frozenset()  # lower-cased: headers a connection's credentials added
+
+
 @dataclass(slots=True)
 class FetchResult:
     """What one request produced; ``outcome`` drives storage, retry or dead letter."""
@@ -61,6 +79,7 @@ class FetchResult:
     http_version: str = ""
     etag: str = ""  # the response's validators, sent back on the next visit (conditional requests)
     last_modified: str = ""
+    exchange: Exchange | None = None  # the request and response as they went, when the source archives them
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,150 @@
+"""The WARC archive's cost, and re-extraction's speed over it, in one run.
+
+Starts its own redis-server, MongoDB (HARVESTER_MONGO_URI, else mongod, else the SecantusDB stand-in) and demo
+site on free loopback ports, then crawls the same product pages through the worker's batch pipeline (the code a
+Celery worker runs: admission, fetch, extraction, settling; records to the discard sink, so the figure is the
+crawl's) alternately with the archive on and off (file storage in the bench's directory):
+
+- ``archive_cpu_overhead``: this process's CPU per page with the archive on over the same with it off, minus 1
+  (goal <= 0.10); the best round of each (the machine may be shared);
+- ``archive_bytes_per_page``: the WARC bytes (gzip per record, request and response) per archived page;
+- ``reextract_pages_per_s``: the archived run re-extracted (:class:`harvester.producer.Reextraction`, index,
+  WARC reads, extraction; records to the discard sink), pages per second;
+- ``reextract_speedup``: that over the crawl-only pages per second of the same pages (goal >= 5); the CPU per
+  page of both beside them (``cpu_ms_per_page_off``, ``reextract_cpu_ms_per_page``).
+
+Usage: .venv/bin/python bench/archive.py [--pages 600] [--latency-ms 20] [--rounds 3] [--smoke]
+``--smoke``: 40 pages, one round (checks the bench runs; its figures mean little). The JSON object on the last
+line carries every figure and ``mongo`` (which server answered).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rig import DEMO_PRODUCT_ATTRIBUTES, bench_processes, site_stats, start_demo_site, start_mongo, start_redis
+
+
+def source_document(name: str, site_url: str, location: Path | None) -> dict[str, Any]:
+    archive: dict[str, Any] = {"enabled": location is not None}
+    if location is not None:
+        archive["location"] = f"file://{location}"
+    return {"name": name, "input": {"seeds": [f"{site_url}/product/1"], "kind": "details"},
+            "attributes": DEMO_PRODUCT_ATTRIBUTES, "robots": "ignore", "headers": {"X-Demo-Client": name},
+            "rate_limit": {"max_active": 16, "per_minute": 1_000_000}, "batch": {"size": 16},
+            "harvesting_lag": 0, "output": {"key": ["url"], "archive": archive}}
+
+
+def crawl(runner: Any, redis_client: Any, source: Any, urls: list[str], run_id: str) -> tuple[float, float]:
+    """Push every URL, then run batches of 16 until the source is idle: (wall seconds, CPU seconds)."""
+    from harvester.distributor import Intake, RateLimitStore, TaskMessage
+
+    intake, store = Intake(redis_client, runner.settings), RateLimitStore(redis_client, runner.settings)
+    intake.push(source, [TaskMessage(source=source.name, kind="details", url=url, run_id=run_id) for url in urls])
+    wall, cpu = time.perf_counter(), time.process_time()
+    while True:
+        admission = store.admit(source.name, 16)
+        if admission.messages:
+            runner.run(admission.deliveries())
+            continue
+        stats = store.stats([source.name])[source.name]
+        if stats.pending == 0 and stats.delayed == 0 and stats.active == 0:
+            break
+        time.sleep(0.01)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=600)
+    parser.add_argument("--latency-ms", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the bench's directory (logs, WARC files)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.pages, args.rounds = 40, 1
+    with bench_processes("archive", keep=args.keep) as processes:
+        redis_url = start_redis(processes)
+        mongo, _ = start_mongo(processes)
+        _, site_port, site_url = start_demo_site(processes, "--products", str(args.pages), "--latency-ms",
+                                         str(args.latency_ms), "--slow-every", "0")
+        os.environ.update({"HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": mongo.uri,
+                           "HARVESTER_SOURCES_DIR": str(processes.sources), "HARVESTER_OUTPUT_SINK": "discard",
+                           "HARVESTER_ARCHIVE_LOCATION": f"file://{processes.directory / 'warc'}",
+                           "HARVESTER_ALLOWED_PRIVATE_NETWORKS": f"127.0.0.1/32:{site_port}"})
+        figures = run_rounds(args, site_url, processes.directory)
+        figures["mongo"] = mongo.kind
+    print(json.dumps(figures))
+
+
+def run_rounds(args: argparse.Namespace, site_url: str, directory: Path) -> dict[str, Any]:
+    import yaml
+    from harvester.config import SourceConfig
+    from harvester.connections import REDIS_DEFAULT, redis_client
+    from harvester.producer import Reextraction
+    from harvester.settings import get_settings
+    from harvester.workers.batch import BatchRunner
+
+    settings = get_settings()
+    client = redis_client(REDIS_DEFAULT, settings=settings)
+    urls = [f"{site_url}/product/{number}" for number in range(1, args.pages + 1)]
+    runner = BatchRunner(settings)
+    best: dict[str, tuple[float, float]] = {}
+    (directory / "sources" / "archive_warm.yaml").write_text(yaml.safe_dump(
+        source_document("archive_warm", site_url, None)))
+    archived: tuple[SourceConfig, str] | None = None
+    warc = directory / "warc"
+    try:
+        warm = SourceConfig.model_validate(source_document("archive_warm", site_url, None))
+        crawl(runner, client, warm, urls[: min(len(urls), 32)], "warm")  # imports, connections: before any round
+        for round_number in range(args.rounds):
+            for mode in ("off", "on") if round_number % 2 == 0 else ("on", "off"):  # neither always goes first
+                name = f"archive_{mode}_{round_number}"
+                document = source_document(name, site_url, warc if mode == "on" else None)
+                (directory / "sources" / f"{name}.yaml").write_text(yaml.safe_dump(document))
+                source = SourceConfig.model_validate(document)
+                wall, cpu = crawl(runner, client, source, urls, f"run-{round_number}")
+                if site_stats(site_url, name)["total"] < len(urls):
+                    sys.exit(f"{name}: the site saw {site_stats(site_url, name)} for {len(urls)} pages")
+                if mode not in best or cpu < best[mode][1]:
+                    best[mode] = (wall, cpu)
+                if mode == "on":
+                    archived = (source, f"run-{round_number}")
+        assert archived is not None
+        source, run_id = archived
+        requests_before = site_stats(site_url, source.name)["total"]
+        started, cpu_started = time.perf_counter(), time.process_time()
+        report = Reextraction.from_settings(settings).run(source, archived_run=run_id)
+        reextract_seconds = time.perf_counter() - started
+        reextract_cpu = time.process_time() - cpu_started
+        if site_stats(site_url, source.name)["total"] != requests_before:
+            sys.exit("the re-extraction reached the site")
+    finally:
+        runner.close()
+    pages = len(urls)
+    warc_bytes = sum(path.stat().st_size for path in warc.rglob(f"{source.name}/**/*.warc.gz"))
+    crawl_pages_per_s = pages / best["off"][0]
+    reextract_pages_per_s = report.get("pages_read", 0) / reextract_seconds
+    return {
+        "pages": pages, "rounds": args.rounds, "latency_ms": args.latency_ms,
+        "cpu_ms_per_page_off": round(1000 * best["off"][1] / pages, 3),
+        "cpu_ms_per_page_on": round(1000 * best["on"][1] / pages, 3),
+        "archive_cpu_overhead": round(best["on"][1] / best["off"][1] - 1, 4),
+        "archive_bytes_per_page": round(warc_bytes / pages),
+        "crawl_pages_per_s": round(crawl_pages_per_s, 1),
+        "reextract_pages_per_s": round(reextract_pages_per_s, 1),
+        "reextract_records": report.get("records_stored", 0),
+        "reextract_cpu_ms_per_page": round(1000 * reextract_cpu / max(1, report.get("pages_read", 0)), 3),
+        "reextract_speedup": round(reextract_pages_per_s / crawl_pages_per_s, 2),
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""Every fetched response kept as WARC/1.1 (DESIGN.md section 16): what the site said, to re-extract and replay.
+
+A source with ``output.archive`` gets, per fetched page, a ``response`` record (or a ``revisit`` record when the
+site answered 304, or when the same payload is already archived for the source: the index says so) and the
+``request`` record that produced it, written with warcio, gzip per record (each record is readable on its own
+from the index's offset and length). Credentials never reach the archive: the request's ``Authorization``,
+``Cookie`` and every header the source's connection adds keep their names with the value ``[redacted]``, and
+the response's ``Set-Cookie`` likewise.
+
+Files live where the source says (:func:`harvester.connections.resolve_filesystem`: fsspec, or Airflow's
+``ObjectStoragePath`` inside Airflow), one folder per source and run: ``<location>/<source>/<run>/<time>-<host>-
+<pid>-<n>.warc.gz``. A worker process appends its batches to its current file of that run on a local disk, and
+rotates past ``max_file_mb``; on an object store (whose objects cannot be appended to) each batch is a file.
+The index (:mod:`harvester.storage.archive_index`) is written after the bytes, so a row always points at a whole
+record. A write that fails or hangs (``archive_write_timeout_seconds``) raises :class:`ArchiveUnavailable`; the
+worker then counts the gap (or retries the batch when the archive is ``required``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import logging
+import os
+import socket
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+from harvester.config import SourceConfig
+from harvester.connections import resolve_filesystem
+from harvester.errors import ArchiveUnavailable, StorageError
+from harvester.settings import HarvesterSettings
+from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original
+
+log = logging.getLogger(__name__)
+
+REDACTED = "[redacted]"
+SECRET_REQUEST_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key", "x-auth-token"})
+SECRET_RESPONSE_HEADERS = frozenset({"set-cookie", "set-cookie2"})
+# The payload kept is the decoded one (what the page was read from), so these no longer describe it.
+ENCODING_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length"})
+WARC_SUFFIX = ".warc.gz"
+REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+REVISIT_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+
+
+@dataclass(frozen=True)
+class ArchivedPage:
+    """One fetched page to archive: its task, run and the exchange the fetcher kept (:class:`Exchange` of
+    :mod:`harvester.scraping`, read by attribute so storage does not import the fetcher's room)."""
+
+    task_id: str
+    run_id: str
+    url: str  # the task's URL (what re-extraction looks a page up by); the exchange has the final one
+    exchange: Any
+    fetched_at: datetime
+    kind: str = "details"  # the task's kind and depth: re-extraction reads the page as its task did
+    depth: int = 0
+
+
+def payload_digest(body: bytes) -> str:
+    """The WARC payload digest, as warcio and the web archives write it: ``sha1:`` and base32."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+
+
+def redacted_request(headers: tuple[tuple[str, str], ...], secret_names: frozenset[str]) -> list[tuple[str, str]]:
+    """The request's headers with every credential's value replaced: the names stay (what was sent is known,
+    never its secret)."""
+    secret = SECRET_REQUEST_HEADERS | secret_names
+    return [(name, REDACTED if name.lower() in secret else value) for name, value in headers]
+
+
+def archived_response_headers(headers: tuple[tuple[str, str], ...], body_length: int) -> list[tuple[str, str]]:
+    """The response's headers for the record: cookies redacted, the encodings dropped (the payload kept is
+    decoded; the original encoding is named in ``X-Archive-Orig-Content-Encoding``), a true Content-Length."""
+    kept: list[tuple[str, str]] = []
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered in SECRET_RESPONSE_HEADERS:
+            kept.append((name, REDACTED))
+        elif lowered == "content-encoding":
+            kept.append(("X-Archive-Orig-Content-Encoding", value))
+        elif lowered not in ENCODING_HEADERS:
+            kept.append((name, value))
+    kept.append(("Content-Length", str(body_length)))
+    return kept
+
+
+def warc_date(moment: datetime) -> str:
+    """WARC/1.1 dates carry microseconds."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def request_line(url: str) -> str:
+    parts = urlsplit(url)
+    return "GET " + (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+class WarcBatch:
+    """The WARC bytes of one batch, with each record's offset and length in them (the index's)."""
+
+    def __init__(self, source: str, file_name: str, first_in_file: bool) -> None:
+        self.buffer = io.BytesIO()
+        self.writer = WARCWriter(self.buffer, gzip=True, warc_version="1.1")
+        self.source = source
+        if first_in_file:
+            self.writer.write_record(self.writer.create_warcinfo_record(file_name, {
+                "software": "Harvester (warcio)", "format": "WARC File Format 1.1",
+                "isPartOf": source}))
+
+    def add(self, page: ArchivedPage, digest: str, original: Original | None) -> tuple[str, int, int]:
+        """Write the page's response (or revisit) record and its request record; the kind of the first record,
+        and its offset and length in the batch."""
+        exchange = page.exchange
+        date = warc_date(page.fetched_at)
+        status_line = f"{exchange.status} {_reason_phrase(exchange.status)}"
+        http_headers = StatusAndHeaders(status_line, archived_response_headers(
+            exchange.response_headers, len(exchange.body)), protocol=exchange.http_version or "HTTP/1.1")
+        if original is not None or exchange.status == 304:
+            # one profile header (warcio's create_revisit_record would add a second); a 304 of a page archived
+            # nowhere is still a revisit, of nothing this archive holds: it names no original
+            headers = {"WARC-Date": date, "WARC-Payload-Digest": digest,
+                       "WARC-Profile": REVISIT_NOT_MODIFIED if exchange.status == 304 else REVISIT_IDENTICAL}
+            if original is not None:
+                headers |= {"WARC-Refers-To-Target-URI": original.uri, "WARC-Refers-To-Date": original.date}
+            record = self.writer.create_warc_record(exchange.url, "revisit", http_headers=http_headers,
+                                                    warc_headers_dict=headers)
+            kind = "revisit"
+        else:
+            record = self.writer.create_warc_record(
+                exchange.url, "response", payload=io.BytesIO(exchange.body), length=len(exchange.body),
+                http_headers=http_headers, warc_headers_dict={"WARC-Date": date, "WARC-Payload-Digest": digest})
+            kind = "response"
+        offset = self.buffer.tell()
+        self.writer.write_record(record)
+        length = self.buffer.tell() - offset
+        request_headers = StatusAndHeaders(
+            request_line(exchange.url),
+            redacted_request(exchange.request_headers, exchange.credential_header_names),
+            protocol=exchange.http_version or "HTTP/1.1", is_http_request=True)
+        request = self.writer.create_warc_record(
+            exchange.url, "request", http_headers=request_headers,
+            warc_headers_dict={"WARC-Date": date,
+                               "WARC-Concurrent-To": record.rec_headers.get_header("WARC-Record-ID")})
+        self.writer.write_record(request)
+        return kind, offset, length
+
+
+def _reason_phrase(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
+
+
+@dataclass
+class _OpenFile:
+    path: str
+    size: int
+
+
+class ArchiveWriter:
+    """Writes one batch's pages of one source as WARC records and indexes them (one per worker process)."""
+
+    def __init__(self, index: ArchiveIndex, default_location: str, write_timeout_seconds: float = 30.0) -> None:
+        self.index = index
+        self.default_location = default_location.rstrip("/")
+        self.write_timeout_seconds = write_timeout_seconds
+        self._open: dict[tuple[str, str], _OpenFile] = {}  # (source, run) -> this process's current local file
+        self._sequence = 0
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: Future[int] | None = None  # the last write, which may still hang past its timeout
+
+    @classmethod
+    def from_settings(cls, settings: HarvesterSettings) -> ArchiveWriter:
+        return cls(ArchiveIndex.from_settings(settings), settings.archive_location,
+                   settings.archive_write_timeout_seconds)
+
+    def location_of(self, source: SourceConfig) -> str:
+        return source.output.archive.location or self.default_location
+
+    def archive(self, source: SourceConfig, pages: list[ArchivedPage]) -> int:
+        """Write and index ``pages`` (grouped by run); the number of pages archived. Raises
+        :class:`ArchiveUnavailable` when the files or the index could not be written in time."""
+        by_run: dict[str, list[ArchivedPage]] = {}
+        for page in pages:
+            by_run.setdefault(page.run_id, []).append(page)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harvester-archive")
+        written = 0
+        for run_id, run_pages in by_run.items():
+            if self._pending is not None and not self._pending.done():  # a write still hangs: never queue behind it
+                raise ArchiveUnavailable(f"the archive at {self.location_of(source)} has not finished an earlier "
+                                         "write: this batch is not archived")
+            future = self._pending = self._executor.submit(self._archive_run, source, run_id, run_pages)
+            try:
+                written += future.result(timeout=self.write_timeout_seconds)
+            except FutureTimeout:
+                raise ArchiveUnavailable(f"the archive at {self.location_of(source)} did not answer within "
+                                         f"{self.write_timeout_seconds:g}s") from None
+            except StorageError as error:  # the index (MongoDB): one kind of archive failure
+                raise ArchiveUnavailable(f"archive index: {error}") from error
+            except (OSError, ValueError, RuntimeError) as error:  # fsspec's backends raise these (a full disk,
+                raise ArchiveUnavailable(  # a refused bucket, a dead mount)
+                    f"writing the archive at {self.location_of(source)} failed: {type(error).__name__}: {error}"
+                ) from error
+        return written
+
+    def _archive_run(self, source: SourceConfig, run_id: str, pages: list[ArchivedPage]) -> int:
+        settings = source.output.archive
+        location = self.location_of(source)
+        filesystem, root = resolve_filesystem(location, settings.connection_id)
+        digests = [payload_digest(page.exchange.body) for page in pages]
+        originals = self.index.originals(source.name, [
+            (page.url, digest, page.exchange.status == 304) for page, digest in zip(pages, digests, strict=True)])
+        appendable = _is_local(filesystem)
+        with self._lock:
+            current = self._open.get((source.name, run_id)) if appendable else None
+            if current is not None and current.size >= settings.max_file_mb * 1024 * 1024:
+                current = None  # rotated: the next batch starts a new file
+            if current is None:
+                current = _OpenFile(self._new_file_path(root, source.name, run_id), 0)
+            batch = WarcBatch(source.name, current.path.rsplit("/", 1)[-1], current.size == 0)
+            placed = [batch.add(page, digest, originals.get(index))
+                      for index, (page, digest) in enumerate(zip(pages, digests, strict=True))]
+            data = batch.buffer.getvalue()
+            try:
+                self._write(filesystem, current, data)
+            except BaseException:  # whatever broke the write, the file's tail is unknown: never appended to again
+                self._open.pop((source.name, run_id), None)  # the next batch starts a file of its own
+                raise
+            start = current.size
+            current.size += len(data)
+            if appendable:
+                self._open[(source.name, run_id)] = current
+        archived_file = file_url(location, root, current.path)
+        entries = [IndexEntry(
+            source=source.name, run=page.run_id, task_id=page.task_id, url=page.url, final_url=page.exchange.url,
+            time=page.fetched_at, file=archived_file, offset=start + offset, length=length, digest=digest,
+            status=page.exchange.status, record=kind, connection_id=settings.connection_id, kind=page.kind,
+            depth=page.depth,
+            payload=(originals[index].payload if kind == "revisit" and index in originals else None),
+        ) for index, (page, digest, (kind, offset, length)) in enumerate(zip(pages, digests, placed, strict=True))]
+        self.index.add(entries)
+        return len(entries)
+
+    def _new_file_path(self, root: str, source: str, run_id: str) -> str:
+        self._sequence += 1
+        stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")
+        host = socket.gethostname().split(".", 1)[0] or "host"
+        run = "".join(character if character.isalnum() or character in "-_." else "_" for character in run_id)
+        run = "_" if run.strip(".") == "" else run  # never "." or "..": a run's folder stays under its source
+        name = f"{stamp}-{host}-{os.getpid()}-{self._sequence}{WARC_SUFFIX}"
+        return f"{root.rstrip('/')}/{source}/{run or 'manual'}/{name}"
+
+    @staticmethod
+    def _write(filesystem: Any, current: _OpenFile, data: bytes) -> None:
+        """Append (a local file) or write (a new object) ``data``; a local append that fails is cut back to the
+        file's last whole record, so what follows still reads."""
+        parent = current.path.rsplit("/", 1)[0]
+        filesystem.makedirs(parent, exist_ok=True)
+        if current.size == 0:
+            with filesystem.open(current.path, "wb") as handle:
+                handle.write(data)
+            return
+        try:
+            with filesystem.open(current.path, "ab") as handle:
+                handle.write(data)
+        except OSError:
+            with open(current.path, "r+b") as handle:  # a local file (only those are appended to)
+                handle.truncate(current.size)
+            raise
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
+def _is_local(filesystem: Any) -> bool:
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(filesystem, LocalFileSystem)
+
+
+def file_url(location: str, root: str, path: str) -> str:
+    """The file's URL, under the location's scheme (what a reader opens with :func:`resolve_filesystem`)."""
+    scheme = location.split("://", 1)[0]
+    if scheme == "file":
+        return "file://" + path
+    return f"{scheme}://{path.lstrip('/')}"

@@ -1,0 +1,232 @@
+"""The archive's index in MongoDB: one row per archived page, so a record is found without reading WARC files.
+
+A row is (source, url, time, file, offset, length, digest, run, status) and the kind of record (``response``
+or ``revisit``); a revisit row names where its payload is (the original response's file, offset and length),
+so re-extraction and replay read one record per page whatever kind it is. The rows live in the
+``archive_index`` collection of the Harvester database; the clean-up (:mod:`harvester.storage.archive_retention`)
+deletes a source's rows past its ``keep`` with their files. The index is also what deduplication asks: a
+payload already archived for the source is written as a revisit of the first copy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from pymongo import ASCENDING, DESCENDING
+from pymongo.collection import Collection
+from pymongo.database import Database
+
+from harvester.errors import mongo_storage_errors
+from harvester.settings import HarvesterSettings
+
+ARCHIVE_INDEX_COLLECTION = "archive_index"
+
+
+@dataclass(frozen=True)
+class PayloadLocation:
+    """Where a page's payload can be read: a response record's file, offset and length."""
+
+    file: str
+    offset: int
+    length: int
+    connection_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Original:
+    """An archived response a revisit refers to: its target URI, its WARC date and where its payload is."""
+
+    uri: str
+    date: str
+    payload: PayloadLocation
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One archived page, as the index keeps it."""
+
+    source: str
+    run: str
+    task_id: str
+    url: str
+    final_url: str
+    time: datetime
+    file: str
+    offset: int
+    length: int
+    digest: str
+    status: int
+    record: str  # response or revisit
+    connection_id: str | None = None
+    payload: PayloadLocation | None = None  # a revisit's original (None: a response is its own payload)
+    kind: str = "details"  # the task's kind (details, listing) and depth
+    depth: int = 0
+
+    def document(self) -> dict[str, Any]:
+        document = {
+            "source": self.source, "run": self.run, "task_id": self.task_id, "url": self.url,
+            "final_url": self.final_url, "time": self.time, "file": self.file, "offset": self.offset,
+            "length": self.length, "digest": self.digest, "status": self.status, "record": self.record,
+            "connection_id": self.connection_id, "kind": self.kind, "depth": self.depth}
+        if self.payload is not None:
+            document["payload"] = {"file": self.payload.file, "offset": self.payload.offset,
+                                   "length": self.payload.length, "connection_id": self.payload.connection_id}
+        return document
+
+
+def payload_of(row: dict[str, Any]) -> PayloadLocation | None:
+    """Where a row's payload is: its own record (a response), its original's (a revisit), or None (a revisit
+    of nothing archived: a 304 of a page first fetched before the archive was on)."""
+    if row.get("record") == "response":
+        return PayloadLocation(row["file"], int(row["offset"]), int(row["length"]), row.get("connection_id"))
+    payload = row.get("payload")
+    if not payload:
+        return None
+    return PayloadLocation(payload["file"], int(payload["offset"]), int(payload["length"]),
+                           payload.get("connection_id"))
+
+
+def surt(url: str) -> str:
+    """The Sort-friendly URI Reordering Transform web archives key CDX lines by: the host's labels reversed and
+    comma-joined (``www.`` dropped, lower-cased), ``)``, then path and query (``com,example)/shop?page=2``)."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower().removeprefix("www.")
+    port = f":{parts.port}" if parts.port and parts.port not in (80, 443) else ""
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return ",".join(reversed(host.split("."))) + port + ")" + path.lower()
+
+
+def cdxj_line(row: dict[str, Any]) -> str:
+    """One index row as a CDXJ line (pywb's index format): SURT, 14-digit timestamp, then the JSON fields."""
+    moment = row["time"] if row["time"].tzinfo is not None else row["time"].replace(tzinfo=UTC)
+    location = payload_of(row) if row.get("record") == "revisit" else None
+    fields = {"url": row.get("final_url") or row["url"], "status": str(row.get("status", "")),
+              "digest": str(row.get("digest", "")).removeprefix("sha1:"), "length": str(row["length"]),
+              "offset": str(row["offset"]), "filename": row["file"]}
+    if row.get("record") == "revisit":
+        fields["mime"] = "warc/revisit"
+        if location is not None:
+            fields["refers_to"] = location.file
+    return f"{surt(fields['url'])} {moment.astimezone(UTC).strftime('%Y%m%d%H%M%S')} {json.dumps(fields)}"
+
+
+def _warc_date(moment: datetime) -> str:
+    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class ArchiveIndex:
+    """Add, look up and expire the rows of archived pages."""
+
+    def __init__(self, database: Database) -> None:
+        self.collection: Collection = database[ARCHIVE_INDEX_COLLECTION]
+        self._indexed = False
+
+    @classmethod
+    def from_settings(cls, settings: HarvesterSettings) -> ArchiveIndex:
+        from harvester.connections import MONGO_DEFAULT, mongo_client
+
+        return cls(mongo_client(MONGO_DEFAULT, settings=settings)[settings.mongo_database])
+
+    def _ensure_indexes(self) -> None:
+        if not self._indexed:
+            self.collection.create_index([("source", ASCENDING), ("url", ASCENDING), ("time", DESCENDING)],
+                                         name="source_url_time")
+            self.collection.create_index([("source", ASCENDING), ("digest", ASCENDING)], name="source_digest")
+            self.collection.create_index([("source", ASCENDING), ("run", ASCENDING)], name="source_run")
+            self.collection.create_index([("file", ASCENDING)], name="file")
+            self._indexed = True
+
+    @mongo_storage_errors()
+    def add(self, entries: list[IndexEntry]) -> None:
+        if entries:
+            self._ensure_indexes()
+            self.collection.insert_many([entry.document() for entry in entries], ordered=False)
+
+    @mongo_storage_errors()
+    def originals(self, source: str, lookups: list[tuple[str, str, bool]]) -> dict[int, Original]:
+        """For each (url, digest, not_modified) at its position: the archived response it revisits, if any. A
+        304 revisits the URL's latest response; any other page the first response with the same payload."""
+        digests = [digest for _, digest, not_modified in lookups if not not_modified]
+        urls = [url for url, _, not_modified in lookups if not_modified]
+        by_digest: dict[str, Original] = {}
+        by_url: dict[str, Original] = {}
+        if digests:
+            for row in self.collection.find({"source": source, "record": "response", "digest": {"$in": digests}},
+                                            sort=[("time", ASCENDING)]):
+                by_digest.setdefault(row["digest"], self._original(row))
+        if urls:
+            for row in self.collection.find({"source": source, "record": "response", "url": {"$in": urls}},
+                                            sort=[("time", DESCENDING)]):
+                by_url.setdefault(row["url"], self._original(row))
+        found: dict[int, Original] = {}
+        for index, (url, digest, not_modified) in enumerate(lookups):
+            original = by_url.get(url) if not_modified else by_digest.get(digest)
+            if original is not None:
+                found[index] = original
+        return found
+
+    @staticmethod
+    def _original(row: dict[str, Any]) -> Original:
+        payload = payload_of(row)
+        assert payload is not None  # a response row is its own payload
+        return Original(row.get("final_url") or row["url"], _warc_date(row["time"]), payload)
+
+    @mongo_storage_errors()
+    def latest(self, source: str, run: str | None = None, since: datetime | None = None) -> list[dict[str, Any]]:
+        """The latest row of each URL of ``source`` in the window (a run, or since a moment): what re-extraction
+        reads, oldest URL first."""
+        query: dict[str, Any] = {"source": source}
+        if run is not None:
+            query["run"] = run
+        if since is not None:
+            query["time"] = {"$gte": since}
+        latest: dict[str, dict[str, Any]] = {}
+        for row in self.collection.find(query, sort=[("time", ASCENDING)]):
+            latest[row["url"]] = row  # later rows win
+        return list(latest.values())
+
+    @mongo_storage_errors()
+    def latest_of(self, source: str, urls: list[str]) -> dict[str, dict[str, Any]]:
+        """The latest row of each of ``urls`` that the archive holds, whenever archived (links found again)."""
+        latest: dict[str, dict[str, Any]] = {}
+        if urls:
+            for row in self.collection.find({"source": source, "url": {"$in": urls}}, sort=[("time", ASCENDING)]):
+                latest[row["url"]] = row
+        return latest
+
+    @mongo_storage_errors()
+    def rows(self, source: str, run: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every row of a source (or of one of its runs), by time."""
+        query: dict[str, Any] = {"source": source}
+        if run is not None:
+            query["run"] = run
+        yield from self.collection.find(query, sort=[("time", ASCENDING)])
+
+    @mongo_storage_errors()
+    def runs(self, source: str) -> list[str]:
+        return sorted(self.collection.distinct("run", {"source": source}))
+
+    @mongo_storage_errors()
+    def files_with_rows_since(self, files: list[str], cutoff: datetime) -> set[str]:
+        """Which of ``files`` still hold a page archived at or after ``cutoff``, or the payload a newer revisit
+        refers to (kept by the clean-up, so no row in the window points at a deleted file)."""
+        if not files:
+            return set()
+        kept = set(self.collection.distinct("file", {"file": {"$in": files}, "time": {"$gte": cutoff}}))
+        kept |= set(self.collection.distinct("payload.file", {"payload.file": {"$in": files},
+                                                              "time": {"$gte": cutoff}}))
+        return kept & set(files)
+
+    @mongo_storage_errors()
+    def forget(self, source: str, files: list[str], before: datetime) -> int:
+        """Delete a source's rows older than ``before`` and every row of ``files`` (deleted files); how many."""
+        query: dict[str, Any] = {"source": source, "$or": [{"time": {"$lt": before}}]}
+        if files:
+            query["$or"].append({"file": {"$in": files}})
+        return self.collection.delete_many(query).deleted_count

@@ -1,0 +1,68 @@
+"""The archive's retention: a source's WARC files and index rows past its ``output.archive.keep`` are deleted.
+
+Run by the daily clean-up (``harvester archive expire``, the ``archive_cleanup`` DAG) for every source with an
+archive. A file goes once it was started before the cut-off and no row at or after it still points at it (its
+own pages, or a newer revisit's payload), so a file appended to across the cut-off stays until all of it is old.
+Files without any row (a batch whose index write failed) go by the time in their name alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from harvester.config import SourceConfig
+from harvester.connections import resolve_filesystem
+from harvester.errors import ArchiveUnavailable
+from harvester.storage.archive import WARC_SUFFIX, file_url
+from harvester.storage.archive_index import ArchiveIndex
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Expired:
+    files: int
+    rows: int
+
+
+def file_started(path: str) -> datetime | None:
+    """When a file was started, from its name (``<time>-<host>-<pid>-<n>.warc.gz``); None for a foreign file."""
+    name = path.rsplit("/", 1)[-1]
+    if not name.endswith(WARC_SUFFIX):
+        return None
+    try:
+        return datetime.strptime(name.split("-", 1)[0], "%Y%m%d%H%M%S%f").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def expire_archive(source: SourceConfig, index: ArchiveIndex, default_location: str, now: datetime) -> Expired:
+    """Delete ``source``'s archived files and rows older than its ``keep``; what was deleted."""
+    archive = source.output.archive
+    cutoff = now - archive.keep
+    location = (archive.location or default_location).rstrip("/")
+    try:
+        filesystem, root = resolve_filesystem(location, archive.connection_id)
+        folder = f"{root.rstrip('/')}/{source.name}"
+        paths = [path for path in filesystem.find(folder) if path.endswith(WARC_SUFFIX)] \
+            if filesystem.exists(folder) else []
+    except (OSError, ValueError) as error:
+        raise ArchiveUnavailable(f"listing the archive of {source.name} at {location} failed: {error}") from error
+    old = {file_url(location, root, path): path for path in paths
+           if (started := file_started(path)) is not None and started < cutoff}
+    kept = index.files_with_rows_since(list(old), cutoff)
+    deleted: list[str] = []
+    for url, path in old.items():
+        if url in kept:
+            continue
+        try:
+            filesystem.rm(path)
+            deleted.append(url)
+        except FileNotFoundError:
+            deleted.append(url)
+        except OSError as error:  # one file that cannot go is retried by the next clean-up
+            log.warning("%s: deleting the archived file %s failed: %s", source.name, url, error)
+    rows = index.forget(source.name, deleted, cutoff)
+    return Expired(len(deleted), rows)

@@ -1,0 +1,75 @@
+"""A batch's fetched responses into the source's WARC archive, before anything of them is stored.
+
+Archiving comes first so that a source whose archive is ``required`` can hand the whole batch back (retried
+later, nothing stored twice) when the archive cannot be written. Otherwise a failed or slow archive never costs
+a record nor stalls the harvest: the pages are settled as always and the pages that missed the archive are
+counted (``archive_gap``, a source outcome that the run report shows and the ``HarvesterArchiveGap`` alert
+watches). The writer is opened on the first archived batch, so a worker of sources without an archive never
+loads warcio or fsspec.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from harvester.config import SourceConfig
+from harvester.distributor import TaskMessage
+from harvester.errors import ArchiveUnavailable, ConnectionNotFound
+from harvester.scraping import FetchResult
+from harvester.settings import HarvesterSettings
+from harvester.storage import ArchivedPage, ArchiveWriter
+from harvester.workers.report import BatchReport
+
+log = logging.getLogger(__name__)
+
+
+class PageArchive:
+    """The worker's side of the archive: which fetched pages go, and what a failure means for the batch."""
+
+    def __init__(self, settings: HarvesterSettings) -> None:
+        self.settings = settings
+        self._writer: ArchiveWriter | None = None
+
+    @property
+    def writer(self) -> ArchiveWriter:
+        if self._writer is None:
+            from harvester.storage import ArchiveWriter
+
+            self._writer = ArchiveWriter.from_settings(self.settings)
+        return self._writer
+
+    def keep(self, source: SourceConfig, messages: list[TaskMessage], fetches: list[FetchResult],
+             report: BatchReport) -> str | None:
+        """Archive the batch's fetched pages; None when the batch goes on, else the reason it must be retried
+        (the archive is ``required`` and could not be written)."""
+        if not source.output.archive.enabled:
+            return None
+        pages = [ArchivedPage(message.task_id or "", message.run_id or "", message.url, fetch.exchange,
+                              datetime.fromtimestamp(fetch.started_at or 0.0, UTC), message.kind, message.depth)
+                 for message, fetch in zip(messages, fetches, strict=True)
+                 if fetch.exchange is not None and fetch.outcome != "skipped"]
+        if not pages:
+            return None
+        try:
+            report.outcomes["archived"] += self.writer.archive(source, pages)
+            self.count_by_run(report, pages, "archived")
+        except (ArchiveUnavailable, ConnectionNotFound) as error:
+            log.warning("%s: %d fetched pages could not be archived: %s", source.name, len(pages), error)
+            if source.output.archive.required:
+                report.outcomes["archive_retried"] += len(pages)
+                return f"archive required and unavailable: {error}"
+            report.outcomes["archive_gap"] += len(pages)
+            self.count_by_run(report, pages, "archive_gap")
+        return None
+
+    @staticmethod
+    def count_by_run(report: BatchReport, pages: list[ArchivedPage], figure: str) -> None:
+        """The run's figures too (sent with the batch's counters): the run report shows its archive and gap."""
+        for page in pages:
+            if page.run_id:
+                report.extracted.by_run[page.run_id][figure] += 1
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()

@@ -1,0 +1,111 @@
+"""Re-extraction over the archive: the markup drifts, the config is fixed, and the records stored meanwhile are
+repaired from the archived pages, with their history written and no request reaching the site."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from harvester.distributor import TaskMessage
+from harvester.producer.reextraction import Reextraction
+
+from tests.fixtures.servers import VENV_BIN
+from tests.workers.test_batch import records, run_until_idle
+
+pytestmark = pytest.mark.integration
+
+PRODUCTS = range(1, 7)
+
+
+def restyle(demo_site, query: str) -> None:
+    request = urllib.request.Request(f"{demo_site.url}/_markup{query}", method="POST", data=b"")
+    urllib.request.urlopen(request, timeout=5).close()
+
+
+def harvest(crawl, source, demo_site, run_id: str, details: bool = False) -> None:
+    """The listing page (its new links followed); with ``details``, every product page again too (a re-harvest of
+    known pages, which the listing alone would not queue within the harvesting lag)."""
+    messages = [TaskMessage(source=source.name, kind="listing", url=f"{demo_site.url}/shop?per_page=6",
+                            run_id=run_id)]
+    if details:
+        messages += [TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/{number}",
+                                 run_id=run_id) for number in PRODUCTS]
+    crawl.push(source, *messages)
+    run_until_idle(crawl, source)
+
+
+@pytest.fixture
+def drifted(write_source, crawl, demo_site, tmp_path: Path):
+    """A source archived over two runs, the second after the site renamed its price class."""
+    location = tmp_path / "archive"
+    output = {"key": ["url"], "history": True, "archive": {"enabled": True, "location": f"file://{location}"}}
+    listing = {"link_selectors": ["a.product-link"], "follow": r"^http://127\.0\.0\.1:\d+/product/\d+$",
+               "max_depth": 0}
+    source = write_source("drifting", listing=listing, output=output)
+    harvest(crawl, source, demo_site, "before")
+    restyle(demo_site, "?price=cost")
+    try:
+        harvest(crawl, source, demo_site, "drifted", details=True)
+    finally:
+        restyle(demo_site, "")
+    fixed_attributes = {**source.model_dump(mode="json")["attributes"], "price": {"css": ".cost", "type": "float"}}
+    fixed = write_source("drifting", listing=listing, output=output, attributes=fixed_attributes)
+    return source, fixed
+
+
+def test_reextraction_since_the_drift_repairs_every_record_without_a_request(
+        drifted, crawl, demo_site, mongo_server, worker_settings) -> None:
+    source, fixed = drifted
+    collection = records(mongo_server, worker_settings, source)
+    drifted_records = list(collection.find({"url": {"$regex": "/product/"}}))
+    assert len(drifted_records) == len(PRODUCTS) and all(record.get("price") is None for record in drifted_records)
+    requests_before = demo_site.client_stats(source.name)["total"]
+    report = Reextraction.from_settings(worker_settings).run(fixed, since=timedelta(hours=1))
+    assert demo_site.client_stats(source.name)["total"] == requests_before  # no request reached the site
+    assert report["requests"] == 0 and report["records_stored"] == len(PRODUCTS)
+    assert report["records_changed"] == len(PRODUCTS) and report["quality"]["outcome"] == "green"
+    assert report.get("links_followed_in_archive", 0) == 0  # every product page was in the window already
+    repaired = {record["url"]: record for record in collection.find({"url": {"$regex": "/product/"}})}
+    assert all(isinstance(record["price"], float) for record in repaired.values())
+    history = mongo_server.client()[worker_settings.mongo_database][f"{source.output_collection}_history"]
+    assert history.count_documents({"run_id": report["run_id"]}) == len(PRODUCTS)
+    run = mongo_server.client()[worker_settings.mongo_database]["runs"].find_one({"run_id": report["run_id"]})
+    assert run["status"] == "reported" and run["report"]["kind"] == "reextraction"  # a run of its own
+
+
+def test_reextraction_of_a_run_follows_listing_links_inside_the_archive_only(
+        drifted, crawl, demo_site, mongo_server, worker_settings) -> None:
+    _, fixed = drifted
+    harvest(crawl, fixed, demo_site, "listing-only")  # known product pages are not fetched again: the listing only
+    reextraction = Reextraction.from_settings(worker_settings)
+    assert [row["kind"] for row in reextraction.index.latest(fixed.name, run="listing-only")] == ["listing"]
+    requests_before = demo_site.client_stats(fixed.name)["total"]
+    report = reextraction.run(fixed, archived_run="listing-only")
+    assert demo_site.client_stats(fixed.name)["total"] == requests_before
+    assert report["links_followed_in_archive"] == len(PRODUCTS)  # their latest archived pages, from the drifted run
+    assert report["pages_read"] == len(PRODUCTS) + 1 and report["records_stored"] == len(PRODUCTS)
+    prices = [record.get("price") for record in records(mongo_server, worker_settings, fixed).find(
+        {"url": {"$regex": "/product/"}})]
+    assert len(prices) == len(PRODUCTS) and all(isinstance(price, float) for price in prices)
+
+
+def test_the_reextract_command_names_the_run_and_fails_on_an_unknown_source(
+        drifted, worker_settings, demo_site) -> None:
+    _, fixed = drifted
+    requests_before = demo_site.client_stats(fixed.name)["total"]
+    done = subprocess.run([str(VENV_BIN / "harvester"), "reextract", fixed.name, "--since", "1h", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["run_id"].startswith("reextract-") and report["records_stored"] == len(PRODUCTS)
+    assert demo_site.client_stats(fixed.name)["total"] == requests_before
+    unknown = subprocess.run([str(VENV_BIN / "harvester"), "reextract", "nobody_has_this"],
+                             capture_output=True, text=True, timeout=120)
+    assert unknown.returncode == 2 and "nobody_has_this" in unknown.stdout
+    assert yaml.safe_load((worker_settings.sources_dir / "drifting.yaml").read_text())["attributes"]["price"][
+        "css"] == ".cost"
