@@ -450,6 +450,9 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     from harvester_demo.incremental import incremental_routes  # sitemaps, conditional requests (issue 23)
 
     routes += incremental_routes(lambda: site.products, product_body, page, product_facts, latency)
+    from harvester_demo.api_requests import api_request_routes  # APIs behind POST: GraphQL, search
+
+    routes += api_request_routes(lambda: site.products, product_facts, latency)
     app = Starlette(routes=routes)
     app.state.site = site
     return ConcurrencyCounter(app, site)

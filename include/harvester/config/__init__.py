@@ -36,6 +36,7 @@ from harvester.config.loader import (
 )
 from harvester.config.model import MAX_BATCH_SIZE, Listing, SourceConfig, format_duration, parse_duration
 from harvester.config.quality import QUALITY_PARAMS, Quality
+from harvester.config.requests import HttpRequest, NextRequest, RequestSeed, request_key
 from harvester.config.run_options import BATCH_SIZE_PARAM, MAX_PACKAGES_PARAM, URLS_PARAM, RunOptions
 from harvester.config.value_rules import RULE_NAMES, ValueRules, rule_bound
 from harvester.errors import SourceConfigError
@@ -43,9 +44,10 @@ from harvester.errors import SourceConfigError
 __all__ = [
     "BATCH_SIZE_PARAM", "ELEMENT_SELECTOR_KINDS", "JSON_PREFIX", "MAX_BATCH_SIZE", "MAX_PACKAGES_PARAM",
     "QUALITY_PARAMS", "RULE_NAMES", "SOURCE_SUFFIXES", "URLS_PARAM", "XPATH_PREFIX", "Action", "AfterSchedule",
-    "Attribute", "BrowserOptions", "ClickSpec", "DelayWait", "DismissSpec", "Listing", "ListingRecords",
-    "NetworkIdleWait", "Problem", "Quality", "RecordItem", "RunOptions", "ScrollSpec", "SelectorWait", "SourceConfig",
-    "SourceConfigError", "SourceSet", "StructuredPath", "ValueRules", "WaitSpec", "compile_jmespath",
-    "default_directory", "format_duration", "get_source", "load_source_file", "load_sources", "meta_expression",
-    "parse_duration", "parse_source", "rule_bound", "scalar_type",
+    "Attribute", "BrowserOptions", "ClickSpec", "DelayWait", "DismissSpec", "HttpRequest", "Listing",
+    "ListingRecords", "NetworkIdleWait", "NextRequest", "Problem", "Quality", "RecordItem", "RequestSeed",
+    "RunOptions", "ScrollSpec", "SelectorWait", "SourceConfig", "SourceConfigError", "SourceSet", "StructuredPath",
+    "ValueRules", "WaitSpec", "compile_jmespath", "default_directory", "format_duration", "get_source",
+    "load_source_file", "load_sources", "meta_expression", "parse_duration", "parse_source", "request_key",
+    "rule_bound", "scalar_type"
 ]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harvester.config import SourceConfig
-from harvester.scraping.discovery import Discovery, canonicalise_url, discover_links
+from harvester.config import HttpRequest, SourceConfig, request_key
+from harvester.scraping.discovery import Discovery, add_next_request, canonicalise_url, discover_links
 from harvester.scraping.extraction import (
     DataBounds,
     Extraction,
@@ -59,13 +59,15 @@ def page_data(source: SourceConfig, fetch: FetchResult, url: str, bounds: DataBo
 
 
 def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult, *,
-                 trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
+                 trace: bool = False, settings: HarvesterSettings | None = None,
+                 request: HttpRequest | None = None) -> PageResult:
     """Extract from a successful fetch; a failed fetch passes through untouched. A ``content: json``
     response that is not JSON (or nests too deep), or HTML refused before parsing (:mod:`markup`), fails the
     fetch as ``parse_error``: retrying cannot help. ``settings``: the caller's (the worker's; the process's by
     default, for the tools): the markup caps, URL lengths, structured-data bounds and the value and page budgets
-    are all read from them."""
-    result = PageResult(fetch, kind, record_url(url))
+    are all read from them. ``request``: the method and body ``url`` was asked with (an API's POST): the page is
+    known by its key (:func:`harvester.config.request_key`), and ``listing.next`` builds the next one from it."""
+    result = PageResult(fetch, kind, record_url(url) if request is None else request_key(strip_userinfo(url), request))
     if not fetch.ok:
         return result
     limits = settings if settings is not None else get_settings()
@@ -93,6 +95,9 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
             result.listing_records = extract_listing_records(source, data, result.url, base, trace=trace,
                                                              max_value_length=limits.max_value_length,
                                                              max_page_characters=limits.max_extracted_characters)
+        if source.listing is not None and source.listing.next is not None and (
+                result.listing_records is None or result.listing_records.items):  # no records: the last page
+            add_next_request(source, strip_userinfo(url), request, data, depth, result.discovery)
     else:
         result.extraction = extract_record(source, data, result.url, base, trace=trace,
                                            max_value_length=limits.max_value_length,

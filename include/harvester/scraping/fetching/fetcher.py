@@ -28,7 +28,7 @@ from urllib.parse import urljoin
 
 from w3lib.encoding import html_to_unicode
 
-from harvester.config import SourceConfig
+from harvester.config import HttpRequest, SourceConfig
 from harvester.connections import HttpCredentials, resolve_http
 from harvester.errors import (
     RobotsDisallowed,
@@ -40,6 +40,7 @@ from harvester.errors import (
 from harvester.scraping.fetching.addresses import AddressGuard, AddressRefused, strip_userinfo
 from harvester.scraping.fetching.bodies import ACCEPT_ENCODING, Body, BodyRefused, read_body
 from harvester.scraping.fetching.cookies import SourceCookieJars, set_cookie_values
+from harvester.scraping.fetching.outgoing import OutgoingRequest, RequestRefused, outgoing_request
 from harvester.scraping.fetching.page_fetcher import (
     SKIPPED_REASON,
     FetchedBatch,
@@ -195,7 +196,7 @@ class Fetcher:
         return self._credentials.of(source)
 
     async def fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
-                    conditions: Mapping[str, str] | None = None) -> FetchResult:
+                    conditions: Mapping[str, str] | None = None, request: HttpRequest | None = None) -> FetchResult:
         """Fetch one page; never raises for what a site can do wrong (that becomes the outcome).
 
         ``ready`` is asked last, right before the request starts (after robots.txt and the host's turn,
@@ -203,7 +204,9 @@ class Fetcher:
         the site's view as the worker can; False means the task is no longer ours (outcome ``skipped``).
         Every other request the page costs the site asks it too, right before it starts: a robots.txt
         fetch and each redirect hop take a token of their own, so per_minute counts what the site sees.
-        ``conditions`` (If-None-Match / If-Modified-Since) make it a conditional request: a 304 is ``not_modified``."""
+        ``conditions`` (If-None-Match / If-Modified-Since) make it a conditional request: a 304 is ``not_modified``.
+        ``request``: a method and a body (an API's POST) instead of a plain GET; robots.txt, the address rules,
+        the host's rate and the redirect cap hold for it as for a GET (:mod:`~harvester.scraping.fetching.outgoing`)."""
         started = time.monotonic()
         started_at = time.time()
         url = strip_userinfo(url)
@@ -216,7 +219,7 @@ class Fetcher:
                 result = FetchResult(url, "skipped", reason=SKIPPED_REASON)
             else:
                 async with asyncio.timeout(source.timeout):
-                    result = await self._fetch(url, source, ready, conditions)
+                    result = await self._fetch(url, source, ready, conditions, request)
         except TaskNoLongerHeld:
             result = FetchResult(url, "skipped", reason=SKIPPED_REASON)
         except RobotsDisallowed as error:
@@ -292,24 +295,32 @@ class Fetcher:
         return await self.robots.rules(url, fetch_robots)
 
     async def _send(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
-                    conditions: Mapping[str, str] | None = None) -> TransportResponse:
-        """GET ``url`` and follow redirects by hand: every hop's URL and the peer it connected to are
-        checked, credentials go only to the origins they are bound to (:func:`hop_headers`), cookies come
-        from and go to the source's own jar, and userinfo is dropped."""
+                    conditions: Mapping[str, str] | None = None, request: HttpRequest | None = None
+                    ) -> TransportResponse:
+        """Send ``url``'s request (a GET, or ``request``'s method and body) and follow redirects by hand: every
+        hop's URL and the peer it connected to are checked, credentials go only to the origins they are bound
+        to (:func:`hop_headers`), cookies come from and go to the source's own jar, and userinfo is dropped."""
         headers = {**request_headers(source, self.settings), **(conditions or {})}
         credentials = self.credentials(source)
+        outgoing = OutgoingRequest() if request is None else outgoing_request(
+            request, credentials, self._bound(source, credentials, url), self.settings.max_request_body_bytes)
         current = url
         for hop in range(self.settings.max_redirects + 1):
             await self.guard.check(current, remember=True)  # the peer is checked below
             if hop > 0 and ready is not None and not await ready():  # each hop is a request start too
                 raise TaskNoLongerHeld(f"no longer held before the redirect to {current}")
-            response = await self.transport.get(current, self.hop_headers(source, headers, credentials, current))
+            sent_headers = {**self.hop_headers(source, headers, credentials, current), **outgoing.headers}
+            response = await self.transport.send(outgoing.method, current, sent_headers, outgoing.body)
             self.cookies.store(source.name, current, set_cookie_values(response.headers))
             location = response.headers.get("location")
             if response.status not in REDIRECT_STATUSES or not location:
                 return response
             await response.aclose()
             current = strip_userinfo(urljoin(current, location.strip()))
+            outgoing = outgoing.after_redirect(response.status)
+            if outgoing.carries_secrets and not self._bound(source, credentials, current):
+                raise RequestRefused(f"a redirect to {current} would carry the connection's secrets in the body "
+                                     "to an origin they are not bound to: not sent")
         raise TooManyRedirects(f"more than {self.settings.max_redirects} redirects")
 
     def hop_headers(self, source: SourceConfig, headers: Mapping[str, str], credentials: HttpCredentials | None,
@@ -325,6 +336,10 @@ class Fetcher:
         if cookie:
             hop["Cookie"] = f"{hop['Cookie']}; {cookie}" if hop.get("Cookie") else cookie
         return hop
+
+    def _bound(self, source: SourceConfig, credentials: HttpCredentials | None, url: str) -> bool:
+        """Whether ``credentials`` may go to ``url``'s origin."""
+        return credentials is not None and origin_of_url(url) in self._credential_origins(source, credentials)
 
     def _credential_origins(self, source: SourceConfig, credentials: HttpCredentials) -> frozenset[Origin]:
         """:func:`credential_origins`, kept while the same credentials serve the source (seeds may be many)."""
@@ -361,9 +376,9 @@ class Fetcher:
                                wire_cap=self.settings.raw_body_cap_bytes)
 
     async def _fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
-                     conditions: Mapping[str, str] | None = None) -> FetchResult:
+                     conditions: Mapping[str, str] | None = None, request: HttpRequest | None = None) -> FetchResult:
         cap = self.settings.body_size_cap_bytes
-        response = await self._send(url, source, ready, conditions)
+        response = await self._send(url, source, ready, conditions, request)
         try:
             status = response.status
             content_type = response.headers.get("content-type", "")
