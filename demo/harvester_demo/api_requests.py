@@ -6,7 +6,8 @@
 - ``POST /search`` takes ``{query, page, hitsPerPage}`` (JSON or a form) and answers
   ``{hits, page, nbPages, nbHits}`` (pages from 1), ``query`` matching a tag; ``/search-busy/<token>``
   answers its first request with a 429 and ``Retry-After: 1``, then as ``/search``.
-- ``POST /graphql-moved/<code>`` redirects to ``/graphql`` with that status (a 307 or 308 keeps the body).
+- ``POST /graphql-moved/<code>`` redirects to ``/graphql`` (or ``?to=``) with that status (a 307 or 308 keeps
+  the body).
 - Any other method on these paths is a 405: a crawler that GETs the endpoint instead is told so.
 - ``GET /_stats/api`` counts requests by ``METHOD path`` (``POST /_stats/api/reset`` empties it).
 """
@@ -113,7 +114,7 @@ def api_request_routes(products: Callable[[], int], product_facts: Callable[[int
         return await search(request)
 
     async def graphql_moved(request: Request) -> Response:
-        return RedirectResponse("/graphql", status_code=request.path_params["code"])
+        return RedirectResponse(request.query_params.get("to", "/graphql"), status_code=request.path_params["code"])
 
     async def api_stats(request: Request) -> JSONResponse:
         return JSONResponse(dict(counts))

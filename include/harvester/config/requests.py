@@ -32,6 +32,9 @@ __all__ = ["MAX_BODY_DEPTH", "HttpRequest", "NextRequest", "RequestSeed", "body_
 
 MAX_BODY_DEPTH = 32  # a body nested deeper is refused: nobody writes one, and canonical JSON recurses
 KEY_MARK = "#"
+# Fetch outcomes of requests that never left the worker (robots.txt not readable, the host's turn not given)
+NOT_SENT_OUTCOMES = frozenset({"robots_unavailable", "host_rate_wait", "skipped"})
+TOO_MANY_REQUESTS = 429
 FormValue = str | int | float | bool
 
 
@@ -63,6 +66,12 @@ class HttpRequest(StrictModel):
         if self.json_body is not None:
             _check_depth(self.json_body, 0)
         return self
+
+    def repeatable_after(self, outcome: str, status: int | None) -> bool:
+        """Whether a request that failed so may be sent again: always when it only reads (``safe_to_repeat``);
+        else only when the site cannot have acted on it: it was never sent, or the site said it was not
+        processed (429, RFC 6585)."""
+        return self.safe_to_repeat or outcome in NOT_SENT_OUTCOMES or status == TOO_MANY_REQUESTS
 
     @property
     def has_body(self) -> bool:
