@@ -176,3 +176,39 @@ def test_secrets_never_follow_a_redirect_to_another_origin(demo_site, monkeypatc
                    json_request({"query": "${connection.password}"}))
     assert result.outcome == "refused" and "not bound" in result.reason, result.reason
     assert demo_site.api_requests() == {"POST /graphql-moved/307": 1}  # the secret went to its own origin only
+
+
+# -- harvester try --------------------------------------------------------------------------------------
+def write_source(tmp_path, site: str) -> str:
+    import yaml
+
+    path = tmp_path / "demo_graphql.yaml"
+    path.write_text(yaml.safe_dump(api_source(site).model_dump(mode="json", exclude_defaults=True, by_alias=True)))
+    return str(path)
+
+
+def test_harvester_try_sends_the_first_request_and_shows_records_and_the_next_request(demo_site, tmp_path,
+                                                                                      capsys) -> None:
+    from harvester.cli import main
+
+    assert main(["try", write_source(tmp_path, demo_site.url), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "listing" and report["request"].startswith('POST {"query":')
+    assert len(report["records"]) == 50 and report["records"][0]["sku"] == "SKU-00001"
+    (following,) = report["follow_listings"]
+    assert following.startswith(f"{demo_site.url}/graphql  POST ") and '"after":"' in following
+    assert demo_site.api_requests() == {"POST /graphql": 1}
+    assert main(["try", write_source(tmp_path, demo_site.url)]) == 0
+    assert "request: POST {" in capsys.readouterr().out
+
+
+def test_harvester_try_with_another_body(demo_site, tmp_path, capsys) -> None:
+    from harvester.cli import main
+
+    body = json.dumps({"query": QUERY, "variables": {"first": 2, "tag": "garden"}})
+    assert main(["try", write_source(tmp_path, demo_site.url), f"{demo_site.url}/graphql", "--post-json", body,
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["records"]) == 2 and '"tag":"garden"' in report["request"]
+    assert main(["try", write_source(tmp_path, demo_site.url), "--post-json", "{not json"]) == 2
+    assert "--post-json" in capsys.readouterr().err
