@@ -3,6 +3,7 @@ next requests followed, against real Redis, a MongoDB-wire server and the demo's
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -121,3 +122,27 @@ def test_a_429_with_retry_after_on_a_post_is_waited_for_then_the_page_is_stored(
     assert database[source.output_collection].count_documents({}) == 20
     assert demo_site.api_requests() == {"POST /search-busy/worker": 2}
     assert DeadLetters(redis_client).list(source.name) == []
+
+
+def test_suggest_on_a_graphql_endpoint_and_a_sample_body_gives_a_source_that_harvests_every_item(
+        worker_settings, demo_site, mongo_server, redis_client, crawl, tmp_path, capsys) -> None:
+    from harvester.cli import main
+
+    body = {"query": "{ products(first: 50, after: $after) { edges { node { sku title price } } "
+                     "pageInfo { endCursor hasNextPage } } }", "variables": {"first": 50}}
+    path = worker_settings.sources_dir / "suggested_graphql.yaml"
+    assert main(["suggest", f"{demo_site.url}/graphql", "--name", "suggested_graphql", "--post-json",
+                 json.dumps(body), "-o", str(path)]) == 0
+    source = load_source_file(path)
+    assert source.listing is not None and source.listing.next is not None
+    assert (source.listing.next.cursor, source.listing.next.into) == ("data.products.pageInfo.endCursor",
+                                                                      "variables.after")
+    assert source.listing.records is not None and source.listing.records.key == ["sku"]
+    assert main(["try", str(path), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["records"]) == 50
+    demo_site.reset()
+    database = plan_and_produce(source, worker_settings, mongo_server, redis_client, "run-suggested")
+    wait_finished(database, source.name, "run-suggested", crawl, source)
+    assert len(database[source.output_collection].distinct("sku")) == 500
+    assert demo_site.api_requests() == {"POST /graphql": 10}
+    assert main(["suggest", f"{demo_site.url}/graphql", "--post-json", "{nope"]) == 2

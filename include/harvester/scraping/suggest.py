@@ -5,6 +5,7 @@ comment. The work is :mod:`harvester.scraping.suggestion`'s, imported by the han
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -24,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--render", choices=["http", "browser"],
                         help="fetch over HTTP or render in Chromium (default: HTTP, and Chromium when the HTTP body "
                              "lacks what the rendered page has)")
+    parser.add_argument("--post-json", metavar="JSON",
+                        help="the URL is a JSON API behind POST: send this sample body (a GraphQL query, a search) "
+                             "and suggest records and the rule of the next request (cursor, page or offset)")
     parser.add_argument("--country", default="SG", help="browser sources: the page slots' country (default SG)")
     parser.add_argument("-o", "--output", type=Path, metavar="FILE", help="write the YAML here instead of printing it")
     parser.set_defaults(handler=_suggest)
@@ -42,9 +46,15 @@ def _suggest(args: argparse.Namespace) -> int:
 
     name = args.name or default_name(args.url)
     command = "harvester suggest " + " ".join(
-        [args.url, *(["--listing"] if args.listing else []), *(["--render", args.render] if args.render else [])])
+        [args.url, *(["--listing"] if args.listing else []), *(["--render", args.render] if args.render else []),
+         *(["--post-json", "BODY"] if args.post_json is not None else [])])
     try:
-        suggestion = suggest(args.url, name, args.listing, args.render, args.country)
+        body = None if args.post_json is None else json.loads(args.post_json)
+    except ValueError as error:
+        print(f"harvester suggest: --post-json is not JSON: {error}", file=sys.stderr)
+        return 2
+    try:
+        suggestion = suggest(args.url, name, args.listing, args.render, args.country, body)
     except SuggestError as error:
         print(f"harvester suggest: {error}", file=sys.stderr)
         return 1

@@ -53,6 +53,8 @@ class Suggestion:
     key_why: str = ""
     dropped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    request_body: Any = None  # the JSON body of a POST endpoint (None: the URL is fetched with a GET)
+    next_rule: dict[str, Any] | None = None  # listing.next of an API behind POST
 
     def add(self, choices: list[Choice], into: list[Choice] | None = None) -> None:
         """Add choices whose names are new (a richer source came first and wins)."""
