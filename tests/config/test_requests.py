@@ -136,3 +136,19 @@ attributes:
     problem = one_problem(html)
     assert (problem.field, problem.reason) == ("listing.next",
                                                "the next request is read from a JSON response (content: json)")
+
+
+def test_the_docs_examples_of_sources_behind_post_are_valid() -> None:
+    import re
+
+    from harvester.settings import REPOSITORY_ROOT
+
+    docs = (REPOSITORY_ROOT / "docs" / "sources.md").read_text()
+    section = docs.split("## Sources behind POST", 1)[1].split("\n## ", 1)[0]
+    examples = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    assert len(examples) == 2
+    graphql, search = (source(example.replace("${HARVESTER_DEMO_SITE_URL}", "https://shop.example.com"))
+                       for example in examples)
+    assert graphql.listing is not None and graphql.listing.next is not None and graphql.listing.next.cursor
+    assert search.listing is not None and search.listing.next is not None and search.listing.next.page == "page"
+    assert len({seed.key for seed in search.input.requests}) == 2
