@@ -152,3 +152,19 @@ def test_the_docs_examples_of_sources_behind_post_are_valid() -> None:
     assert graphql.listing is not None and graphql.listing.next is not None and graphql.listing.next.cursor
     assert search.listing is not None and search.listing.next is not None and search.listing.next.page == "page"
     assert len({seed.key for seed in search.input.requests}) == 2
+
+
+def test_a_secret_in_a_body_is_refused_unless_the_connection_fills_it_in() -> None:
+    variables = "        variables: {first: 50}"
+    literal = GRAPHQL.replace(variables, f"{variables}\n        api_key: abc123")
+    problem = one_problem(literal)
+    assert problem.field == "input.requests[0].json.api_key" and "http_connection_id" in problem.reason
+    filled = source(GRAPHQL.replace("        variables: {first: 50}",
+                                    "        variables: {first: 50}\n        api_key: ${connection.password}"))
+    assert filled.input.requests[0].json_body["api_key"] == "${connection.password}"
+
+
+def test_a_request_cannot_carry_an_authorization_or_cookie_header() -> None:
+    for header in ("Authorization", "Cookie"):
+        problem = one_problem(GRAPHQL.replace("      json:\n", f"      headers: {{{header}: x}}\n      json:\n"))
+        assert problem.field == f"input.requests[0].headers.{header}"

@@ -83,6 +83,7 @@ _HTTP_URL = re.compile(r"(?i:https?)://(?:[^\s/?#@]+@)?[^\s/?#:@]+(?::\d{1,5})?(
 # Where a first request of ``input.requests`` came from: its key is canonical already (a URL and a digest)
 REQUEST_ORIGIN = "input.requests"
 
+
 def valid_url(value: Any) -> str | None:
     """The URL in its canonical form (:mod:`harvester.urls`), when it is an absolute http(s) URL with a
     host and no whitespace; else None.

@@ -112,7 +112,7 @@ class IncrementalFetching:
             return fetcher
         details = [record_url(message.url) for message in messages if message.kind == "details"]
         # sitemaps, and requests with a method and a body, are fetched by the batch fetcher, message by message
-        has_sitemaps = any(message.kind == "sitemap" or message.request is not None for message in messages)
+        by_message = any(message.kind == "sitemap" or message.request is not None for message in messages)
         validators: dict[str, dict[str, Any]] = {}
         if details:
             try:
@@ -120,7 +120,7 @@ class IncrementalFetching:
             except StorageError as error:  # the pages are fetched in full instead: slower, never wrong
                 log.warning("%s: reading the stored validators failed (%s): fetching unconditionally",
                             source.name, error)
-        if not validators and not has_sitemaps:
+        if not validators and not by_message:
             return fetcher
         return BatchFetcher(self.pages, self.sitemaps, messages, validators)
 
