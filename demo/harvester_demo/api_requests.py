@@ -2,7 +2,8 @@
 
 - ``POST /graphql`` takes ``{query, variables: {first, after}}`` (``first`` at most 50) and answers a
   connection: ``data.products.edges[].node`` and ``pageInfo {endCursor, hasNextPage}``; the query must ask
-  for ``products`` (else ``errors``, as GraphQL servers answer); ``variables.tag`` filters.
+  for ``products`` (else ``errors``, as GraphQL servers answer); ``variables.tag`` filters; each node names
+  its detail in the JSON API (``api_url``).
 - ``POST /search`` takes ``{query, page, hitsPerPage}`` (JSON or a form) and answers
   ``{hits, page, nbPages, nbHits}`` (pages from 1), ``query`` matching a tag; ``/search-busy/<token>``
   answers its first request with a 429 and ``Retry-After: 1``, then as ``/search``.
@@ -85,7 +86,8 @@ def api_request_routes(products: Callable[[], int], product_facts: Callable[[int
         end = start + len(window)
         return JSONResponse({"data": {"products": {
             "totalCount": len(chosen),
-            "edges": [{"cursor": cursor_of(start + index + 1), "node": api_item(number, product_facts(number))}
+            "edges": [{"cursor": cursor_of(start + index + 1),
+                       "node": {**api_item(number, product_facts(number)), "api_url": f"/api/product/{number}"}}
                       for index, number in enumerate(window)],
             "pageInfo": {"endCursor": cursor_of(end) if window else None, "hasNextPage": end < len(chosen)},
         }}})

@@ -146,3 +146,21 @@ def test_suggest_on_a_graphql_endpoint_and_a_sample_body_gives_a_source_that_har
     assert len(database[source.output_collection].distinct("sku")) == 500
     assert demo_site.api_requests() == {"POST /graphql": 10}
     assert main(["suggest", f"{demo_site.url}/graphql", "--post-json", "{nope"]) == 2
+
+
+def test_detail_tasks_are_built_from_the_items_of_a_post_listing(worker_settings, demo_site, mongo_server,
+                                                                  redis_client, crawl) -> None:
+    document = graphql_document(demo_site.url, "api_details")
+    document["input"]["requests"][0]["json"]["variables"] = {"first": 20, "tag": "garden"}
+    document["listing"] = {"max_depth": 0, "link_selectors": ["json:data.products.edges[].node.api_url"],
+                           "follow": "/api/product/"}
+    document["attributes"] = {"sku": {"json": "product.sku", "required": True}, "title": {"json": "product.title"}}
+    document["output"] = {"key": ["sku"]}
+    source = write(worker_settings, document)
+    database = plan_and_produce(source, worker_settings, mongo_server, redis_client, "run-details")
+    wait_finished(database, source.name, "run-details", crawl, source)
+    records = list(database[source.output_collection].find({}, {"_id": 0}))
+    assert len(records) == 20 and all(record["url"].startswith(f"{demo_site.url}/api/product/") for record in records)
+    paths = demo_site.requests_of("api_details")["paths"]
+    assert demo_site.api_requests() == {"POST /graphql": 1}
+    assert sum(count for path, count in paths.items() if path.startswith("/api/product/")) == 20
