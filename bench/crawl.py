@@ -54,6 +54,7 @@ from typing import Any
 import pymongo
 import redis
 import yaml
+from api_speed import PAGE_SIZE, api_figures, first_request_tasks, write_graphql_source  # beside this file
 from rig import (
     BIN,
     DEMO_PRODUCT_ATTRIBUTES,
@@ -69,6 +70,7 @@ from settle import settle_ceiling  # bench/settle.py, beside this file
 
 # Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
 PROMISED_KEYS = (
+    "api_items_per_s", "html_items_per_s", "api_speedup",  # the API behind POST against HTML detail pages
     "bench", "products", "repeat", "concurrency", "latency_ms", "workers", "publish_batch", "scrapy",
     "pages_per_s", "scrapy_pages_per_s", "ratio", "crawlee", "crawlee_pages_per_s", "crawlee_ratio",
     "end_to_end_pages_per_s", "scrapy_end_to_end_pages_per_s", "end_to_end_ratio", "max_concurrent_observed",
@@ -143,7 +145,7 @@ def write_source(directory: Path, name: str, site_url: str, per_page: int, concu
 
 def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, site_url: str,
                   expected_pages: int, workers: int, rig: dict[str, subprocess.Popen] | None = None,
-                  timeout: float = 900) -> dict[str, Any]:
+                  timeout: float = 900, first_tasks: list[Any] | None = None) -> dict[str, Any]:
     """Distributor + Celery workers; time from pushing the seed until the site served every page.
 
     ``rig`` names the bench's own servers (demo site, MongoDB) whose CPU over the same interval is
@@ -169,7 +171,8 @@ def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, 
     cpu_before = tree_cpu_seconds([worker, distributor])
     rig_before = {name: tree_cpu_seconds([process]) for name, process in rig.items()}
     started = time.perf_counter()
-    Intake(client, settings).push(source, [TaskMessage(source=name, kind="listing", url=source.input.seeds[0])])
+    Intake(client, settings).push(source, first_tasks or [TaskMessage(source=name, kind="listing",
+                                                                       url=source.input.seeds[0])])
     deadline = started + timeout
     while time.perf_counter() < deadline:
         stats = store.stats([name])[name]
@@ -317,16 +320,21 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=3000, help="records for the bulk vs insert_one part")
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the best of each is reported")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
+    parser.add_argument("--parts", default="crawl,api",
+                        help="crawl (a-e, against Scrapy and crawlee), api (the GraphQL endpoint against HTML detail "
+                             "pages), or both (the default)")
     parser.add_argument("--smoke", action="store_true", help="40 products, one round, no peers (CI)")
     args = parser.parse_args()
     if args.smoke:
         args.products, args.per_page, args.repeat, args.workers, args.records = 40, 20, 1, 1, 160
+    parts = set(args.parts.split(","))
 
     from harvester.services.ports import LOOPBACK
     from harvester.settings import HarvesterSettings
 
-    scrapy_version = None if args.smoke else ensure_scrapy()
-    crawlee_version, crawlee_path = (None, None) if args.smoke else ensure_crawlee()
+    peers = "crawl" in parts and not args.smoke  # the smoke run skips the peers: installing them takes minutes
+    scrapy_version = ensure_scrapy() if peers else None
+    crawlee_version, crawlee_path = ensure_crawlee() if peers else (None, None)
     with bench_processes("crawl", keep=args.keep) as processes:
         directory, sources = processes.directory, processes.sources
         redis_url = start_redis(processes)
@@ -353,6 +361,15 @@ def main() -> None:
 
         def source(name: str) -> Path:
             return write_source(sources, name, site_url, args.per_page, args.concurrency)
+
+        result: dict[str, Any] = {"bench": "crawl", "products": args.products, "repeat": args.repeat,
+                                  "concurrency": args.concurrency, "latency_ms": args.latency_ms,
+                                  "workers": args.workers, "publish_batch": publish_batch, "smoke": args.smoke}
+        if "api" in parts:
+            result.update(api_part(processes, env, sources, site_url, args, expected))
+        if "crawl" not in parts:
+            print(json.dumps({**result, "mongo": choice.kind}))
+            return
 
         runs: dict[str, list[dict[str, Any]]] = {"ours": [], "peer": [], "crawlee": [], "ours_e2e": [], "peer_e2e": []}
         stored = pymongo.MongoClient(choice.uri)[database]
@@ -412,9 +429,7 @@ def main() -> None:
                   f"{bound['site_cpu_ms_per_page']:.2f} ms, MongoDB {bound['storage_cpu_ms_per_record']:.2f} ms; "
                   f"with all {bound['cores']} cores flat out the crawl reaches at most "
                   f"{bound['storage_ceiling_ratio_cpu_bound']:.2f} of the ceiling", file=sys.stderr)
-        result = {
-            "bench": "crawl", "products": args.products, "repeat": args.repeat, "concurrency": args.concurrency,
-            "latency_ms": args.latency_ms, "workers": args.workers, "publish_batch": publish_batch,
+        result |= {
             "scrapy": scrapy_version,
             "pages_per_s": round(rate["ours"], 1), "scrapy_pages_per_s": rate["peer"] and round(rate["peer"], 1),
             "ratio": over(rate["ours"], rate["peer"]),
@@ -441,6 +456,36 @@ def main() -> None:
             "peers_skipped": ["scrapy", "crawlee"] if args.smoke else [],
         }
         print(json.dumps(result))
+
+
+def api_part(processes: Processes, env: dict[str, str], sources: Path, site_url: str, args: argparse.Namespace,
+             html_pages: int) -> dict[str, Any]:
+    """The same items from the GraphQL endpoint and as HTML detail pages, alternately, best round of each
+    (bench/api_speed.py): into MongoDB (the figures the issue names), then with the discard sink (what the
+    harvest costs without the store, whose per-record cost bounds both on the stand-in)."""
+    figures: dict[str, Any] = {}
+    for sink in ("mongo", "discard"):
+        runs: dict[str, list[dict[str, Any]]] = {"api": [], "html": []}
+        stored = pymongo.MongoClient(env["HARVESTER_MONGO_URI"])[env["HARVESTER_MONGO_DATABASE"]]
+        sink_env = {**env, "HARVESTER_OUTPUT_SINK": sink}
+        for round_number in range(1, args.repeat + 1):
+            api_name, html_name = f"api_graphql_{sink}_{round_number}", f"api_html_{sink}_{round_number}"
+            api_path = write_graphql_source(sources, api_name, site_url, args.concurrency)
+            runs["api"].append(run_harvester(processes, sink_env, api_path, site_url, -(-args.products // PAGE_SIZE),
+                                             args.workers, first_tasks=first_request_tasks(api_path)))
+            html_path = write_source(sources, html_name, site_url, args.per_page, args.concurrency)
+            runs["html"].append(run_harvester(processes, sink_env, html_path, site_url, html_pages, args.workers))
+            for run, name in ((runs["api"][-1], api_name), (runs["html"][-1], html_name)):
+                run["stored"] = stored[name].count_documents({}) if sink == "mongo" else run["records"]
+        best = {name: max(results, key=lambda run: run["stored"] / run["seconds"]) for name, results in runs.items()}
+        found = api_figures(best["api"], best["html"], args.products)
+        print(f"{sink} sink: GraphQL API {best['api']['stored']} items in {best['api']['pages']} POSTs, "
+              f"{found['api_items_per_s']:.0f} items/s; HTML detail pages {best['html']['stored']} items in "
+              f"{best['html']['pages']} pages, {found['html_items_per_s']:.0f} items/s: api_speedup "
+              f"{found['api_speedup']}", file=sys.stderr)
+        figures |= found if sink == "mongo" else {f"{key}_discard": value for key, value in found.items()
+                                                   if key.endswith(("_per_s", "speedup"))}
+    return figures
 
 
 if __name__ == "__main__":

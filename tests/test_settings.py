@@ -668,6 +668,29 @@ def test_max_redirects_is_how_many_hops_the_fetcher_follows(demo_site):
     assert fetch_demo(f"{demo_site.url}/redirect/3", max_redirects=2).outcome == "too_many_redirects"
 
 
+@covers_setting("max_request_body_bytes")
+@pytest.mark.integration
+def test_max_request_body_bytes_refuses_a_larger_body_before_sending_it(demo_site):
+    import asyncio
+
+    from harvester.config import HttpRequest
+    from harvester.scraping.fetching.fetcher import Fetcher
+
+    from tests.fixtures.demo_site import demo_source
+
+    request = HttpRequest.model_validate({"json": {"query": "garden", "padding": "x" * 200}})
+
+    async def run(cap: int):
+        async with Fetcher(HarvesterSettings(max_request_body_bytes=cap)) as fetcher:
+            return await fetcher.fetch(f"{demo_site.url}/search", demo_source("http://127.0.0.1:9"), request=request)
+
+    accepted = asyncio.run(run(4096))
+    assert accepted.status == 200, (accepted.outcome, accepted.reason)  # sent and answered
+    refused = asyncio.run(run(100))
+    assert refused.outcome == "refused" and "max_request_body_bytes" in refused.reason and not refused.retryable
+    assert demo_site.api_requests().get("POST /search") == 1  # the refused body never reached the site
+
+
 @covers_setting("http2")
 @pytest.mark.integration
 def test_http2_chooses_the_http_library_and_so_the_protocol(h2_site, monkeypatch):  # noqa: F811

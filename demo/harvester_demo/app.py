@@ -460,6 +460,9 @@ def create_app(site: DemoSite | None = None) -> ASGIApp:
     from harvester_demo.legacy import legacy_routes  # session ids in links, pages that name no charset
 
     routes += legacy_routes(page)
+    from harvester_demo.api_requests import api_request_routes  # APIs behind POST: GraphQL, search
+
+    routes += api_request_routes(lambda: site.products, product_facts, latency)
     app = Starlette(routes=routes)
     app.state.site = site
     return ConcurrencyCounter(ChallengeMiddleware(app, wall), site)

@@ -90,6 +90,10 @@ class HarvesterSettings(BaseSettings):
     # Workers and scraping.
     body_size_cap_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
     max_redirects: int = Field(default=5, ge=0)
+    max_request_body_bytes: int = Field(
+        default=1024 * 1024, ge=64,
+        description="The largest request body sent (a POST's JSON or form, with its secrets filled in); a larger "
+                    "one is refused, never sent.")
     http2: bool = Field(
         default=False, description="HTTP/2 where a site offers it over TLS (through httpx); off: HTTP/1.1 through "
                                    "aiohttp, which costs about a fifth of the CPU per request.")

@@ -37,6 +37,7 @@ from harvester.config.loader import (
 )
 from harvester.config.model import MAX_BATCH_SIZE, Archive, Listing, SourceConfig, format_duration, parse_duration
 from harvester.config.quality import QUALITY_PARAMS, Quality
+from harvester.config.requests import HttpRequest, NextRequest, RequestSeed, request_key
 from harvester.config.run_options import (
     BATCH_SIZE_PARAM,
     DETAIL_URLS_PARAM,
@@ -72,12 +73,15 @@ __all__ = [
     "ClickSpec",
     "DelayWait",
     "DismissSpec",
+    "HttpRequest",
     "Listing",
     "ListingRecords",
     "NetworkIdleWait",
+    "NextRequest",
     "Problem",
     "Quality",
     "RecordItem",
+    "RequestSeed",
     "RunOptions",
     "ScrollSpec",
     "SelectorWait",
@@ -96,6 +100,7 @@ __all__ = [
     "meta_expression",
     "parse_duration",
     "parse_source",
+    "request_key",
     "rule_bound",
     "scalar_type",
 ]

@@ -67,6 +67,13 @@ _URI_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@", re.I
 _MONGO_FILTER = ("input", "mongo", "filter")
 
 Location = tuple[str | int, ...]
+# A request body's value the fetcher fills in from the source's http_connection_id when it sends the request
+_CONNECTION_VALUE = re.compile(r"\$\{connection\.(login|password|headers\.[A-Za-z0-9_-]+)\}")
+
+
+def _in_request(location: Location, parts: tuple[str, ...]) -> bool:
+    """Whether ``location`` is within ``input.requests[n]`` under one of ``parts`` (its body, its headers)."""
+    return len(location) >= 4 and location[:2] == ("input", "requests") and location[3] in parts
 
 
 @dataclass(frozen=True)
@@ -405,8 +412,11 @@ class _Document:
             for key, child in value.items():
                 child_location = (*location, str(key))
                 if location != ("attributes",) and location[:3] != _MONGO_FILTER:
-                    in_headers = location == ("headers",)
-                    if _SECRET_KEY.search(str(key)) or (in_headers and str(key).lower() in _SECRET_HEADERS):
+                    in_headers = location == ("headers",) or _in_request(location, ("headers",))
+                    filled_at_send = _in_request(location, ("json", "form")) and isinstance(child, str) \
+                        and _CONNECTION_VALUE.fullmatch(child) is not None  # the connection's, never in YAML
+                    if (_SECRET_KEY.search(str(key)) and not filled_at_send) or \
+                            (in_headers and str(key).lower() in _SECRET_HEADERS):
                         self.problem(child_location, connections_hint(child_location))
                         continue
                 self.check_credentials(child, child_location)

@@ -36,6 +36,7 @@ from harvester.config.incremental import (
 )
 from harvester.config.lifecycle import GoneMarkers
 from harvester.config.quality import Quality
+from harvester.config.requests import NextRequest, RequestSeed, check_request_rules
 from harvester.queues import DEFAULT_QUEUE, PAGESLOTS_QUEUE, PRIORITY_QUEUE
 from harvester.urls import SessionIds
 
@@ -128,6 +129,9 @@ class Input(SitemapInput):
                     "Defaults to listing when the source has a listing section, else details.",
     )
     mongo: MongoInput | None = None
+    requests: list[RequestSeed] = Field(
+        default_factory=list, description="First requests with a method and a body (GraphQL, search APIs): "
+                                          "{url, method, json | form, headers, safe_to_repeat}.")
 
     @field_validator("seeds")
     @classmethod
@@ -140,8 +144,8 @@ class Input(SitemapInput):
 
     @model_validator(mode="after")
     def _needs_something(self) -> Input:
-        if not self.seeds and self.mongo is None and not self.sitemaps:
-            raise ValueError("give seeds or mongo (or both), or sitemaps")
+        if not self.seeds and self.mongo is None and not self.sitemaps and not self.requests:
+            raise ValueError("give seeds or mongo (or both), sitemaps, or requests")
         return self
 
 
@@ -158,6 +162,9 @@ class Listing(StrictModel):
                                   "page must be on the same site as the page that links it.")
     max_depth: int = Field(default=2, ge=0, le=50, description="BFS levels of listing pages to follow.")
     max_new_urls: int = Field(default=10_000, ge=1, description="New detail URLs per run.")
+    next: NextRequest | None = Field(
+        default=None, description="The next request built from a JSON response: a cursor, a page number or an "
+                                  "offset put into the body (or the query), bounded by max_depth.")
 
     @field_validator("link_selectors", "next_page_selectors")
     @classmethod
@@ -379,6 +386,7 @@ class SourceConfig(StrictModel):
     @model_validator(mode="after")
     def _cross_field_rules(self) -> SourceConfig:
         check_incremental_rules(self)
+        check_request_rules(self.input.requests, self.render, self.content, self.listing and self.listing.next)
         if self.render == "browser" and self.country is None:
             raise ValueError("country: a browser source needs a country (its page slots are per country)")
         if self.render != "browser" and self.browser != BrowserOptions():

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harvester.config import HttpRequest, request_key
+
 
 class TaskMessage(BaseModel):
     """One page to fetch for one source. Serialised as compact JSON in Redis and Celery."""
@@ -29,6 +31,13 @@ class TaskMessage(BaseModel):
     # The fencing token of this delivery (set by the distributor on the Celery message, never in intake):
     # only its holder may start, heartbeat, release or fail the task.
     lease_token: str | None = None
+    # A request with a method and a body (an API's POST); None: a plain GET of ``url``.
+    request: HttpRequest | None = None
+
+    @property
+    def key(self) -> str:
+        """What the task is: its canonical URL, or for a request with a body that URL and the body's digest."""
+        return request_key(self.url, self.request)
 
     def to_json(self) -> str:
         """The task as intake and dead letters keep it (without the delivery's lease token)."""

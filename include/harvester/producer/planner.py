@@ -85,6 +85,10 @@ class PlanResult:
 _HTTP_URL = re.compile(r"(?i:https?)://(?:[^\s/?#@]+@)?[^\s/?#:@]+(?::\d{1,5})?(?:[/?#]\S*)?")
 
 
+# Where a first request of ``input.requests`` came from: its key is canonical already (a URL and a digest)
+REQUEST_ORIGIN = "input.requests"
+
+
 def valid_url(value: Any, session_ids: SessionIds = DEFAULT_SESSION_IDS) -> str | None:
     """The URL in its canonical form (:mod:`harvester.urls`), when it is an absolute http(s) URL with a
     host and no whitespace; else None.
@@ -296,6 +300,8 @@ class Planner:
             return
         for index, url in enumerate(source.input.seeds):
             yield f"input.seeds[{index}]", url
+        for seed in source.input.requests:  # packages hold a request's key (its URL and its body's digest)
+            yield REQUEST_ORIGIN, seed.key
         mongo = source.input.mongo
         if mongo is None:
             return
@@ -314,7 +320,7 @@ class Planner:
         chunk: dict[str, None] = {}
         for origin, raw in self._raw_urls(source, options):
             result.urls_read += 1
-            url = valid_url(raw, source.session_ids.rules)
+            url = raw if origin == REQUEST_ORIGIN else valid_url(raw, source.session_ids.rules)
             if url is None:
                 result.skipped_invalid += 1
                 if len(result.invalid_examples) < INVALID_EXAMPLES:

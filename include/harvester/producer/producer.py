@@ -180,5 +180,10 @@ class Producer:
             pending = set(pending_list)
             pairs = ((url, task_id) for url in urls
                      if (task_id := planned_task_id(source.name, run_id, package_id, url)) in pending)
+        requests = {seed.key: seed for seed in source.input.requests}  # a package holds a request's key
         for url, task_id in pairs:
-            yield f'{{"task_id":"{task_id}","url":{json.dumps(url)},{head}}}'
+            if (seed := requests.get(url)) is not None:
+                request = seed.request.model_dump_json()
+                yield f'{{"task_id":"{task_id}","url":{json.dumps(seed.url)},"request":{request},{head}}}'
+            else:
+                yield f'{{"task_id":"{task_id}","url":{json.dumps(url)},{head}}}'

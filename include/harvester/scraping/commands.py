@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "try", help="fetch one page of a source and print the record, its problems and its links (writes nothing)")
     parser.add_argument("source", help="a source name (from the sources directory) or a path to a YAML file")
-    parser.add_argument("url", nargs="?", help="the page to try (default: the source's first seed)")
+    parser.add_argument("url", nargs="?", help="the page to try (default: the source's first seed, or its first "
+                                               "request of input.requests)")
     parser.add_argument("--kind", choices=["listing", "details"],
                         help="treat the page as a listing or a detail page (default: seeds are the input kind, "
                              "other URLs are detail pages)")
@@ -32,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--warc", metavar="FILE", type=Path,
                         help="read the URL's archived response from this WARC file instead of fetching (a file of "
                              "the source's output.archive; default URL: the file's first response)")
+    parser.add_argument("--post-json", metavar="JSON",
+                        help="send this JSON body with a POST to the URL (an API's query; default: the source's "
+                             "first request, when the URL is its URL)")
     parser.set_defaults(handler=_try)
 
 
@@ -56,9 +60,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-async def fetch_for_try(source: Any, url: str, settings: Any, kind: str = "details") -> Any:
-    """One page as `harvester try` (and `harvester suggest`) fetches it: HTTP, or the one-shot browser
-    render for browser sources. The one place these tools call the browser."""
+async def fetch_for_try(source: Any, url: str, settings: Any, kind: str = "details", request: Any = None) -> Any:
+    """One page as `harvester try` (and `harvester suggest`) fetches it: HTTP (with ``request``'s method and
+    body, when given), or the one-shot browser render for browser sources. The one place these tools call the
+    browser."""
     if source.render == "browser":
         from harvester.scraping.browser import render_page
 
@@ -66,7 +71,7 @@ async def fetch_for_try(source: Any, url: str, settings: Any, kind: str = "detai
     from harvester.scraping.fetching import Fetcher
 
     async with Fetcher(settings, max_connections=2) as fetcher:
-        return await fetcher.fetch(url, source)
+        return await fetcher.fetch(url, source, request=request)
 
 
 def saved_page(path: Path, url: str, cap: int) -> Any:
@@ -108,16 +113,17 @@ def _traces(extraction: Any) -> dict[str, Any]:
 
 
 async def try_page(source: Any, url: str, kind: str, depth: int, html: Path | None = None,
-                   fetched: Any = None) -> dict[str, Any]:
+                   fetched: Any = None, request: Any = None) -> dict[str, Any]:
     """Fetch (HTTP or Chromium) and process one page, or read it from ``html`` (or take it ``fetched`` from an
-    archive); the report `harvester try` prints."""
+    archive); the report `harvester try` prints. ``request``: the method and body to send (an API's POST), shown
+    as written (secrets stay placeholders), and the next requests ``listing.next`` builds are shown the same way."""
     from harvester.scraping.page import process_page
     from harvester.settings import get_settings
 
     settings = get_settings()
     fetch = fetched or (saved_page(html, url, settings.body_size_cap_bytes) if html is not None
-                        else await fetch_for_try(source, url, settings, kind))
-    page = process_page(source, kind, url, depth, fetch, trace=True)
+                        else await fetch_for_try(source, url, settings, kind, request))
+    page = process_page(source, kind, url, depth, fetch, trace=True, request=request)
     render = "warc" if fetched is not None else "file" if html else source.render
     report: dict[str, Any] = {
         "source": source.name, "url": page.url, "kind": kind, "render": render,
@@ -142,11 +148,24 @@ async def try_page(source: Any, url: str, kind: str, depth: int, html: Path | No
         report["selectors"] = _traces(listing.extractions[0]) if listing.extractions else {}
         problems = [str(problem) for extraction in listing.extractions for problem in extraction.problems]
         report["problems"] = problems[:50]
+    if request is not None:
+        report["request"] = request_summary(request)
     if page.discovery is not None:
         report["follow_details"] = page.discovery.details
-        report["follow_listings"] = page.discovery.listings
+        report["follow_listings"] = [_listing_line(page.discovery, key) for key in page.discovery.listings]
         report["ignored_links"] = page.discovery.ignored
     return report
+
+
+def request_summary(request: Any) -> str:
+    """A request as a line: its method and its body as written (connection placeholders unfilled)."""
+    body = request.body_bytes()
+    return f"{request.method} {body.decode() if body is not None else '(no body)'}"
+
+
+def _listing_line(discovery: Any, key: str) -> str:
+    url, request = discovery.listing_request(key)
+    return url if request is None else f"{url}  {request_summary(request)}"
 
 
 def _print_selectors(selectors: dict[str, Any], heading: str) -> None:
@@ -161,6 +180,8 @@ def _print_selectors(selectors: dict[str, Any], heading: str) -> None:
 
 def _print_text(report: dict[str, Any]) -> None:
     print(f"{report['source']}  {report['kind']}  {report['url']}")
+    if report.get("request"):
+        print(f"  request: {report['request']}")
     line = (f"  fetch: {report['outcome']} (status {report['status']}, {report['http_version']}) "
             f"in {report['elapsed_s']}s, {report['bytes']} bytes")
     print(line + (" [cut at the size cap]" if report["truncated"] else ""))
@@ -201,13 +222,31 @@ def _print_text(report: dict[str, Any]) -> None:
             print(f"  ignored links: {report['ignored_links']}")
 
 
+def _what_to_try(source: Any, args: argparse.Namespace) -> tuple[str | None, Any]:
+    """The URL and request to try: the arguments', else the first seed, else the first of ``input.requests``.
+    A URL that is a request's URL is sent with that request unless ``--post-json`` gives another body."""
+    from harvester.config import HttpRequest
+
+    url = args.url or args.base_url or (source.input.seeds[0] if source.input.seeds else None)
+    if url is None and source.input.requests:
+        url = source.input.requests[0].url
+    request = next((seed.request for seed in source.input.requests if seed.url == url), None)
+    if args.post_json is not None:
+        request = HttpRequest.model_validate({"method": "POST", "json": json.loads(args.post_json)})
+    return url, request
+
+
 def _try(args: argparse.Namespace) -> int:
     try:
         source = _load(args.source)
     except Exception as error:  # a config error is the answer the user needs, not a traceback
         print(f"harvester try: {error}", file=sys.stderr)
         return 2
-    url = args.url or args.base_url or (source.input.seeds[0] if source.input.seeds else None)
+    try:
+        url, request = _what_to_try(source, args)
+    except ValueError as error:  # not JSON, or not a body a request may carry (pydantic's errors are ValueErrors)
+        print(f"harvester try: --post-json: {error}", file=sys.stderr)
+        return 2
     if args.base_url and not args.html:
         print("harvester try: --url names the address of a page read with --html", file=sys.stderr)
         return 2
@@ -226,8 +265,10 @@ def _try(args: argparse.Namespace) -> int:
     if url is None:
         print("harvester try: give a URL (the source has no seed URLs)", file=sys.stderr)
         return 2
-    kind = args.kind or (source.input.kind if args.url is None or url in source.input.seeds else "details")
-    report = asyncio.run(try_page(source, url, kind, args.depth, args.html, fetched))
+    first_requests = {seed.url for seed in source.input.requests}
+    kind = args.kind or (source.input.kind if args.url is None or url in (*source.input.seeds, *first_requests)
+                         else "details")
+    report = asyncio.run(try_page(source, url, kind, args.depth, args.html, fetched, request))
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from harvester.config import SourceConfig
-from harvester.scraping.discovery import Discovery, canonicalise_url, discover_links
+from harvester.config import HttpRequest, SourceConfig, request_key
+from harvester.scraping.discovery import Discovery, add_next_request, canonicalise_url, discover_links
 from harvester.scraping.extraction import (
     BlockDetector,
     DataBounds,
@@ -109,11 +109,12 @@ def mark_block(source: SourceConfig, fetch: FetchResult, settings: HarvesterSett
 
 
 def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult, *,
-                 trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
+                 trace: bool = False, settings: HarvesterSettings | None = None,
+                 request: HttpRequest | None = None) -> PageResult:
     """:func:`extract_page`, and a page whose body breaks a parser or an extractor becomes that page's
     ``parse_error``: the pages of its batch are stored, released and counted as if it were not there."""
     try:
-        return extract_page(source, kind, url, depth, fetch, trace=trace, settings=settings)
+        return extract_page(source, kind, url, depth, fetch, trace=trace, settings=settings, request=request)
     except Exception as error:  # what one site sent broke our reading of it: that page fails, never its batch
         log.warning("processing %s failed: %s: %s", url, type(error).__name__, error, exc_info=True)
         fetch.outcome, fetch.reason = "parse_error", f"unreadable page: {type(error).__name__}: {error}"[:300]
@@ -121,13 +122,16 @@ def process_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
 
 
 def extract_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: FetchResult, *,
-                 trace: bool = False, settings: HarvesterSettings | None = None) -> PageResult:
+                 trace: bool = False, settings: HarvesterSettings | None = None,
+                 request: HttpRequest | None = None) -> PageResult:
     """Extract from a successful fetch; a failed fetch passes through untouched. A ``content: json``
     response that is not JSON (or nests too deep), or HTML refused before parsing (:mod:`markup`), fails the
     fetch as ``parse_error``: retrying cannot help. ``settings``: the caller's (the worker's; the process's by
     default, for the tools): the markup caps, URL lengths, structured-data bounds and the value and page budgets
-    are all read from them."""
-    result = PageResult(fetch, kind, record_url(url, source))
+    are all read from them. ``request``: the method and body ``url`` was asked with (an API's POST): the page is
+    known by its key (:func:`harvester.config.request_key`), and ``listing.next`` builds the next one from it."""
+    result = PageResult(fetch, kind, record_url(url, source) if request is None
+                        else request_key(strip_userinfo(url), request))
     limits = settings if settings is not None else get_settings()
     if kind == "details" and (gone := gone_by_status(source, fetch)) is not None:
         result.gone = gone
@@ -162,7 +166,10 @@ def extract_page(source: SourceConfig, kind: str, url: str, depth: int, fetch: F
             result.listing_records = extract_listing_records(source, data, result.url, base, trace=trace,
                                                              max_value_length=limits.max_value_length,
                                                              max_page_characters=limits.max_extracted_characters)
-    elif not item_on_page(source, fetch, data, result):
+        if source.listing is not None and source.listing.next is not None and (
+                result.listing_records is None or result.listing_records.items):  # no records: the last page
+            add_next_request(source, strip_userinfo(url), request, data, depth, result.discovery)
+    elif request is None and not item_on_page(source, fetch, data, result):  # a POST's page is known by its key
         return result
     else:
         result.url = canonical_link_url(source, data, base, result.url)

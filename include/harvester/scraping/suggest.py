@@ -5,6 +5,7 @@ comment. The work is :mod:`harvester.scraping.suggestion`'s, imported by the han
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--render", choices=["http", "browser"],
                         help="fetch over HTTP or render in Chromium (default: HTTP, and Chromium when the HTTP body "
                              "lacks what the rendered page has)")
+    parser.add_argument("--post-json", metavar="JSON",
+                        help="the URL is a JSON API behind POST: send this sample body (a GraphQL query, a search) "
+                             "and suggest records and the rule of the next request (cursor, page or offset)")
     parser.add_argument("--country", default="SG", help="browser sources: the page slots' country (default SG)")
     parser.add_argument("--schema", choices=["product", "job_posting", "article", "event", "auto"],
                         help="name the attributes as schema.org names this type's fields (product: name, price, sku, "
@@ -60,14 +64,20 @@ def _suggest(args: argparse.Namespace) -> int:
         [args.url, *(["--listing"] if args.listing else []), *(["--render", args.render] if args.render else []),
          *(["--schema", args.schema] if args.schema else []), *(["--all"] if args.include_all else []),
          *(part for sample in args.sample for part in ("--sample", sample)),
-         *(["--html", str(args.html)] if args.html else [])])
+         *(["--html", str(args.html)] if args.html else []),
+         *(["--post-json", "BODY"] if args.post_json is not None else [])])
     if args.include_all and not args.schema:
         print("harvester suggest: --all widens a --schema suggestion; without --schema every field is suggested",
               file=sys.stderr)
         return 2
     try:
+        body = None if args.post_json is None else json.loads(args.post_json)
+    except ValueError as error:
+        print(f"harvester suggest: --post-json is not JSON: {error}", file=sys.stderr)
+        return 2
+    try:
         suggestion = suggest(args.url, name, args.listing, args.render, args.country, schema=args.schema,
-                             include_all=args.include_all, samples=args.sample, html=args.html)
+                             include_all=args.include_all, samples=args.sample, html=args.html, body=body)
     except SuggestError as error:
         print(f"harvester suggest: {error}", file=sys.stderr)
         return 1

@@ -236,7 +236,8 @@ class BatchRunner:
 
     def process(self, source: SourceConfig, messages: list[TaskMessage],
                 fetches: list[FetchResult]) -> list[PageResult]:
-        return [process_page(source, message.kind, message.url, message.depth, fetch, settings=self.settings)
+        return [process_page(source, message.kind, message.url, message.depth, fetch, settings=self.settings,
+                             request=message.request)
                 for message, fetch in zip(messages, fetches, strict=True)]
 
     def settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],

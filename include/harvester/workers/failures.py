@@ -117,6 +117,10 @@ class FailurePolicy:
         config = source if isinstance(source, SourceConfig) else None
         source_name = source.name if isinstance(source, SourceConfig) else source
         decision = self.decide(fetch, config)
+        if decision.action is FailureAction.RETRY and message.request is not None and \
+                not message.request.repeatable_after(fetch.outcome, fetch.status):
+            decision = FailureDecision(FailureAction.DEAD_LETTER, f"{decision.reason} (not retried: the request is "
+                                                                  "not safe_to_repeat)")
         if decision.action is FailureAction.DEAD_LETTER:
             self.dead_letter(message, decision.reason, report)
             return decision

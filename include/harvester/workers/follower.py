@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harvester.config import SourceConfig
+from harvester.config import HttpRequest, SourceConfig, request_key
 from harvester.distributor import Intake, TaskMessage
 from harvester.scraping import SCREENING_TIMEOUT, TOO_MANY_HOSTS, PageResult, RobotsCache, strip_userinfo
 from harvester.settings import HarvesterSettings
@@ -30,12 +30,16 @@ def discovered_task_id(source: str, run_id: str | None, package_id: int | None, 
     return url_digest(f"{source}\x1f{run_id}\x1f{url}")
 
 
-def child_task(source: SourceConfig, parent: TaskMessage, url: str, kind: str) -> TaskMessage:
-    """A task discovered on ``parent``'s page: one level deeper, same run, package and country."""
+def child_task(source: SourceConfig, parent: TaskMessage, url: str, kind: str,
+               request: HttpRequest | None = None) -> TaskMessage:
+    """A task discovered on ``parent``'s page: one level deeper, same run, package and country. Its id is
+    made of its key (the URL, or the URL and the body's digest of a ``request``), so two bodies to one URL are
+    two tasks and the same body found again is the same task."""
+    key = url if request is None else request_key(url, request)
     return TaskMessage(
-        task_id=discovered_task_id(source.name, parent.run_id, parent.package_id, url),
+        task_id=discovered_task_id(source.name, parent.run_id, parent.package_id, key),
         source=source.name, kind=kind, url=url, depth=parent.depth + 1, run_id=parent.run_id,
-        package_id=parent.package_id, country=parent.country or source.country,
+        package_id=parent.package_id, country=parent.country or source.country, request=request,
     )
 
 
@@ -125,7 +129,9 @@ class LinkFollower:
                                                    self.screen_addresses(discovery.listings, report),
                                                    owner=message.task_id)
         listings = self.screen_robots(source, self.within_listing_cap(source, message, listings, report), report)
-        self.queue(source, message, [child_task(source, message, url, "listing") for url in listings], report)
+        next_pages = [discovery.listing_request(key) for key in listings]  # a link, or an API's next request
+        self.queue(source, message, [child_task(source, message, url, "listing", request)
+                                     for url, request in next_pages], report)
         details = self.new_details(source, message, self.screen_addresses(discovery.details, report),
                                    source.listing.max_new_urls, report)
         self.queue(source, message, [child_task(source, message, url, "details") for url in details], report)

@@ -55,7 +55,8 @@ def with_validators(record: dict[str, Any], page: PageResult) -> dict[str, Any]:
 
 class BatchFetcher:
     """One batch's :class:`PageFetcher`: sitemaps through the sitemap fetcher, detail pages whose records
-    have validators conditionally, everything else as the page fetcher fetches it."""
+    have validators conditionally, requests with a method and a body as their task says, everything else as
+    the page fetcher fetches it."""
 
     def __init__(self, pages: Fetcher, sitemaps: SitemapFetcher, messages: Sequence[TaskMessage],
                  validators: dict[str, dict[str, Any]]) -> None:
@@ -81,7 +82,8 @@ class BatchFetcher:
                 return await self.sitemaps.fetch(url, source, ready)
             stored = self.validators.get(record_url(url)) if message.kind == "details" and not message.refetch else None
             conditions = conditional_headers(stored)
-            result = await self.pages.fetch(url, source, ready, conditions=conditions or None)
+            result = await self.pages.fetch(url, source, ready, conditions=conditions or None,
+                                            request=message.request)
             if result.outcome == "not_modified" and stored is not None:
                 outcomes["bytes_saved"] += int(stored.get("bytes") or 0)
             elif conditions:
@@ -112,7 +114,8 @@ class IncrementalFetching:
         if fetcher is not self.pages or source.render != "http":
             return fetcher
         details = [record_url(message.url) for message in messages if message.kind == "details" and not message.refetch]
-        has_sitemaps = any(message.kind == "sitemap" for message in messages)
+        # sitemaps, and requests with a method and a body, are fetched by the batch fetcher, message by message
+        by_message = any(message.kind == "sitemap" or message.request is not None for message in messages)
         validators: dict[str, dict[str, Any]] = {}
         if details:
             try:
@@ -120,7 +123,7 @@ class IncrementalFetching:
             except StorageError as error:  # the pages are fetched in full instead: slower, never wrong
                 log.warning("%s: reading the stored validators failed (%s): fetching unconditionally",
                             source.name, error)
-        if not validators and not has_sitemaps:
+        if not validators and not by_message:
             return fetcher
         return BatchFetcher(self.pages, self.sitemaps, messages, validators)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import re2
 from parsel import Selector
 
-from harvester.config import JSON_PREFIX, SourceConfig
+from harvester.config import JSON_PREFIX, HttpRequest, SourceConfig
 from harvester.patterns import compile_pattern
 from harvester.scraping.extraction import PageData, StructuredDataError, gather, search
 from harvester.scraping.fetching import same_site
@@ -94,6 +94,12 @@ class Discovery:
     details: list[str] = field(default_factory=list)
     listings: list[str] = field(default_factory=list)
     ignored: dict[str, int] = field(default_factory=dict)
+    # next listing requests with a method and a body (listing.next): their key in ``listings`` -> (URL, request)
+    requests: dict[str, tuple[str, HttpRequest | None]] = field(default_factory=dict)
+
+    def listing_request(self, key: str) -> tuple[str, HttpRequest | None]:
+        """The URL and request of a listing page this page leads to (a link's key is its URL)."""
+        return self.requests.get(key, (key, None))
 
     def ignore(self, reason: str) -> None:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1

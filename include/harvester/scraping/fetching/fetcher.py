@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
-from harvester.config import SourceConfig
+from harvester.config import HttpRequest, SourceConfig
 from harvester.connections import HttpCredentials, resolve_http
 from harvester.errors import (
     HarvesterError,
@@ -41,6 +41,7 @@ from harvester.scraping.fetching.addresses import AddressGuard, AddressRefused, 
 from harvester.scraping.fetching.bodies import ACCEPT_ENCODING, Body, BodyRefused, read_body
 from harvester.scraping.fetching.charsets import decode_document
 from harvester.scraping.fetching.cookies import SourceCookieJars, set_cookie_values
+from harvester.scraping.fetching.outgoing import OutgoingRequest, RequestRefused, outgoing_request
 from harvester.scraping.fetching.page_fetcher import (
     SKIPPED_REASON,
     Exchange,
@@ -197,7 +198,7 @@ class Fetcher:
         return self._credentials.of(source)
 
     async def fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
-                    conditions: Mapping[str, str] | None = None) -> FetchResult:
+                    conditions: Mapping[str, str] | None = None, request: HttpRequest | None = None) -> FetchResult:
         """Fetch one page; never raises for what a site can do wrong (that becomes the outcome): whatever a
         parser raises on a body or a header it was sent (a date out of range, a cookie, robots.txt, a charset)
         is this page's ``parse_error``, so one page never fails the pages fetched beside it.
@@ -207,7 +208,9 @@ class Fetcher:
         the site's view as the worker can; False means the task is no longer ours (outcome ``skipped``).
         Every other request the page costs the site asks it too, right before it starts: a robots.txt
         fetch and each redirect hop take a token of their own, so per_minute counts what the site sees.
-        ``conditions`` (If-None-Match / If-Modified-Since) make it a conditional request: a 304 is ``not_modified``."""
+        ``conditions`` (If-None-Match / If-Modified-Since) make it a conditional request: a 304 is ``not_modified``.
+        ``request``: a method and a body (an API's POST) instead of a plain GET; robots.txt, the address rules,
+        the host's rate and the redirect cap hold for it as for a GET (:mod:`~harvester.scraping.fetching.outgoing`)."""
         started = time.monotonic()
         started_at = time.time()
         url = strip_userinfo(url)
@@ -220,7 +223,7 @@ class Fetcher:
                 result = FetchResult(url, "skipped", reason=SKIPPED_REASON)
             else:
                 async with asyncio.timeout(source.timeout):
-                    result = await self._fetch(url, source, ready, conditions)
+                    result = await self._fetch(url, source, ready, conditions, request)
         except Exception as error:  # what a site can cause is this page's outcome (failure_result); ours re-raise
             result = self.failure_result(url, source, error)
         finally:
@@ -310,29 +313,36 @@ class Fetcher:
         return await self.robots.rules(url, fetch_robots)
 
     async def _send(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
-                    conditions: Mapping[str, str] | None = None,
+                    conditions: Mapping[str, str] | None = None, request: HttpRequest | None = None,
                     sent: dict[str, str] | None = None) -> TransportResponse:
-        """GET ``url`` and follow redirects by hand: every hop's URL and the peer it connected to are
-        checked, credentials go only to the origins they are bound to (:func:`hop_headers`), cookies come
-        from and go to the source's own jar, and userinfo is dropped."""
+        """Send ``url``'s request (a GET, or ``request``'s method and body) and follow redirects by hand: every
+        hop's URL and the peer it connected to are checked, credentials go only to the origins they are bound
+        to (:func:`hop_headers`), cookies come from and go to the source's own jar, and userinfo is dropped.
+        ``sent``: filled with the last hop's request headers, for the archive."""
         headers = {**request_headers(source, self.settings), **(conditions or {})}
         credentials = self.credentials(source)
+        outgoing = OutgoingRequest() if request is None else outgoing_request(
+            request, credentials, self._bound(source, credentials, url), self.settings.max_request_body_bytes)
         current = url
         for hop in range(self.settings.max_redirects + 1):
             await self.guard.check(current, remember=True)  # the peer is checked below
             if hop > 0 and ready is not None and not await ready():  # each hop is a request start too
                 raise TaskNoLongerHeld(f"no longer held before the redirect to {current}")
-            hop_headers = self.hop_headers(source, headers, credentials, current)
+            sent_headers = {**self.hop_headers(source, headers, credentials, current), **outgoing.headers}
             if sent is not None:  # the archive keeps the request the page came from: the last hop's
                 sent.clear()
-                sent.update(hop_headers)
-            response = await self.transport.get(current, hop_headers)
+                sent.update(sent_headers)
+            response = await self.transport.send(outgoing.method, current, sent_headers, outgoing.body)
             self.cookies.store(source.name, current, set_cookie_values(response.headers))
             location = response.headers.get("location")
             if response.status not in REDIRECT_STATUSES or not location:
                 return response
             await response.aclose()
             current = strip_userinfo(urljoin(current, location.strip()))
+            outgoing = outgoing.after_redirect(response.status)
+            if outgoing.carries_secrets and not self._bound(source, credentials, current):
+                raise RequestRefused(f"a redirect to {current} would carry the connection's secrets in the body "
+                                     "to an origin they are not bound to: not sent")
         raise TooManyRedirects(f"more than {self.settings.max_redirects} redirects")
 
     def hop_headers(self, source: SourceConfig, headers: Mapping[str, str], credentials: HttpCredentials | None,
@@ -350,15 +360,19 @@ class Fetcher:
         return hop
 
     def exchange(self, source: SourceConfig, response: TransportResponse, sent: Mapping[str, str],
-                 body: bytes) -> Exchange:
+                 body: bytes, method: str = "GET") -> Exchange:
         """The request and response of a page as they went, for the archive (:class:`Exchange`). The names of
         the headers the source's credentials add go with it, so the archive can redact them by name."""
         credentials = self.credentials(source)
         secret = {name.lower() for name in credential_headers(credentials)} if credentials is not None else set()
         items = getattr(response.headers, "multi_items", response.headers.items)  # httpx keeps repeats apart so
-        return Exchange("GET", response.url, tuple(sent.items()), response.status,  # (aiohttp's items() does)
+        return Exchange(method, response.url, tuple(sent.items()), response.status,  # (aiohttp's items() does)
                         tuple((str(name), str(value)) for name, value in items()), body,
                         response.http_version or "HTTP/1.1", frozenset(secret))
+
+    def _bound(self, source: SourceConfig, credentials: HttpCredentials | None, url: str) -> bool:
+        """Whether ``credentials`` may go to ``url``'s origin."""
+        return credentials is not None and origin_of_url(url) in self._credential_origins(source, credentials)
 
     def _credential_origins(self, source: SourceConfig, credentials: HttpCredentials) -> frozenset[Origin]:
         """:func:`credential_origins`, kept while the same credentials serve the source (seeds may be many)."""
@@ -395,10 +409,11 @@ class Fetcher:
                                wire_cap=self.settings.raw_body_cap_bytes)
 
     async def _fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
-                     conditions: Mapping[str, str] | None = None) -> FetchResult:
+                     conditions: Mapping[str, str] | None = None, request: HttpRequest | None = None) -> FetchResult:
         cap = self.settings.body_size_cap_bytes
         sent: dict[str, str] | None = {} if source.output.archive.enabled else None
-        response = await self._send(url, source, ready, conditions, sent)
+        method = request.method if request is not None else "GET"
+        response = await self._send(url, source, ready, conditions, request, sent)
         try:
             status = response.status
             content_type = response.headers.get("content-type", "")
@@ -411,13 +426,13 @@ class Fetcher:
                 result.outcome, result.reason = classified.outcome, classified.reason
                 result.retry_after = classified.retry_after
                 if sent is not None and status == 304:  # archived as a revisit of what the site still has
-                    result.exchange = self.exchange(source, response, sent, b"")
+                    result.exchange = self.exchange(source, response, sent, b"", method)
                 return result
             body = await self.read_capped(response, cap)
         finally:
             await response.aclose()
         if sent is not None:
-            result.exchange = self.exchange(source, response, sent, body.content)
+            result.exchange = self.exchange(source, response, sent, body.content, method)
         result.size = len(body.content)
         result.truncated = body.truncated
         result.text = decode_text(body.content, content_type)

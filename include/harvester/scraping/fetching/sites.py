@@ -83,7 +83,9 @@ def origin_of_url(url: str) -> Origin | None:
 
 
 def credential_origins(source: SourceConfig, credentials: HttpCredentials) -> frozenset[Origin]:
-    """The origins ``credentials`` may be sent to: the connection's own, else the source's seeds'."""
+    """The origins ``credentials`` may be sent to: the connection's own, else the source's seeds' (its seed URLs
+    and the URLs of its first requests)."""
     if credentials.origin is not None:
         return frozenset({credentials.origin})
-    return frozenset(origin for seed in source.input.seeds if (origin := origin_of_url(seed)) is not None)
+    seeds = [*source.input.seeds, *(seed.url for seed in source.input.requests)]
+    return frozenset(origin for seed in seeds if (origin := origin_of_url(seed)) is not None)

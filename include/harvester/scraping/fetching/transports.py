@@ -1,8 +1,8 @@
 """The HTTP libraries under :class:`~harvester.scraping.fetching.fetcher.Fetcher`, behind one small contract.
 
 The fetcher owns every rule (redirects hop by hop, address checks, capped decoding, outcomes); a
-transport only sends one GET without following redirects or decoding the body, and says which
-connection answered. Two are kept because each is best at something:
+transport only sends one request (a GET, or a POST with the body the fetcher built) without following
+redirects or decoding the body, and says which connection answered. Two are kept because each is best at something:
 
 - :class:`AiohttpTransport`, the default: HTTP/1.1 with aiohttp's C parser, about a fifth of httpx's
   CPU per request on the demo site (0.16 against 0.73-0.78 ms, docs/benchmarks.md), which is most of a
@@ -62,6 +62,11 @@ class TransportResponse(Protocol):
 class Transport(Protocol):
     async def get(self, url: str, headers: Mapping[str, str]) -> TransportResponse:
         """Send one GET (no redirect followed, nothing decoded); raises :class:`TransportFailure`."""
+        ...
+
+    async def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None = None
+                   ) -> TransportResponse:
+        """Send one request with ``method`` and ``body`` (no redirect followed, nothing decoded)."""
         ...
 
     async def aclose(self) -> None: ...
@@ -140,10 +145,15 @@ class AiohttpTransport:
         return self._session
 
     async def get(self, url: str, headers: Mapping[str, str]) -> TransportResponse:
+        return await self.send("GET", url, headers)
+
+    async def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None = None
+                   ) -> TransportResponse:
         # an ASCII URL is sent as it is (canonical URLs are already escaped: re-quoting would change them)
         target = yarl.URL(url, encoded=True) if url.isascii() else yarl.URL(url)
         try:
-            response = await self._open().get(target, headers=dict(headers), allow_redirects=False)
+            response = await self._open().request(method, target, headers=dict(headers), data=body,
+                                                  allow_redirects=False)
         except aiohttp.InvalidURL as error:
             raise TransportFailure("parse_error", f"invalid URL: {error}") from None
         except aiohttp.ClientError as error:
@@ -239,8 +249,12 @@ class HttpxTransport:
         )
 
     async def get(self, url: str, headers: Mapping[str, str]) -> TransportResponse:
+        return await self.send("GET", url, headers)
+
+    async def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None = None
+                   ) -> TransportResponse:
         try:
-            request = self.client.build_request("GET", url, headers=dict(headers))
+            request = self.client.build_request(method, url, headers=dict(headers), content=body)
             response = await self.client.send(request, stream=True)
         except httpx.TimeoutException as error:
             raise TimeoutError(f"{type(error).__name__}: {error}") from None

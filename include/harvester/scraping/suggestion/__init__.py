@@ -7,7 +7,9 @@ are CSS selectors suggested, from the page's prominent single elements and repea
 page (``--listing``) gets the detail-link selector and ``follow`` pattern from its largest group of
 links of one shape, the next-page selector, and ``listing.records`` when its items carry the fields
 themselves (one request per listing page instead of one per item). A JSON response gets ``content:
-json`` with ``json:`` selectors, records of its largest list of objects and its ``next`` link.
+json`` with ``json:`` selectors, records of its largest list of objects and its ``next`` link; a JSON API
+behind POST (``--post-json BODY``) gets that body as its first request and the rule of its next request
+(``listing.next``: a cursor, page or offset, ``api_paging``).
 
 Every suggested attribute is then extracted from the very page it was suggested from; one that does
 not give a value there is left out (and named in a comment), so ``harvester try`` on the same URL

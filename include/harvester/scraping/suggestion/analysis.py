@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harvester.scraping.extraction import PageData, search
+from harvester.scraping.suggestion.api_paging import next_request_rule, unwrap_edges
 from harvester.scraping.suggestion.choices import Suggestion, pick_key
 from harvester.scraping.suggestion.data import (
     best_object,
@@ -56,7 +57,7 @@ def suggest_json(page: PageData, suggestion: Suggestion) -> None:
     data = page.json
     lists = object_lists(data)
     if lists:
-        path, items = lists[0]
+        path, items = unwrap_edges(*lists[0])
         suggestion.kind = "listing"
         suggestion.records_item = {"json": path}
         suggestion.records_why = f"{path}: the response's largest list of objects ({len(items)} items)"
@@ -64,6 +65,11 @@ def suggest_json(page: PageData, suggestion: Suggestion) -> None:
                        suggestion.records)
         values = {choice.name: [search(choice.spec["json"], item) for item in items] for choice in suggestion.records}
         suggestion.key, suggestion.key_why = pick_key(suggestion.records, values)
+        if suggestion.request_body is not None:  # an API behind POST pages by its response, not by a link
+            suggestion.next_rule, why = next_request_rule(data, suggestion.request_body, len(items))
+            suggestion.listing = {"max_depth": 20} if suggestion.next_rule else {}
+            suggestion.listing_why += [why, "max_depth: 20 pages"] if suggestion.next_rule else [why]
+            return
         following = next_key(data)
         suggestion.listing = {"next_page_selectors": [f"json:{following}"], "max_depth": 5} if following else {}
         if following:  # max_depth as an HTML listing's: the default (2) would read three pages and stop, unsaid
@@ -100,16 +106,19 @@ def prune(suggestion: Suggestion, pages: dict[str, PageData]) -> None:
         suggestion.key, suggestion.key_why = ["url"], "the identifier gave no value: the page's url"
 
 
-async def fetch_page(url: str, name: str, render: str, country: str | None, content: str = "html") -> Any:
-    """The page as `harvester try` fetches it (:func:`harvester.scraping.commands.fetch_for_try`)."""
-    from harvester.config import SourceConfig
+async def fetch_page(url: str, name: str, render: str, country: str | None, content: str = "html",
+                     body: Any = None) -> Any:
+    """The page as `harvester try` fetches it (:func:`harvester.scraping.commands.fetch_for_try`); with ``body``
+    a POST of that JSON."""
+    from harvester.config import HttpRequest, SourceConfig
     from harvester.scraping.commands import fetch_for_try
     from harvester.settings import get_settings
 
     probe = SourceConfig.model_validate({"name": name, "render": render, "country": country, "content": content,
                                          "input": {"seeds": [url]},
                                          "attributes": {"probe": "json:@" if content == "json" else "title"}})
-    return await fetch_for_try(probe, url, get_settings())
+    request = None if body is None else HttpRequest.model_validate({"method": "POST", "json": body})
+    return await fetch_for_try(probe, url, get_settings(), request=request)
 
 
 def _is_json(fetch: Any) -> bool:
@@ -119,12 +128,15 @@ def _is_json(fetch: Any) -> bool:
 
 def suggest(url: str, name: str, listing: bool = False, render: str | None = None, country: str = "SG",
             schema: str | None = None, include_all: bool = False, samples: list[str] | None = None,
-            html: Path | None = None) -> Suggestion:
+            html: Path | None = None, body: Any = None) -> Suggestion:
     """Fetch the page (HTTP; Chromium when asked, or when the HTTP body lacks what the rendered page has), or read
-    it from ``html``; with ``samples``, keep only what holds on those pages of the site too."""
-    suggestion = Suggestion(url, name, schema=schema, include_all=include_all)
+    it from ``html``; with ``samples``, keep only what holds on those pages of the site too. With ``body``, the
+    URL is a JSON endpoint POSTed that sample body: records and the rule of its next request."""
+    suggestion = Suggestion(url, name, schema=schema, include_all=include_all, request_body=body)
     mode = render or "http"
-    fetch = _first_fetch(url, name, mode, country, html)
+    if body is not None and mode == "browser":
+        raise SuggestError("a POST endpoint is read over HTTP: --post-json cannot go with --render browser")
+    fetch = _first_fetch(url, name, mode, country, html, body)
     suggestion.render = mode
     if mode == "browser":
         suggestion.render_why, suggestion.country = "asked for with --render browser", country
@@ -151,14 +163,17 @@ def suggest(url: str, name: str, listing: bool = False, render: str | None = Non
     return suggestion
 
 
-def _first_fetch(url: str, name: str, mode: str, country: str, html: Path | None) -> Any:
+def _first_fetch(url: str, name: str, mode: str, country: str, html: Path | None, body: Any = None) -> Any:
     if html is not None:
         from harvester.scraping.commands import saved_page
 
         if not html.is_file():
             raise SuggestError(f"no such file: {html}")
         return saved_page(html, url)
-    fetch = asyncio.run(fetch_page(url, name, mode, country if mode == "browser" else None))
+    if body is not None:
+        fetch = asyncio.run(fetch_page(url, name, "http", None, "json", body))
+    else:
+        fetch = asyncio.run(fetch_page(url, name, mode, country if mode == "browser" else None))
     if fetch.outcome == "parse_error" and "content type" in fetch.reason and "json" in fetch.reason:
         fetch = asyncio.run(fetch_page(url, name, "http", None, "json"))  # an API: read its JSON
     if not fetch.ok:

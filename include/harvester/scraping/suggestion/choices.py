@@ -57,6 +57,8 @@ class Suggestion:
     include_all: bool = False  # with a schema, the fields outside it too
     sample_pages: list[Any] = field(default_factory=list, repr=False)  # other pages it must hold on
     detail_samples: list[str] = field(default_factory=list)  # a listing's detail pages after the first
+    request_body: Any = None  # the JSON body of a POST endpoint (None: the URL is fetched with a GET)
+    next_rule: dict[str, Any] | None = None  # listing.next of an API behind POST
 
     def add(self, choices: list[Choice], into: list[Choice] | None = None) -> None:
         """Add choices whose names are new (a richer source came first and wins)."""

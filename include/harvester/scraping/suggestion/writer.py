@@ -44,7 +44,13 @@ def render_yaml(suggestion: Suggestion, command: str) -> str:
                   "AIRFLOW_CONN_PROXY_<COUNTRY>)", f"country: {suggestion.country}"]
     lines += ["input:", f"  # kind: {suggestion.kind}: "
               + ("the seed is a listing page" if suggestion.kind == "listing" else "the seed is a detail page"),
-              f"  kind: {suggestion.kind}", f"  seeds: [{json.dumps(suggestion.url)}]"]
+              f"  kind: {suggestion.kind}"]
+    if suggestion.request_body is None:
+        lines.append(f"  seeds: [{json.dumps(suggestion.url)}]")
+    else:
+        lines += ["  # requests: the endpoint, POSTed the sample body (a query only reads: safe_to_repeat)",
+                  f"  requests: [{{url: {json.dumps(suggestion.url)}, method: POST, "
+                  f"json: {_flow(suggestion.request_body)}}}]"]
     required = set(suggestion.key) - {"url"}
     if suggestion.listing is not None:
         lines.append("listing:")
@@ -53,6 +59,9 @@ def render_yaml(suggestion: Suggestion, command: str) -> str:
         for key in ("link_selectors", "next_page_selectors", "follow", "max_depth"):
             if key in suggestion.listing:
                 lines.append(f"  {key}: {_flow(suggestion.listing[key])}")
+        if suggestion.next_rule is not None:
+            rule = {("while" if key == "while_" else key): value for key, value in suggestion.next_rule.items()}
+            lines.append(f"  next: {_flow(rule)}")
         if suggestion.records:
             lines += [f"  # records: {suggestion.records_why}", "  records:",
                       f"    item: {_flow(suggestion.records_item)}", "    attributes:",
