@@ -30,6 +30,12 @@ from typing import Any
 
 from rig import DEMO_PRODUCT_ATTRIBUTES, bench_processes, site_stats, start_demo_site, start_mongo, start_redis
 
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = (
+    "pages", "rounds", "archive_cpu_overhead", "archive_bytes_per_page", "crawl_pages_per_s",
+    "reextract_pages_per_s", "reextract_speedup", "reextract_records", "mongo",
+)
+
 
 def source_document(name: str, site_url: str, location: Path | None) -> dict[str, Any]:
     archive: dict[str, Any] = {"enabled": location is not None}

@@ -46,6 +46,12 @@ from harvester.scraping.fetching.charsets import (  # noqa: E402  (the path abov
 )
 from harvester.scraping.fetching.robots import RobotsRules  # noqa: E402  (the path above first)
 
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = (
+    "bench", "smoke", "charset_exact_share", "charset_undeclared_exact_share", "robots_google_share",
+    "block_detect_cpu_ms_per_page", "block_detect_share",
+)
+
 
 def _corpora() -> Path:
     """``../shared/corpora`` beside the repository, or beside its main checkout when this is a git worktree."""

@@ -54,6 +54,13 @@ CHROME = re.compile(r"(?:^|_)(?:nav|navigation|menu|cart|basket|bag|wish|wishlis
                     r"banner|modal|popup|hamburger|locale|logo)(?:_|$)")
 
 
+# Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
+PROMISED_KEYS = (
+    "pages", "price_f1", "sku_f1", "availability_f1", "name_share", "chrome_attributes",
+    "suggest_seconds_per_page", "developed", "held_out", "published", "smoke",
+)
+
+
 def serve(pages: dict[str, bytes]) -> tuple[ThreadingHTTPServer, str]:
     """The captured pages on a loopback port, one path each, as bytes (the fetcher sniffs their charset)."""
 
