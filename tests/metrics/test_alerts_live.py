@@ -40,7 +40,7 @@ def test_a_breached_run_fires_its_alert_in_a_real_prometheus(configure_settings,
     prometheus.start(timeout=60)
     try:
         rules = httpx.get(f"{base_url}/api/v1/rules", timeout=10).json()["data"]["groups"]
-        assert len([rule for group in rules for rule in group["rules"]]) == 8  # the shipped file, loaded
+        assert len([rule for group in rules for rule in group["rules"]]) == 9  # the shipped file, loaded
 
         redis_client.sadd("harvester:sources", "alerted")  # a known source, as a registration makes it
         publish_run_quality(redis_client, "alerted", {

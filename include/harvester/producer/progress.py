@@ -159,9 +159,7 @@ class RunMonitor:
         now = now or datetime.now(UTC)
         progress = self.measure(source, output_collection, run_id, dead)
         run = self.runs.get(source, run_id) or {}
-        started_at = run.get("started_at") or now
-        if started_at.tzinfo is None:
-            started_at = started_at.replace(tzinfo=UTC)
+        started_at = (run.get("started_at") or now).replace(tzinfo=UTC)  # MongoDB gives naive UTC datetimes
         new_records = self.output_database[output_collection].count_documents(
             {"run_id": run_id, "first_seen_at": {"$gte": started_at}}
         )

@@ -166,10 +166,11 @@ def suggest(url: str, name: str, listing: bool = False, render: str | None = Non
 def _first_fetch(url: str, name: str, mode: str, country: str, html: Path | None, body: Any = None) -> Any:
     if html is not None:
         from harvester.scraping.commands import saved_page
+        from harvester.settings import get_settings
 
         if not html.is_file():
             raise SuggestError(f"no such file: {html}")
-        return saved_page(html, url)
+        return saved_page(html, url, get_settings().body_size_cap_bytes)  # capped as a fetched page is
     if body is not None:
         fetch = asyncio.run(fetch_page(url, name, "http", None, "json", body))
     else:
