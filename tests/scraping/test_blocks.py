@@ -12,12 +12,12 @@ from harvester.scraping.extraction import BUILTIN_MARKERS, BlockDetector, detect
 from harvester.settings import HarvesterSettings
 from harvester_demo.app import page, product_body
 
+from tests.corpora import corpora_folder
 from tests.fixtures.demo_site import demo_source
-from tests.fixtures.shared_corpora import shared_corpora
 
 pytestmark = pytest.mark.unit
 
-CORPORA = shared_corpora()
+CORPORA = corpora_folder()
 CORPUS = CORPORA / "zyte-products" / "html" if CORPORA is not None else None
 
 # The shapes of the vendors' pages (their markup as they serve it, trimmed to what identifies them).

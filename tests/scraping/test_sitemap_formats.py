@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from harvester.config.model import SourceConfig
@@ -24,21 +23,13 @@ from harvester.scraping.discovery.sitemaps import (
 from harvester.settings import REPOSITORY_ROOT
 from pydantic import ValidationError
 
+from tests.corpora import corpora_folder
 from tests.fixtures.demo_site import demo_source_document
 
 pytestmark = pytest.mark.unit
 
 
-def main_checkout(root: Path) -> Path:
-    """The repository's main checkout: ``root`` itself, or, in a git worktree (whose ``.git`` is a file naming
-    ``<main>/.git/worktrees/<name>``), the checkout the worktree belongs to; ../shared is beside that one."""
-    marker = root / ".git"
-    if marker.is_file() and marker.read_text().startswith("gitdir:"):
-        return Path(marker.read_text().split(":", 1)[1].strip()).parents[2]
-    return root
-
-
-SCRAPY_CASES = main_checkout(REPOSITORY_ROOT).parent / "shared" / "corpora" / "sitemaps" / "scrapy-sitemap-cases.json"
+SCRAPY_CASES = (corpora_folder() or REPOSITORY_ROOT / "absent") / "sitemaps" / "scrapy-sitemap-cases.json"
 NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 
 
@@ -218,10 +209,3 @@ def test_scrapys_sitemap_cases(step: int | None) -> None:
     assert set(failed) == REFUSED_ON_PURPOSE, failed
     assert len(passed) == 10  # 9 of 11 before: blank lines before <?xml refused the whole file
 
-
-def test_the_corpus_is_looked_for_beside_the_main_checkout(tmp_path) -> None:
-    """../shared relative to the repository root, a worktree's root being its main checkout's."""
-    assert main_checkout(tmp_path) == tmp_path
-    (tmp_path / "wt").mkdir()
-    (tmp_path / "wt" / ".git").write_text(f"gitdir: {tmp_path}/main/.git/worktrees/wt\n")
-    assert main_checkout(tmp_path / "wt") == tmp_path / "main"

@@ -22,6 +22,8 @@ from harvester.scraping.suggestion.schemas import JOB_POSTING, PRODUCT
 from harvester.scraping.suggestion.targeted import detect_schema, first_sound
 from parsel import Selector
 
+from tests.corpora import corpora_folder
+
 URL = "https://shop.example/p/widget-4711.html"
 
 
@@ -231,8 +233,7 @@ def test_sample_pages_and_a_saved_page(shop, tmp_path: Path, capsys: pytest.Capt
 
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS_PRESENT = any((base / "shared" / "corpora" / "zyte-products").is_dir() for base in (ROOT.parent,
-                                                                                           ROOT.parent.parent))
+CORPUS_PRESENT = (corpora_folder() or ROOT / "absent").joinpath("zyte-products").is_dir()
 
 
 def bench_module() -> Any:
