@@ -45,6 +45,7 @@ from harvester.scraping.fetching.charsets import (  # noqa: E402  (the path abov
     header_encoding,
 )
 from harvester.scraping.fetching.robots import RobotsRules  # noqa: E402  (the path above first)
+from rig import shared_corpora  # noqa: E402  (the bench folder is the script's own)
 
 # Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
 PROMISED_KEYS = (
@@ -53,19 +54,7 @@ PROMISED_KEYS = (
 )
 
 
-def _corpora() -> Path:
-    """``../shared/corpora`` beside the repository, or beside its main checkout when this is a git worktree."""
-    roots = [ROOT]
-    git = ROOT / ".git"
-    if git.is_file() and (line := git.read_text().strip()).startswith("gitdir:"):
-        roots.append(Path(line.split(":", 1)[1].strip()).parents[2])  # <main>/.git/worktrees/<name>
-    for root in roots:
-        if (root.parent / "shared" / "corpora").is_dir():
-            return root.parent / "shared" / "corpora"
-    return ROOT.parent / "shared" / "corpora"
-
-
-CORPORA = _corpora()
+CORPORA = shared_corpora()
 LOCALES = Path("/usr/share/locale")
 # language catalogue -> the legacy charsets pages in that language were written in
 LEGACY_CHARSETS = {

@@ -24,6 +24,19 @@ from typing import Any
 # Not a bench: tests/test_benches.py runs only the modules that declare PROMISED_KEYS.
 NOT_A_BENCH = "the benches' shared rig"
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_corpora() -> Path:
+    """``../shared/corpora`` beside the repository, or beside its main checkout when this is a git worktree (the
+    public test material; a user's clone has none, and the benches that read it say so instead of failing)."""
+    roots = [ROOT]
+    git = ROOT / ".git"
+    if git.is_file() and (line := git.read_text().strip()).startswith("gitdir:"):
+        roots.append(Path(line.split(":", 1)[1].strip()).parents[2])  # <main>/.git/worktrees/<name>
+    for root in roots:
+        if (root.parent / "shared" / "corpora").is_dir():
+            return root.parent / "shared" / "corpora"
+    return ROOT.parent / "shared" / "corpora"
 BIN = Path(sys.executable).parent
 # Every field of a demo product page (harvester_demo's /product/<n>), read by CSS: the benches' source attributes
 DEMO_PRODUCT_ATTRIBUTES: dict[str, dict[str, Any]] = {

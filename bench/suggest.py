@@ -37,10 +37,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from rig import shared_corpora
+
 ROOT = Path(__file__).resolve().parents[1]
-# ../shared beside the repository (a worktree one folder deeper finds it beside its main checkout's folder)
-CORPUS = next((base / "shared" / "corpora" / "zyte-products" for base in (ROOT.parent, ROOT.parent.parent)
-               if (base / "shared" / "corpora" / "zyte-products").is_dir()), ROOT.parent / "shared" / "corpora")
+CORPUS = shared_corpora() / "zyte-products"
 FIELDS = ("price", "sku", "availability")
 PUBLISHED = {
     "zyte_automatic_extraction": {"price_f1": 0.918, "sku_f1": 0.841, "availability_f1": 0.957},
