@@ -45,6 +45,11 @@ class AirflowServer:
 
 
 def airflow_environment(home: Path, port: int, **extra: str) -> dict[str, str]:
+    """Airflow's settings for a test's own instance on loopback.
+
+    The log servers get free ports too: `airflow standalone` serves task logs on 8793 and triggerer logs on
+    8794 by default, so two standalone tests on two xdist workers collided there and one instance died.
+    """
     base_url = f"http://{LOOPBACK}:{port}"
     home.mkdir(parents=True, exist_ok=True)
     passwords = home / "passwords.json"
@@ -64,6 +69,8 @@ def airflow_environment(home: Path, port: int, **extra: str) -> dict[str, str]:
         "AIRFLOW__API__BASE_URL": base_url,
         "AIRFLOW__API_AUTH__JWT_SECRET": "harvester-tests-only-secret-of-enough-length",
         "AIRFLOW__API__SECRET_KEY": "harvester-tests-only",
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         **extra,
     }

@@ -236,9 +236,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CORPUS_PRESENT = (corpora_folder() or ROOT / "absent").joinpath("zyte-products").is_dir()
 
 
-def bench_module() -> Any:
+def bench_module(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """bench/suggest.py as a module; it imports its sibling `rig` as a script does, so bench/ goes on the path."""
     import importlib.util
 
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location("suggest_bench", ROOT / "bench" / "suggest.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -247,8 +249,8 @@ def bench_module() -> Any:
 
 
 @pytest.mark.unit
-def test_the_bench_scores_as_the_benchmark_does() -> None:
-    bench = bench_module()
+def test_the_bench_scores_as_the_benchmark_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = bench_module(monkeypatch)
     results = [
         {"truth": {"price": ["87.11"], "sku": ["B1"], "availability": ["InStock"]},
          "predicted": bench.predicted({"price": {"amount": Decimal("87.110"), "currency": "USD"}, "sku": "B1"}),
