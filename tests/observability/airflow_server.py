@@ -109,7 +109,7 @@ def standalone_airflow_and_distributor(directory: Path) -> Iterator[str]:
                             ready=lambda: readiness.http_ok(f"{base_url}/api/v2/monitor/health"))
     distributor = ServerProcess("distributor", [str(VENV_BIN / "harvester"), "distributor"],
                                 directory / "distributor.log", ready=lambda: True, env=dict(os.environ))
-    airflow.start(timeout=240)
+    airflow.start(timeout=360)
     try:
         distributor.start(timeout=30)
         yield base_url

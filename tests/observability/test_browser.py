@@ -136,7 +136,7 @@ def test_operators_watch_a_harvest_in_the_browser(browser_settings, demo_site, m
     standalone = ServerProcess("airflow standalone", [str(VENV_BIN / "airflow"), "standalone"],
                                tmp_path / "standalone.log", env=env,
                                ready=lambda: readiness.http_ok(f"{base_url}/api/v2/monitor/health"))
-    standalone.start(timeout=240)
+    standalone.start(timeout=360)
     airflow = AirflowServer(standalone, base_url, tmp_path / "airflow")
     shots = tmp_path / "screenshots"
     shots.mkdir()
