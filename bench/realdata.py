@@ -8,7 +8,10 @@
   is the expected one. Left out, and counted as ``charset_cases_not_applicable``: html5lib's ``scripted``
   cases (a ``<meta>`` written by ``document.write``: only a script engine finds it; html5lib skips them too)
   and w3lib cases of a parameter our decoding does not have (``auto_detect_fun``, ``default_encoding``).
-  The cases missed are listed in ``charset_misses``.
+  The cases missed are listed in ``charset_misses``. w3lib cases that contradict WHATWG's encoding sniffing
+  (:data:`W3LIB_CONTRADICTING_WHATWG`: a browser reads those bytes otherwise, and html5lib's suite pins the same
+  rule where it has such a case) are scored apart: ``charset_contradicting_cases`` how many,
+  ``charset_contradicting_as_whatwg_share`` the share we read as WHATWG (and Chromium) read them.
 - ``charset_undeclared_exact_share``: real text (the gettext catalogues under ``/usr/share/locale``, the
   translations of the machine's own programs, in many languages) written into HTML pages in the legacy
   charsets each language was written in, with no charset anywhere (no header, no ``<meta>``, no BOM), then
@@ -50,7 +53,8 @@ from rig import shared_corpora  # noqa: E402  (the bench folder is the script's 
 # Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
 PROMISED_KEYS = (
     "bench", "smoke", "charset_exact_share", "charset_undeclared_exact_share", "robots_google_share",
-    "block_detect_cpu_ms_per_page", "block_detect_share",
+    "block_detect_cpu_ms_per_page", "block_detect_share", "charset_contradicting_cases",
+    "charset_contradicting_as_whatwg_share",
 )
 
 
@@ -70,6 +74,50 @@ LEGACY_CHARSETS = {
     "zh_TW": ["big5"], "ko": ["euc-kr"],
 }
 PAGE_TEXT_CHARACTERS = 1500  # about a product page's visible text
+
+
+# w3lib's html_body_declared_encoding cases whose expectation contradicts WHATWG's prescan (HTML section
+# 13.2.3.2), each checked in Chromium 2026-12-05 (the bytes served as text/html with no charset; its
+# document.characterSet is WHATWG's answer): (test, line, the input's first bytes) -> why, and what WHATWG reads.
+W3LIB_CONTRADICTING_WHATWG: dict[tuple[str, int, bytes], tuple[str, str | None]] = {
+    ("TestRequestEncoding.test_html_body_declared_encoding", 158, b"\n            <head></head><body>"):
+        ("w3lib stops at <body>; the prescan does not (Chromium: UTF-8 from the <meta> after <body>)", "utf-8"),
+    ("TestRequestEncoding.test_html_body_declared_encoding_unicode", 196, b"\n            <head></head><body>"):
+        ("w3lib stops at <body>; the prescan does not (Chromium: UTF-8 from the <meta> after <body>)", "utf-8"),
+    ("TestRequestEncoding.test_html_body_declared_encoding", 168, b'<meta http-equiv="Fake-Content-Type-Header"'):
+        ("a content charset counts only with http-equiv=content-type (html5lib tests1.dat #16, #17; Chromium: "
+         "windows-1252)", None),
+    ("TestRequestEncoding.test_html_body_declared_encoding_unicode", 206, b'<meta http-equiv="Fake-Content-Type-'):
+        ("a content charset counts only with http-equiv=content-type (html5lib tests1.dat #16, #17; Chromium: "
+         "windows-1252)", None),
+    ("TestRequestEncoding.test_html_body_declared_encoding", 174, b'<meta httpequiv="ContentType"'):
+        ("no http-equiv attribute at all, so no pragma (html5lib tests1.dat #16, #17; Chromium: windows-1252)",
+         None),
+    ("TestRequestEncoding.test_html_body_declared_encoding[utf8_fragments]", 21, b" bad html still supported < meta"):
+        ("'< meta' is text, not a tag, to the prescan and the tokenizer (Chromium: windows-1252)", None),
+}
+
+
+def _declared_body(case: dict[str, Any]) -> bytes:
+    """The body of a w3lib ``html_body_declared_encoding`` case (text as Latin-1 bytes, or base64)."""
+    given = case["input"]
+    return given.encode("latin-1") if isinstance(given, str) else base64.b64decode(given["b64"])
+
+
+def _contradiction(case: dict[str, Any]) -> tuple[str, str | None] | None:
+    """Why a w3lib case contradicts WHATWG and what WHATWG reads, if it is one of those."""
+    if case.get("kind") != "html_body_declared_encoding":
+        return None
+    body = _declared_body(case)
+    for (test, line, start), verdict in W3LIB_CONTRADICTING_WHATWG.items():
+        if case["test"] == test and case["line"] == line and body.startswith(start):
+            return verdict
+    return None
+
+
+def _as_whatwg_reads(case: dict[str, Any], whatwg: str | None) -> bool:
+    declared = declared_encoding(_declared_body(case))
+    return _equal_codecs(declared[0] if declared else None, whatwg)
 
 
 def _equal_codecs(found: str | None, expected: str | None) -> bool:
@@ -97,9 +145,7 @@ def _w3lib_case(case: dict[str, Any]) -> bool | None:
     if kind == "resolve_encoding":
         return _equal_codecs(encoding_for_label(case["input"]), case["expected"])
     if kind == "html_body_declared_encoding":
-        given = case["input"]
-        body = given.encode("latin-1") if isinstance(given, str) else base64.b64decode(given["b64"])
-        declared = declared_encoding(body)
+        declared = declared_encoding(_declared_body(case))
         return _equal_codecs(declared[0] if declared else None, case["expected"])
     if case["extra_kwargs"]:
         return None
@@ -116,15 +162,22 @@ def charset_suite_figures(smoke: bool) -> dict[str, Any]:
     if not folder.is_dir():
         return {"charset_exact_share": None}
     results: list[tuple[str, bool | None]] = []
+    contradicting: list[bool] = []
     for name, judge in (("html5lib-encoding-cases.json", _html5lib_case), ("w3lib-encoding-cases.json", _w3lib_case)):
         cases = json.loads((folder / name).read_text())
         for case in cases[:: 8 if smoke else 1]:
+            if (verdict := _contradiction(case)) is not None:
+                contradicting.append(_as_whatwg_reads(case, verdict[1]))
+                continue
             label = case.get("id") or f"w3lib {case['test']} line {case['line']}"
             results.append((label, judge(case)))
     judged = [(label, right) for label, right in results if right is not None]
     return {"charset_exact_share": round(sum(right for _, right in judged) / len(judged), 4),
             "charset_cases": len(judged), "charset_cases_not_applicable": len(results) - len(judged),
-            "charset_misses": [label for label, right in judged if not right]}
+            "charset_misses": [label for label, right in judged if not right],
+            "charset_contradicting_cases": len(contradicting),
+            "charset_contradicting_as_whatwg_share":
+                round(sum(contradicting) / len(contradicting), 4) if contradicting else None}
 
 
 def _catalogue_texts(language: str) -> list[str]:

@@ -1,10 +1,11 @@
-"""robots.txt, parsed by protego: fetched once per host, cached in Redis (at most 24 h), honoured by default.
+"""robots.txt: fetched once per host, cached in Redis (at most 24 h), honoured by default.
 
 A source with ``robots: obey`` (the default) never fetches a URL its host's robots.txt disallows for
 our User-Agent: the fetcher skips it (``robots_disallowed``, dead-lettered with the rule's reason),
 the link follower and the planner drop such URLs before they become tasks (counted). ``Crawl-delay``
 and ``Request-rate`` become the host's minimum interval between request starts
-(:class:`harvester.workers.host_rate.HostRateGate`).
+(:class:`harvester.workers.host_rate.HostRateGate`). Allow and Disallow are matched as Google's reference parser
+matches them (:mod:`harvester.scraping.fetching.robots_matching`); protego reads Crawl-delay and Request-rate.
 
 Errors as RFC 9309 section 2.3.1 reads them: a 4xx other than 429 means there is no robots.txt (everything
 allowed, cached as long as a file); a 429, a 5xx or no answer at all (a network error, a refused address)
@@ -35,6 +36,7 @@ from urllib.parse import urlsplit
 from protego import Protego
 
 from harvester.redis_keys import robots_key, robots_last_good_key
+from harvester.scraping.fetching.robots_matching import GoogleRobotsMatcher
 
 if TYPE_CHECKING:
     import redis
@@ -148,13 +150,13 @@ class RobotsRules:
         self.fetched_at = time.time() if fetched_at is None else fetched_at
         self.text, self.dropped_rules, self.cut_rules = bounded_robots_text(as_google_reads(text), max_rules,
                                                                            max_wildcards)
-        self._parser = Protego.parse(self.text) if self.text else None
+        self._parser = Protego.parse(self.text) if self.text else None  # Crawl-delay and Request-rate
+        self._matcher = GoogleRobotsMatcher(self.text)  # Allow and Disallow, as Google matches them
 
     def allowed(self, url: str, user_agent: str) -> bool:
         if self.unavailable:
             return False
-        parser = self._parser
-        return True if parser is None else bool(parser.can_fetch(url, user_agent_token(user_agent)))
+        return self._matcher.allowed(url, user_agent_token(user_agent))
 
     def min_interval_seconds(self, user_agent: str) -> float:
         """Crawl-delay, or Request-rate's seconds per request, whichever is slower (0: neither)."""
