@@ -22,6 +22,7 @@ from harvester.errors import ArchiveUnavailable
 from harvester.scraping import FetchResult, PageResult, decode_text, process_page
 from harvester.settings import HarvesterSettings
 from harvester.storage import (
+    DATA_RESPONSE_KIND,
     ArchivedResponse,
     ArchiveIndex,
     ArchiveReader,
@@ -100,7 +101,8 @@ class Reextraction:
         now = now or datetime.now(UTC)
         tally = ReextractionTally(f"{REEXTRACT_RUN_PREFIX}{now.strftime('%Y%m%dT%H%M%S%f')}")
         self.runs.start(source.name, tally.run_id, now)
-        rows = self.index.latest(source.name, archived_run, now - since if since is not None else None)
+        rows = [row for row in self.index.latest(source.name, archived_run, now - since if since is not None else None)
+                if row.get("kind") != DATA_RESPONSE_KIND]  # a browser page's JSON: data a page read, not a page
         queue: deque[dict[str, Any]] = deque(rows)
         seen = {row["url"] for row in rows}
         pending: list[dict[str, Any]] = []
@@ -160,7 +162,8 @@ class Reextraction:
         fetched."""
         if not links:
             return
-        found = self.index.latest_of(source.name, links)
+        found = {url: row for url, row in self.index.latest_of(source.name, links).items()
+                 if row.get("kind") != DATA_RESPONSE_KIND}
         queue.extend(found.values())
         tally.outcomes["links_followed_in_archive"] += len(found)
         tally.outcomes["links_not_archived"] += len(links) - len(found)
