@@ -56,6 +56,19 @@ def test_records_pass_warcio_check_with_a_header_broken_across_lines_and_a_large
     assert read_archived(rows[1]) is not None and read_archived(rows[1]).body == large  # type: ignore[union-attr]
 
 
+def test_a_post_request_is_archived_as_a_post(tmp_path: Path) -> None:
+    """A source behind POST (input.requests) keeps the method it sent in the request record's request line."""
+    posted = page(9, b'{"items": []}')
+    posted = ArchivedPage(posted.task_id, posted.run_id, posted.url, Exchange(
+        "POST", "http://shop.test/api?page=2", posted.exchange.request_headers, 200,
+        (("Content-Type", "application/json"),), b'{"items": []}'), MOMENT)
+    path = tmp_path / "post.warc.gz"
+    write_file(path, [posted])
+    requests = [record.http_headers.protocol + " " + record.http_headers.statusline
+                for record in ArchiveIterator(path.open("rb")) if record.rec_type == "request"]
+    assert requests == ["POST /api?page=2 HTTP/1.1"]
+
+
 def test_reading_many_rows_reads_what_each_row_reads_alone_and_a_damaged_record_alone_fails(tmp_path: Path) -> None:
     first = write_file(tmp_path / "a.warc.gz", [page(number, b"<html>page %d</html>" % number) for number in range(5)])
     second = write_file(tmp_path / "b.warc.gz", [page(number, b"<html>other %d</html>" % number)
