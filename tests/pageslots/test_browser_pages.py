@@ -266,3 +266,40 @@ def test_a_page_s_own_requests_take_rate_tokens_and_the_run_report_counts_them(
                                                                                 source.output_collection, "run1")
     assert report["browser_requests"] == {"pages": 4, "sub_requests": 4}
     assert settings.rate_window_seconds == window
+
+
+def test_a_browser_source_archives_each_page_s_document_and_the_json_its_data_came_from(
+        slots_factory, demo_site, tmp_path: Path) -> None:
+    """Issue 31: for browser sources too, the main document and the JSON responses its data came from are WARC
+    records (by their own URLs in the index, the JSON never re-extracted as a page), and the files pass
+    ``warcio check``."""
+    from harvester.storage import ArchiveIndex, read_archived
+
+    slots = slots_factory(2)
+    location = tmp_path / "warc"
+    source = slots.source("archived_browser", output={"key": ["url"], "archive": {
+        "enabled": True, "location": f"file://{location}"}})
+    numbers = [61, 62, 63]
+    slots.push(source, [f"/late/xhr/{number}?delay_ms=50" for number in numbers])
+    slots.wait_settled([(source, len(numbers))])
+    assert_complete(slots, source, numbers)
+
+    rows = list(ArchiveIndex(slots.database).rows(source.name))
+    documents = {row["url"]: row for row in rows if row["kind"] == "details"}
+    data = {row["url"]: row for row in rows if row["kind"] == "data"}
+    assert set(documents) == {f"{demo_site.url}/late/xhr/{number}?delay_ms=50" for number in numbers}
+    assert len(data) == len(numbers) and all("/late/api/product/" in url for url in data)
+    for url, row in data.items():
+        archived = read_archived(row)
+        assert archived is not None and archived.status == 200 and "json" in archived.content_type
+        number = int(url.split("/late/api/product/", 1)[1].split("?", 1)[0])
+        assert json.loads(archived.body)["id"] == number  # the product's data as the page's XHR received it
+        assert product_facts(number)["sku"] in json.loads(archived.body)["html"]
+    for row in documents.values():
+        archived = read_archived(row)
+        assert archived is not None and archived.status == 200 and b"<html" in archived.body.lower()
+    files = sorted(location.rglob("*.warc.gz"))
+    assert files
+    for path in files:
+        checked = subprocess.run([str(VENV_BIN / "warcio"), "check", str(path)], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr

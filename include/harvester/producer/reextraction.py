@@ -22,6 +22,7 @@ from harvester.errors import ArchiveUnavailable
 from harvester.scraping import FetchResult, PageResult, decode_text, process_page
 from harvester.settings import HarvesterSettings
 from harvester.storage import (
+    DATA_RESPONSE_KIND,
     ArchivedResponse,
     ArchiveIndex,
     ArchiveReader,
@@ -34,6 +35,7 @@ from harvester.storage import (
 log = logging.getLogger(__name__)
 
 WRITE_EVERY = 500  # records per bulk write, as a batch of a harvest would be
+READ_EVERY = 200  # index rows read at once: one read per WARC file for all of them, one index query for their links
 REEXTRACT_RUN_PREFIX = "reextract-"
 
 
@@ -99,31 +101,36 @@ class Reextraction:
         now = now or datetime.now(UTC)
         tally = ReextractionTally(f"{REEXTRACT_RUN_PREFIX}{now.strftime('%Y%m%dT%H%M%S%f')}")
         self.runs.start(source.name, tally.run_id, now)
-        rows = self.index.latest(source.name, archived_run, now - since if since is not None else None)
+        rows = [row for row in self.index.latest(source.name, archived_run, now - since if since is not None else None)
+                if row.get("kind") != DATA_RESPONSE_KIND]  # a browser page's JSON: data a page read, not a page
         queue: deque[dict[str, Any]] = deque(rows)
         seen = {row["url"] for row in rows}
         pending: list[dict[str, Any]] = []
         while queue:
-            row = queue.popleft()
-            page = self._page(source, row, tally)
-            if page is None:
-                continue
-            tally.count_extraction(page)
-            pending.extend(self._records(page))
-            if page.discovery is not None:
-                self._follow_in_archive(source, page, seen, queue, tally)
-            if len(pending) >= WRITE_EVERY:
-                self._write(source, pending, tally)
-                pending = []
+            chunk = [queue.popleft() for _ in range(min(READ_EVERY, len(queue)))]
+            links: list[str] = []
+            for row, archived in zip(chunk, self.reader.read_many(chunk), strict=True):
+                page = self._page(source, row, archived, tally)
+                if page is None:
+                    continue
+                tally.count_extraction(page)
+                pending.extend(self._records(page))
+                for url in [*page.discovery.details, *page.discovery.listings] if page.discovery else []:
+                    if url not in seen:
+                        seen.add(url)
+                        links.append(url)
+                if len(pending) >= WRITE_EVERY:
+                    self._write(source, pending, tally)
+                    pending = []
+            self._follow_in_archive(source, links, queue, tally)
         self._write(source, pending, tally)
         self.reader.close()
         return self._report(source, tally, archived_run, since, now)
 
-    def _page(self, source: SourceConfig, row: dict[str, Any], tally: ReextractionTally) -> PageResult | None:
-        try:
-            archived = self.reader.read(row)
-        except ArchiveUnavailable as error:
-            log.warning("%s: the archived page of %s cannot be read: %s", source.name, row["url"], error)
+    def _page(self, source: SourceConfig, row: dict[str, Any], archived: ArchivedResponse | ArchiveUnavailable | None,
+              tally: ReextractionTally) -> PageResult | None:
+        if isinstance(archived, ArchiveUnavailable):
+            log.warning("%s: the archived page of %s cannot be read: %s", source.name, row["url"], archived)
             tally.outcomes["archive_unreadable"] += 1
             return None
         if archived is None:
@@ -148,16 +155,15 @@ class Reextraction:
         validators = validators_of(page.fetch.etag, page.fetch.last_modified, page.fetch.size)
         return records if validators is None else [{**record, "_http": validators} for record in records]
 
-    def _follow_in_archive(self, source: SourceConfig, page: PageResult, seen: set[str],
-                           queue: deque[dict[str, Any]], tally: ReextractionTally) -> None:
-        """The page's links that the archive holds and this re-extraction has not read: read next. A link the
-        archive never kept is counted, never fetched."""
-        assert page.discovery is not None
-        links = [url for url in [*page.discovery.details, *page.discovery.listings] if url not in seen]
+    def _follow_in_archive(self, source: SourceConfig, links: list[str], queue: deque[dict[str, Any]],
+                           tally: ReextractionTally) -> None:
+        """The links that read pages gave, which the archive holds and this re-extraction has not read: read
+        next (one index query for a whole chunk's links). A link the archive never kept is counted, never
+        fetched."""
         if not links:
             return
-        found = self.index.latest_of(source.name, links)
-        seen.update(links)
+        found = {url: row for url, row in self.index.latest_of(source.name, links).items()
+                 if row.get("kind") != DATA_RESPONSE_KIND}
         queue.extend(found.values())
         tally.outcomes["links_followed_in_archive"] += len(found)
         tally.outcomes["links_not_archived"] += len(links) - len(found)

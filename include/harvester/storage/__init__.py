@@ -6,7 +6,12 @@ from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
     from harvester.storage.archive import ArchivedPage, ArchiveWriter
-    from harvester.storage.archive_index import ARCHIVE_INDEX_COLLECTION, ArchiveIndex, cdxj_line
+    from harvester.storage.archive_index import (
+        ARCHIVE_INDEX_COLLECTION,
+        DATA_RESPONSE_KIND,
+        ArchiveIndex,
+        cdxj_line,
+    )
     from harvester.storage.archive_reader import ArchivedResponse, ArchiveReader, read_archived
     from harvester.storage.archive_replay import ArchiveReplay
     from harvester.storage.archive_retention import Expired, expire_archive
@@ -22,6 +27,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 
 __all__ = [
     "ARCHIVE_INDEX_COLLECTION",
+    "DATA_RESPONSE_KIND",
     "MEDIA_TYPES",
     "REQUESTED_URLS",
     "RUNS_COLLECTION",

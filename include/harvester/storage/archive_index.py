@@ -25,6 +25,9 @@ from harvester.errors import mongo_storage_errors
 from harvester.settings import HarvesterSettings
 
 ARCHIVE_INDEX_COLLECTION = "archive_index"
+# The kind of a row of a response a browser page's data came from (its JSON responses): archived and replayed by
+# its own URL, never re-extracted as a page of its own.
+DATA_RESPONSE_KIND = "data"
 
 
 @dataclass(frozen=True)

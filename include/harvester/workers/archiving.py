@@ -1,4 +1,5 @@
-"""A batch's fetched responses into the source's WARC archive, before anything of them is stored.
+"""A batch's fetched responses into the source's WARC archive, before anything of them is stored (for a browser
+page, its main document and the JSON responses its data came from).
 
 Archiving comes first so that a source whose archive is ``required`` can hand the whole batch back (retried
 later, nothing stored twice) when the archive cannot be written. Otherwise a failed or slow archive never costs
@@ -18,7 +19,7 @@ from harvester.distributor import TaskMessage
 from harvester.errors import ArchiveUnavailable, ConnectionNotFound
 from harvester.scraping import FetchResult
 from harvester.settings import HarvesterSettings
-from harvester.storage import ArchivedPage, ArchiveWriter
+from harvester.storage import DATA_RESPONSE_KIND, ArchivedPage, ArchiveWriter
 from harvester.workers.report import BatchReport
 
 log = logging.getLogger(__name__)
@@ -45,10 +46,17 @@ class PageArchive:
         (the archive is ``required`` and could not be written)."""
         if not source.output.archive.enabled:
             return None
-        pages = [ArchivedPage(message.task_id or "", message.run_id or "", message.url, fetch.exchange,
-                              datetime.fromtimestamp(fetch.started_at or 0.0, UTC), message.kind, message.depth)
-                 for message, fetch in zip(messages, fetches, strict=True)
-                 if fetch.exchange is not None and fetch.outcome != "skipped"]
+        pages: list[ArchivedPage] = []
+        for message, fetch in zip(messages, fetches, strict=True):
+            if fetch.outcome == "skipped":
+                continue
+            fetched_at = datetime.fromtimestamp(fetch.started_at or 0.0, UTC)
+            if fetch.exchange is not None:
+                pages.append(ArchivedPage(message.task_id or "", message.run_id or "", message.url, fetch.exchange,
+                                          fetched_at, message.kind, message.depth))
+            # a browser page's JSON, by its own URL (its data: replayed, never re-extracted as a page)
+            pages.extend(ArchivedPage(message.task_id or "", message.run_id or "", data.url, data, fetched_at,
+                                      DATA_RESPONSE_KIND, message.depth) for data in fetch.data_exchanges)
         if not pages:
             return None
         try:

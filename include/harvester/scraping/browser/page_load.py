@@ -18,11 +18,13 @@ from harvester.scraping.browser.guard_proxy import REFUSED_HEADER, GuardProxy
 from harvester.scraping.browser.page_guard import BodyCap, ContextGuard, RequestCharger
 from harvester.scraping.browser.readiness import NotReady, Readiness, run_actions
 from harvester.scraping.extraction import BlockDetector, recognise_block
-from harvester.scraping.fetching import DEFAULT_CLASSIFIER, FetchResult, ResponseClassifier
+from harvester.scraping.fetching import DEFAULT_CLASSIFIER, Exchange, FetchResult, ResponseClassifier
 from harvester.settings import HarvesterSettings
 
 if TYPE_CHECKING:
     from playwright.async_api import Page, Response
+
+MAX_ARCHIVED_DATA_RESPONSES = 50  # a page's JSON responses kept for the archive: a polling page stops here
 
 # Playwright adds --no-sandbox unless settings.chromium_sandbox asks for Chromium's own sandbox.
 # Nothing but the pages: no background traffic of Chromium's own (updates, sync, translation, safe-browsing
@@ -84,13 +86,28 @@ async def load_page(tools: LoadTools, url: str, source: SourceConfig, kind: str,
     """Navigate to ``url``, run the actions, wait until ready, read the DOM (one attempt, never raises for what a
     site does). A page that did not load (timeout, refused connection, crashed tab) or was not ready in time is
     ``load_failed``; one that answered an HTTP error is an outcome, classified as the HTTP fetcher's are."""
+    started = time.monotonic()
+    page = tools.page
+    await tools.guard.begin(url, page, charger)
+    tools.cap.begin()
+    data_responses: list[Response] = []
+    collector = DataResponses(data_responses)
+    if source.output.archive.enabled:  # the JSON its data came from, archived beside the page
+        page.on("response", collector)
+    try:
+        return await _load(tools, url, source, kind, settings, classifier, started, data_responses)
+    finally:
+        if source.output.archive.enabled:
+            page.remove_listener("response", collector)
+
+
+async def _load(tools: LoadTools, url: str, source: SourceConfig, kind: str, settings: HarvesterSettings,
+                classifier: ResponseClassifier, started: float, data_responses: list[Response]) -> PageLoad:
     from playwright.async_api import Error as PlaywrightError
     from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-    started, started_at = time.monotonic(), time.time()  # started_at: the queue latency ends here
+    started_at = time.time()  # the queue latency ends here
     page, proxy = tools.page, tools.proxy
-    await tools.guard.begin(url, page, charger)
-    tools.cap.begin()
     refused_before, bytes_before = proxy.refused, proxy.bytes_relayed
     loaded = PageLoad(FetchResult(url, "ok", started_at=started_at))
     try:
@@ -124,7 +141,49 @@ async def load_page(tools: LoadTools, url: str, source: SourceConfig, kind: str,
         return _finish(loaded, tools, started, refused_before, bytes_before)
     _read(loaded, response, text, page.url, settings.body_size_cap_bytes, tools.cap, classifier)
     _unready_block(loaded, source, settings)
+    if source.output.archive.enabled and loaded.fetch.outcome != "refused":
+        loaded.fetch.exchange = await browser_exchange(response, settings.body_size_cap_bytes)
+        kept = [await browser_exchange(data, settings.body_size_cap_bytes) for data in data_responses]
+        loaded.fetch.data_exchanges = tuple(exchange for exchange in kept if exchange is not None)
     return _finish(loaded, tools, started, refused_before, bytes_before)
+
+
+class DataResponses:
+    """Keeps a page's JSON responses to its XHR and fetch calls (what a browser page's data comes from), for
+    the archive (a listener of the page's ``response`` event while one load lasts)."""
+
+    def __init__(self, responses: list[Response]) -> None:
+        self.responses = responses
+
+    def __call__(self, response: Response) -> None:
+        if len(self.responses) >= MAX_ARCHIVED_DATA_RESPONSES:
+            return
+        if response.request.resource_type not in ("xhr", "fetch"):
+            return
+        content_type = response.headers.get("content-type", "").lower()
+        if "json" in content_type.split(";", 1)[0]:
+            self.responses.append(response)
+
+
+async def browser_exchange(response: Response | None, cap: int) -> Exchange | None:
+    """A response Chromium received, as the archive keeps it: the request's headers as sent and the
+    response's as received, the body as the site sent it (decoded). None when Chromium no longer holds the
+    body (a redirect, a body cut at the cap, a page navigated away) or it is over the cap: not archived."""
+    from playwright.async_api import Error as PlaywrightError
+
+    if response is None:
+        return None
+    try:
+        body = await response.body()
+        sent = await response.request.all_headers()
+        received = await response.headers_array()
+    except PlaywrightError:
+        return None
+    if len(body) > cap:
+        return None
+    return Exchange(response.request.method, response.url, tuple((name, value) for name, value in sent.items()
+                                                                 if not name.startswith(":")),
+                    response.status, tuple((header["name"], header["value"]) for header in received), body)
 
 
 def _unready_block(loaded: PageLoad, source: SourceConfig, settings: HarvesterSettings) -> None:

@@ -25,11 +25,14 @@ nesting before it is parsed (``too_large``, ``too_deep``); a listing page gives 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lxml import etree
 from parsel import Selector
+from parsel.csstranslator import css2xpath as css_to_xpath
 
 from harvester.config import ELEMENT_SELECTOR_KINDS, Attribute, RecordItem, SourceConfig, scalar_type
 from harvester.errors import CoercionError
@@ -128,20 +131,55 @@ class Selection:
     unreadable: tuple[str, str] | None = None  # the data could not be read: (kind, detail)
 
 
-def _node_text(node: Selector, limit: int) -> str:
-    """The normalised text of one selected node, at most ``limit`` characters of it (libxml2 cuts it)."""
-    root = node.root
-    if isinstance(root, str):
-        value = root[: limit * 4 + 64]  # whitespace collapses; this bounds the Python copy
-    elif isinstance(root, bool | int | float):
-        value = str(root)
+# A node's text cut by libxml2 (``$limit`` a variable, so one compiled expression serves every budget: a
+# limit written into the expression made each call a new expression to compile).
+_NODE_TEXT = etree.XPath("substring(normalize-space(string()), 1, $limit)", smart_strings=False)
+
+
+def _node_text(node: Any, limit: int) -> str:
+    """The normalised text of one selected node (an lxml element, or a string, number or boolean an expression
+    gave), at most ``limit`` characters of it (libxml2 cuts it)."""
+    if isinstance(node, str):
+        value = node[: limit * 4 + 64]  # whitespace collapses; this bounds the Python copy
+    elif isinstance(node, bool | int | float):
+        value = str(node)
     else:
-        value = node.xpath(f"substring(normalize-space(string()), 1, {limit})").get() or ""
+        value = _NODE_TEXT(node, limit=limit)
     return " ".join(value.split())[:limit]
 
 
+@functools.lru_cache(maxsize=1024)
+def _compiled(expression: str) -> etree.XPath | None:
+    """The attribute's selector compiled once (None: an expression parsel alone reads, as one naming parsel's
+    EXSLT prefixes or a syntax lxml refuses, which then fails through parsel with its usual message)."""
+    if "re:" in expression or "set:" in expression:
+        return None
+    try:
+        return etree.XPath(expression, smart_strings=False)
+    except etree.XPathError:
+        return None
+
+
+def _matches(document: Selector, attribute: Attribute) -> list[Any]:
+    """What the attribute's selector matches in ``document``: lxml's results evaluated directly (parsel
+    wraps every result in a Selector, about a third of extraction's CPU), parsel's for the rest."""
+    compiled = None
+    if isinstance(document.root, etree._Element) and (attribute.css is None or document.type == "html"):
+        # parsel reads CSS by its HTML translator in HTML documents (element names case-insensitive)
+        expression = css_to_xpath(attribute.css) if attribute.css is not None else (attribute.xpath or "")
+        compiled = _compiled(expression)
+    if compiled is None:
+        nodes = document.css(attribute.css) if attribute.css is not None else document.xpath(attribute.xpath or "")
+        return [node.root for node in nodes]
+    try:
+        result = compiled(document.root)
+    except etree.XPathError as error:
+        raise ValueError(f"XPath error: {error} in {expression}") from error
+    return result if isinstance(result, list) else [result]
+
+
 def _select_nodes(document: Selector, attribute: Attribute, first_only: bool, budget: _Budget) -> Selection:
-    nodes = document.css(attribute.css) if attribute.css is not None else document.xpath(attribute.xpath or "")
+    nodes = _matches(document, attribute)
     selection = Selection([], matched=len(nodes))
     for node in nodes:
         if budget.left <= 0:

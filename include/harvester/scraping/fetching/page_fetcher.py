@@ -80,6 +80,8 @@ class FetchResult:
     etag: str = ""  # the response's validators, sent back on the next visit (conditional requests)
     last_modified: str = ""
     exchange: Exchange | None = None  # the request and response as they went, when the source archives them
+    # a browser page's JSON responses (its XHR and fetch calls) the page's data came from, archived beside it
+    data_exchanges: tuple[Exchange, ...] = ()
 
     @property
     def ok(self) -> bool:

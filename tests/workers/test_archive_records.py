@@ -1,0 +1,86 @@
+"""The archive's records as written by hand (no warcio builder) stay WARC that warcio reads and checks, and the
+batched reader of re-extraction reads them back as the one-record reader does, a damaged record alone lost."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harvester.errors import ArchiveUnavailable
+from harvester.scraping.fetching.page_fetcher import Exchange
+from harvester.storage import ArchiveReader, read_archived
+from harvester.storage.archive import ArchivedPage, WarcBatch, payload_digest
+from warcio.archiveiterator import ArchiveIterator
+
+from tests.fixtures.servers import VENV_BIN
+
+pytestmark = pytest.mark.unit
+MOMENT = datetime(2026, 12, 5, 3, 0, tzinfo=UTC)
+
+
+def page(number: int, body: bytes, headers: tuple[tuple[str, str], ...] = ()) -> ArchivedPage:
+    url = f"http://shop.test/p/{number}"
+    exchange = Exchange("GET", url, (("User-Agent", "Harvester"), ("Cookie", "session=secret")), 200,
+                        (("Content-Type", "text/html; charset=utf-8"), *headers), body)
+    return ArchivedPage(f"task-{number}", "run-1", url, exchange, MOMENT)
+
+
+def write_file(path: Path, pages: list[ArchivedPage]) -> list[dict[str, Any]]:
+    """The pages as one WARC file, and the index rows pointing at their response records."""
+    batch = WarcBatch("shop", path.name, first_in_file=True)
+    rows = []
+    for archived in pages:
+        digest = payload_digest(archived.exchange.body)
+        kind, offset, length = batch.add(archived, digest, None)
+        rows.append({"url": archived.url, "final_url": archived.exchange.url, "record": kind, "status": 200,
+                     "file": f"file://{path}", "offset": offset, "length": length, "time": MOMENT, "run": "run-1"})
+    path.write_bytes(batch.buffer.getvalue())
+    return rows
+
+
+def test_records_pass_warcio_check_with_a_header_broken_across_lines_and_a_large_body(tmp_path: Path) -> None:
+    large = b"<html>" + b"".join(b"<p>line %d of a long page</p>" % number for number in range(20_000)) + b"</html>"
+    pages = [page(1, b"<html>small</html>", (("X-Note", "first\r\nInjected: yes"),)), page(2, large), page(3, b"")]
+    path = tmp_path / "a.warc.gz"
+    rows = write_file(path, pages)
+    checked = subprocess.run([str(VENV_BIN / "warcio"), "check", "-v", str(path)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    records = [(record.rec_type, record.http_headers.get_header("Injected") if record.http_headers else None)
+               for record in ArchiveIterator(path.open("rb"))]
+    assert [kind for kind, _ in records] == ["warcinfo"] + ["response", "request"] * 3
+    assert all(injected is None for _, injected in records)  # the line break did not make a header of its own
+    assert b"secret" not in b"".join(record.content_stream().read() for record in ArchiveIterator(path.open("rb")))
+    assert read_archived(rows[1]) is not None and read_archived(rows[1]).body == large  # type: ignore[union-attr]
+
+
+def test_a_post_request_is_archived_as_a_post(tmp_path: Path) -> None:
+    """A source behind POST (input.requests) keeps the method it sent in the request record's request line."""
+    posted = page(9, b'{"items": []}')
+    posted = ArchivedPage(posted.task_id, posted.run_id, posted.url, Exchange(
+        "POST", "http://shop.test/api?page=2", posted.exchange.request_headers, 200,
+        (("Content-Type", "application/json"),), b'{"items": []}'), MOMENT)
+    path = tmp_path / "post.warc.gz"
+    write_file(path, [posted])
+    requests = [record.http_headers.protocol + " " + record.http_headers.statusline
+                for record in ArchiveIterator(path.open("rb")) if record.rec_type == "request"]
+    assert requests == ["POST /api?page=2 HTTP/1.1"]
+
+
+def test_reading_many_rows_reads_what_each_row_reads_alone_and_a_damaged_record_alone_fails(tmp_path: Path) -> None:
+    first = write_file(tmp_path / "a.warc.gz", [page(number, b"<html>page %d</html>" % number) for number in range(5)])
+    second = write_file(tmp_path / "b.warc.gz", [page(number, b"<html>other %d</html>" % number)
+                                                 for number in range(5, 8)])
+    damaged = dict(second[1], offset=second[1]["offset"] + 3)  # not the start of a record
+    missing = dict(first[0], file=f"file://{tmp_path / 'gone.warc.gz'}")
+    rows = [second[2], first[3], damaged, first[0], missing, second[0], first[4]]
+    with ArchiveReader() as reader:
+        results = reader.read_many(rows)
+    for row, result in zip(rows, results, strict=True):
+        if row is damaged or row is missing:
+            assert isinstance(result, ArchiveUnavailable)
+            continue
+        alone = read_archived(row)
+        assert result == alone and alone is not None and alone.body.startswith(b"<html>")
