@@ -119,6 +119,37 @@ def test_the_identifier_the_address_uses_is_found_under_a_label_in_any_language(
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("canonical, sku, other, other_sku", [
+    ("https://shop.example/garden/hose-reel-green-20m--88412.html", "88412",
+     "https://shop.example/kitchen/kettle-1-7l-steel-90077.html", "90077"),
+    ("https://shop.example/store/51?pid=260591", "260591", "https://shop.example/store/7?pid=31337", "31337"),
+    ("https://shop.example/P-7142014-chair-cover-cotton", "7142014",
+     "https://shop.example/P-5550123-table-cloth", "5550123"),
+])
+def test_the_identifier_in_the_canonical_address_when_the_page_shows_none(
+        canonical: str, sku: str, other: str, other_sku: str) -> None:
+    body = "<h1>Hose reel</h1><p>A sturdy reel for 20 m of hose.</p>"
+    first = page(body, f"<link rel='canonical' href='{canonical}'>", url="https://mirror.example/a")
+    choices, [record], _ = suggested(first)
+    assert record["sku"] == sku
+    assert sku not in json.dumps(choices["sku"].spec)  # where the number sits in the address, never the number
+    second = page(body, f"<meta property='og:url' content='{other}'><link rel='canonical' href='{other}'>",
+                  url="https://mirror.example/b")
+    _, [_, record], _ = suggested(first, second)
+    assert record["sku"] == other_sku
+
+
+@pytest.mark.unit
+def test_an_identifier_the_page_shows_beats_the_one_in_its_address() -> None:
+    head = "<link rel='canonical' href='https://shop.example/p/widget-4711.html'>"
+    choices, [record], _ = suggested(page("<h1>Widget</h1><dl><dt>SKU</dt><dd>AC-20931</dd></dl>", head))
+    assert record["sku"] == "AC-20931"
+    assert "canonical" not in json.dumps(choices["sku"].spec)
+    _, [record], _ = suggested(page("<h1>Widget</h1>", "<link rel='canonical' href='https://shop.example/2020/'>"))
+    assert "sku" not in record or record["sku"] is None  # a year is no identifier
+
+
+@pytest.mark.unit
 def test_the_price_beside_the_title_not_the_old_unit_or_other_products_price() -> None:
     body = ("<div class='crumbs'><span class='price'>1.00 €</span></div><h1>Coffee</h1>"
             "<del><span class='price-old'>9,99 €</span></del><span class='price-unit'>(3,99 € / kg)</span>"

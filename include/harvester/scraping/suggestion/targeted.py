@@ -15,7 +15,7 @@ from typing import Any
 
 from harvester.scraping.extraction import PageData, search, type_matches
 from harvester.scraping.suggestion.choices import Choice
-from harvester.scraping.suggestion.identifiers import identifier_candidates
+from harvester.scraping.suggestion.identifiers import address_identifier_candidates, identifier_candidates
 from harvester.scraping.suggestion.labels import (
     add_to_cart,
     add_to_cart_control,
@@ -116,8 +116,9 @@ def markup_candidates(page: PageData, target: TargetField) -> Iterator[Choice]:
 
 def candidates(page: PageData, schema: TargetSchema, target: TargetField) -> list[Choice]:
     shown = [*identifier_candidates(page, target)] if target.name == "sku" else []
+    addressed = [*address_identifier_candidates(page, target)] if target.name == "sku" else []
     return [*structured_candidates(page, schema, target), *meta_candidates(page, target),
-            *itemprop_candidates(page, target), *shown, *markup_candidates(page, target)]
+            *itemprop_candidates(page, target), *shown, *markup_candidates(page, target), *addressed]
 
 
 def sound(target: TargetField, value: Any) -> bool:
