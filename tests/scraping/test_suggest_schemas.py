@@ -161,6 +161,26 @@ def test_the_price_beside_the_title_not_the_old_unit_or_other_products_price() -
 
 
 @pytest.mark.unit
+def test_the_sale_price_shown_by_the_title_beats_the_regular_price_in_the_markup() -> None:
+    def shop_page(regular: str, shown: str) -> PageData:
+        head = ld({"@type": "Product", "name": "Lamp",
+                   "offers": {"@type": "Offer", "price": regular, "priceCurrency": "EUR"}})
+        return page(f"<h1>Lamp</h1><s class='price-was'>{regular} €</s>"
+                    f"<span class='price-now'>{shown.replace('.', ',')} €</span>", head)
+
+    choices, [record], _ = suggested(shop_page("49.90", "39.90"))
+    assert choices["price"].spec == {"css": "span.price-now", "type": "price"}
+    assert record["price"]["amount"] == Decimal("39.90")
+    choices, [record], _ = suggested(shop_page("49.90", "49.90"))  # no sale: the markup stays the more trusted
+    assert kind_of(choices["price"]) == "jsonld" and record["price"]["amount"] == Decimal("49.90")
+    choices, _, _ = suggested(shop_page("480.00", "40.00"))  # a twelfth: an instalment, not a sale
+    assert kind_of(choices["price"]) == "jsonld"
+    choices, records, _ = suggested(shop_page("49.90", "39.90"), shop_page("19.90", "19.90"))
+    assert kind_of(choices["price"]) == "jsonld"  # the sale must hold on every sampled page
+    assert [each["price"]["amount"] for each in records] == [Decimal("49.90"), Decimal("19.90")]
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("body, in_stock", [
     ("<h1>Kettle</h1><button id='add-to-cart'>Add to basket</button>", True),
     ("<h1>Kettle</h1><p class='stock'>Currently unavailable.</p>", False),

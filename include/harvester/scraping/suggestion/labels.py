@@ -106,6 +106,8 @@ _NOT_THE_PRICE = re.compile(r"old|was|strike|before|regular|list|compare|origina
                             r"discount|rrp|uvp|msrp|instead|from|range|shipping|delivery|tax|vat|installment|"
                             r"monthly|points|label|currency|symbol|fraction|whole|decimal|cents", re.I)
 _STRUCK = "ancestor-or-self::*[self::del or self::s or self::strike]"
+# Words a shop's template gives the price a buyer pays now when it differs from the regular one (a sale, a deal).
+SALE_PRICE = re.compile(r"sale|current|special|actual|now|final|promo|offer|deal|reduced|selling|discounted", re.I)
 # Widgets that show other products' prices beside the product: carousels, recommendations, "also bought".
 _OTHER_PRODUCTS = re.compile(r"carousel|recommend|related|similar|upsell|cross|sponsor|slider|swiper|viewed|bought|"
                              r"suggest|accessor|bundle|compare|teaser", re.I)
@@ -146,9 +148,10 @@ def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]
         first = document.css(css)
         if not first or " ".join((first[0].xpath("string()").get() or "").split()) != text:
             continue
+        sale = SALE_PRICE.search(hook[1])
         yield Choice(target.name, {"css": css, "type": "price"},
                      f"{css}: the first price after the page's title that is not struck through nor a unit or old "
-                     f"price: {target.why}")
+                     f"price{', marked as the price to pay now' if sale else ''}: {target.why}", shown_sale=bool(sale))
         return
 
 
