@@ -181,6 +181,17 @@ def test_the_sale_price_shown_by_the_title_beats_the_regular_price_in_the_markup
 
 
 @pytest.mark.unit
+def test_a_block_holding_the_old_and_the_new_price_is_not_the_price() -> None:
+    head = ld({"@type": "Product", "name": "Chair", "offers": {"@type": "Offer", "price": "120.00",
+                                                               "priceCurrency": "USD"}})
+    body = ("<h1>Chair</h1><div class='price-box'><span class='price-original'>$120.00</span>"
+            "<span class='price-current'>$84.00</span></div>")
+    choices, [record], _ = suggested(page(body, head))
+    assert choices["price"].spec == {"css": "span.price-current", "type": "price"}
+    assert record["price"]["amount"] == Decimal("84.00")
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("body, in_stock", [
     ("<h1>Kettle</h1><button id='add-to-cart'>Add to basket</button>", True),
     ("<h1>Kettle</h1><p class='stock'>Currently unavailable.</p>", False),

@@ -132,18 +132,27 @@ def _class_hook(node: Selector) -> tuple[str, str] | None:
     return (f"{tag}.{hooked[0]}", " ".join(classes)) if hooked else None
 
 
+def _price_element(node: Selector) -> bool:
+    """Whether an element's class or id says it is a price, and not an old, unit or part-of-a-price one."""
+    hook = _class_hook(node)
+    return hook is not None and bool(_PRICE_HOOK.search(hook[1])) and not _NOT_THE_PRICE.search(hook[1])
+
+
 def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]:
     """The price beside the title: the first element after the ``h1`` whose class or id says price and whose
-    text reads as an amount, that is not struck through nor a unit, old or instalment price. Its selector
+    text reads as an amount, that is not struck through nor a unit, old or instalment price, and holds no such
+    element itself (a block with the old and the new price is not the price; the new one inside it is). Its selector
     must find that very element first on the page."""
     after_title = document.xpath("//h1[1]/following::*[@class or @id]") or document.xpath("//body//*[@class or @id]")
     for node in after_title[:4000]:
         hook = _class_hook(node)
-        if hook is None or not _PRICE_HOOK.search(hook[1]) or _NOT_THE_PRICE.search(hook[1]):
+        if hook is None or not _price_element(node):
             continue
         text = " ".join((node.xpath("string()").get() or "").split())
         if not (0 < len(text) <= 40 and re.search(r"\d", text)) or node.xpath(_STRUCK) or _among_other_products(node):
             continue
+        if any(_price_element(inner) for inner in node.xpath(".//*[@class or @id]")):
+            continue  # a block holding an old and a new price: the price is the element inside, next in the loop
         css = hook[0]
         first = document.css(css)
         if not first or " ".join((first[0].xpath("string()").get() or "").split()) != text:
