@@ -119,6 +119,37 @@ def test_the_identifier_the_address_uses_is_found_under_a_label_in_any_language(
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("canonical, sku, other, other_sku", [
+    ("https://shop.example/garden/hose-reel-green-20m--88412.html", "88412",
+     "https://shop.example/kitchen/kettle-1-7l-steel-90077.html", "90077"),
+    ("https://shop.example/store/51?pid=260591", "260591", "https://shop.example/store/7?pid=31337", "31337"),
+    ("https://shop.example/P-7142014-chair-cover-cotton", "7142014",
+     "https://shop.example/P-5550123-table-cloth", "5550123"),
+])
+def test_the_identifier_in_the_canonical_address_when_the_page_shows_none(
+        canonical: str, sku: str, other: str, other_sku: str) -> None:
+    body = "<h1>Hose reel</h1><p>A sturdy reel for 20 m of hose.</p>"
+    first = page(body, f"<link rel='canonical' href='{canonical}'>", url="https://mirror.example/a")
+    choices, [record], _ = suggested(first)
+    assert record["sku"] == sku
+    assert sku not in json.dumps(choices["sku"].spec)  # where the number sits in the address, never the number
+    second = page(body, f"<meta property='og:url' content='{other}'><link rel='canonical' href='{other}'>",
+                  url="https://mirror.example/b")
+    _, [_, record], _ = suggested(first, second)
+    assert record["sku"] == other_sku
+
+
+@pytest.mark.unit
+def test_an_identifier_the_page_shows_beats_the_one_in_its_address() -> None:
+    head = "<link rel='canonical' href='https://shop.example/p/widget-4711.html'>"
+    choices, [record], _ = suggested(page("<h1>Widget</h1><dl><dt>SKU</dt><dd>AC-20931</dd></dl>", head))
+    assert record["sku"] == "AC-20931"
+    assert "canonical" not in json.dumps(choices["sku"].spec)
+    _, [record], _ = suggested(page("<h1>Widget</h1>", "<link rel='canonical' href='https://shop.example/2020/'>"))
+    assert "sku" not in record or record["sku"] is None  # a year is no identifier
+
+
+@pytest.mark.unit
 def test_the_price_beside_the_title_not_the_old_unit_or_other_products_price() -> None:
     body = ("<div class='crumbs'><span class='price'>1.00 €</span></div><h1>Coffee</h1>"
             "<del><span class='price-old'>9,99 €</span></del><span class='price-unit'>(3,99 € / kg)</span>"
@@ -127,6 +158,37 @@ def test_the_price_beside_the_title_not_the_old_unit_or_other_products_price() -
     choices, [record], _ = suggested(page(body))
     assert choices["price"].spec == {"css": "span.product-price", "type": "price"}
     assert record["price"] == {"amount": Decimal("7.49"), "currency": "EUR"}
+
+
+@pytest.mark.unit
+def test_the_sale_price_shown_by_the_title_beats_the_regular_price_in_the_markup() -> None:
+    def shop_page(regular: str, shown: str) -> PageData:
+        head = ld({"@type": "Product", "name": "Lamp",
+                   "offers": {"@type": "Offer", "price": regular, "priceCurrency": "EUR"}})
+        return page(f"<h1>Lamp</h1><s class='price-was'>{regular} €</s>"
+                    f"<span class='price-now'>{shown.replace('.', ',')} €</span>", head)
+
+    choices, [record], _ = suggested(shop_page("49.90", "39.90"))
+    assert choices["price"].spec == {"css": "span.price-now", "type": "price"}
+    assert record["price"]["amount"] == Decimal("39.90")
+    choices, [record], _ = suggested(shop_page("49.90", "49.90"))  # no sale: the markup stays the more trusted
+    assert kind_of(choices["price"]) == "jsonld" and record["price"]["amount"] == Decimal("49.90")
+    choices, _, _ = suggested(shop_page("480.00", "40.00"))  # a twelfth: an instalment, not a sale
+    assert kind_of(choices["price"]) == "jsonld"
+    choices, records, _ = suggested(shop_page("49.90", "39.90"), shop_page("19.90", "19.90"))
+    assert kind_of(choices["price"]) == "jsonld"  # the sale must hold on every sampled page
+    assert [each["price"]["amount"] for each in records] == [Decimal("49.90"), Decimal("19.90")]
+
+
+@pytest.mark.unit
+def test_a_block_holding_the_old_and_the_new_price_is_not_the_price() -> None:
+    head = ld({"@type": "Product", "name": "Chair", "offers": {"@type": "Offer", "price": "120.00",
+                                                               "priceCurrency": "USD"}})
+    body = ("<h1>Chair</h1><div class='price-box'><span class='price-original'>$120.00</span>"
+            "<span class='price-current'>$84.00</span></div>")
+    choices, [record], _ = suggested(page(body, head))
+    assert choices["price"].spec == {"css": "span.price-current", "type": "price"}
+    assert record["price"]["amount"] == Decimal("84.00")
 
 
 @pytest.mark.unit

@@ -32,6 +32,7 @@ class Choice:
     name: str
     spec: dict[str, Any]
     why: str
+    shown_sale: bool = False  # a price the page shows by the title under a sale/current/special class
 
 
 @dataclass

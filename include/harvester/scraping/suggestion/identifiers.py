@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from parsel import Selector
 
@@ -82,3 +82,42 @@ def _shown(element: Selector, value: str, token: str, target: TargetField) -> It
         yield Choice(target.name, {"xpath": f"//{tag}[starts-with(normalize-space(), {xpath_literal(label)})]",
                                    "regex": rf"{re.escape(label)}\s*([A-Za-z0-9][\w./-]*[A-Za-z0-9])"},
                      f"the {tag} reading {label!r} and the identifier: {why}")
+
+
+# Query parameters that carry a product's identifier in shops' addresses (``?pid=260591``, ``?productId=…``).
+_ID_PARAMETER = re.compile(r"(?:p|pid|id|item|itemid|item_id|product|productid|product_id|prod|sku|code|art|artnr|"
+                           r"articleid|goods_id|goodsid|offerid|variant)", re.I)
+_CANONICAL = (("//link[@rel='canonical']/@href", "link rel=canonical"),
+              ("//meta[@property='og:url']/@content", "og:url"))
+
+
+def address_identifier_candidates(page: PageData, target: TargetField) -> Iterator[Choice]:
+    """The identifier the page's own canonical address names the product by, when the page shows it nowhere:
+    an identifier-named query parameter (``?pid=31337``), else the run of digits that ends or starts the
+    address's last segment (``…/hose-reel-green--88412.html``, ``/P-5550123-table-cloth``). The selector reads
+    the canonical address and the pattern (RE2: no look-behind) says where in it the number sits, never the
+    number, so it holds on the site's other pages; it is the last place tried, after every place the page shows
+    an identifier (a shop that shows one knows better than its address)."""
+    for expression, name in _CANONICAL:
+        found = page.selector.xpath(expression).get()
+        if not found:
+            continue
+        parts = urlsplit(found.strip())
+        for key, value in parse_qsl(parts.query):
+            if _ID_PARAMETER.fullmatch(key) and re.fullmatch(r"[A-Za-z0-9-]{4,40}", value) \
+                    and re.search(r"\d{3}", value):
+                yield Choice(target.name, {"xpath": expression, "regex": rf"[?&]{re.escape(key)}=([A-Za-z0-9-]+)"},
+                             f"the {name} address's {key}= parameter: {target.why}: the shop names the product by it")
+                return
+        segment = unquote(parts.path.rstrip("/").rsplit("/", 1)[-1])
+        stem = re.sub(r"\.[A-Za-z]{2,5}$", "", segment)
+        ending = re.search(r"(?<![A-Za-z0-9])(\d{4,20})$", stem)
+        starting = re.match(r"[A-Za-z]{0,3}[-_]?(\d{4,20})(?![A-Za-z0-9])", stem)
+        for match, pattern, where in (
+                (ending, r"[^A-Za-z0-9](\d{4,20})(?:\.[A-Za-z]{2,5})?/?(?:[?#]|$)", "ends"),
+                (starting, r"/[A-Za-z]{0,3}[-_]?(\d{4,20})(?:[-_.][^/?#]*)?/?(?:[?#]|$)", "starts")):
+            if match and not _NOT_AN_IDENTIFIER.match(match.group(1)):
+                yield Choice(target.name, {"xpath": expression, "regex": pattern},
+                             f"the number that {where} the {name} address's last segment: {target.why}: "
+                             f"the shop names the product by it")
+                return

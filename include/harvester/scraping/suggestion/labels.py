@@ -106,6 +106,8 @@ _NOT_THE_PRICE = re.compile(r"old|was|strike|before|regular|list|compare|origina
                             r"discount|rrp|uvp|msrp|instead|from|range|shipping|delivery|tax|vat|installment|"
                             r"monthly|points|label|currency|symbol|fraction|whole|decimal|cents", re.I)
 _STRUCK = "ancestor-or-self::*[self::del or self::s or self::strike]"
+# Words a shop's template gives the price a buyer pays now when it differs from the regular one (a sale, a deal).
+SALE_PRICE = re.compile(r"sale|current|special|actual|now|final|promo|offer|deal|reduced|selling|discounted", re.I)
 # Widgets that show other products' prices beside the product: carousels, recommendations, "also bought".
 _OTHER_PRODUCTS = re.compile(r"carousel|recommend|related|similar|upsell|cross|sponsor|slider|swiper|viewed|bought|"
                              r"suggest|accessor|bundle|compare|teaser", re.I)
@@ -130,25 +132,35 @@ def _class_hook(node: Selector) -> tuple[str, str] | None:
     return (f"{tag}.{hooked[0]}", " ".join(classes)) if hooked else None
 
 
+def _price_element(node: Selector) -> bool:
+    """Whether an element's class or id says it is a price, and not an old, unit or part-of-a-price one."""
+    hook = _class_hook(node)
+    return hook is not None and bool(_PRICE_HOOK.search(hook[1])) and not _NOT_THE_PRICE.search(hook[1])
+
+
 def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]:
     """The price beside the title: the first element after the ``h1`` whose class or id says price and whose
-    text reads as an amount, that is not struck through nor a unit, old or instalment price. Its selector
+    text reads as an amount, that is not struck through nor a unit, old or instalment price, and holds no such
+    element itself (a block with the old and the new price is not the price; the new one inside it is). Its selector
     must find that very element first on the page."""
     after_title = document.xpath("//h1[1]/following::*[@class or @id]") or document.xpath("//body//*[@class or @id]")
     for node in after_title[:4000]:
         hook = _class_hook(node)
-        if hook is None or not _PRICE_HOOK.search(hook[1]) or _NOT_THE_PRICE.search(hook[1]):
+        if hook is None or not _price_element(node):
             continue
         text = " ".join((node.xpath("string()").get() or "").split())
         if not (0 < len(text) <= 40 and re.search(r"\d", text)) or node.xpath(_STRUCK) or _among_other_products(node):
             continue
+        if any(_price_element(inner) for inner in node.xpath(".//*[@class or @id]")):
+            continue  # a block holding an old and a new price: the price is the element inside, next in the loop
         css = hook[0]
         first = document.css(css)
         if not first or " ".join((first[0].xpath("string()").get() or "").split()) != text:
             continue
+        sale = SALE_PRICE.search(hook[1])
         yield Choice(target.name, {"css": css, "type": "price"},
                      f"{css}: the first price after the page's title that is not struck through nor a unit or old "
-                     f"price: {target.why}")
+                     f"price{', marked as the price to pay now' if sale else ''}: {target.why}", shown_sale=bool(sale))
         return
 
 

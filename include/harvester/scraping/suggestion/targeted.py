@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 from harvester.scraping.extraction import PageData, search, type_matches
 from harvester.scraping.suggestion.choices import Choice
-from harvester.scraping.suggestion.identifiers import identifier_candidates
+from harvester.scraping.suggestion.identifiers import address_identifier_candidates, identifier_candidates
 from harvester.scraping.suggestion.labels import (
     add_to_cart,
     add_to_cart_control,
@@ -116,8 +117,9 @@ def markup_candidates(page: PageData, target: TargetField) -> Iterator[Choice]:
 
 def candidates(page: PageData, schema: TargetSchema, target: TargetField) -> list[Choice]:
     shown = [*identifier_candidates(page, target)] if target.name == "sku" else []
+    addressed = [*address_identifier_candidates(page, target)] if target.name == "sku" else []
     return [*structured_candidates(page, schema, target), *meta_candidates(page, target),
-            *itemprop_candidates(page, target), *shown, *markup_candidates(page, target)]
+            *itemprop_candidates(page, target), *shown, *markup_candidates(page, target), *addressed]
 
 
 def sound(target: TargetField, value: Any) -> bool:
@@ -186,6 +188,8 @@ def first_sound(pages: list[PageData], schema: TargetSchema) -> tuple[list[Choic
             notes.append(f"{target.name}: not found on this page ({len(keys)} places tried)" if best == 0 else
                          f"{target.name}: no selector gave it on every page (at best {best} of {len(pages)})")
             continue
+        if target.type == "price":
+            winner = _sale_over_regular(winner, keys, numbered, values)
         choice = numbered[winner]
         tried = keys.index(winner)
         if tried:
@@ -194,6 +198,30 @@ def first_sound(pages: list[PageData], schema: TargetSchema) -> tuple[list[Choic
             choice.why += f"; held on all {len(pages)} sampled pages"
         chosen.append(choice)
     return chosen, notes
+
+
+_STRUCTURED_KEYS = ("jsonld", "microdata", "meta")
+_SALE_SHARE_MIN = Decimal("0.3")  # a "sale" amount under 30 % of the regular one is an instalment or a deposit
+
+
+def _sale_over_regular(winner: str, keys: list[str], numbered: dict[str, Choice],
+                       values: list[dict[str, Any]]) -> str:
+    """The price the page shows by its title as the one to pay now (a sale, current or special price), when
+    structured data says a higher one on every page: shops keep the regular price in their markup and show
+    the reduced one, and the buyer pays what is shown. Otherwise the more trusted winner stays."""
+    spec = numbered[winner].spec
+    if not (any(key in spec for key in _STRUCTURED_KEYS) or str(spec.get("css", "")).startswith("[itemprop")):
+        return winner
+    for key in keys[keys.index(winner) + 1:]:
+        if not numbered[key].shown_sale:
+            continue
+        pairs = [(page_values.get(key), page_values.get(winner)) for page_values in values]
+        if all(isinstance(shown, dict) and isinstance(marked, dict) and shown.get("amount") and marked.get("amount")
+               and marked["amount"] * _SALE_SHARE_MIN <= shown["amount"] < marked["amount"]
+               for shown, marked in pairs):
+            numbered[key].why += f" (below the {numbered[winner].why.split(':')[0]}, which keeps the regular price)"
+            return key
+    return winner
 
 
 def detect_schema(page: PageData) -> TargetSchema | None:
