@@ -95,8 +95,7 @@ class StartResult:
 
 @dataclass(frozen=True)
 class ChainStep:
-    """What :meth:`RateLimitStore.continue_chain` did: ``ok`` with the child's fencing token, or why not
-    (``not_held``, ``paused``, ``active_limit``, ``rate_limit``, ``host_limit``, ``duplicate``, ``unregistered``)."""
+    """:meth:`RateLimitStore.continue_chain`'s answer: ``ok`` and the child's token, or why not (continue_chain.lua)."""
 
     status: str
     token: str | None

@@ -320,25 +320,30 @@ class BatchRunner:
         listings += [(message, page) for message, page in record_listings if id(message) in stored_ids]
         listing_ids = {id(message) for message, _ in record_listings}
         stored = [message for message in stored if id(message) not in listing_ids]  # completed once followed
-        followed: list[TaskMessage] = []
         chain: list[tuple[TaskMessage, TaskMessage]] | None = [] if chain_until is not None else None
+        followed = self.follow_listings(source, listings, report, chain)
+        followed += self.sitemaps.follow_all(source, sitemaps, report)
+        finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
+        chain = [(parent, child) for parent, child in chain or [] if any(parent is done for done in followed)]
+        parents = {id(parent) for parent, _ in chain}
+        self.settler.complete(source, [message for message in finished + stored + followed
+                                       if id(message) not in parents], report)
+        return self.continue_chains(source, chain, report, chain_until)
+
+    def follow_listings(self, source: SourceConfig, listings: list[StoredPage], report: BatchReport,
+                        chain: list[tuple[TaskMessage, TaskMessage]] | None) -> list[TaskMessage]:
+        """Follow each listing page's links (``chain``: see :meth:`LinkFollower.follow`); the pages followed. One
+        whose following failed (Redis or MongoDB down) goes back for a retry, which finds the same links."""
+        followed: list[TaskMessage] = []
         for message, page in listings:
             try:
                 self.follower.follow(source, message, page, report, chain)
                 followed.append(message)
-            except Exception as error:  # Redis or MongoDB down: this listing goes back for a retry
+            except Exception as error:
                 log.exception("following the links of %s failed", message.url)
                 self.failures.retry(message, f"link discovery failed: {type(error).__name__}: {error}", None,
                                     report)
-        followed += self.sitemaps.follow_all(source, sitemaps, report)
-        finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
-        chain = chain or []
-        parents = {id(parent) for parent, _ in chain}
-        self.settler.complete(source, [message for message in finished + stored + followed
-                                       if id(message) not in parents], report)
-        return self.continue_chains(source, [(parent, child) for parent, child in chain
-                                             if any(parent is message for message in followed)],
-                                    report, chain_until)
+        return followed
 
     def continue_chains(self, source: SourceConfig, chain: list[tuple[TaskMessage, TaskMessage]], report: BatchReport,
                         chain_until: float | None) -> list[TaskMessage]:
