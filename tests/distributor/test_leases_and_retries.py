@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import redis
+from harvester.config import HttpRequest
 from harvester.distributor import DeadLetters, Intake, RateLimitStore, RetryPolicy, TaskMessage
 from harvester.redis_keys import INTAKE_SIGNAL, SourceKeys
 from harvester.settings import HarvesterSettings
@@ -174,3 +175,67 @@ def test_dead_letters_list_requeue_purge_and_the_command(
     assert dead.requeue("shop") == 1 and dead.count("shop") == 1
     assert "1 dead letters purged" in command("purge")
     assert dead.count("shop") == 0
+
+
+# -- a request not safe_to_repeat is never sent twice behind the user's back ---------------------------------
+def unsafe_post(safe_to_repeat: bool = False) -> HttpRequest:
+    return HttpRequest.model_validate({"method": "POST", "json": {"order": 1}, "safe_to_repeat": safe_to_repeat})
+
+
+def test_a_started_post_not_safe_to_repeat_is_dead_lettered_when_its_lease_expires(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    """Its worker vanished after starting it: the site may have received the POST, so the reaper must not
+    send it again (a retry would repeat an order, a vote, a message); it becomes a dead letter that says so,
+    whatever retries the source has left. A safe POST (a query) is retried as a GET is."""
+    store, now = one_task_of_shop(redis_client, settings, retries=3, max_active=2, run_id="r1", package_id=2,
+                                  request=unsafe_post())
+    Intake(redis_client, settings).push(make_source("shop", rate_limit={"max_active": 2, "per_minute": 100},
+                                                    retries=3),
+                                        [TaskMessage(source="shop", url="http://a.test/2", request=unsafe_post(True))])
+    unsafe, safe = admit_and_start(store, "shop", 2, now=now)
+    assert (unsafe.request.safe_to_repeat, safe.request.safe_to_repeat) == (False, True)
+
+    result = store.reap(now=now + settings.lease_seconds + 1)
+
+    assert result.reaped == 2
+    [entry] = DeadLetters(redis_client).list("shop")
+    assert entry.reason.startswith("unsafe_to_retry: ") and "(lease expired)" in entry.reason
+    assert entry.task_message().task_id == unsafe.task_id and entry.task_message().attempt == 0
+    back = [TaskMessage.from_json(raw) for raw in redis_client.lrange(SourceKeys("shop").intake, 0, -1)]
+    assert [(task.task_id, task.attempt) for task in back] == [(safe.task_id, 1)]  # the query is retried
+    assert store.counters("shop")["unsafe_to_retry"] == 1
+    assert DeadLetters(redis_client).dead_for_run("shop", "r1", 2) == 1  # its package can finish
+
+
+def test_a_post_not_safe_to_repeat_that_never_started_goes_back_uncharged(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    """Admitted but never started (its Celery message was never delivered): it was not sent, so it goes back
+    to intake as it was; only a started one may have reached the site."""
+    store, now = one_task_of_shop(redis_client, settings, request=unsafe_post())
+    admitted = store.admit("shop", 1, now=now)
+    assert len(admitted.messages) == 1
+    result = store.reap(now=now + settings.publish_grace_seconds + 1)
+    assert (result.reaped, result.returned) == (0, 1)
+    assert DeadLetters(redis_client).list("shop") == []
+    [back] = [TaskMessage.from_json(raw) for raw in redis_client.lrange(SourceKeys("shop").intake, 0, -1)]
+    assert back.attempt == 0 and back.request == unsafe_post()
+
+
+def test_a_post_not_safe_to_repeat_of_a_lost_worker_is_dead_lettered_not_retried(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    """The pool process died running the batch (SIGKILL, OOM): a started unsafe POST is dead-lettered at once
+    with unsafe_to_retry, where a GET of the same batch waits for its retry."""
+    store, now = one_task_of_shop(redis_client, settings, retries=3, max_active=2, request=unsafe_post())
+    Intake(redis_client, settings).push(make_source("shop", rate_limit={"max_active": 2, "per_minute": 100},
+                                                    retries=3),
+                                        [TaskMessage(source="shop", url="http://a.test/2")])
+    unsafe, plain = admit_and_start(store, "shop", 2, now=now)
+    lost = store.worker_lost("shop", leases_of(unsafe, plain), now=now)
+    assert lost.retried == 1
+    [entry] = [json.loads(raw) for raw in lost.dead_entries]
+    assert entry["reason"].startswith("unsafe_to_retry: ") and entry["reason"].endswith("(worker lost)")
+    assert entry["message"]["task_id"] == unsafe.task_id
+    assert store.stats(["shop"])["shop"].delayed == 1  # the GET, after its lease

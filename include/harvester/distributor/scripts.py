@@ -65,6 +65,12 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
         "now delay_seconds kills_allowed dead_letters_max leases...",
         {"retried": int, "returned": int, "dead_entries...": text},
     ),
+    _contract(
+        "continue_chain",
+        f"{_RESERVATION_KEYS} config host_paused window paused_until leases worker_lost",
+        "parent_id parent_token child_id child_message lease_seconds window_seconds now",
+        {"status": text, "token": text},
+    ),
     _contract("return_lost", f"{_RESERVATION_KEYS} intake leases", "leases...", {"returned": int}, table=False),
     _contract("acquire_fetch", "window config counters", "window_seconds count now",
               {"granted": int, "wait_seconds": float}),

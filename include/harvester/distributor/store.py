@@ -94,6 +94,14 @@ class StartResult:
 
 
 @dataclass(frozen=True)
+class ChainStep:
+    """:meth:`RateLimitStore.continue_chain`'s answer: ``ok`` and the child's token, or why not (continue_chain.lua)."""
+
+    status: str
+    token: str | None
+
+
+@dataclass(frozen=True)
 class FetchTokens:
     """per_minute tokens taken in one call: ``granted`` requests may start now; when that is fewer than
     asked, ``wait_seconds`` says when the window has room for the next one (0.0 when all were granted)."""
@@ -266,6 +274,19 @@ class RateLimitStore:
         reply = self.scripts.call("start", source, lease_seconds=self.settings.lease_seconds, now=_now_argument(now),
                                   leases=_lease_arguments(leases))
         return StartResult(list(reply.held), len(leases) - len(reply.held))
+
+    @redis_storage_errors()
+    def continue_chain(self, parent: TaskMessage, child: TaskMessage, now: float | None = None) -> ChainStep:
+        """A worker that finished ``parent`` (a page of a chain: its next request is built from its response) takes
+        ``child`` itself, in the same batch: ``parent``'s lease is released and ``child`` admitted and started in its
+        place, under admission's own checks, in one atomic call (``lua/continue_chain.lua``). ``token`` is None when
+        the limits or a pause said no: then the child goes through intake as any discovered task."""
+        reply = self.scripts.call(
+            "continue_chain", parent.source, parent_id=parent.task_id, parent_token=str(parent.lease_token),
+            child_id=child.task_id, child_message=child.to_json(), lease_seconds=self.settings.lease_seconds,
+            window_seconds=self.settings.rate_window_seconds + self.settings.rate_window_margin_seconds,
+            now=_now_argument(now))
+        return ChainStep(reply.status, reply.token or None)
 
     @redis_storage_errors()
     def heartbeat(self, source: str, leases: Leases, now: float | None = None) -> list[str]:

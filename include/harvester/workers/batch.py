@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,10 @@ __all__ = ["DEFAULT_RETRY_AFTER_SECONDS", "BatchReport", "BatchRunner", "LeaseHe
            "discovered_task_id", "new_event_loop"]
 
 log = logging.getLogger(__name__)
+# A batch follows a chain (an API's next request built from its response) itself for at most this many leases of
+# time from its start, then hands the next request to intake: the batch stays far inside Celery's time limit
+# (two leases and more, harvester.distributor.service.Distributor.batch_time_limit) and other sources get a turn.
+CHAIN_BUDGET_LEASES = 0.5
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -175,7 +180,9 @@ class BatchRunner:
         return ours
 
     def run_source(self, name: str, messages: list[TaskMessage]) -> BatchReport:
-        """Start, fetch (HTTP or browser, one flow), extract and settle one source's batch."""
+        """Start, fetch (HTTP or browser, one flow), extract and settle one source's batch; then, for a chain (an API
+        whose next request is built from its response), send each next request in this batch, round after round,
+        while the limits let :meth:`continue_chains` hand it on and the chain's time budget lasts."""
         report = BatchReport(source=name, tasks=len(messages))
         messages = self.start(name, messages, report)
         if not messages:
@@ -190,7 +197,23 @@ class BatchRunner:
                     self.failures.retry(message, reason, None, report, counter="config_error")
             self.count(name, report)
             return report
+        chain_until = time.monotonic() + CHAIN_BUDGET_LEASES * self.settings.lease_seconds \
+            if source.render == "http" and source.listing is not None and source.listing.next is not None else None
+        round_report = report
+        while True:
+            messages = self.run_round(source, messages, round_report, chain_until)
+            if round_report is not report:
+                report.merge(round_report)
+            if not messages:
+                return report
+            round_report = BatchReport(source=name, tasks=len(messages))
+
+    def run_round(self, source: SourceConfig, messages: list[TaskMessage], report: BatchReport,
+                  chain_until: float | None = None) -> list[TaskMessage]:
+        """Fetch, extract and settle tasks this batch holds (started); the next requests of chains it now holds."""
+        name = source.name
         pages = self.fetcher_for(source)
+        chained: list[TaskMessage] = []
         # every MongoDB read runs under the heartbeat: one that waits out an outage must not cost the leases
         with LeaseHeartbeat(self.store, name, leases_of(messages), self.settings.heartbeat_seconds,
                             self.batch_deadline(source, len(messages), pages)) as heartbeat:
@@ -203,10 +226,11 @@ class BatchRunner:
                 report.outcomes["rate_wait_ms"] += int(permit.waited_seconds * 1000)
             if not self.archived(source, messages, fetched.results, report):
                 self.count(name, report, messages, fetched.results)
-                return report
-            self.settle(source, messages, self.process(source, messages, fetched.results), report)
+                return []
+            chained = self.settle(source, messages, self.process(source, messages, fetched.results), report,
+                                  chain_until)
         self.count(name, report, messages, fetched.results)
-        return report
+        return chained
 
     def finish(self, source: SourceConfig, messages: list[TaskMessage], fetches: list[FetchResult],
                outcomes: Mapping[str, int] | None = None) -> BatchReport:
@@ -241,14 +265,15 @@ class BatchRunner:
                 for message, fetch in zip(messages, fetches, strict=True)]
 
     def settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
-               report: BatchReport) -> None:
+               report: BatchReport, chain_until: float | None = None) -> list[TaskMessage]:
         """Sort pages by outcome, write the records, follow the links, then complete what finished; the tasks
-        handed back or dead-lettered on the way are recorded together at the end (FailurePolicy.deferred)."""
+        handed back or dead-lettered on the way are recorded together at the end (FailurePolicy.deferred).
+        Until ``chain_until`` (monotonic; None: never) a chain's next request is kept for this batch: returned."""
         with self.failures.deferred():
-            self._settle(source, messages, pages, report)
+            return self._settle(source, messages, pages, report, chain_until)
 
     def _settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
-                report: BatchReport) -> None:
+                report: BatchReport, chain_until: float | None = None) -> list[TaskMessage]:
         to_store: list[StoredPage] = []
         record_listings: list[StoredPage] = []  # listing pages with records of their items (listing.records)
         listings, sitemaps, not_modified = [], [], []
@@ -295,18 +320,60 @@ class BatchRunner:
         listings += [(message, page) for message, page in record_listings if id(message) in stored_ids]
         listing_ids = {id(message) for message, _ in record_listings}
         stored = [message for message in stored if id(message) not in listing_ids]  # completed once followed
+        chain: list[tuple[TaskMessage, TaskMessage]] | None = [] if chain_until is not None else None
+        followed = self.follow_listings(source, listings, report, chain)
+        followed += self.sitemaps.follow_all(source, sitemaps, report)
+        finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
+        chain = [(parent, child) for parent, child in chain or [] if any(parent is done for done in followed)]
+        parents = {id(parent) for parent, _ in chain}
+        self.settler.complete(source, [message for message in finished + stored + followed
+                                       if id(message) not in parents], report)
+        return self.continue_chains(source, chain, report, chain_until)
+
+    def follow_listings(self, source: SourceConfig, listings: list[StoredPage], report: BatchReport,
+                        chain: list[tuple[TaskMessage, TaskMessage]] | None) -> list[TaskMessage]:
+        """Follow each listing page's links (``chain``: see :meth:`LinkFollower.follow`); the pages followed. One
+        whose following failed (Redis or MongoDB down) goes back for a retry, which finds the same links."""
         followed: list[TaskMessage] = []
         for message, page in listings:
             try:
-                self.follower.follow(source, message, page, report)
+                self.follower.follow(source, message, page, report, chain)
                 followed.append(message)
-            except Exception as error:  # Redis or MongoDB down: this listing goes back for a retry
+            except Exception as error:
                 log.exception("following the links of %s failed", message.url)
                 self.failures.retry(message, f"link discovery failed: {type(error).__name__}: {error}", None,
                                     report)
-        followed += self.sitemaps.follow_all(source, sitemaps, report)
-        finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
-        self.settler.complete(source, finished + stored + followed, report)
+        return followed
+
+    def continue_chains(self, source: SourceConfig, chain: list[tuple[TaskMessage, TaskMessage]], report: BatchReport,
+                        chain_until: float | None) -> list[TaskMessage]:
+        """Each followed chain page's package counted down, then its lease handed to its next request in one
+        atomic call under admission's checks (``RateLimitStore.continue_chain``): the next requests this batch now
+        holds, to send itself. A next request the limits, a pause or the time budget refuse is pushed to intake and
+        its parent released, as any discovered task; if that fails too the parent's lease expires and its retry
+        finds the same next request again. No page is lost: the child's message is its lease's (the checkpoint)."""
+        if not chain:
+            return []
+        counted = {id(message) for message in self.settler.count_down(source, [parent for parent, _ in chain], report)}
+        continuing: list[TaskMessage] = []
+        for parent, child in chain:
+            if id(parent) not in counted:  # its count-down failed: handed back, its retry finds the child again
+                continue
+            try:
+                if chain_until is not None and time.monotonic() < chain_until:
+                    step = self.store.continue_chain(parent, child)
+                    if step.token is not None:
+                        continuing.append(child.model_copy(update={"lease_token": step.token}))
+                        report.outcomes["chain_continued"] += 1
+                        continue
+                    report.outcomes[f"chain_handed_on:{step.status}"] += 1
+                else:
+                    report.outcomes["chain_handed_on:time_budget"] += 1
+                self.follower.intake.push(source.name, [child])
+                self.store.release(source.name, leases_of([parent]))
+            except StorageError as error:  # Redis away: the parent's lease expires and its retry comes back here
+                log.warning("%s: handing on the next request of %s failed: %s", source.name, parent.url, error)
+        return continuing
 
     def answer_blocks(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
                       report: BatchReport) -> None:

@@ -115,9 +115,15 @@ class LinkFollower:
                 report.outcomes["links_ignored:robots_disallowed"] += disallowed
         return urls
 
-    def follow(self, source: SourceConfig, message: TaskMessage, page: PageResult, report: BatchReport) -> None:
+    def follow(self, source: SourceConfig, message: TaskMessage, page: PageResult, report: BatchReport,
+               chain: list[tuple[TaskMessage, TaskMessage]] | None = None) -> None:
         """Queue what ``page`` (a listing page of ``message``) links to. Raises on a Redis or MongoDB
-        fault: the caller retries the listing page, whose retry gets its URLs back (owner = task id)."""
+        fault: the caller retries the listing page, whose retry gets its URLs back (owner = task id).
+
+        ``chain``: when given and the source builds its next request from the response (``listing.next``), that
+        one next request is added to the package but NOT pushed: (``message``, next task) is appended instead, for
+        the worker to send itself (:meth:`harvester.workers.batch.BatchRunner.continue_chains`), which pushes it
+        when the limits say no. Every bound (``max_depth``, the run's listing pages) has already cut it here."""
         discovery = page.discovery
         if discovery is None or source.listing is None:
             return
@@ -130,8 +136,14 @@ class LinkFollower:
                                                    owner=message.task_id)
         listings = self.screen_robots(source, self.within_listing_cap(source, message, listings, report), report)
         next_pages = [discovery.listing_request(key) for key in listings]  # a link, or an API's next request
-        self.queue(source, message, [child_task(source, message, url, "listing", request)
-                                     for url, request in next_pages], report)
+        children = [child_task(source, message, url, "listing", request) for url, request in next_pages]
+        if chain is not None and source.listing.next is not None and len(children) == 1:
+            self.add_to_package(source, message, children)
+            report.discovered += 1
+            report.outcomes["links_new"] += 1
+            chain.append((message, children[0]))
+        else:
+            self.queue(source, message, children, report)
         details = self.new_details(source, message, self.screen_addresses(discovery.details, report),
                                    source.listing.max_new_urls, report)
         self.queue(source, message, [child_task(source, message, url, "details") for url in details], report)
@@ -174,9 +186,13 @@ class LinkFollower:
         """Add discovered tasks to the parent's package, then push them to intake (in that order)."""
         if not children:
             return
-        if parent.run_id is not None and parent.package_id is not None:
-            self.packages().add_tasks(source.name, parent.run_id, parent.package_id,
-                                      [child.task_id for child in children])
+        self.add_to_package(source, parent, children)
         self.intake.push(source.name, children)  # by name: the producer's registration stays the one copy
         report.discovered += len(children)
         report.outcomes["links_new"] += len(children)
+
+    def add_to_package(self, source: SourceConfig, parent: TaskMessage, children: list[TaskMessage]) -> None:
+        """Record discovered tasks in the parent's package (before they are pushed or chained: it stays open)."""
+        if parent.run_id is not None and parent.package_id is not None:
+            self.packages().add_tasks(source.name, parent.run_id, parent.package_id,
+                                      [child.task_id for child in children])

@@ -26,3 +26,12 @@ class BatchReport:
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "tasks": self.tasks, "stored": self.stored, "retried": self.retried,
                 "dead": self.dead, "discovered": self.discovered, "outcomes": dict(self.outcomes)}
+
+    def merge(self, other: BatchReport) -> None:
+        """Add ``other``'s counts (a later round of the same batch: a chain followed in it)."""
+        self.tasks += other.tasks
+        self.stored += other.stored
+        self.retried += other.retried
+        self.dead += other.dead
+        self.discovered += other.discovered
+        self.outcomes.update(other.outcomes)

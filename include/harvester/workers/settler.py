@@ -175,6 +175,13 @@ class Settler:
         fails after the count-down only lets the lease expire (counting down again changes nothing)."""
         if not messages:
             return
+        counted = self.count_down(source, messages, report)
+        self.store.release(source.name, {message.task_id: str(message.lease_token) for message in counted})
+
+    def count_down(self, source: SourceConfig, messages: list[TaskMessage],
+                   report: BatchReport | None = None) -> list[TaskMessage]:
+        """:meth:`complete`'s first half: count the packages of finished tasks down; the tasks counted (those of a
+        count-down that failed were handed back for a retry), whose leases the caller releases or hands on."""
         report = report if report is not None else BatchReport(source=source.name)
         by_package: dict[tuple[str, int], list[TaskMessage]] = defaultdict(list)
         counted: list[TaskMessage] = []
@@ -195,4 +202,4 @@ class Settler:
                                         None, report)
             else:
                 counted.extend(group)
-        self.store.release(source.name, {message.task_id: str(message.lease_token) for message in counted})
+        return counted

@@ -92,3 +92,15 @@ local function push_dead(dead, counters, run_dead, entry, message, cap)
     over = over - 1
   end
 end
+
+-- True when a task message carries a request its source marked not safe_to_repeat (a POST that may change
+-- something): once a worker started it, nobody knows whether the site received it, so it is never sent again
+-- by a reap or a lost worker (harvester.config.HttpRequest.safe_to_repeat); it is dead-lettered instead.
+local function unsafe_to_repeat(message)
+  if type(message) ~= 'table' then return false end
+  local request = message['request']
+  return type(request) == 'table' and request['safe_to_repeat'] == false
+end
+
+local UNSAFE_TO_RETRY = 'unsafe_to_retry: the request is not safe_to_repeat and its worker was lost after it started, '
+  .. 'so the site may have received it; not sent again (requeue the dead letter to send it on purpose)'

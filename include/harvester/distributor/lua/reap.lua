@@ -1,5 +1,6 @@
 -- reap: reservations and leases past their deadline. A STARTED task whose lease expired (its worker died or
--- hangs) goes back to intake with attempt + 1, or, past the source's retries, to dead letters. A task that
+-- hangs) goes back to intake with attempt + 1, or, past the source's retries, to dead letters; so does at once
+-- a started request not safe_to_repeat (reason unsafe_to_retry: it may have reached the site). A task that
 -- was never started (admitted but not confirmed published: its distributor died; or queued so long its
 -- message must be lost) goes back to intake uncharged: it has not run. Also promotes retries that are due.
 -- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
@@ -27,9 +28,15 @@ for _, task_id in ipairs(expired) do
     reaped = reaped + 1
     local message = cjson.decode(raw)
     local attempt = (tonumber(message['attempt']) or 0) + 1
-    if attempt > retries then
-      local entry = dead_entry(raw, 'lease expired: no worker finished the task (attempt '
-        .. string.format('%d', attempt) .. ' of ' .. string.format('%d', retries + 1) .. ')', now)
+    local unsafe = unsafe_to_repeat(message)
+    if attempt > retries or unsafe then
+      local reason = 'lease expired: no worker finished the task (attempt '
+        .. string.format('%d', attempt) .. ' of ' .. string.format('%d', retries + 1) .. ')'
+      if unsafe then
+        reason = UNSAFE_TO_RETRY .. ' (lease expired)'
+        redis.call('HINCRBY', KEYS[5], 'unsafe_to_retry', 1)
+      end
+      local entry = dead_entry(raw, reason, now)
       push_dead(KEYS[8], KEYS[5], KEYS[9], entry, message, dead_cap)
       redis.call('HINCRBY', KEYS[5], 'failed', 1)
       redis.call('HDEL', KEYS[12], task_id)

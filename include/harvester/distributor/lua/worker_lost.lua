@@ -2,7 +2,7 @@
 -- the message instead of redelivering it. Each task this batch still held comes back through admission:
 -- a started one with attempt + 1 after delay_seconds (the dead process's requests drain at the site
 -- meanwhile); a task whose batch has now killed its worker twice is dead-lettered with that reason, never
--- looped. A task of the batch not yet started goes back uncharged. Stale tokens change nothing.
+-- looped, and a started request not safe_to_repeat at once (unsafe_to_retry: it may have reached the site). A task of the batch not yet started goes back uncharged. Stale tokens change nothing.
 -- A started task's place in `active` is held for delay_seconds more by a "drain:<task id>" member (no
 -- message, so the reaper just drops it): the dead process's request may still be in flight at the site,
 -- and max_active holds as the site sees it.
@@ -34,9 +34,13 @@ for i = 5, #ARGV - 1, 2 do
       local attempt = (tonumber(message['attempt']) or 0) + 1
       redis.call('HINCRBY', KEYS[5], 'failed', 1)
       redis.call('HINCRBY', KEYS[5], 'worker_lost', 1)
-      if kills >= kills_allowed or attempt > retries then
+      local unsafe = unsafe_to_repeat(message)
+      if kills >= kills_allowed or attempt > retries or unsafe then
         local reason = 'poison message: its batch killed its worker ' .. string.format('%d', kills) .. ' times'
-        if kills < kills_allowed then
+        if unsafe then
+          reason = UNSAFE_TO_RETRY .. ' (worker lost)'
+          redis.call('HINCRBY', KEYS[5], 'unsafe_to_retry', 1)
+        elseif kills < kills_allowed then
           reason = 'worker lost: the pool process died running the task (attempt ' .. string.format('%d', attempt)
             .. ' of ' .. string.format('%d', retries + 1) .. ')'
         end
