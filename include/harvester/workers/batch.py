@@ -39,7 +39,16 @@ from harvester.config import SourceConfig
 from harvester.distributor import RateLimitStore, RegisteredSources, TaskMessage, host_of
 from harvester.errors import ConnectionNotFound, SourceNotRegistered, StorageError, redis_storage_errors
 from harvester.metrics import record_fetches
-from harvester.scraping import AddressGuard, Fetcher, FetchResult, PageFetcher, PageResult, RobotsCache, process_page
+from harvester.scraping import (
+    HOST_UNREACHABLE,
+    AddressGuard,
+    Fetcher,
+    FetchResult,
+    PageFetcher,
+    PageResult,
+    RobotsCache,
+    process_page,
+)
 from harvester.settings import HarvesterSettings, get_settings
 from harvester.storage import DataHandler, PageEvidence, RunFigures
 from harvester.workers.archiving import PageArchive
@@ -47,6 +56,7 @@ from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
 from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
+from harvester.workers.host_breaker import BreakerVerdict, HostBreaker
 from harvester.workers.host_rate import HostRateGate
 from harvester.workers.host_throttle import HostThrottle
 from harvester.workers.incremental import IncrementalFetching, refresh_not_modified
@@ -86,6 +96,7 @@ class BatchRunner:
         self.follower = LinkFollower.from_settings(self.settings, self.clients, self.address_refusals, self.robots)
         self.settler = Settler.from_settings(self.settings, self.clients, self.failures)
         self.throttle = HostThrottle.from_settings(self.settings, self.clients.redis)  # blocks slow their host
+        self.breaker = HostBreaker.from_settings(self.settings, self.clients.redis)  # unreachable hosts pause
         self.fetcher: PageFetcher = Fetcher.from_settings(
             self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis),
             guard=self.guard)
@@ -254,6 +265,7 @@ class BatchRunner:
         listings, sitemaps, not_modified = [], [], []
         gone: list[StoredPage] = []  # detail pages whose item is gone (404/410, a soft 404, a redirect away)
         rejected: list[tuple[TaskMessage, FetchResult, str]] = []  # pages whose record was rejected, and why
+        breakers = self.host_breakers(source, messages, pages, report)
         for message, page in zip(messages, pages, strict=True):
             fetch = page.fetch
             if fetch.outcome == "skipped":  # the lease went to another worker: it is not ours to settle
@@ -266,6 +278,10 @@ class BatchRunner:
                 gone.append((message, page))
             elif fetch.outcome == "not_modified":
                 not_modified.append((message, page))
+            elif not fetch.ok and (verdict := breakers.get(host_of(message.url))) is not None and \
+                    fetch.outcome == HOST_UNREACHABLE and self.breaker.defers(verdict):
+                self.failures.defer(message, f"{fetch.counter}: {fetch.reason} (host paused {verdict.open_seconds:g}s)",
+                                    verdict.open_seconds, report)
             elif not fetch.ok:
                 self.failures.fetch_failed(source, message, fetch, report)
             elif message.kind == "sitemap":
@@ -307,6 +323,25 @@ class BatchRunner:
         followed += self.sitemaps.follow_all(source, sitemaps, report)
         finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
         self.settler.complete(source, finished + stored + followed, report)
+
+    def host_breakers(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
+                      report: BatchReport) -> dict[str, BreakerVerdict]:
+        """Each host's breaker after this batch (:mod:`harvester.workers.host_breaker`): its ``host_unreachable``
+        pages count against it, a page that got any response closes it. An opened breaker is counted
+        (``host_breaker_opened``); its host's failed tasks are then deferred by the caller."""
+        by_host: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for message, page in zip(messages, pages, strict=True):
+            if page.fetch.outcome == HOST_UNREACHABLE:
+                by_host[host_of(message.url)][0] += 1
+            elif page.fetch.status is not None:
+                by_host[host_of(message.url)][1] += 1
+        verdicts = self.breaker.record_all(source.name, {host: (failed, reached) for host, (failed, reached)
+                                                         in by_host.items()})
+        opened = sum(verdict.state == "opened" for verdict in verdicts.values())
+        if opened:
+            report.outcomes["host_breaker_opened"] += opened
+            log.info("%s: %d unreachable hosts paused by their breaker", source.name, opened)
+        return verdicts
 
     def answer_blocks(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
                       report: BatchReport) -> None:
