@@ -16,6 +16,7 @@ import pytest
 import yaml
 from harvester.config.model import SourceConfig
 from harvester.distributor import TaskMessage
+from harvester.observability.views import HarvestViews
 from harvester.redis_keys import SourceKeys
 from harvester.settings import HarvesterSettings
 from harvester.workers.batch import BatchRunner
@@ -133,5 +134,10 @@ def test_dead_and_slow_hosts_are_deferred_while_live_hosts_are_all_stored(
         assert counters["outcome:host_unreachable"] >= len(deferred)
         assert counters["outcome:host_breaker_opened"] == len(unreachable_hosts)
         assert elapsed < SLOW_SECONDS * 2, "the slow host held the crawl up"
+        database = mongo_server.client()[breaker_settings.mongo_database]
+        page = HarvestViews(redis_client, database, {source.name: source}, lambda _: database,
+                            breaker_settings).source_summary(source.name)  # the Harvester page's row
+        assert page.host_unreachable == counters["outcome:host_unreachable"]
+        assert {f"{host}:{port}" for host in unreachable_hosts} <= set(page.paused_hosts)
     finally:
         runner.close()
