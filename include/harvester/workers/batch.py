@@ -256,16 +256,15 @@ class BatchRunner:
         """Sort pages by outcome, write the records, follow the links, then complete what finished; the tasks
         handed back or dead-lettered on the way are recorded together at the end (FailurePolicy.deferred)."""
         with self.failures.deferred():
-            self._settle(source, messages, pages, report)
+            self._settle(source, messages, pages, report, self.host_breakers(source, messages, pages, report))
 
     def _settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
-                report: BatchReport) -> None:
+                report: BatchReport, breakers: dict[str, BreakerVerdict]) -> None:
         to_store: list[StoredPage] = []
         record_listings: list[StoredPage] = []  # listing pages with records of their items (listing.records)
         listings, sitemaps, not_modified = [], [], []
         gone: list[StoredPage] = []  # detail pages whose item is gone (404/410, a soft 404, a redirect away)
         rejected: list[tuple[TaskMessage, FetchResult, str]] = []  # pages whose record was rejected, and why
-        breakers = self.host_breakers(source, messages, pages, report)
         for message, page in zip(messages, pages, strict=True):
             fetch = page.fetch
             if fetch.outcome == "skipped":  # the lease went to another worker: it is not ours to settle
@@ -278,12 +277,8 @@ class BatchRunner:
                 gone.append((message, page))
             elif fetch.outcome == "not_modified":
                 not_modified.append((message, page))
-            elif not fetch.ok and (verdict := breakers.get(host_of(message.url))) is not None and \
-                    fetch.outcome == HOST_UNREACHABLE and self.breaker.defers(verdict):
-                self.failures.defer(message, f"{fetch.counter}: {fetch.reason} (host paused {verdict.open_seconds:g}s)",
-                                    verdict.open_seconds, report)
             elif not fetch.ok:
-                self.failures.fetch_failed(source, message, fetch, report)
+                self.fetch_failed(source, message, fetch, breakers.get(host_of(message.url)), report)
             elif message.kind == "sitemap":
                 sitemaps.append((message, page))
             elif page.extraction is not None:
@@ -323,6 +318,16 @@ class BatchRunner:
         followed += self.sitemaps.follow_all(source, sitemaps, report)
         finished += refresh_not_modified(self.data, self.clients.urls, self.failures, source, not_modified, report)
         self.settler.complete(source, finished + stored + followed, report)
+
+    def fetch_failed(self, source: SourceConfig, message: TaskMessage, fetch: FetchResult,
+                     breaker: BreakerVerdict | None, report: BatchReport) -> None:
+        """A failed page: deferred past its host's pause without spending a retry when the host could not be
+        reached and its breaker is open, else retried or dead-lettered by the failure policy."""
+        if fetch.outcome == HOST_UNREACHABLE and breaker is not None and self.breaker.defers(breaker):
+            self.failures.defer(message, f"{fetch.counter}: {fetch.reason} (host paused {breaker.open_seconds:g}s)",
+                                breaker.open_seconds, report)
+        else:
+            self.failures.fetch_failed(source, message, fetch, report)
 
     def host_breakers(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
                       report: BatchReport) -> dict[str, BreakerVerdict]:
