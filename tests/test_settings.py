@@ -1467,3 +1467,93 @@ def test_block_pause_seconds_is_how_long_a_host_that_blocked_repeatedly_waits(re
             assert before + seconds - 1 <= paused_until <= time.time() + seconds, seconds
         finally:
             runner.close()
+
+
+@covers_setting("host_breaker_failures", "host_breaker_deferrals")
+@pytest.mark.integration
+def test_host_breaker_failures_in_a_row_open_the_breaker_and_deferrals_bound_its_openings(
+        redis_client, configure_settings):
+    from harvester.workers.host_breaker import HostBreaker
+
+    for failures, states in ((2, ["closed", "opened"]), (3, ["closed", "closed"])):
+        redis_client.flushdb()
+        breaker = HostBreaker.from_settings(configure_settings(host_breaker_failures=failures), redis_client)
+        assert [breaker.record("broad", {"a.example": (1, 0)})["a.example"].state for _ in range(2)] == states
+    redis_client.flushdb()
+    for deferrals, defers in ((0, False), (1, True)):
+        breaker = HostBreaker.from_settings(configure_settings(host_breaker_failures=1,
+                                                               host_breaker_deferrals=deferrals), redis_client)
+        redis_client.flushdb()
+        assert breaker.defers(breaker.record("broad", {"a.example": (1, 0)})["a.example"]) is defers
+
+
+@covers_setting("host_breaker_pause_seconds")
+@pytest.mark.integration
+def test_host_breaker_pause_seconds_is_the_first_pause_doubled_per_opening_and_a_response_closes_it(
+        redis_client, configure_settings):
+    from harvester.workers.host_breaker import HostBreaker
+
+    for seconds in (0.3, 40.0):
+        redis_client.flushdb()
+        breaker = HostBreaker.from_settings(configure_settings(host_breaker_failures=1,
+                                                               host_breaker_pause_seconds=seconds), redis_client)
+        first = breaker.record("broad", {"a.example": (1, 0)})["a.example"]
+        assert (first.state, first.open_seconds, first.openings) == ("opened", seconds, 1)
+        still = breaker.record("broad", {"a.example": (1, 0)})["a.example"]
+        if seconds > 1:  # still open: more failures change nothing
+            assert still.state == "open" and 0 < still.open_seconds <= seconds
+            continue
+        time.sleep(seconds + 0.1)  # the probe after the pause failed: open again for twice as long
+        again = breaker.record("broad", {"a.example": (1, 0)})["a.example"]
+        assert (again.state, again.open_seconds, again.openings) == ("opened", seconds * 2, 2)
+        closed = breaker.record("broad", {"a.example": (0, 1)})["a.example"]
+        assert (closed.state, closed.openings) == ("closed", 0)
+
+
+@covers_setting("first_byte_timeout_seconds", "connect_timeout_seconds")
+@pytest.mark.integration
+def test_first_byte_and_connect_timeouts_make_a_silent_host_unreachable_before_the_source_timeout(configure_settings):
+    import asyncio
+    import socket as sockets
+
+    from harvester.scraping import Fetcher
+
+    from tests.fixtures.demo_site import demo_source
+
+    with sockets.socket() as silent:  # accepts connections (the kernel does) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/p"
+        source = demo_source("http://127.0.0.1", "silent", timeout=20, robots="ignore")
+        for limit in (0.3, 1.5):
+            settings = configure_settings(first_byte_timeout_seconds=limit, connect_timeout_seconds=limit,
+                                          allowed_private_networks="127.0.0.0/8")
+
+            async def fetch(settings=settings):
+                async with Fetcher(settings) as fetcher:
+                    return await fetcher.fetch(url, source)
+
+            result = asyncio.run(fetch())
+            assert result.outcome == "host_unreachable", result.reason
+            assert limit <= result.elapsed < limit + 1.0 and f"{limit:g}s" in result.reason
+
+
+@covers_setting("dns_cache_seconds")
+@pytest.mark.unit
+def test_dns_cache_seconds_is_how_long_the_http_transport_keeps_a_dns_answer(configure_settings):
+    import asyncio
+
+    from harvester.scraping.fetching.transports import AiohttpTransport, transport_from_settings
+
+    for seconds in (5, 7200):
+        transport = transport_from_settings(configure_settings(dns_cache_seconds=seconds, http2=False), 10)
+        assert isinstance(transport, AiohttpTransport)
+
+        async def ttl(transport=transport):
+            session = transport._open()
+            try:
+                return session.connector._cached_hosts._ttl  # aiohttp 3.14 keeps the TTL here
+            finally:
+                await transport.aclose()
+
+        assert asyncio.run(ttl()) == seconds

@@ -187,6 +187,12 @@ class SourceKeys:
         """Hash: host -> requests per minute the host is slowed to after blocks (absent: not slowed)."""
         return self._key("host-throttles")
 
+    @property
+    def host_breakers(self) -> str:
+        """Hash: per host with connection failures, ``HOST|failures`` (in a row), ``HOST|until`` (the breaker is
+        open until, s) and ``HOST|openings`` (in a row); a host's fields go at its first success."""
+        return self._key("host-breakers")
+
     def host_blocks(self, host: str) -> str:
         """Sorted set: block pages seen on ``host`` in the block window (member -> time, s): repeated blocks
         pause the host."""

@@ -220,6 +220,26 @@ class HarvesterSettings(BaseSettings):
         "every worker.")
     block_pause_seconds: float = Field(
         default=60.0, gt=0, description="How long a host that blocked repeatedly is paused at admission.")
+    connect_timeout_seconds: float = Field(
+        default=5.0, gt=0, description="A TCP (and TLS) connection not made within this is a connect timeout "
+        "(outcome host_unreachable), apart from the source's timeout for the whole response: a dead host costs a "
+        "task seconds, not the source's timeout. A source's connect_timeout overrides it.")
+    first_byte_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="A connected host that sends no response headers within this after the "
+        "request is unreachable too (outcome host_unreachable). A source's first_byte_timeout overrides it.")
+    host_breaker_failures: int = Field(
+        default=3, ge=1, description="Consecutive host_unreachable pages of one host (refused, DNS failing, connect "
+        "or first-byte timeout) that open its circuit breaker: the host is paused at admission for every worker and "
+        "its tasks deferred past the pause without spending a retry.")
+    host_breaker_pause_seconds: float = Field(
+        default=60.0, gt=0, description="How long an opened host breaker pauses its host; doubled at each "
+        "opening in a row (a probe after the pause that fails again), up to host_pause_max_seconds.")
+    host_breaker_deferrals: int = Field(
+        default=4, ge=0, description="Openings in a row of one host's breaker during which its tasks are deferred "
+        "without spending a retry; past them they spend retries as any failure (a host gone for good ends dead).")
+    dns_cache_seconds: float = Field(
+        default=3600.0, gt=0, description="How long the HTTP fetcher keeps a host's DNS answer (about a run): each "
+        "new connection's peer is still checked against the address rules, so a rebound name is still refused.")
     block_markers: list[str] = Field(
         default_factory=list, description="Texts that mean the site blocked us, in any page of any source (HTTP "
         "or browser; matched case-insensitively), beside the built-in markers and each source's block section.")

@@ -34,9 +34,10 @@ def test_ok_page(demo_site) -> None:
     assert result.ok and result.status == 200 and "SKU-00007" in result.text and not result.truncated
 
 
-def test_dead_host_is_a_retryable_connection_error() -> None:
+def test_dead_host_is_a_retryable_host_unreachable() -> None:
+    """A refused connection is host_unreachable (the host's breaker counts it), retried like any transient failure."""
     result = fetch(f"http://127.0.0.1:{free_port()}/product/1")
-    assert result.outcome == "connection_error" and result.retryable
+    assert result.outcome == "host_unreachable" and result.retryable
 
 
 def test_timeout_is_retryable(demo_site) -> None:

@@ -361,7 +361,7 @@ def test_an_unreachable_robots_txt_disallows(site) -> None:
     closed.start()
     closed.stop()
     result = fetch_all(settings(), demo_source(closed.url, "gone"), [f"{closed.url}/page"])[0]
-    assert result.outcome == "connection_error" and result.retryable and "robots.txt" in result.reason
+    assert result.outcome == "host_unreachable" and result.retryable and "robots.txt" in result.reason
 
 
 def test_the_last_good_robots_txt_is_used_while_the_file_fails(site, redis_client) -> None:

@@ -101,7 +101,7 @@ def test_every_fault_ends_stored_retried_or_dead_lettered_and_no_worker_crashes(
     reasons = {entry.message["url"]: entry.reason for entry in DeadLetters(redis_client).list(source.name)}
     for path, reason in dead_paths.items():
         assert reasons[f"{site}{path}"].startswith(reason), reasons
-    assert reasons[dead_host].startswith("connection_error")
+    assert reasons[dead_host].startswith("host_unreachable")  # one task: below host_breaker_failures
     assert len(reasons) == len(dead_paths) + 1
     counters = store.counters(source.name)
     assert counters["outcome:http_500"] == 1 and counters["outcome:http_429"] == 1

@@ -156,11 +156,19 @@ class TaskEnding:
     message: TaskMessage | None = None
     retry_after: float | None = None
     token: str | None = None
+    keep_attempt: bool = False  # deferred (its host's breaker is open): no retry spent, due after the pause
 
     @classmethod
     def failure(cls, message: TaskMessage, reason: str, retry_after: float | None = None) -> TaskEnding:
         return cls(message.source, message.task_id, message.to_json(), reason, message, retry_after,
                    message.lease_token)
+
+    @classmethod
+    def deferral(cls, message: TaskMessage, reason: str, seconds: float) -> TaskEnding:
+        """Back after ``seconds`` with the same attempt: its host was found unreachable, not the task wrong
+        (harvester.workers.host_breaker); the host is paused as long (``fail.lua`` pauses it with the retry)."""
+        return cls(message.source, message.task_id, message.to_json(), reason, message, seconds, message.lease_token,
+                   keep_attempt=True)
 
     @classmethod
     def rejection(cls, source: str, raw_message: str, reason: str, token: str | None = None) -> TaskEnding:
@@ -341,10 +349,11 @@ class RateLimitStore:
                 self._queue_pause(pipeline, source, host, seconds, now)
             for ending in endings:
                 message, attempt = ending.message, ending.message.attempt if ending.message is not None else 0
+                next_attempt = attempt if ending.keep_attempt else attempt + 1
                 pipeline.call(
                     "fail", ending.source, task_id=ending.task_id,
-                    next_attempt=attempt + 1 if message is not None else 2**31,
-                    retry_message=message.model_copy(update={"attempt": attempt + 1}).to_json() if message
+                    next_attempt=next_attempt if message is not None else 2**31,
+                    retry_message=message.model_copy(update={"attempt": next_attempt}).to_json() if message
                     else ending.original, original_message=ending.original, reason=ending.reason,
                     delay_seconds=self.retry_policy.delay(attempt, ending.retry_after), now=_now_argument(now),
                     host=host_of(message.url) if message is not None else "",

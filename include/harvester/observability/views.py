@@ -93,6 +93,8 @@ class SourceSummary(BaseModel):
     records_stored: int
     records_not_modified: int = Field(default=0, description="Records 304 answers kept (conditional requests).")
     pages_blocked: int = Field(default=0, description="Block pages met (challenges, denials): retried, never stored.")
+    host_unreachable: int = Field(default=0, description="Pages whose host could not be reached (refused, DNS "
+                                  "failing, connect or first-byte timeout); in a row, they pause the host (breaker).")
     bytes_saved: int = Field(default=0, description="Body bytes those 304 answers did not send.")
     drift_threshold: float
     selector_drift: list[str]
@@ -284,6 +286,7 @@ class HarvestViews:
             records_stored=live.outcome("records_stored") if live else 0,
             records_not_modified=live.outcome("records_not_modified") if live else 0,
             pages_blocked=live.outcome("blocked") if live else 0,
+            host_unreachable=live.outcome("host_unreachable") if live else 0,
             bytes_saved=live.outcome("bytes_saved") if live else 0,
             drift_threshold=config.drift_threshold if config else 20.0,
             selector_drift=[entry.attribute for entry in extraction if entry.drift],

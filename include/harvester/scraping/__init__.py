@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.scraping.extraction import Extraction, extract_record
     from harvester.scraping.fetching import (
         DEFAULT_CLASSIFIER,
+        HOST_UNREACHABLE,
         RETRY_VERDICTS,
         SCREENING_TIMEOUT,
         SKIPPED_REASON,
@@ -53,7 +54,8 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.urls import canonicalise_url
 
 __all__ = [
-    "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "OWNER_FLAG", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON",
+    "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "HOST_UNREACHABLE", "OWNER_FLAG", "RETRY_VERDICTS", "SCREENING_TIMEOUT",
+    "SKIPPED_REASON",
     "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "Exchange", "Extraction", "FetchPermit",
     "FetchResult", "FetchedBatch", "Fetcher", "GuardProxy", "HostLimits", "HostRateTimeout", "LoadListener",
     "PageCapture", "PageFetcher", "PageLoad", "PageResult", "Readiness", "Render", "RequestCharger",

@@ -40,7 +40,16 @@ from harvester.config import SourceConfig
 from harvester.distributor import RateLimitStore, RegisteredSources, TaskMessage, host_of
 from harvester.errors import ConnectionNotFound, SourceNotRegistered, StorageError, redis_storage_errors
 from harvester.metrics import record_fetches
-from harvester.scraping import AddressGuard, Fetcher, FetchResult, PageFetcher, PageResult, RobotsCache, process_page
+from harvester.scraping import (
+    HOST_UNREACHABLE,
+    AddressGuard,
+    Fetcher,
+    FetchResult,
+    PageFetcher,
+    PageResult,
+    RobotsCache,
+    process_page,
+)
 from harvester.settings import HarvesterSettings, get_settings
 from harvester.storage import DataHandler, PageEvidence, RunFigures
 from harvester.workers.archiving import PageArchive
@@ -48,6 +57,7 @@ from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
 from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
+from harvester.workers.host_breaker import BreakerVerdict, HostBreaker
 from harvester.workers.host_rate import HostRateGate
 from harvester.workers.host_throttle import HostThrottle
 from harvester.workers.incremental import IncrementalFetching, refresh_not_modified
@@ -91,6 +101,7 @@ class BatchRunner:
         self.follower = LinkFollower.from_settings(self.settings, self.clients, self.address_refusals, self.robots)
         self.settler = Settler.from_settings(self.settings, self.clients, self.failures)
         self.throttle = HostThrottle.from_settings(self.settings, self.clients.redis)  # blocks slow their host
+        self.breaker = HostBreaker.from_settings(self.settings, self.clients.redis)  # unreachable hosts pause
         self.fetcher: PageFetcher = Fetcher.from_settings(
             self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis),
             guard=self.guard)
@@ -270,10 +281,12 @@ class BatchRunner:
         handed back or dead-lettered on the way are recorded together at the end (FailurePolicy.deferred).
         Until ``chain_until`` (monotonic; None: never) a chain's next request is kept for this batch: returned."""
         with self.failures.deferred():
-            return self._settle(source, messages, pages, report, chain_until)
+            breakers = self.host_breakers(source, messages, pages, report)
+            return self._settle(source, messages, pages, report, breakers, chain_until)
 
     def _settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
-                report: BatchReport, chain_until: float | None = None) -> list[TaskMessage]:
+                report: BatchReport, breakers: dict[str, BreakerVerdict],
+                chain_until: float | None = None) -> list[TaskMessage]:
         to_store: list[StoredPage] = []
         record_listings: list[StoredPage] = []  # listing pages with records of their items (listing.records)
         listings, sitemaps, not_modified = [], [], []
@@ -292,7 +305,7 @@ class BatchRunner:
             elif fetch.outcome == "not_modified":
                 not_modified.append((message, page))
             elif not fetch.ok:
-                self.failures.fetch_failed(source, message, fetch, report)
+                self.fetch_failed(source, message, fetch, breakers.get(host_of(message.url)), report)
             elif message.kind == "sitemap":
                 sitemaps.append((message, page))
             elif page.extraction is not None:
@@ -374,6 +387,35 @@ class BatchRunner:
             except StorageError as error:  # Redis away: the parent's lease expires and its retry comes back here
                 log.warning("%s: handing on the next request of %s failed: %s", source.name, parent.url, error)
         return continuing
+
+    def fetch_failed(self, source: SourceConfig, message: TaskMessage, fetch: FetchResult,
+                     breaker: BreakerVerdict | None, report: BatchReport) -> None:
+        """A failed page: deferred past its host's pause without spending a retry when the host could not be
+        reached and its breaker is open, else retried or dead-lettered by the failure policy."""
+        if fetch.outcome == HOST_UNREACHABLE and breaker is not None and self.breaker.defers(breaker):
+            self.failures.defer(message, f"{fetch.counter}: {fetch.reason} (host paused {breaker.open_seconds:g}s)",
+                                breaker.open_seconds, report)
+        else:
+            self.failures.fetch_failed(source, message, fetch, report)
+
+    def host_breakers(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
+                      report: BatchReport) -> dict[str, BreakerVerdict]:
+        """Each host's breaker after this batch (:mod:`harvester.workers.host_breaker`): its ``host_unreachable``
+        pages count against it, a page that got any response closes it. An opened breaker is counted
+        (``host_breaker_opened``); its host's failed tasks are then deferred by the caller."""
+        by_host: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for message, page in zip(messages, pages, strict=True):
+            if page.fetch.outcome == HOST_UNREACHABLE:
+                by_host[host_of(message.url)][0] += 1
+            elif page.fetch.status is not None:
+                by_host[host_of(message.url)][1] += 1
+        verdicts = self.breaker.record_all(source.name, {host: (failed, reached) for host, (failed, reached)
+                                                         in by_host.items()})
+        opened = sum(verdict.state == "opened" for verdict in verdicts.values())
+        if opened:
+            report.outcomes["host_breaker_opened"] += opened
+            log.info("%s: %d unreachable hosts paused by their breaker", source.name, opened)
+        return verdicts
 
     def answer_blocks(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
                       report: BatchReport) -> None:

@@ -152,6 +152,12 @@ class FailurePolicy:
             report.outcomes[counter] += 1
         self._queue([(TaskEnding.failure(message, reason, retry_after), report)])
 
+    def defer(self, message: TaskMessage, reason: str, seconds: float, report: BatchReport) -> None:
+        """Hand the task back for after ``seconds`` without spending a retry, and pause its host as long: the host
+        could not be reached and its breaker is open (:mod:`harvester.workers.host_breaker`)."""
+        report.outcomes["deferred_host_unreachable"] += 1
+        self._queue([(TaskEnding.deferral(message, reason, seconds), report)])
+
     def dead_letter(self, message: TaskMessage, reason: str, report: BatchReport) -> None:
         """A failure retrying cannot fix (404, not HTML, redirect loop, rejected record)."""
         self._queue([(TaskEnding.rejection(message.source, message.to_json(), reason, message.lease_token), report)])

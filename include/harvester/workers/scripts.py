@@ -1,4 +1,5 @@
-"""The contracts of the workers' Lua scripts (``lua/host_fetch.lua``, ``lua/host_throttle.lua``), called through
+"""The contracts of the workers' Lua scripts (``lua/host_fetch.lua``, ``lua/host_throttle.lua``,
+``lua/host_breaker.lua``), called through
 :mod:`harvester.redis_scripts`.
 
 The workers own per-host politeness at fetch time (:class:`harvester.workers.host_rate.HostRateGate`),
@@ -10,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harvester.redis_keys import SourceKeys
-from harvester.redis_scripts import ScriptContract, declare_script
+from harvester.redis_scripts import ScriptContract, declare_script, text
 
-__all__ = ["CONTRACTS", "HOST_FETCH", "HOST_THROTTLE", "LUA_DIRECTORY"]
+__all__ = ["CONTRACTS", "HOST_BREAKER", "HOST_FETCH", "HOST_THROTTLE", "LUA_DIRECTORY"]
 
 LUA_DIRECTORY = Path(__file__).with_name("lua")
 
@@ -29,4 +30,9 @@ HOST_THROTTLE = declare_script(
     {"rate_per_minute": float, "blocks_in_window": int, "pause": lambda value: bool(int(value))},
     directory=LUA_DIRECTORY, key_space=SourceKeys, explicit_keys=("host_blocks",))
 
-CONTRACTS: dict[str, ScriptContract] = {HOST_FETCH.name: HOST_FETCH, HOST_THROTTLE.name: HOST_THROTTLE}
+HOST_BREAKER = declare_script(
+    "host_breaker", "host_breakers", "host unreachable reached threshold pause_seconds max_pause_seconds keep_seconds",
+    {"state": text, "open_seconds": float, "openings": int}, directory=LUA_DIRECTORY, key_space=SourceKeys)
+
+CONTRACTS: dict[str, ScriptContract] = {HOST_FETCH.name: HOST_FETCH, HOST_THROTTLE.name: HOST_THROTTLE,
+                                        HOST_BREAKER.name: HOST_BREAKER}

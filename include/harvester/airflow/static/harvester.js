@@ -125,7 +125,8 @@ function drawSources(sources) {
       cell(s.name), cell(s.pending, "number"), cell(`${s.active} / ${s.max_active}`, "number"),
       cell(`${s.started_last_minute} / ${s.per_minute}`, "number"), cell(s.done, "number"), cell(failed),
       cell(s.dead_letters, "number"),
-      cell((s.paused ? "source paused; " : "") + (hosts || "") + (s.pages_blocked ? `; ${s.pages_blocked} pages blocked` : "")),
+      cell((s.paused ? "source paused; " : "") + (hosts || "") + (s.pages_blocked ? `; ${s.pages_blocked} pages blocked` : "") +
+        (s.host_unreachable ? `; ${s.host_unreachable} pages of unreachable hosts` : "")),
       cell(last, "last-run"), cell(rejected, "number rejected"), cell(drift, "drift"),
       cell(notModified(s), "number not-modified"),
     ], { "data-source": s.name, "data-outcome": s.last_run ? s.last_run.outcome : "" });

@@ -62,7 +62,12 @@ from harvester.scraping.fetching.responses import (
 )
 from harvester.scraping.fetching.robots import ROBOTS_SIZE_CAP_BYTES, RobotsCache, RobotsRules
 from harvester.scraping.fetching.sites import Origin, credential_origins, origin_of_url
-from harvester.scraping.fetching.transports import Transport, TransportResponse, transport_from_settings
+from harvester.scraping.fetching.transports import (
+    HOST_UNREACHABLE,
+    Transport,
+    TransportResponse,
+    transport_from_settings,
+)
 from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
@@ -281,7 +286,8 @@ class Fetcher:
             await self.guard.check(url, remember=True)
             rules = await self.robots_rules(url, source, ready)
             if rules.unavailable and rules.status is None:  # the host did not answer: say so, as its pages would
-                raise TransportFailure("connection_error", f"robots.txt of {rules.origin} could not be fetched "
+                outcome = HOST_UNREACHABLE if rules.failure.startswith(HOST_UNREACHABLE) else "connection_error"
+                raise TransportFailure(outcome, f"robots.txt of {rules.origin} could not be fetched "
                                        f"({rules.failure or 'no answer'}): nothing is fetched from it (RFC 9309)")
             if rules.unavailable:
                 raise RobotsUnavailable(f"robots.txt of {rules.origin} answered {rules.status or 'nothing'} and no "
@@ -307,7 +313,9 @@ class Fetcher:
             except (AddressRefused, BodyRefused, TimeoutError, TransportFailure, TooManyRedirects, OSError,
                     MemoryError, zlib.error) as error:
                 log.info("robots.txt %s unreachable: %s", robots_url, error)
-                return None, f"{type(error).__name__}: {error}"  # no status: the text says what failed
+                unreachable = isinstance(error, TransportFailure) and error.outcome == HOST_UNREACHABLE
+                kind = HOST_UNREACHABLE if unreachable else type(error).__name__  # the page's outcome then says so
+                return None, f"{kind}: {error}"  # no status: the text says what failed
             return status, decode_text(body, content_type) if 200 <= status < 300 else ""
 
         return await self.robots.rules(url, fetch_robots)
@@ -332,7 +340,8 @@ class Fetcher:
             if sent is not None:  # the archive keeps the request the page came from: the last hop's
                 sent.clear()
                 sent.update(sent_headers)
-            response = await self.transport.send(outgoing.method, current, sent_headers, outgoing.body)
+            response = await self._first_byte(
+                self.transport.send(outgoing.method, current, sent_headers, outgoing.body), current)
             self.cookies.store(source.name, current, set_cookie_values(response.headers))
             location = response.headers.get("location")
             if response.status not in REDIRECT_STATUSES or not location:
@@ -407,6 +416,18 @@ class Fetcher:
         nothing decoded is refused (``decode_error``)."""
         return await read_body(response.raw_chunks(), response.headers.get("content-encoding"), cap,
                                wire_cap=self.settings.raw_body_cap_bytes)
+
+    async def _first_byte(self, sending: Awaitable[TransportResponse], url: str) -> TransportResponse:
+        """The response headers within ``first_byte_timeout_seconds`` of sending (the connect timeout included),
+        else ``host_unreachable``: a host that accepts connections and never answers costs seconds, not the
+        source's whole timeout, and its breaker counts it (harvester.workers.host_breaker)."""
+        limit = self.settings.first_byte_timeout_seconds
+        try:
+            async with asyncio.timeout(limit):
+                return await sending
+        except TimeoutError:
+            raise TransportFailure(HOST_UNREACHABLE, f"no response from {url} within "
+                                                     f"{limit:g}s (first-byte timeout)") from None
 
     async def _fetch(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
                      conditions: Mapping[str, str] | None = None, request: HttpRequest | None = None) -> FetchResult:

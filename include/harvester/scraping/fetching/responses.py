@@ -24,6 +24,7 @@ Outcome = Literal[
     "robots_disallowed",  # robots.txt forbids the URL to our User-Agent: never retried
     "robots_unavailable",  # robots.txt answered 429/5xx or nothing, no good copy kept (RFC 9309): retried later
     "host_rate_wait",  # the host's per-host rate gave no request slot in time: retried later
+    "host_unreachable",  # refused, DNS failing, connect or first-byte timeout: retried, the host's breaker counts it
     "skipped",  # not fetched: the task's lease was lost before its request could start (never fetched unadmitted)
 ]
 HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml", "text/xml", "text/plain")
@@ -33,7 +34,8 @@ JSON_TYPES = ("application/json", "text/json", "application/ld+json", "text/plai
 BLOCKED_STATUSES = frozenset({403, 451})
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
 RATE_LIMIT_STATUSES = frozenset({429, 503})
-TRANSIENT_OUTCOMES = frozenset({"timeout", "connection_error", "host_rate_wait", "robots_unavailable"})
+TRANSIENT_OUTCOMES = frozenset({"timeout", "connection_error", "host_unreachable", "host_rate_wait",
+                                "robots_unavailable"})
 
 
 class Verdict(StrEnum):

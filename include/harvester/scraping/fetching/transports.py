@@ -11,7 +11,9 @@ redirects or decoding the body, and says which connection answered. Two are kept
   sites that serve many pages over one connection, at httpx's CPU cost.
 
 Library exceptions never leave a transport: they become :class:`~harvester.errors.TransportFailure`
-with the fetch outcome they mean (timeouts stay ``TimeoutError``, which the fetcher's deadline raises too).
+with the fetch outcome they mean (timeouts stay ``TimeoutError``, which the fetcher's deadline raises too), except
+that a connection refused, a name that does not resolve and a connect timeout are ``host_unreachable``
+(``settings.connect_timeout_seconds`` apart from the fetcher's deadline; DNS answers kept ``dns_cache_seconds``).
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ import yarl
 from harvester.errors import TransportFailure
 from harvester.settings import HarvesterSettings
 
-__all__ = ["AiohttpTransport", "ConnectionCheck", "HttpxTransport", "Transport", "TransportResponse",
-           "transport_from_settings"]
+__all__ = ["HOST_UNREACHABLE", "AiohttpTransport", "ConnectionCheck", "HttpxTransport", "Transport",
+           "TransportResponse", "transport_from_settings"]
 
 # Called with (the connection, its peer address, the URL) before a response on it is used: raise to refuse.
 # The connection object is the same for every request of one kept-alive connection, so checks can be cached.
 ConnectionCheck = Callable[[object, object, str], None]
 
+
+# The outcome of a host that cannot be reached: refused, DNS failing, no connection within the connect timeout
+# (or, said by the fetcher, no response headers within the first-byte timeout). Counted by the host's breaker.
+HOST_UNREACHABLE = "host_unreachable"
 
 # aiohttp refuses longer header lines by default (8,190 bytes); sites send long Set-Cookie headers
 MAX_HEADER_BYTES = 64 * 1024
@@ -75,8 +81,8 @@ class Transport(Protocol):
 def transport_from_settings(settings: HarvesterSettings, max_connections: int,
                             check: ConnectionCheck = _no_check) -> Transport:
     if settings.http2:
-        return HttpxTransport(max_connections, check)
-    return AiohttpTransport(max_connections, check)
+        return HttpxTransport(max_connections, check, settings.connect_timeout_seconds)
+    return AiohttpTransport(max_connections, check, settings.connect_timeout_seconds, settings.dns_cache_seconds)
 
 
 # -- aiohttp ---------------------------------------------------------------------------------------
@@ -128,19 +134,24 @@ class AiohttpTransport:
     cookies kept (the fetcher keeps a jar per source, harvester.scraping.fetching.cookies); no proxy from the
     environment (aiohttp's ``trust_env`` is off)."""
 
-    def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check) -> None:
+    def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check,
+                 connect_timeout: float | None = None, dns_cache_seconds: float = 60.0) -> None:
         self._max_connections = max_connections
         self._check = check
+        self._connect_timeout = connect_timeout  # apart from the fetcher's deadline for the whole response
+        self._dns_cache_seconds = dns_cache_seconds  # each new connection's peer is checked whatever the cache says
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
         """The session, made on first use: aiohttp binds it to the running event loop."""
         if self._session is None:
             connector = _CheckingConnector(self._check, limit=self._max_connections, limit_per_host=0,
-                                           keepalive_timeout=60, ssl=ssl.create_default_context(), ttl_dns_cache=60)
+                                           keepalive_timeout=60, ssl=ssl.create_default_context(),
+                                           ttl_dns_cache=max(1, round(self._dns_cache_seconds)))
             self._session = aiohttp.ClientSession(
                 connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=aiohttp.ClientTimeout(total=None), skip_auto_headers=("User-Agent",),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
+                skip_auto_headers=("User-Agent",),
                 max_line_size=MAX_HEADER_BYTES, max_field_size=MAX_HEADER_BYTES, raise_for_status=False)
         return self._session
 
@@ -156,6 +167,10 @@ class AiohttpTransport:
                                                   allow_redirects=False)
         except aiohttp.InvalidURL as error:
             raise TransportFailure("parse_error", f"invalid URL: {error}") from None
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
+            if isinstance(error, aiohttp.ClientSSLError):  # it answered: a TLS problem is not a host gone
+                raise TransportFailure("connection_error", f"{type(error).__name__}: {error}") from None
+            raise TransportFailure(HOST_UNREACHABLE, f"{type(error).__name__}: {error}") from None
         except aiohttp.ClientError as error:
             raise TransportFailure("connection_error", f"{type(error).__name__}: {error}") from None
         except ValueError as error:  # yarl or the request line refused the URL
@@ -236,7 +251,8 @@ class HttpxTransport:
     httpx 0.28 has no option for httpcore's network backend, so the transport's pool is rebuilt with it
     (``tests/scraping/test_transports.py`` pins that the transport still holds its pool there)."""
 
-    def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check) -> None:
+    def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check,
+                 connect_timeout: float | None = None) -> None:
         self._check = check
         transport = httpx.AsyncHTTPTransport(http2=True, trust_env=False)
         transport._pool = httpcore.AsyncConnectionPool(
@@ -245,7 +261,7 @@ class HttpxTransport:
             network_backend=_CheckingNetworkBackend(check))
         self.client = httpx.AsyncClient(
             transport=transport, follow_redirects=False, trust_env=False, cookies=_refusing_cookie_jar(),
-            timeout=httpx.Timeout(30.0),
+            timeout=httpx.Timeout(30.0, connect=connect_timeout),
         )
 
     async def get(self, url: str, headers: Mapping[str, str]) -> TransportResponse:
@@ -256,6 +272,8 @@ class HttpxTransport:
         try:
             request = self.client.build_request(method, url, headers=dict(headers), content=body)
             response = await self.client.send(request, stream=True)
+        except (httpx.ConnectTimeout, httpx.ConnectError) as error:
+            raise TransportFailure(HOST_UNREACHABLE, f"{type(error).__name__}: {error}") from None
         except httpx.TimeoutException as error:
             raise TimeoutError(f"{type(error).__name__}: {error}") from None
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as error:
