@@ -31,7 +31,7 @@ import psutil
 
 from harvester.config import SourceConfig
 from harvester.scraping.browser import page_load as browser_flags
-from harvester.scraping.browser.guard_proxy import GuardProxy, UpstreamProxy
+from harvester.scraping.browser.guard_proxy import GuardProxy, UpstreamPool, UpstreamProxy
 from harvester.scraping.browser.page_guard import BodyCap, ContextGuard, RequestCharger
 from harvester.scraping.browser.page_load import LoadTools, PageLoad, first_line, load_page, user_agent_and_headers
 from harvester.scraping.extraction import BlockDetector, recognise_block
@@ -116,6 +116,7 @@ class SlotBrowser:
 
     def __init__(self, slot_id: str, proxy: ProxySettings | None, settings: HarvesterSettings) -> None:
         self.slot_id, self.proxy, self.settings = slot_id, proxy, settings
+        self.proxy_pool: UpstreamPool | None = None  # the country's pool with shared health; else ``proxy`` alone
         self.address_guard = AddressGuard.from_settings(settings)
         self.credentials = KeptCredentials()  # a source's connection, resolved once a minute, not per context
         self.playwright: Playwright | None = None
@@ -155,8 +156,9 @@ class SlotBrowser:
 
             self.playwright = await async_playwright().start()
         if self.guard_proxy is None:
-            upstream = None if self.proxy is None else UpstreamProxy.from_server(
-                self.proxy.server, self.proxy.username, self.proxy.password)
+            upstream: UpstreamPool | UpstreamProxy | None = self.proxy_pool or (
+                None if self.proxy is None else UpstreamProxy.from_server(
+                    self.proxy.server, self.proxy.username, self.proxy.password))
             self.guard_proxy = GuardProxy(self.address_guard, upstream)
             await self.guard_proxy.start()
         args = [*browser_flags.CHROMIUM_ARGS, *SLOT_ARGS, *browser_flags.GUARD_ARGS, f"{SLOT_FLAG}{self.slot_id}",
@@ -412,7 +414,8 @@ def _count(outcomes: Counter[str], loaded: PageLoad) -> None:
         outcomes[f"browser_actions:{name}"] += amount
     for name, amount in (("browser_transferred_bytes", loaded.transferred_bytes),
                          ("browser_site_requests", loaded.site_requests),
-                         ("browser_sub_requests", loaded.sub_requests)):
+                         ("browser_sub_requests", loaded.sub_requests),
+                         ("proxy_error", loaded.proxy_errors)):
         if amount:
             outcomes[name] += amount
 

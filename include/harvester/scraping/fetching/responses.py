@@ -25,6 +25,7 @@ Outcome = Literal[
     "robots_unavailable",  # robots.txt answered 429/5xx or nothing, no good copy kept (RFC 9309): retried later
     "host_rate_wait",  # the host's per-host rate gave no request slot in time: retried later
     "skipped",  # not fetched: the task's lease was lost before its request could start (never fetched unadmitted)
+    "proxy_error",  # every proxy of the country's pool failed the connection (the proxies', not the site's, failure)
 ]
 HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml", "text/xml", "text/plain")
 # What a content: json source accepts; any type with a +json suffix too (application/vnd.api+json).
@@ -33,7 +34,7 @@ JSON_TYPES = ("application/json", "text/json", "application/ld+json", "text/plai
 BLOCKED_STATUSES = frozenset({403, 451})
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
 RATE_LIMIT_STATUSES = frozenset({429, 503})
-TRANSIENT_OUTCOMES = frozenset({"timeout", "connection_error", "host_rate_wait", "robots_unavailable"})
+TRANSIENT_OUTCOMES = frozenset({"timeout", "connection_error", "host_rate_wait", "robots_unavailable", "proxy_error"})
 
 
 class Verdict(StrEnum):
