@@ -28,7 +28,7 @@ from harvester.pageslots.proxies import Proxy, parse_proxy, proxy_environment_va
 from harvester.pageslots.scripts import page_slot_scripts
 from harvester.redis_keys import PageSlotKeys
 from harvester.redis_scripts import text
-from harvester.scraping import UpstreamProxy
+from harvester.scraping import AddressGuard, GuardProxy, UpstreamProxy
 
 FAILURES_ALLOWED = 2  # consecutive failures before a proxy goes out (one failure can be the site's or a blip)
 BACKOFF_BASE_SECONDS = 5.0
@@ -107,3 +107,41 @@ class HealthTrackedPool:
 
     async def report(self, upstream: UpstreamProxy, ok: bool) -> None:
         await asyncio.to_thread(self.health.report, self.country, upstream.name, ok)
+
+
+class CountryExits:
+    """A worker's ways out for HTTP sources with a ``country``: one local :class:`GuardProxy` per country on the
+    worker's loop, relaying through the country's pool with the shared health (the same guard, failover and
+    ``proxy_error`` as a browser's), so the address rules hold for the target and CONNECT carries https. A
+    country with no proxy connection has no exit (its sources fetch directly, as before pools).
+
+    Called as the fetcher's ``exits`` (``harvester.scraping.fetching.fetcher.CountryExits``)."""
+
+    def __init__(self, guard: AddressGuard, client: redis.Redis, environ: Mapping[str, str] | None = None) -> None:
+        self.guard, self.health, self.environ = guard, ProxyHealth(client), environ
+        self._exits: dict[str, asyncio.Future[GuardProxy]] = {}
+
+    async def __call__(self, country: str) -> str | None:
+        started = self._exits.get(country)
+        if started is None:
+            pool = proxy_pool(country, self.environ)
+            if not pool:
+                return None
+            started = self._exits[country] = asyncio.ensure_future(self._start(country, pool))
+        return (await started).server
+
+    def proxies(self, country: str) -> GuardProxy | None:
+        """The country's running exit (its counts: bytes relayed, proxy failures), if one was started."""
+        started = self._exits.get(country)
+        return started.result() if started is not None and started.done() and not started.exception() else None
+
+    async def _start(self, country: str, pool: list[Proxy]) -> GuardProxy:
+        exit_proxy = GuardProxy(self.guard, HealthTrackedPool(country, pool, self.health))
+        await exit_proxy.start()
+        return exit_proxy
+
+    async def aclose(self) -> None:
+        for started in self._exits.values():
+            if started.done() and not started.exception():
+                await started.result().close()
+        self._exits.clear()

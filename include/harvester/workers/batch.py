@@ -86,9 +86,12 @@ class BatchRunner:
         self.follower = LinkFollower.from_settings(self.settings, self.clients, self.address_refusals, self.robots)
         self.settler = Settler.from_settings(self.settings, self.clients, self.failures)
         self.throttle = HostThrottle.from_settings(self.settings, self.clients.redis)  # blocks slow their host
+        from harvester.pageslots import CountryExits
+
+        self.exits = CountryExits(self.guard, self.clients.redis)  # HTTP sources with a country: its proxy pool
         self.fetcher: PageFetcher = Fetcher.from_settings(
             self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis),
-            guard=self.guard)
+            guard=self.guard, exits=self.exits)
         self._browser: PageFetcher | None = None
         self._evidence: SnapshotStore | None = None  # rejected HTTP pages' bodies (opened on the first one)
         self.archive = PageArchive(self.settings)  # sources with output.archive: every fetched response, as WARC

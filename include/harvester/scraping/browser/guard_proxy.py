@@ -40,13 +40,14 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from harvester.errors import AddressRefused
-from harvester.scraping.fetching import AddressGuard, IPAddress
+from harvester.scraping.fetching import PROXY_ERROR_HEADER, REFUSED_HEADER, AddressGuard, IPAddress
+
+__all__ = ["PROXY_ERROR_HEADER", "REFUSED_HEADER", "GuardProxy", "ProxyPoolExhausted", "SingleUpstream",
+           "UpstreamError", "UpstreamPool", "UpstreamProxy"]
 
 log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 64 * 1024
 CONNECT_TIMEOUT_SECONDS = 15.0
-REFUSED_HEADER = "X-Harvester-Refused"
-PROXY_ERROR_HEADER = "X-Harvester-Proxy-Error"
 SITE_UNREACHABLE_STATUSES = frozenset({502, 503, 504})  # a proxy's answer that the site, not it, failed
 RECENT_REFUSALS = 200
 
