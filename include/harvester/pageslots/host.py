@@ -136,6 +136,7 @@ class PageSlotHost:
     async def _host(self) -> None:
         try:
             self.browser.proxy = require_proxy(self.country, self.settings.page_slot_allow_direct_connections)
+            self.browser.country = self.country
             pool = proxy_pool(self.country)
             if pool:  # the country's pool, its health shared with every worker: a dead proxy is passed over
                 self.browser.proxy_pool = HealthTrackedPool(self.country, pool, ProxyHealth(self.redis))

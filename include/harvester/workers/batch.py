@@ -147,6 +147,8 @@ class BatchRunner:
             if fetcher is not None:
                 with contextlib.suppress(Exception):  # a fetcher that fails to close must not keep the rest open
                     self.loop.run_until_complete(fetcher.aclose())
+        with contextlib.suppress(Exception):  # the countries' exits (guard proxies) after the fetcher that used them
+            self.loop.run_until_complete(self.exits.aclose())
         self.loop.close()
         self.clients.close()
 

@@ -93,7 +93,9 @@ def request_headers(source: SourceConfig, settings: HarvesterSettings) -> dict[s
     """Harvester's User-Agent and plain Accept headers (JSON ones for a ``content: json`` source),
     overridden by the source's own."""
     accept = {"Accept": JSON_ACCEPT} if source.content == "json" else {}
-    return {"User-Agent": settings.user_agent, **DEFAULT_HEADERS, **accept, **source.headers}
+    visitor = source.presented_visitor
+    language = {"Accept-Language": visitor.accept_language} if visitor and visitor.accept_language else {}
+    return {"User-Agent": settings.user_agent, **DEFAULT_HEADERS, **accept, **language, **source.headers}
 
 
 class RequestGate(Protocol):
