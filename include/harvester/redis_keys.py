@@ -272,6 +272,11 @@ class PageSlotKeys:
         """Hash: "country:<C>" and "source:<name>" -> bytes browsed through the country's proxy."""
         return self._key("proxy-bytes")
 
+    def proxy_health(self, country: str) -> str:
+        """Hash: the health of one country's proxy pool, shared by every worker: "<connection id>|failures"
+        (consecutive), "|out_until" (server time, s), "|requests", "|errors" (ever), and "#turn" (rotation)."""
+        return self._key(f"proxy-health:{country}")
+
 
 def robots_key(origin: str) -> str:
     """A host's cached robots.txt (``origin`` is ``scheme://host[:port]``); it expires within 24 h."""

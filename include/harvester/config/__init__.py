@@ -35,6 +35,7 @@ from harvester.config.loader import (
     load_sources,
     parse_source,
 )
+from harvester.config.locales import COUNTRY_VISITORS, Visitor, visitor_of
 from harvester.config.model import MAX_BATCH_SIZE, Archive, Listing, SourceConfig, format_duration, parse_duration
 from harvester.config.quality import QUALITY_PARAMS, Quality
 from harvester.config.requests import HttpRequest, NextRequest, RequestSeed, request_key
@@ -52,6 +53,7 @@ from harvester.errors import SourceConfigError
 
 __all__ = [
     "BATCH_SIZE_PARAM",
+    "COUNTRY_VISITORS",
     "DETAIL_URLS_PARAM",
     "ELEMENT_SELECTOR_KINDS",
     "JSON_PREFIX",
@@ -90,6 +92,7 @@ __all__ = [
     "SourceSet",
     "StructuredPath",
     "ValueRules",
+    "Visitor",
     "WaitSpec",
     "compile_jmespath",
     "default_directory",
@@ -103,4 +106,5 @@ __all__ = [
     "request_key",
     "rule_bound",
     "scalar_type",
+    "visitor_of",
 ]

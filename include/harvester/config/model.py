@@ -35,6 +35,7 @@ from harvester.config.incremental import (
     schedule_shape,
 )
 from harvester.config.lifecycle import GoneMarkers
+from harvester.config.locales import Visitor, visitor_of
 from harvester.config.quality import Quality
 from harvester.config.requests import NextRequest, RequestSeed, check_request_rules
 from harvester.queues import DEFAULT_QUEUE, PAGESLOTS_QUEUE, PRIORITY_QUEUE
@@ -289,6 +290,8 @@ class SourceConfig(StrictModel):
     priority: Literal["high", "normal"] = "normal"
     render: Literal["http", "browser"] = "http"
     country: str | None = Field(default=None, pattern=r"^[A-Z]{2}$", description="ISO 3166 alpha-2, e.g. SG.")
+    visitor: Visitor | None = Field(
+        default=None, description="locale, timezone_id, accept_language over the country's defaults (config.locales).")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     batch: Batch = Field(default_factory=Batch)
     harvesting_lag: Duration = Field(default=timedelta(days=1))
@@ -415,6 +418,11 @@ class SourceConfig(StrictModel):
                 raise ValueError(f"output.key: {field!r} is a {self.attributes[field].type} attribute; key fields "
                                  "must be url or plain scalar attributes")
         return self
+
+    @property
+    def presented_visitor(self) -> Visitor | None:
+        """The locale, time zone and Accept-Language its pages are asked for: ``visitor`` over the country's."""
+        return visitor_of(self.country, self.visitor)
 
     @property
     def queue(self) -> str:

@@ -105,6 +105,7 @@ class BrowserHost:
         if country not in self.browsers:
             self.browsers[country] = SlotBrowser(f"in-process-{country or 'direct'}-{os.getpid()}",
                                                  proxy_for(country) if country else None, self.settings)
+            self.browsers[country].country = country or None
         return self.browsers[country]
 
     # -- rendering -----------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from harvester.pageslots.browser_host import BrowserHost, BrowserPageFetcher, re
 from harvester.pageslots.heartbeat import SlotHeartbeat, reap_orphan_browsers
 from harvester.pageslots.pipeline import SlotPipeline
 from harvester.pageslots.proxies import ProxyNotConfigured, require_proxy
+from harvester.pageslots.proxy_pool import HealthTrackedPool, ProxyHealth, proxy_pool
 from harvester.pageslots.registry import KEYS, SlotRegistry, SlotState, SlotTransitionRefused
 from harvester.redis_keys import SourceKeys
 from harvester.scraping import OWNER_FLAG, SLOT_FLAG, Render, SlotBrowser
@@ -135,6 +136,10 @@ class PageSlotHost:
     async def _host(self) -> None:
         try:
             self.browser.proxy = require_proxy(self.country, self.settings.page_slot_allow_direct_connections)
+            self.browser.country = self.country
+            pool = proxy_pool(self.country)
+            if pool:  # the country's pool, its health shared with every worker: a dead proxy is passed over
+                self.browser.proxy_pool = HealthTrackedPool(self.country, pool, ProxyHealth(self.redis))
         except ProxyNotConfigured as error:
             self._transition(SlotState.NO_PAGE, reason=str(error))
             self.report.outcome = str(error)

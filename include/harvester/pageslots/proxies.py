@@ -47,6 +47,7 @@ class Proxy:
     server: str
     username: str | None = None
     password: str | None = None
+    connection_id: str = ""  # the Airflow connection it came from (a pool's member, harvester.pageslots.proxy_pool)
 
     def playwright(self) -> dict[str, str]:
         options = {"server": self.server}
@@ -59,7 +60,7 @@ class Proxy:
         return f"Proxy({self.country}, {self.server}, user={self.username!r})"
 
 
-def parse_proxy(country: str, value: str) -> Proxy:
+def parse_proxy(country: str, value: str, connection_id: str = "") -> Proxy:
     """An Airflow connection value, URI or JSON, read by the connection factory's parser."""
     from harvester.connections import ConnectionFields
 
@@ -68,7 +69,8 @@ def parse_proxy(country: str, value: str) -> Proxy:
         raise ValueError(f"{proxy_environment_variable(country)}: the connection names no proxy host")
     scheme = fields.conn_type if fields.conn_type in ("http", "https", "socks5", "socks4") else "http"
     port = f":{fields.port}" if fields.port else ""
-    return Proxy(country, f"{scheme}://{fields.host}{port}", fields.login, fields.password)
+    return Proxy(country, f"{scheme}://{fields.host}{port}", fields.login, fields.password,
+                 connection_id or proxy_connection_id(country))
 
 
 def proxy_for(country: str, environ: Mapping[str, str] | None = None) -> Proxy | None:

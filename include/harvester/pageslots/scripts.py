@@ -46,6 +46,10 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
               {"reset_slots...": optional_text}),
     _contract("hosts_advertise", "hosts host_capacity", "host capacity ttl_seconds",
               {"live_capacity": int, "live_hosts": int}),
+    _contract("proxy_choose", "proxy_health", "proxies...", {"chosen...": text}, explicit_keys=("proxy_health",)),
+    _contract("proxy_report", "proxy_health",
+              "proxy outcome failures_allowed base_seconds max_seconds jitter",
+              {"state": text, "failures": int, "out_for": float}, explicit_keys=("proxy_health",)),
     _contract("track_browser_tasks", "recent_tasks recent_task_states", "sample_size state entries...",
               {"recorded": int}, table=False),
 )}

@@ -102,9 +102,12 @@ class BatchRunner:
         self.settler = Settler.from_settings(self.settings, self.clients, self.failures)
         self.throttle = HostThrottle.from_settings(self.settings, self.clients.redis)  # blocks slow their host
         self.breaker = HostBreaker.from_settings(self.settings, self.clients.redis)  # unreachable hosts pause
+        from harvester.pageslots import CountryExits
+
+        self.exits = CountryExits(self.guard, self.clients.redis)  # HTTP sources with a country: its proxy pool
         self.fetcher: PageFetcher = Fetcher.from_settings(
             self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis),
-            guard=self.guard)
+            guard=self.guard, exits=self.exits)
         self._browser: PageFetcher | None = None
         self._evidence: SnapshotStore | None = None  # rejected HTTP pages' bodies (opened on the first one)
         self.archive = PageArchive(self.settings)  # sources with output.archive: every fetched response, as WARC
@@ -160,6 +163,8 @@ class BatchRunner:
             if fetcher is not None:
                 with contextlib.suppress(Exception):  # a fetcher that fails to close must not keep the rest open
                     self.loop.run_until_complete(fetcher.aclose())
+        with contextlib.suppress(Exception):  # the countries' exits (guard proxies) after the fetcher that used them
+            self.loop.run_until_complete(self.exits.aclose())
         self.loop.close()
         self.clients.close()
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
-    from harvester.scraping.browser.guard_proxy import GuardProxy
+    from harvester.scraping.browser.guard_proxy import PROXY_ERROR_HEADER, GuardProxy, UpstreamPool, UpstreamProxy
     from harvester.scraping.browser.page_guard import ContextGuard, RequestCharger
     from harvester.scraping.browser.page_load import (
         CHROMIUM_ARGS,
@@ -34,8 +34,9 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     )
 
 __all__ = [
-    "CHROMIUM_ARGS", "OWNER_FLAG", "SLOT_ARGS", "SLOT_FLAG", "ContextGuard", "GuardProxy", "LoadListener",
-    "PageCapture", "PageLoad", "Readiness", "Render", "RequestCharger", "SlotBrowser", "first_line", "flag_value",
-    "kill_process_tree", "load_page", "render_page", "user_agent_and_headers"
+    "CHROMIUM_ARGS", "OWNER_FLAG", "PROXY_ERROR_HEADER", "SLOT_ARGS", "SLOT_FLAG", "ContextGuard", "GuardProxy",
+    "LoadListener", "PageCapture", "PageLoad", "Readiness", "Render", "RequestCharger", "SlotBrowser", "UpstreamPool",
+    "UpstreamProxy", "first_line", "flag_value", "kill_process_tree", "load_page", "render_page",
+    "user_agent_and_headers",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -18,6 +18,12 @@ A refused plain-HTTP request is answered ``403`` with an ``X-Harvester-Refused``
 ends ``refused`` with that reason); a refused tunnel is answered ``403`` (Chromium reports a failed tunnel).
 The country proxy may be ``http://``, ``https://`` or ``socks5://``; it must allow CONNECT to the sites'
 ports (80 as well as 443: squid's default ``SSL_ports`` allows only 443).
+
+The way out is an :class:`UpstreamPool` (a country's pool, ``harvester.pageslots.proxy_pool``): each connection
+is tried through its proxies in the order the pool gives, each outcome reported back to it. A proxy that cannot
+be reached, or refuses the tunnel itself (407, 403, ...), is a *proxy* failure and the next proxy is tried; a
+proxy that answers it cannot reach the site (502, 503, 504) is the site's failure. When every proxy failed, the
+answer is ``502`` with an ``X-Harvester-Proxy-Error`` header, and the load ends ``proxy_error``, not a site failure.
 """
 
 from __future__ import annotations
@@ -30,20 +36,37 @@ import logging
 import socket
 import struct
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from harvester.errors import AddressRefused
-from harvester.scraping.fetching import AddressGuard, IPAddress
+from harvester.scraping.fetching import PROXY_ERROR_HEADER, REFUSED_HEADER, AddressGuard, IPAddress
+
+__all__ = ["PROXY_ERROR_HEADER", "REFUSED_HEADER", "GuardProxy", "ProxyPoolExhausted", "SingleUpstream",
+           "UpstreamError", "UpstreamPool", "UpstreamProxy"]
 
 log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 64 * 1024
 CONNECT_TIMEOUT_SECONDS = 15.0
-REFUSED_HEADER = "X-Harvester-Refused"
+SITE_UNREACHABLE_STATUSES = frozenset({502, 503, 504})  # a proxy's answer that the site, not it, failed
 RECENT_REFUSALS = 200
 
 
 class UpstreamError(OSError):
     """The country proxy could not open the tunnel (its status or a dead connection)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def site_unreachable(self) -> bool:
+        """The proxy is alive and answered that it could not reach the site (not the proxy's failure)."""
+        return self.status in SITE_UNREACHABLE_STATUSES
+
+
+class ProxyPoolExhausted(OSError):
+    """Every proxy of the pool failed for one connection: the load's outcome is ``proxy_error``."""
 
 
 @dataclass(frozen=True)
@@ -55,16 +78,18 @@ class UpstreamProxy:
     port: int
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    name: str = ""  # the pool member's name (its connection id), what its health is reported under
 
     @classmethod
-    def from_server(cls, server: str, username: str | None = None, password: str | None = None) -> UpstreamProxy:
+    def from_server(cls, server: str, username: str | None = None, password: str | None = None,
+                    name: str = "") -> UpstreamProxy:
         parts = urlsplit(server if "://" in server else f"http://{server}")
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https", "socks5"):
             raise ValueError(f"proxy scheme {scheme}:// is not supported by the browser guard (http, https, socks5)")
         default_port = {"http": 80, "https": 443, "socks5": 1080}[scheme]
         return cls(scheme, parts.hostname or "", parts.port or default_port, username or parts.username,
-                   password or parts.password)
+                   password or parts.password, name or f"{parts.hostname}:{parts.port or default_port}")
 
     async def open_tunnel(self, address: IPAddress, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection through this proxy to ``address``:``port`` (an address: the proxy resolves nothing)."""
@@ -93,7 +118,8 @@ class UpstreamProxy:
         status_line = answer.split(b"\r\n", 1)[0].decode("latin-1")
         parts = status_line.split(" ", 2)
         if len(parts) < 2 or parts[1] != "200":
-            raise UpstreamError(f"the country proxy refused CONNECT {target}: {status_line}")
+            status = int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+            raise UpstreamError(f"the country proxy refused CONNECT {target}: {status_line}", status)
 
     async def _socks5(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: IPAddress,
                       port: int) -> None:
@@ -121,6 +147,27 @@ class UpstreamProxy:
         await reader.readexactly(bound + 2)
 
 
+class UpstreamPool(Protocol):
+    """The proxies one connection may leave through, in the order to try them, and where outcomes go."""
+
+    async def candidates(self) -> list[UpstreamProxy]: ...
+
+    async def report(self, upstream: UpstreamProxy, ok: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class SingleUpstream:
+    """A pool of one proxy with no shared health (a caller that gives one ``UpstreamProxy``)."""
+
+    upstream: UpstreamProxy
+
+    async def candidates(self) -> list[UpstreamProxy]:
+        return [self.upstream]
+
+    async def report(self, upstream: UpstreamProxy, ok: bool) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class Refusal:
     host: str
@@ -131,11 +178,13 @@ class Refusal:
 class GuardProxy:
     """``proxy = GuardProxy(guard, upstream); await proxy.start()``; Chromium is launched with ``proxy.server``."""
 
-    def __init__(self, guard: AddressGuard, upstream: UpstreamProxy | None = None,
+    def __init__(self, guard: AddressGuard, upstream: UpstreamProxy | UpstreamPool | None = None,
                  connect_timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
         self.guard = guard
-        self.upstream = upstream
+        self.pool: UpstreamPool | None = SingleUpstream(upstream) if isinstance(upstream, UpstreamProxy) else upstream
         self.connect_timeout = connect_timeout
+        self.proxy_failures = 0  # connections a proxy of the pool failed (each then tried through the next)
+        self.proxy_errors = 0  # connections every proxy of the pool failed (answered with PROXY_ERROR_HEADER)
         self.bytes_relayed = 0  # both ways, every connection: what went through the country proxy
         self.refusals: list[Refusal] = []  # most recent last (bounded); :meth:`refusals_since` reads them
         self.refused = 0  # refusals ever (refusals_since counts from here)
@@ -228,7 +277,12 @@ class GuardProxy:
         last_error: BaseException | None = None
         for address in addresses:
             try:
-                return await asyncio.wait_for(self._open(address, port), self.connect_timeout)
+                return await self._open(address, port)
+            except ProxyPoolExhausted as error:
+                self.proxy_errors += 1
+                kind = "tunnel" if tunnel else "request"
+                await self._answer(writer, 502, f"{kind} to {host}:{port}: {error}", proxy_error=True)
+                return None
             except (OSError, TimeoutError, asyncio.IncompleteReadError) as error:
                 last_error = error
         kind = "tunnel" if tunnel else "request"
@@ -236,10 +290,33 @@ class GuardProxy:
         return None
 
     async def _open(self, address: IPAddress, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self.upstream is not None:
-            return await self.upstream.open_tunnel(address, port)
+        if self.pool is not None:
+            return await self._open_through_pool(self.pool, address, port)
         family = socket.AF_INET6 if isinstance(address, ipaddress.IPv6Address) else socket.AF_INET
-        return await asyncio.open_connection(str(address), port, family=family, limit=MAX_HEAD_BYTES)
+        return await asyncio.wait_for(asyncio.open_connection(str(address), port, family=family, limit=MAX_HEAD_BYTES),
+                                      self.connect_timeout)
+
+    async def _open_through_pool(self, pool: UpstreamPool, address: IPAddress, port: int
+                                 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A tunnel through the first proxy of the pool that opens it; a proxy's own failure tries the next."""
+        failures: list[str] = []
+        for upstream in await pool.candidates():
+            try:
+                connection = await asyncio.wait_for(upstream.open_tunnel(address, port), self.connect_timeout)
+            except UpstreamError as error:
+                if error.site_unreachable:
+                    await pool.report(upstream, True)  # the proxy is alive: the site is what failed
+                    raise
+                failures.append(f"{upstream.name}: {type(error).__name__}: {error}")
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as error:
+                failures.append(f"{upstream.name}: {type(error).__name__}: {error}")
+            else:
+                await pool.report(upstream, True)
+                return connection
+            self.proxy_failures += 1
+            await pool.report(upstream, False)
+            log.info("browser guard: proxy %s failed, trying the next of the pool: %s", upstream.name, failures[-1])
+        raise ProxyPoolExhausted("no proxy of the pool could open it: " + ("; ".join(failures) or "the pool is empty"))
 
     def _remember(self, host: str, port: int, reason: str) -> None:
         self.refused += 1
@@ -248,11 +325,13 @@ class GuardProxy:
         log.info("browser guard refused %s:%s: %s", host, port, reason)
 
     @staticmethod
-    async def _answer(writer: asyncio.StreamWriter, status: int, reason: str, refused: bool = False) -> None:
+    async def _answer(writer: asyncio.StreamWriter, status: int, reason: str, refused: bool = False,
+                      proxy_error: bool = False) -> None:
         phrase = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
         body = reason.encode("utf-8", "replace")
         safe = reason.encode("ascii", "replace").decode().replace("\r", " ").replace("\n", " ")
         extra = f"{REFUSED_HEADER}: {safe}\r\n" if refused else ""
+        extra += f"{PROXY_ERROR_HEADER}: {safe}\r\n" if proxy_error else ""
         writer.write(f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n{extra}"
                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1") + body)
         with contextlib.suppress(ConnectionError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from harvester.config import SourceConfig
-from harvester.scraping.browser.guard_proxy import REFUSED_HEADER, GuardProxy
+from harvester.scraping.browser.guard_proxy import PROXY_ERROR_HEADER, REFUSED_HEADER, GuardProxy
 from harvester.scraping.browser.page_guard import BodyCap, ContextGuard, RequestCharger
 from harvester.scraping.browser.readiness import NotReady, Readiness, run_actions
 from harvester.scraping.extraction import BlockDetector, recognise_block
@@ -68,6 +68,7 @@ class PageLoad:
     site_requests: int = 0  # documents, XHR and fetch to the task's host, the navigation included
     sub_requests: int = 0  # of those, the ones after the navigation (each charged a rate token)
     actions: Counter[str] = field(default_factory=Counter)
+    proxy_errors: int = 0  # connections a proxy of the pool failed during the load (each tried through the next)
 
 
 @dataclass
@@ -108,7 +109,7 @@ async def _load(tools: LoadTools, url: str, source: SourceConfig, kind: str, set
 
     started_at = time.time()  # the queue latency ends here
     page, proxy = tools.page, tools.proxy
-    refused_before, bytes_before = proxy.refused, proxy.bytes_relayed
+    refused_before, bytes_before, failures_before = proxy.refused, proxy.bytes_relayed, proxy.proxy_failures
     loaded = PageLoad(FetchResult(url, "ok", started_at=started_at))
     try:
         response = await page.goto(url, wait_until="commit", timeout=source.timeout * 1000)
@@ -125,7 +126,7 @@ async def _load(tools: LoadTools, url: str, source: SourceConfig, kind: str, set
         loaded.fetch = FetchResult(url, "timeout", reason=f"page did not load within {source.timeout:g}s",
                                    started_at=started_at)
         loaded.load_failed = True
-        return _finish(loaded, tools, started, refused_before, bytes_before)
+        return _finish(loaded, tools, started, refused_before, bytes_before, failures_before)
     except PlaywrightError as error:
         refusal = tools.guard.navigation_refusal or _tunnel_refusal(error, proxy, refused_before,
                                                                     tools.guard.requested)
@@ -138,14 +139,14 @@ async def _load(tools: LoadTools, url: str, source: SourceConfig, kind: str, set
         else:
             loaded.fetch = FetchResult(url, "connection_error", reason=first_line(error), started_at=started_at)
             loaded.load_failed = True
-        return _finish(loaded, tools, started, refused_before, bytes_before)
+        return _finish(loaded, tools, started, refused_before, bytes_before, failures_before)
     _read(loaded, response, text, page.url, settings.body_size_cap_bytes, tools.cap, classifier)
     _unready_block(loaded, source, settings)
     if source.output.archive.enabled and loaded.fetch.outcome != "refused":
         loaded.fetch.exchange = await browser_exchange(response, settings.body_size_cap_bytes)
         kept = [await browser_exchange(data, settings.body_size_cap_bytes) for data in data_responses]
         loaded.fetch.data_exchanges = tuple(exchange for exchange in kept if exchange is not None)
-    return _finish(loaded, tools, started, refused_before, bytes_before)
+    return _finish(loaded, tools, started, refused_before, bytes_before, failures_before)
 
 
 class DataResponses:
@@ -232,7 +233,9 @@ async def _read_when_ready(readiness: Readiness, tools: LoadTools, remaining_ms:
 
 
 def _refused_by_proxy(response: Response | None) -> bool:
-    return response is not None and REFUSED_HEADER.lower() in response.headers
+    """The guard answered, not the site: it refused the address or no proxy of the pool could reach it."""
+    return response is not None and (REFUSED_HEADER.lower() in response.headers
+                                     or PROXY_ERROR_HEADER.lower() in response.headers)
 
 
 def _tunnel_refusal(error: BaseException, proxy: GuardProxy, refused_before: int, asked: set[tuple[str, int]]
@@ -259,6 +262,10 @@ def _read(loaded: PageLoad, response: Response | None, text: str, final_url: str
         fetch.outcome, fetch.reason, fetch.text = "refused", headers[REFUSED_HEADER.lower()], ""
         loaded.load_failed, loaded.not_ready = False, ""
         return
+    if PROXY_ERROR_HEADER.lower() in headers:  # no proxy of the pool could carry it: a failed load, not the site's
+        fetch.outcome, fetch.reason, fetch.text = "proxy_error", headers[PROXY_ERROR_HEADER.lower()], ""
+        loaded.load_failed, loaded.not_ready = True, ""
+        return
     if len(body) > cap or body_cap.cut.is_set():
         fetch.text, fetch.truncated = body[:cap].decode(errors="ignore"), True
         seen = max(body_cap.received, len(body))
@@ -271,8 +278,9 @@ def _read(loaded: PageLoad, response: Response | None, text: str, final_url: str
         fetch.outcome, fetch.reason, fetch.retry_after = classified.outcome, classified.reason, classified.retry_after
 
 
-def _finish(loaded: PageLoad, tools: LoadTools, started: float, refused_before: int, bytes_before: int) -> PageLoad:
-    """The load's counts: what the context blocked, what the guard proxy refused and relayed."""
+def _finish(loaded: PageLoad, tools: LoadTools, started: float, refused_before: int, bytes_before: int,
+            failures_before: int) -> PageLoad:
+    """The load's counts: what the context blocked, what the guard proxy refused and relayed, the proxies' failures."""
     loaded.blocked = Counter(tools.guard.blocked)
     asked = tools.guard.requested
     refused = sum(1 for refusal in tools.proxy.refusals_since(refused_before)
@@ -280,6 +288,7 @@ def _finish(loaded: PageLoad, tools: LoadTools, started: float, refused_before: 
     if refused:
         loaded.blocked["address_refused"] += refused
     loaded.transferred_bytes = tools.proxy.bytes_relayed - bytes_before
+    loaded.proxy_errors = tools.proxy.proxy_failures - failures_before
     loaded.site_requests, loaded.sub_requests = tools.guard.site_requests, tools.guard.sub_requests
     loaded.fetch.elapsed = time.monotonic() - started
     loaded.fetch.blocked_requests = sum(loaded.blocked.values())

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psutil
 
-from harvester.config import SourceConfig
+from harvester.config import SourceConfig, Visitor, visitor_of
 from harvester.scraping.browser import page_load as browser_flags
-from harvester.scraping.browser.guard_proxy import GuardProxy, UpstreamProxy
+from harvester.scraping.browser.guard_proxy import GuardProxy, UpstreamPool, UpstreamProxy
 from harvester.scraping.browser.page_guard import BodyCap, ContextGuard, RequestCharger
 from harvester.scraping.browser.page_load import LoadTools, PageLoad, first_line, load_page, user_agent_and_headers
 from harvester.scraping.extraction import BlockDetector, recognise_block
@@ -109,6 +109,7 @@ class Visit:
     page: Page
     tools: LoadTools
     loads: int = 0
+    visitor: Visitor | None = None  # the context's locale and time zone (fixed when it was made)
 
 
 class SlotBrowser:
@@ -116,6 +117,8 @@ class SlotBrowser:
 
     def __init__(self, slot_id: str, proxy: ProxySettings | None, settings: HarvesterSettings) -> None:
         self.slot_id, self.proxy, self.settings = slot_id, proxy, settings
+        self.proxy_pool: UpstreamPool | None = None  # the country's pool with shared health; else ``proxy`` alone
+        self.country: str | None = None  # the slot's: a context no source has used yet presents its visitor
         self.address_guard = AddressGuard.from_settings(settings)
         self.credentials = KeptCredentials()  # a source's connection, resolved once a minute, not per context
         self.playwright: Playwright | None = None
@@ -155,8 +158,9 @@ class SlotBrowser:
 
             self.playwright = await async_playwright().start()
         if self.guard_proxy is None:
-            upstream = None if self.proxy is None else UpstreamProxy.from_server(
-                self.proxy.server, self.proxy.username, self.proxy.password)
+            upstream: UpstreamPool | UpstreamProxy | None = self.proxy_pool or (
+                None if self.proxy is None else UpstreamProxy.from_server(
+                    self.proxy.server, self.proxy.username, self.proxy.password))
             self.guard_proxy = GuardProxy(self.address_guard, upstream)
             await self.guard_proxy.start()
         args = [*browser_flags.CHROMIUM_ARGS, *SLOT_ARGS, *browser_flags.GUARD_ARGS, f"{SLOT_FLAG}{self.slot_id}",
@@ -180,7 +184,8 @@ class SlotBrowser:
                 return visit.page
             return (await self._new_visit(None, self.settings.user_agent)).page
         user_agent, _ = user_agent_and_headers(source, self.settings)
-        if self.open and visit is not None and visit.user_agent == user_agent:
+        if self.open and visit is not None and visit.user_agent == user_agent \
+                and visit.visitor == self._visitor_for(source):
             if visit.source is None and visit.loads == 0 and self._adoptable(source):
                 visit.source = source.name  # a fresh context nobody used: this visit's
                 await self._dress(visit, source)
@@ -191,6 +196,10 @@ class SlotBrowser:
                 self.reopens += 1
                 self._carried = await self._storage_state(visit)
         return (await self._new_visit(source, user_agent)).page
+
+    def _visitor_for(self, source: SourceConfig | None) -> Visitor | None:
+        """A source's visitor (its ``visitor`` over its country's); a neutral context's: the slot country's."""
+        return source.presented_visitor if source is not None else visitor_of(self.country)
 
     @staticmethod
     def _adoptable(source: SourceConfig) -> bool:
@@ -203,9 +212,13 @@ class SlotBrowser:
         carried = carried_over[1] if carried_over is not None and source is not None \
             and carried_over[0] == source.name else None
         browser = await self.ensure_browser()
+        visitor = self._visitor_for(source)
+        presented = {} if visitor is None else {name: value for name, value in
+                                                (("locale", visitor.locale), ("timezone_id", visitor.timezone_id))
+                                                if value}
         _, context = await asyncio.gather(  # the old context closes while the new one opens
             self.close_page(), browser.new_context(user_agent=user_agent, service_workers="block",
-                                                   accept_downloads=False,
+                                                   accept_downloads=False, **presented,
                                                    **({"storage_state": carried} if carried else {})))
         try:
             guard = ContextGuard(source or _NEUTRAL, self.address_guard)
@@ -218,7 +231,7 @@ class SlotBrowser:
             raise
         assert self.guard_proxy is not None  # started with the browser
         self.visit = Visit(source.name if source else None, user_agent, context, page,
-                           LoadTools(page, guard, cap, self.guard_proxy))
+                           LoadTools(page, guard, cap, self.guard_proxy), visitor=visitor)
         if source is not None:
             await self._dress(self.visit, source)
         return self.visit
@@ -412,7 +425,8 @@ def _count(outcomes: Counter[str], loaded: PageLoad) -> None:
         outcomes[f"browser_actions:{name}"] += amount
     for name, amount in (("browser_transferred_bytes", loaded.transferred_bytes),
                          ("browser_site_requests", loaded.site_requests),
-                         ("browser_sub_requests", loaded.sub_requests)):
+                         ("browser_sub_requests", loaded.sub_requests),
+                         ("proxy_error", loaded.proxy_errors)):
         if amount:
             outcomes[name] += amount
 

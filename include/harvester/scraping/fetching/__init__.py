@@ -33,11 +33,11 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.scraping.fetching.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
     from harvester.scraping.fetching.robots import RobotsCache
     from harvester.scraping.fetching.sites import Origin, credential_origins, origin_of_url, same_site
-    from harvester.scraping.fetching.transports import HOST_UNREACHABLE
+    from harvester.scraping.fetching.transports import HOST_UNREACHABLE, PROXY_ERROR_HEADER, REFUSED_HEADER
 
 __all__ = [
-    "DEFAULT_CLASSIFIER", "HOST_UNREACHABLE", "RETRY_VERDICTS", "SCREENING_TIMEOUT", "SKIPPED_REASON",
-    "TOO_MANY_HOSTS",
+    "DEFAULT_CLASSIFIER", "HOST_UNREACHABLE", "PROXY_ERROR_HEADER", "REFUSED_HEADER", "RETRY_VERDICTS",
+    "SCREENING_TIMEOUT", "SKIPPED_REASON", "TOO_MANY_HOSTS",
     "AddressGuard",
     "DecodedText",
     "Exchange",

@@ -64,6 +64,8 @@ from harvester.scraping.fetching.robots import ROBOTS_SIZE_CAP_BYTES, RobotsCach
 from harvester.scraping.fetching.sites import Origin, credential_origins, origin_of_url
 from harvester.scraping.fetching.transports import (
     HOST_UNREACHABLE,
+    PROXY_ERROR_HEADER,
+    REFUSED_HEADER,
     Transport,
     TransportResponse,
     transport_from_settings,
@@ -92,7 +94,9 @@ def request_headers(source: SourceConfig, settings: HarvesterSettings) -> dict[s
     """Harvester's User-Agent and plain Accept headers (JSON ones for a ``content: json`` source),
     overridden by the source's own."""
     accept = {"Accept": JSON_ACCEPT} if source.content == "json" else {}
-    return {"User-Agent": settings.user_agent, **DEFAULT_HEADERS, **accept, **source.headers}
+    visitor = source.presented_visitor
+    language = {"Accept-Language": visitor.accept_language} if visitor and visitor.accept_language else {}
+    return {"User-Agent": settings.user_agent, **DEFAULT_HEADERS, **accept, **language, **source.headers}
 
 
 class RequestGate(Protocol):
@@ -120,6 +124,22 @@ def credential_headers(credentials: HttpCredentials) -> dict[str, str]:
         token = base64.b64encode(f"{credentials.auth[0]}:{credentials.auth[1]}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"
     return headers
+
+
+# A country -> the URL of its local exit (a guard proxy relaying through the country's proxy pool), or None when
+# the country has no proxy: given by the worker (harvester.pageslots.proxy_pool.CountryExits).
+CountryExits = Callable[[str], Awaitable[str | None]]
+
+
+async def _guard_answer(response: TransportResponse) -> None:
+    """Raise for the guard proxy's own answers: an address it refused, or a pool with no proxy that carried it."""
+    refused, proxy_error = response.headers.get(REFUSED_HEADER), response.headers.get(PROXY_ERROR_HEADER)
+    if refused is None and proxy_error is None:
+        return
+    await response.aclose()
+    if refused is not None:
+        raise AddressRefused(refused)
+    raise TransportFailure("proxy_error", proxy_error or "no proxy of the pool could carry it")
 
 
 class KeptCredentials:
@@ -152,7 +172,7 @@ class Fetcher:
     def __init__(self, settings: HarvesterSettings, max_connections: int = 100,
                  classifier: ResponseClassifier = DEFAULT_CLASSIFIER, guard: AddressGuard | None = None,
                  robots: RobotsCache | None = None, gate: RequestGate | None = None,
-                 transport: Transport | None = None) -> None:
+                 transport: Transport | None = None, exits: CountryExits | None = None) -> None:
         self.settings = settings
         self.classifier = classifier
         self.guard = guard or AddressGuard.from_settings(settings)
@@ -165,6 +185,10 @@ class Fetcher:
         self._checked_peers: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         # redirects are followed hop by hop in _send, each hop's address checked
         self.transport = transport or transport_from_settings(settings, max_connections, self._check_connection)
+        # a source with a country goes out through that country's exit (a local guard proxy over its proxy pool)
+        self.exits = exits
+        self._max_connections = max_connections
+        self._country_transports: dict[tuple[str, str], Transport] = {}
 
     async def __aenter__(self) -> Fetcher:
         return self
@@ -174,11 +198,29 @@ class Fetcher:
 
     async def aclose(self) -> None:
         await self.transport.aclose()
+        for transport in self._country_transports.values():
+            await transport.aclose()
+        self._country_transports.clear()
+
+    async def transport_for(self, source: SourceConfig) -> Transport:
+        """The source's way out: its country's exit when it has a country and the country a proxy pool (every
+        request then goes through the pool, robots.txt and redirects included); else the direct transport."""
+        if source.country is None or self.exits is None:
+            return self.transport
+        exit_url = await self.exits(source.country)
+        if exit_url is None:
+            return self.transport
+        key = (source.country, exit_url)
+        if key not in self._country_transports:
+            self._country_transports[key] = transport_from_settings(self.settings, self._max_connections,
+                                                                    proxy=exit_url)
+        return self._country_transports[key]
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, robots: RobotsCache | None = None,
-                      gate: RequestGate | None = None, guard: AddressGuard | None = None) -> Fetcher:
-        return cls(settings, robots=robots, gate=gate, guard=guard)
+                      gate: RequestGate | None = None, guard: AddressGuard | None = None,
+                      exits: CountryExits | None = None) -> Fetcher:
+        return cls(settings, robots=robots, gate=gate, guard=guard, exits=exits)
 
     def fetch_seconds(self, source: SourceConfig, pages: int) -> float:
         """Pages are fetched concurrently and each ends by ``source.timeout`` after its turn came; robots.txt
@@ -310,12 +352,16 @@ class Fetcher:
             try:
                 async with asyncio.timeout(source.timeout):
                     status, _, body, content_type = await self._get(robots_url, source, ROBOTS_SIZE_CAP_BYTES, ready)
-            except (AddressRefused, BodyRefused, TimeoutError, TransportFailure, TooManyRedirects, OSError,
-                    MemoryError, zlib.error) as error:
+            except TransportFailure as error:
+                if error.outcome == "proxy_error":  # our way out failed, not the host: nothing to learn of its file
+                    raise
                 log.info("robots.txt %s unreachable: %s", robots_url, error)
-                unreachable = isinstance(error, TransportFailure) and error.outcome == HOST_UNREACHABLE
-                kind = HOST_UNREACHABLE if unreachable else type(error).__name__  # the page's outcome then says so
-                return None, f"{kind}: {error}"  # no status: the text says what failed
+                kind = HOST_UNREACHABLE if error.outcome == HOST_UNREACHABLE else type(error).__name__
+                return None, f"{kind}: {error}"  # the page's outcome then says so; no status: the text says what failed
+            except (AddressRefused, BodyRefused, TimeoutError, TooManyRedirects, OSError, MemoryError,
+                    zlib.error) as error:
+                log.info("robots.txt %s unreachable: %s", robots_url, error)
+                return None, f"{type(error).__name__}: {error}"  # no status: the text says what failed
             return status, decode_text(body, content_type) if 200 <= status < 300 else ""
 
         return await self.robots.rules(url, fetch_robots)
@@ -340,8 +386,11 @@ class Fetcher:
             if sent is not None:  # the archive keeps the request the page came from: the last hop's
                 sent.clear()
                 sent.update(sent_headers)
-            response = await self._first_byte(
-                self.transport.send(outgoing.method, current, sent_headers, outgoing.body), current)
+            transport = await self.transport_for(source)
+            response = await self._first_byte(transport.send(outgoing.method, current, sent_headers, outgoing.body),
+                                              current)
+            if transport is not self.transport:  # through a guard proxy: an answer of its own is no site's
+                await _guard_answer(response)
             self.cookies.store(source.name, current, set_cookie_values(response.headers))
             location = response.headers.get("location")
             if response.status not in REDIRECT_STATUSES or not location:

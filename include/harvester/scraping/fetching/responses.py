@@ -26,6 +26,7 @@ Outcome = Literal[
     "host_rate_wait",  # the host's per-host rate gave no request slot in time: retried later
     "host_unreachable",  # refused, DNS failing, connect or first-byte timeout: retried, the host's breaker counts it
     "skipped",  # not fetched: the task's lease was lost before its request could start (never fetched unadmitted)
+    "proxy_error",  # every proxy of the country's pool failed the connection (the proxies', not the site's, failure)
 ]
 HTML_TYPES = ("text/html", "application/xhtml+xml", "application/xml", "text/xml", "text/plain")
 # What a content: json source accepts; any type with a +json suffix too (application/vnd.api+json).
@@ -35,7 +36,7 @@ BLOCKED_STATUSES = frozenset({403, 451})
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
 RATE_LIMIT_STATUSES = frozenset({429, 503})
 TRANSIENT_OUTCOMES = frozenset({"timeout", "connection_error", "host_unreachable", "host_rate_wait",
-                                "robots_unavailable"})
+                                "robots_unavailable", "proxy_error"})
 
 
 class Verdict(StrEnum):

@@ -30,8 +30,13 @@ import yarl
 from harvester.errors import TransportFailure
 from harvester.settings import HarvesterSettings
 
-__all__ = ["HOST_UNREACHABLE", "AiohttpTransport", "ConnectionCheck", "HttpxTransport", "Transport",
-           "TransportResponse", "transport_from_settings"]
+__all__ = ["HOST_UNREACHABLE", "PROXY_ERROR_HEADER", "REFUSED_HEADER", "AiohttpTransport", "ConnectionCheck",
+           "HttpxTransport", "Transport", "TransportResponse", "transport_from_settings"]
+
+# What a local guard proxy (harvester.scraping.browser.guard_proxy) adds to an answer of its own: it refused the
+# address (the request never left), or no proxy of the country's pool could carry it (the proxies' failure).
+REFUSED_HEADER = "X-Harvester-Refused"
+PROXY_ERROR_HEADER = "X-Harvester-Proxy-Error"
 
 # Called with (the connection, its peer address, the URL) before a response on it is used: raise to refuse.
 # The connection object is the same for every request of one kept-alive connection, so checks can be cached.
@@ -79,10 +84,23 @@ class Transport(Protocol):
 
 
 def transport_from_settings(settings: HarvesterSettings, max_connections: int,
-                            check: ConnectionCheck = _no_check) -> Transport:
+                            check: ConnectionCheck = _no_check, proxy: str | None = None) -> Transport:
+    """``proxy``: every request through this forward proxy (a country's local guard proxy, which checks the
+    address and pins it, so ``check`` is then left to it)."""
     if settings.http2:
-        return HttpxTransport(max_connections, check, settings.connect_timeout_seconds)
-    return AiohttpTransport(max_connections, check, settings.connect_timeout_seconds, settings.dns_cache_seconds)
+        return HttpxTransport(max_connections, check, settings.connect_timeout_seconds, proxy)
+    return AiohttpTransport(max_connections, check, settings.connect_timeout_seconds, settings.dns_cache_seconds,
+                            proxy)
+
+
+def proxy_failure(error: aiohttp.ClientHttpProxyError | aiohttp.ClientProxyConnectionError) -> TransportFailure:
+    """A CONNECT the local guard proxy answered with a refusal or a proxy error, as the fetch outcome it means."""
+    headers = getattr(error, "headers", None) or {}
+    if PROXY_ERROR_HEADER in headers:
+        return TransportFailure("proxy_error", headers[PROXY_ERROR_HEADER])
+    if REFUSED_HEADER in headers or getattr(error, "status", None) == 403:
+        return TransportFailure("refused", headers.get(REFUSED_HEADER, f"the guard proxy refused it: {error}"))
+    return TransportFailure("connection_error", f"{type(error).__name__}: {error}")
 
 
 # -- aiohttp ---------------------------------------------------------------------------------------
@@ -132,14 +150,16 @@ class _AiohttpResponse:
 class AiohttpTransport:
     """aiohttp with its content decoding off (bodies.py decodes with a cap), no redirects followed and no
     cookies kept (the fetcher keeps a jar per source, harvester.scraping.fetching.cookies); no proxy from the
-    environment (aiohttp's ``trust_env`` is off)."""
+    environment (aiohttp's ``trust_env`` is off); ``proxy``: every request through that forward proxy."""
 
     def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check,
-                 connect_timeout: float | None = None, dns_cache_seconds: float = 60.0) -> None:
+                 connect_timeout: float | None = None, dns_cache_seconds: float = 60.0,
+                 proxy: str | None = None) -> None:
         self._max_connections = max_connections
         self._check = check
         self._connect_timeout = connect_timeout  # apart from the fetcher's deadline for the whole response
         self._dns_cache_seconds = dns_cache_seconds  # each new connection's peer is checked whatever the cache says
+        self._proxy = proxy
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
@@ -164,7 +184,9 @@ class AiohttpTransport:
         target = yarl.URL(url, encoded=True) if url.isascii() else yarl.URL(url)
         try:
             response = await self._open().request(method, target, headers=dict(headers), data=body,
-                                                  allow_redirects=False)
+                                                  allow_redirects=False, proxy=self._proxy)
+        except (aiohttp.ClientHttpProxyError, aiohttp.ClientProxyConnectionError) as error:
+            raise proxy_failure(error) from None
         except aiohttp.InvalidURL as error:
             raise TransportFailure("parse_error", f"invalid URL: {error}") from None
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
@@ -252,13 +274,17 @@ class HttpxTransport:
     (``tests/scraping/test_transports.py`` pins that the transport still holds its pool there)."""
 
     def __init__(self, max_connections: int = 100, check: ConnectionCheck = _no_check,
-                 connect_timeout: float | None = None) -> None:
+                 connect_timeout: float | None = None, proxy: str | None = None) -> None:
         self._check = check
         transport = httpx.AsyncHTTPTransport(http2=True, trust_env=False)
-        transport._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl.create_default_context(), max_connections=max_connections,  # the CAs aiohttp trusts
-            max_keepalive_connections=max_connections, keepalive_expiry=60, http1=True, http2=True,
-            network_backend=_CheckingNetworkBackend(check))
+        pool_options: dict[str, Any] = {  # the CAs aiohttp trusts
+            "ssl_context": ssl.create_default_context(), "max_connections": max_connections,
+            "max_keepalive_connections": max_connections, "keepalive_expiry": 60, "http1": True, "http2": True}
+        if proxy is None:
+            transport._pool = httpcore.AsyncConnectionPool(network_backend=_CheckingNetworkBackend(check),
+                                                           **pool_options)
+        else:  # the guard proxy checks and pins each address; its own loopback address is not the site's
+            transport._pool = httpcore.AsyncHTTPProxy(proxy_url=proxy, **pool_options)
         self.client = httpx.AsyncClient(
             transport=transport, follow_redirects=False, trust_env=False, cookies=_refusing_cookie_jar(),
             timeout=httpx.Timeout(30.0, connect=connect_timeout),

@@ -1,0 +1,147 @@
+"""A country's proxy pool and each proxy's health, shared by every worker through Redis.
+
+A pool is the country's proxy connections: ``proxy_<c>`` and then ``proxy_<c>_2``, ``proxy_<c>_3``, ... (as
+environment ``AIRFLOW_CONN_PROXY_SG``, ``AIRFLOW_CONN_PROXY_SG_2``; the numbers need not be contiguous, the
+pool is in numeric order). Each is an ordinary Airflow connection, so credentials stay where Airflow keeps
+them and one proxy can be added, rotated or removed without touching the others.
+
+Health (``PageSlotKeys.proxy_health``, the Lua scripts ``proxy_choose`` and ``proxy_report``, Redis TIME as
+the clock): every connection the browser guard opens through a proxy reports how it went. ``FAILURES_ALLOWED``
+consecutive connect or upstream failures take a proxy out for an exponential backoff with jitter
+(``BACKOFF_BASE_SECONDS`` doubling up to ``BACKOFF_MAX_SECONDS``); once its time is over it is chosen again, and
+that probe's success brings it back. A connection is tried through the pool's other proxies before it fails, so
+a dead proxy costs a page nothing; only a pool with no living proxy ends a load as ``proxy_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import redis
+
+from harvester.pageslots.proxies import Proxy, parse_proxy, proxy_environment_variable
+from harvester.pageslots.scripts import page_slot_scripts
+from harvester.redis_keys import PageSlotKeys
+from harvester.redis_scripts import text
+from harvester.scraping import AddressGuard, GuardProxy, UpstreamProxy
+
+FAILURES_ALLOWED = 2  # consecutive failures before a proxy goes out (one failure can be the site's or a blip)
+BACKOFF_BASE_SECONDS = 5.0
+BACKOFF_MAX_SECONDS = 600.0
+KEYS = PageSlotKeys()
+
+
+def proxy_pool(country: str, environ: Mapping[str, str] | None = None) -> list[Proxy]:
+    """The country's proxies in pool order: ``proxy_<c>`` first, then ``proxy_<c>_<n>`` by ``n``."""
+    environ = environ if environ is not None else os.environ
+    first = proxy_environment_variable(country)
+    numbered = re.compile(re.escape(first) + r"_(\d+)")
+    members = [(1, first)] if first in environ else []
+    members += [(int(match.group(1)), name) for name in environ if (match := numbered.fullmatch(name))]
+    return [parse_proxy(country, environ[name], connection_id=name.removeprefix("AIRFLOW_CONN_").lower())
+            for _, name in sorted(members)]
+
+
+@dataclass(frozen=True)
+class ProxyState:
+    """One proxy's health as the pool's workers share it."""
+
+    connection_id: str
+    consecutive_failures: int
+    out_until: float  # Redis server time (s); 0 when in
+    requests: int
+    errors: int
+
+    def out(self, now: float) -> bool:
+        return self.out_until > now
+
+
+class ProxyHealth:
+    """The shared health of every pool (``choose`` the order to try, ``report`` each connection's outcome)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.scripts = page_slot_scripts(client)
+
+    def choose(self, country: str, connection_ids: list[str]) -> list[str]:
+        reply = self.scripts.call("proxy_choose", KEYS, {"proxy_health": KEYS.proxy_health(country)},
+                                  proxies=connection_ids)
+        return list(reply.chosen)
+
+    def report(self, country: str, connection_id: str, ok: bool) -> tuple[str, int, float]:
+        reply = self.scripts.call("proxy_report", KEYS, {"proxy_health": KEYS.proxy_health(country)},
+                                  proxy=connection_id, outcome="ok" if ok else "failure",
+                                  failures_allowed=FAILURES_ALLOWED, base_seconds=BACKOFF_BASE_SECONDS,
+                                  max_seconds=BACKOFF_MAX_SECONDS, jitter=random.random())
+        return reply.state, reply.failures, reply.out_for
+
+    def states(self, country: str) -> dict[str, ProxyState]:
+        """Each proxy of the country that has reported, by connection id."""
+        fields = {text(name): text(value) for name, value in self.client.hgetall(KEYS.proxy_health(country)).items()}
+        proxies = sorted({name.split("|", 1)[0] for name in fields if "|" in name})
+        return {proxy: ProxyState(proxy, int(fields.get(f"{proxy}|failures", 0)),
+                                  float(fields.get(f"{proxy}|out_until", 0)), int(fields.get(f"{proxy}|requests", 0)),
+                                  int(fields.get(f"{proxy}|errors", 0))) for proxy in proxies}
+
+
+class HealthTrackedPool:
+    """The browser guard's way out for one country (``guard_proxy.UpstreamPool``): the pool's proxies in the
+    order the shared health gives, each connection's outcome reported back. Redis is called off the loop."""
+
+    def __init__(self, country: str, proxies: list[Proxy], health: ProxyHealth) -> None:
+        if not proxies:
+            raise ValueError(f"the proxy pool of {country} is empty")
+        self.country, self.health = country, health
+        self.upstreams = {proxy.connection_id: UpstreamProxy.from_server(proxy.server, proxy.username, proxy.password,
+                                                                         name=proxy.connection_id)
+                          for proxy in proxies}
+
+    async def candidates(self) -> list[UpstreamProxy]:
+        chosen = await asyncio.to_thread(self.health.choose, self.country, list(self.upstreams))
+        return [self.upstreams[name] for name in chosen if name in self.upstreams]
+
+    async def report(self, upstream: UpstreamProxy, ok: bool) -> None:
+        await asyncio.to_thread(self.health.report, self.country, upstream.name, ok)
+
+
+class CountryExits:
+    """A worker's ways out for HTTP sources with a ``country``: one local :class:`GuardProxy` per country on the
+    worker's loop, relaying through the country's pool with the shared health (the same guard, failover and
+    ``proxy_error`` as a browser's), so the address rules hold for the target and CONNECT carries https. A
+    country with no proxy connection has no exit (its sources fetch directly, as before pools).
+
+    Called as the fetcher's ``exits`` (``harvester.scraping.fetching.fetcher.CountryExits``)."""
+
+    def __init__(self, guard: AddressGuard, client: redis.Redis, environ: Mapping[str, str] | None = None) -> None:
+        self.guard, self.health, self.environ = guard, ProxyHealth(client), environ
+        self._exits: dict[str, asyncio.Future[GuardProxy]] = {}
+
+    async def __call__(self, country: str) -> str | None:
+        started = self._exits.get(country)
+        if started is None:
+            pool = proxy_pool(country, self.environ)
+            if not pool:
+                return None
+            started = self._exits[country] = asyncio.ensure_future(self._start(country, pool))
+        return (await started).server
+
+    def proxies(self, country: str) -> GuardProxy | None:
+        """The country's running exit (its counts: bytes relayed, proxy failures), if one was started."""
+        started = self._exits.get(country)
+        return started.result() if started is not None and started.done() and not started.exception() else None
+
+    async def _start(self, country: str, pool: list[Proxy]) -> GuardProxy:
+        exit_proxy = GuardProxy(self.guard, HealthTrackedPool(country, pool, self.health))
+        await exit_proxy.start()
+        return exit_proxy
+
+    async def aclose(self) -> None:
+        for started in self._exits.values():
+            if started.done() and not started.exception():
+                await started.result().close()
+        self._exits.clear()
