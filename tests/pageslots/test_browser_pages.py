@@ -270,7 +270,7 @@ def test_a_page_s_own_requests_take_rate_tokens_and_the_run_report_counts_them(
 
 def test_a_browser_source_archives_each_page_s_document_and_the_json_its_data_came_from(
         slots_factory, demo_site, tmp_path: Path) -> None:
-    """Issue 31: for browser sources too, the main document and the JSON responses its data came from are WARC
+    """For browser sources too, the main document and the JSON responses its data came from are WARC
     records (by their own URLs in the index, the JSON never re-extracted as a page), and the files pass
     ``warcio check``."""
     from harvester.storage import ArchiveIndex, read_archived
