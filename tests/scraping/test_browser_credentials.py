@@ -81,3 +81,36 @@ def test_a_redirect_that_stays_on_the_bound_origin_keeps_the_login_on_every_hop(
     assert fetch.ok and fetch.final_url == f"{site.url}/product/2", (fetch.reason, fetch.final_url)
     assert carries_credentials(site.headers_of("/product/1")[0])
     assert carries_credentials(site.headers_of("/product/2")[0]), site.headers_of("/product/2")
+
+
+def test_each_context_is_routed_before_its_page_opens(site, monkeypatch) -> None:
+    """Playwright turns a context's route on only in the pages it has finished opening: a page still opening
+    when the route is added keeps none, and its requests never reach the guard. Opening the page and routing the
+    context at once (they were gathered) let one in N task contexts under load fetch the credentialed page
+    without its login, and fetch the favicon the source blocks. Timing cannot make that race happen on demand;
+    the order that rules it out can be checked every time: the route is in place before the page is asked for."""
+    from harvester.scraping.browser import page_guard
+    from playwright.async_api import BrowserContext
+
+    order: list[tuple[str, int]] = []
+    attach, new_page = page_guard.ContextGuard.attach, BrowserContext.new_page
+
+    async def attaching(guard, context) -> None:
+        await attach(guard, context)
+        order.append(("routed", id(context)))
+
+    async def opening(context, *args, **kwargs):
+        order.append(("page", id(context)))
+        return await new_page(context, *args, **kwargs)
+
+    monkeypatch.setattr(page_guard.ContextGuard, "attach", attaching)
+    monkeypatch.setattr(BrowserContext, "new_page", opening)
+    for index in range(3):
+        site.route(f"/product/{index}", text=PAGE.format(extra=""), content_type="text/html")
+    fetches = render_with_login(site, monkeypatch, [f"{site.url}/product/{index}" for index in range(3)])
+    assert all(fetch.ok for fetch in fetches), [fetch.reason for fetch in fetches]
+    pages = [context for step, context in order if step == "page"]
+    assert pages and all(order.index(("routed", context)) < order.index(("page", context)) for context in pages), \
+        order
+    assert all(carries_credentials(seen.headers) for seen in site.seen), [(seen.path, seen.headers)
+                                                                           for seen in site.seen]

@@ -222,7 +222,12 @@ class SlotBrowser:
                                                    **({"storage_state": carried} if carried else {})))
         try:
             guard = ContextGuard(source or _NEUTRAL, self.address_guard)
-            page, _ = await asyncio.gather(context.new_page(), guard.attach(context))  # routed before it loads
+            # routed BEFORE the page opens, never while it opens: Playwright enables a context route's
+            # interception only on the pages it has finished initialising, and a page still initialising reads
+            # "no routes" then and keeps it, so none of its requests would reach the guard (no credentials, no
+            # blocking, no rate tokens: CI saw a credentialed source's page fetched anonymously)
+            await guard.attach(context)
+            page = await context.new_page()
             cap = BodyCap(self.settings.body_size_cap_bytes)
             await cap.attach(context, page)
         except BaseException:  # a visit that failed to open closes its context before the error propagates
