@@ -1,6 +1,7 @@
 """A WAF in front of the demo shop: past N requests of one client within a window, its catalogue pages
-(``/shop``, ``/product/…``) are answered by a challenge page, as Cloudflare's "Just a moment..." is, with status
-200 (a challenge that looks like a page: extracted, it would give a record of nulls) or 403.
+(``/shop``, ``/product/…``, ``/life/shop/…``) are answered by a challenge page, as Cloudflare's "Just a
+moment..." is, with status 200 (a challenge that looks like a page: extracted, it would give a record of
+nulls) or 403.
 
 Off by default. ``POST /_challenge?after=N&window=S&status=200`` turns it on (N requests per S seconds per
 client, the client named by the ``X-Demo-Client`` header, else its address); ``POST /_challenge`` turns it off
@@ -18,7 +19,7 @@ from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-CHALLENGED_PREFIXES = ("/shop", "/product/")
+CHALLENGED_PREFIXES = ("/shop", "/product/", "/life/shop/")  # the catalogue, and the shop whose items go away
 CHALLENGE_PAGE = (
     '<!DOCTYPE html><html lang="en-US"><head><title>Just a moment...</title>'
     '<meta http-equiv="refresh" content="390"><meta name="robots" content="noindex,nofollow"></head>'

@@ -245,3 +245,172 @@ def test_a_run_whose_pages_lose_a_required_field_fails_with_the_reason_or_warns(
         assert "is degraded: 100 % of pages rejected" in log_text
     finally:
         markup()
+
+
+REAL_ITEMS = 50
+DELISTING_WAYS = ("410", "404", "soft", "home", "listing")  # 10 % of the items each way
+WALLED_ITEMS, WALL_AFTER = 10, 5  # the 403 wall's phase: the first items, past the first few requests
+
+
+def _post(url: str) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(urllib.request.Request(url, method="POST", data=b""), timeout=10) as response:
+        return json.load(response)
+
+
+def _challenged(site) -> int:
+    """Challenge pages the site's WAF has served since it started (the session shares the site: take deltas)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{site.url}/_challenge", timeout=10) as response:
+        return int(json.load(response)["challenged"])
+
+
+def _records(database, name: str) -> dict[str, dict[str, Any]]:
+    return {record["url"]: record for record in database[name].find({})}
+
+
+def _assert_all_right(records: dict[str, dict[str, Any]], site) -> None:
+    """Every item stored with the site's values: none missing, none null, none overwritten by a challenge page."""
+    from harvester_demo.app import product_facts
+
+    wrong = {number: records.get(f"{site.url}/life/shop/item/{number}") for number in range(1, REAL_ITEMS + 1)
+             if (record := records.get(f"{site.url}/life/shop/item/{number}")) is None
+             or any(record[name] != product_facts(number)[name] for name in ("title", "price", "stock"))}
+    assert wrong == {}, f"{len(wrong)} items wrong or missing, e.g. {list(wrong.items())[:2]}"
+
+
+def _run_state(log_path: Path) -> str:
+    """The DAG run's final state as `airflow dags test` logs it (cheaper than another Airflow command)."""
+    finished = [line for line in log_path.read_text(errors="replace").splitlines() if "DagRun Finished:" in line]
+    assert finished, f"no finished DAG run in {log_path}"
+    return finished[-1].split(" state=", 1)[1].split(",", 1)[0]
+
+
+@pytest.fixture
+def real_site_settings(configure_settings: Callable[..., HarvesterSettings]) -> HarvesterSettings:
+    """The DAG test's settings, with short rate and block windows: a site that challenges past N requests a
+    (3 s) window is a run of seconds (as tests/workers/test_blocks_end_to_end.py sets them in-process). No worker
+    is killed here, so Celery's visibility timeout stays above the longest wait for a slowed host's request slot
+    (``host_rate_max_wait_seconds``): a batch waiting for its host is not handed out a second time."""
+    return configure_settings(lease_seconds=30, heartbeat_seconds=1, reap_interval_seconds=1, retry_base_seconds=0.2,
+                              retry_max_seconds=1, producer_poll_seconds=1, producer_wait_timeout_seconds=240,
+                              producer_mongo_timeout_ms=5000, celery_visibility_timeout_seconds=60,
+                              queued_lease_seconds=90, rate_window_seconds=3, rate_window_margin_seconds=0.2,
+                              block_window_seconds=3, block_pause_after=8, block_pause_seconds=1,
+                              host_rate_max_wait_seconds=20)
+
+
+@pytest.fixture
+def real_site(demo_site):
+    """The demo site with its WAF down and every item listed, before and after (the session shares it)."""
+    from harvester_demo import challenges
+
+    assert "/life/shop/" in challenges.CHALLENGED_PREFIXES, f"{challenges.__file__}: an older demo, no WAF on items"
+    _post(f"{demo_site.url}/_challenge")
+    _post(f"{demo_site.url}/_life/reset")
+    yield demo_site
+    _post(f"{demo_site.url}/_challenge")
+    _post(f"{demo_site.url}/_life/reset")
+
+
+@pytest.mark.timeout(900)  # four `airflow dags test` runs, mostly Airflow start-up: 5.5-8 min at loads of 15-30
+def test_a_real_site_through_the_dag_blocks_delisting_and_relisting(
+        airflow_home, real_site_settings, real_site, mongo_server, celery_worker_factory, start_distributor,
+        tmp_path) -> None:
+    """A real site's ways end to end, each phase one `airflow dags test` of one Airflow home, with the distributor
+    and a Celery worker: a source of only optional attributes harvests 50 items; 10 % of the items delisted each
+    way carry ``gone_at`` (the run green, 0 dead letters); then, relisted, the site's WAF challenges past 12
+    requests a 3 s window (200 "Just a moment...") and relents: ``gone_at`` cleared, no stored value overwritten
+    with null, the blocks counted and retried, all 50 right, the run green; a WAF that never relents (403) fails
+    the run past the retries and still costs no value.
+
+    Blocks cut the host's request rate, which pages coming clean raise back slowly (2 % a page, by design), so the
+    phases after the first block run slowed: the site relents after its first challenges, and the wall's phase
+    asks for 10 items only."""
+    import threading
+
+    site, name = real_site, "e2e_dag_real_site"
+    start_distributor()
+    seeds = [f"{site.url}/life/shop/item/{number}" for number in range(1, REAL_ITEMS + 1)]
+    document = demo_source_document(
+        site.url, name, input={"kind": "details", "seeds": seeds}, listing=None, harvesting_lag=0, retries=12,
+        batch={"size": REAL_ITEMS, "max_packages": 1}, rate_limit={"max_active": 8, "per_minute": 100_000},
+        gone={"texts": ["Product not found"]},
+        attributes={"title": {"css": "h1.title"}, "price": {"css": ".price", "type": "float"},
+                    "stock": {"css": ".stock", "type": "int"}})
+    _write_source(real_site_settings, document)
+    database = mongo_server.client()[real_site_settings.mongo_database]
+    celery_worker_factory(queues="default,priority", concurrency=2)
+
+    def harvest(phase: str) -> tuple[dict[str, Any], str]:
+        log_path = tmp_path / f"dags-test-{phase}.log"
+        _dags_test(airflow_home, f"harvest_{name}", log_path, timeout=360)
+        return _report(database, name), _run_state(log_path)
+
+    first, state = harvest("clean")
+    assert state == "success" and first["records_stored"] == REAL_ITEMS, first
+    assert first["pages_blocked"] == 0, first
+    _assert_all_right(_records(database, name), site)
+
+    # 10 % of the items delisted each way: ids 1-5 by 410, 6-10 by 404, 11-15 soft, 16-20 home, 21-25 listing.
+    per_way = REAL_ITEMS // 10
+    delisted = {number: way for index, way in enumerate(DELISTING_WAYS)
+                for number in range(index * per_way + 1, (index + 1) * per_way + 1)}
+    for number, way in delisted.items():
+        _post(f"{site.url}/_life/delist?product={number}&how={way}")
+    gone, state = harvest("delisted")
+    records = _records(database, name)
+    assert len(records) == REAL_ITEMS  # no home page or listing stored as an item
+    assert {url for url, record in records.items() if record.get("gone_at") is not None} == {
+        f"{site.url}/life/shop/item/{number}" for number in delisted}
+    _assert_all_right(records, site)  # the last values kept
+    assert state == "success" and gone["quality"]["outcome"] == "green", gone["quality"]
+    assert int(gone["tasks_failed"]) == 0 and gone["records_gone"] == len(delisted), gone
+
+    # Every item listed again, and the WAF up: 12 requests a 3 s window, then a 200 challenge page. It relents once
+    # it has served a batch's worth (8) of challenges.
+    _post(f"{site.url}/_life/reset")
+    served_before = _challenged(site)
+    _post(f"{site.url}/_challenge?after=12&window=3&status=200")
+    relented = threading.Event()
+
+    def relent() -> None:
+        while not relented.wait(0.1):
+            if _challenged(site) - served_before >= 8:
+                _post(f"{site.url}/_challenge")
+                relented.set()
+
+    watcher = threading.Thread(target=relent, daemon=True)
+    watcher.start()
+    try:
+        back, state = harvest("relisted-challenged")
+    finally:
+        relented.set()
+        watcher.join(timeout=10)
+        _post(f"{site.url}/_challenge")
+    served = _challenged(site) - served_before
+    records = _records(database, name)
+    assert not [url for url, record in records.items() if "gone_at" in record or "gone_reason" in record]
+    _assert_all_right(records, site)  # 0 stored values overwritten with null, all 50 right
+    # each block counted is a challenge the site served; a challenge in flight when the site relented may be
+    # counted or not, but some were met and retried
+    assert 0 < back["pages_blocked"] <= served, (served, back)
+    assert back["records_stored"] == REAL_ITEMS and back["records_back"] == len(delisted), back
+    assert state == "success" and back["quality"]["outcome"] == "green", back["quality"]
+    assert sum(record["run_id"] == back["run_id"] for record in records.values()) == REAL_ITEMS
+
+    # A WAF that does not relent within the retries (403 past the first requests): the run fails, no value lost.
+    walled_seeds = seeds[:WALLED_ITEMS]
+    _write_source(real_site_settings, {**document, "input": {"kind": "details", "seeds": walled_seeds},
+                                       "retries": 1})
+    _post(f"{site.url}/_challenge?after={WALL_AFTER}&window=600&status=403")
+    try:
+        walled, state = harvest("walled")
+    finally:
+        _post(f"{site.url}/_challenge")
+    _assert_all_right(_records(database, name), site)
+    assert state == "failed" and walled["quality"]["outcome"] == "failed", walled["quality"]
+    assert "stayed blocked past their retries" in walled["quality"]["reason"], walled["quality"]
+    assert walled["records_stored"] <= WALL_AFTER and walled["failures_by_reason"].get("blocked", 0) > 0, walled
