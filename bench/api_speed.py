@@ -8,7 +8,9 @@ the API's pages a chain (each request needs the previous answer), so its pace is
 through admission, a worker and the site per 50 items, where the HTML crawl keeps ``concurrency`` pages in
 flight.
 The API's records carry what the endpoint offers of the HTML pages' ten attributes (all but ``ratings`` and
-``description``) and its item's ``link``: nine attributes a record against ten.
+``description``) and its item's ``link``: nine attributes a record against ten. Both run at the bench's
+``--concurrency`` (16 by default); the HTML crawl is not always at its best there (on the 2-core bench machine it
+was 1.4x faster at 32: docs/benchmarks.md, 2026-12-05), so compare at its best before reading ``api_speedup``.
 """
 
 from __future__ import annotations
