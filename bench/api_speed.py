@@ -7,6 +7,10 @@ site served every page and the source is idle; ``api_speedup`` is their ratio (g
 the API's pages a chain (each request needs the previous answer), so its pace is one request's round trip
 through admission, a worker and the site per 50 items, where the HTML crawl keeps ``concurrency`` pages in
 flight.
+The API's records carry what the endpoint offers of the HTML pages' ten attributes (all but ``ratings`` and
+``description``) and its item's ``link``: nine attributes a record against ten. Both run at the bench's
+``--concurrency`` (16 by default); the HTML crawl is not always at its best there (on the 2-core bench machine it
+was 1.4x faster at 32: docs/benchmarks.md, 2026-12-05), so compare at its best before reading ``api_speedup``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import yaml
 NOT_A_BENCH = "the API part of bench/crawl.py (a GraphQL source against HTML detail pages)"
 PAGE_SIZE = 50
 QUERY = ("query Products($first: Int!, $after: String) { products(first: $first, after: $after) "
-         "{ edges { node { sku title price stock in_stock released tags url } } pageInfo { endCursor hasNextPage } } }")
+         "{ edges { node { sku title price stock in_stock released image tags url } } "
+         "pageInfo { endCursor hasNextPage } } }")
 
 
 def write_graphql_source(directory: Path, name: str, site_url: str, concurrency: int) -> Path:
@@ -36,7 +41,8 @@ def write_graphql_source(directory: Path, name: str, site_url: str, concurrency:
                 "sku": {"json": "sku", "required": True}, "title": {"json": "title"},
                 "price": {"json": "price", "type": "price"}, "stock": {"json": "stock", "type": "int"},
                 "in_stock": {"json": "in_stock", "type": "bool"}, "released": {"json": "released", "type": "date"},
-                "tags": {"json": "tags", "type": "list[str]"}, "link": {"json": "url", "type": "url"}}}},
+                "image": {"json": "image", "type": "url"}, "tags": {"json": "tags", "type": "list[str]"},
+                "link": {"json": "url", "type": "url"}}}},
     }
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))

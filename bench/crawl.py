@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -127,6 +128,32 @@ def tree_cpu_seconds(processes: list[subprocess.Popen]) -> float:
     return total
 
 
+def wait_until_ready(processes: Processes, worker: subprocess.Popen, distributor: subprocess.Popen, node: str,
+                     broker_url: str, timeout: float = 180) -> None:
+    """Until the distributor has started its rounds, the Celery worker answers a ping and both have gone quiet
+    (its pool's processes built their batch runner at start: imports, clients): starting is not crawling.
+
+    A fixed pause did not do: on a loaded machine the distributor logged its start 4 s after the clock had
+    started, and the first request of the API's chain went out 22 s after its first task was pushed, a cost
+    that weighs on a 6 s run many times more than on a 25 s one."""
+    from celery import Celery
+
+    deadline = time.monotonic() + timeout
+    log = processes.directory / f"distributor-{node.split('@')[0]}.log"
+    control = Celery(broker=broker_url).control
+    while time.monotonic() < deadline:
+        started = log.exists() and b"distributor started" in log.read_bytes()
+        if started and control.ping(destination=[node], timeout=1.0):
+            break
+        time.sleep(0.2)
+    while time.monotonic() < deadline:  # quiet: under a tenth of a core over half a second
+        before = tree_cpu_seconds([worker, distributor])
+        time.sleep(0.5)
+        if tree_cpu_seconds([worker, distributor]) - before < 0.05:
+            return
+    print(f"{node}: not ready after {timeout:g}s, measured anyway", file=sys.stderr)
+
+
 def write_source(directory: Path, name: str, site_url: str, per_page: int, concurrency: int) -> Path:
     document = {
         "name": name,
@@ -165,7 +192,7 @@ def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, 
         "--concurrency", str(workers), "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
         "--without-heartbeat"], env)
     distributor = processes.start(f"distributor-{name}", [str(BIN / "harvester"), "distributor"], env)
-    time.sleep(4)  # workers and the distributor start (not part of the measurement)
+    wait_until_ready(processes, worker, distributor, f"{name}@{socket.gethostname()}", settings.redis_url)
     store = RateLimitStore(client, settings)
     rig = rig or {}
     cpu_before = tree_cpu_seconds([worker, distributor])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import unquote_plus, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url
@@ -40,6 +41,11 @@ _PATH_PARAMETER = re.compile(r";([A-Za-z_][\w.-]*)=([^/?#;]*)")
 # segments, no query, no fragment): most input and discovered URLs. They skip w3lib, which costs
 # about 10 us a URL; the planner reads 200,000 input URLs a run.
 _ALREADY_CANONICAL = re.compile(r"(https?)://[a-z0-9-]+(?:\.[a-z0-9-]+)*(?::([1-9][0-9]{0,4}))?((?:/[A-Za-z0-9._~-]*)*)")
+# A page's origin written plainly, and a link that is a plain path from the root ("/product/12", no dot segment,
+# query or scheme): joined to its page by concatenation, which is what urljoin gives for them. urljoin costs
+# about 30 us a link, and an API page of 50 items has as many links as items.
+_PLAIN_ORIGIN = re.compile(r"https?://[a-z0-9-]+(?:\.[a-z0-9-]+)*(?::[0-9]{1,5})?(?=[/?#]|$)")
+_PLAIN_ROOT_PATH = re.compile(r"(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+/?")
 
 
 @dataclass(frozen=True)
@@ -88,12 +94,29 @@ def canonicalise_url(url: str | None, base: str | None = None,
         return None
     if base is not None:  # a relative link joined first, so links such as "/product/12" take the fast path too
         try:
-            url = urljoin(base, url)
+            url = join(base, url)
         except ValueError:
             return None
     if (match := _ALREADY_CANONICAL.fullmatch(url)) and _plain(*match.groups()):
         return url if match.group(3) else f"{url}/"
     return _canonicalise(url, None, session_ids)
+
+
+def join(base: str, url: str) -> str:
+    """``urljoin(base, url)``, with its answer for the commonest links (an absolute URL in canonical form, a plain
+    path from the root of a plainly written page) given without it."""
+    if _ALREADY_CANONICAL.fullmatch(url):
+        return url
+    if _PLAIN_ROOT_PATH.fullmatch(url) and "/." not in url and (origin := _plain_origin(base)) is not None:
+        return origin + url
+    return urljoin(base, url)
+
+
+@lru_cache(maxsize=256)
+def _plain_origin(base: str) -> str | None:
+    """The scheme, host and port of a page written plainly (a page's items share it: looked up once)."""
+    match = _PLAIN_ORIGIN.match(base)
+    return match.group() if match else None
 
 
 def _dropped(pair: str, session_ids: SessionIds) -> bool:

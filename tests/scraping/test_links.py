@@ -196,3 +196,29 @@ def test_relative_links_take_the_fast_path_and_agree_with_w3lib() -> None:
         fast += bool(link.strip() and _ALREADY_CANONICAL.fullmatch(urljoin(base, link.strip())))
     assert fast > 300  # the fast path was really exercised
     assert canonicalise_url("/product/12", "http://127.0.0.1:8008/shop?page=2") == "http://127.0.0.1:8008/product/12"
+
+
+def test_joining_a_link_to_its_page_answers_as_urljoin() -> None:
+    """Plain links from the root and canonical absolute links are joined without urljoin (an API page's 50 items
+    have 50 such links): on random links against random bases, the answer is urljoin's, character for character."""
+    import random
+
+    from harvester.urls import _PLAIN_ROOT_PATH, join
+
+    generator = random.Random(34)
+    pieces = ["a", "Z", "0", "-", "_", ".", "..", "~", "/", "//", "%41", "é", ":", "@", "?", "#", "&", "=", ";",
+              "http://x.org", "https://x.org:8443", "mailto:a", "javascript:", "\\"]
+    bases = ["http://127.0.0.1:8008/graphql", "https://shop.example/a/b/", "http://EXAMPLE.com:80/a", "http://x.org",
+             "https://x.org:8443/a/b?c=d#e", "http://[::1]:8008/a", "http://u:p@x.org/a", "http://x.org./a",
+             "HTTP://x.org/a", "http://x.org:99999/a", "http://x.org#f", "http://x.org?q"]
+    plain = 0
+    for _ in range(6000):
+        link = "".join(generator.choice(pieces) for _ in range(generator.randint(0, 6)))
+        link = f"/{link}" if generator.random() < 0.5 else link
+        if generator.random() < 0.2:  # a plain path: segments of letters, digits and "-._~"
+            link = "".join(f"/{generator.choice(['a', 'b1', 'x.y', 'a-b_c~d', '..', '.e'])}"
+                           for _ in range(generator.randint(1, 4))) + generator.choice(["", "/"])
+        base = generator.choice(bases)
+        assert join(base, link) == urljoin(base, link), (link, base)
+        plain += bool(_PLAIN_ROOT_PATH.fullmatch(link))
+    assert plain > 300  # the concatenation was really exercised

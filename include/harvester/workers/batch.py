@@ -29,7 +29,6 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,7 @@ from harvester.scraping import (
 from harvester.settings import HarvesterSettings, get_settings
 from harvester.storage import DataHandler, PageEvidence, RunFigures
 from harvester.workers.archiving import PageArchive
+from harvester.workers.chains import ChainContinuation
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
 from harvester.workers.follower import LinkFollower, discovered_task_id
@@ -100,6 +100,7 @@ class BatchRunner:
         self.robots = RobotsCache.from_settings(self.settings, self.clients.redis)
         self.follower = LinkFollower.from_settings(self.settings, self.clients, self.address_refusals, self.robots)
         self.settler = Settler.from_settings(self.settings, self.clients, self.failures)
+        self.chains = ChainContinuation.from_settings(self.settings, self.store, self.settler, self.clients.intake)
         self.throttle = HostThrottle.from_settings(self.settings, self.clients.redis)  # blocks slow their host
         self.breaker = HostBreaker.from_settings(self.settings, self.clients.redis)  # unreachable hosts pause
         from harvester.pageslots import CountryExits
@@ -198,7 +199,7 @@ class BatchRunner:
     def run_source(self, name: str, messages: list[TaskMessage]) -> BatchReport:
         """Start, fetch (HTTP or browser, one flow), extract and settle one source's batch; then, for a chain (an API
         whose next request is built from its response), send each next request in this batch, round after round,
-        while the limits let :meth:`continue_chains` hand it on and the chain's time budget lasts."""
+        while the limits let :class:`ChainContinuation` hand it on and the chain's time budget lasts."""
         report = BatchReport(source=name, tasks=len(messages))
         messages = self.start(name, messages, report)
         if not messages:
@@ -213,8 +214,7 @@ class BatchRunner:
                     self.failures.retry(message, reason, None, report, counter="config_error")
             self.count(name, report)
             return report
-        chain_until = time.monotonic() + CHAIN_BUDGET_LEASES * self.settings.lease_seconds \
-            if source.render == "http" and source.listing is not None and source.listing.next is not None else None
+        chain_until = self.chains.deadline(source)
         round_report = report
         while True:
             messages = self.run_round(source, messages, round_report, chain_until)
@@ -346,7 +346,7 @@ class BatchRunner:
         parents = {id(parent) for parent, _ in chain}
         self.settler.complete(source, [message for message in finished + stored + followed
                                        if id(message) not in parents], report)
-        return self.continue_chains(source, chain, report, chain_until)
+        return self.chains.continue_all(source, chain, report, chain_until)
 
     def follow_listings(self, source: SourceConfig, listings: list[StoredPage], report: BatchReport,
                         chain: list[tuple[TaskMessage, TaskMessage]] | None) -> list[TaskMessage]:
@@ -357,41 +357,11 @@ class BatchRunner:
             try:
                 self.follower.follow(source, message, page, report, chain)
                 followed.append(message)
-            except Exception as error:  # Redis or MongoDB down: this listing goes back for a retry
+            except Exception as error:  # Redis, MongoDB or worse: the page is retried, never lost
                 log.exception("following the links of %s failed", message.url)
                 self.failures.retry(message, f"link discovery failed: {type(error).__name__}: {error}", None,
                                     report)
         return followed
-
-    def continue_chains(self, source: SourceConfig, chain: list[tuple[TaskMessage, TaskMessage]], report: BatchReport,
-                        chain_until: float | None) -> list[TaskMessage]:
-        """Each followed chain page's package counted down, then its lease handed to its next request in one
-        atomic call under admission's checks (``RateLimitStore.continue_chain``): the next requests this batch now
-        holds, to send itself. A next request the limits, a pause or the time budget refuse is pushed to intake and
-        its parent released, as any discovered task; if that fails too the parent's lease expires and its retry
-        finds the same next request again. No page is lost: the child's message is its lease's (the checkpoint)."""
-        if not chain:
-            return []
-        counted = {id(message) for message in self.settler.count_down(source, [parent for parent, _ in chain], report)}
-        continuing: list[TaskMessage] = []
-        for parent, child in chain:
-            if id(parent) not in counted:  # its count-down failed: handed back, its retry finds the child again
-                continue
-            try:
-                if chain_until is not None and time.monotonic() < chain_until:
-                    step = self.store.continue_chain(parent, child)
-                    if step.token is not None:
-                        continuing.append(child.model_copy(update={"lease_token": step.token}))
-                        report.outcomes["chain_continued"] += 1
-                        continue
-                    report.outcomes[f"chain_handed_on:{step.status}"] += 1
-                else:
-                    report.outcomes["chain_handed_on:time_budget"] += 1
-                self.follower.intake.push(source.name, [child])
-                self.store.release(source.name, leases_of([parent]))
-            except StorageError as error:  # Redis away: the parent's lease expires and its retry comes back here
-                log.warning("%s: handing on the next request of %s failed: %s", source.name, parent.url, error)
-        return continuing
 
     def fetch_failed(self, source: SourceConfig, message: TaskMessage, fetch: FetchResult,
                      breaker: BreakerVerdict | None, report: BatchReport) -> None:

@@ -122,7 +122,7 @@ class LinkFollower:
 
         ``chain``: when given and the source builds its next request from the response (``listing.next``), that
         one next request is added to the package but NOT pushed: (``message``, next task) is appended instead, for
-        the worker to send itself (:meth:`harvester.workers.batch.BatchRunner.continue_chains`), which pushes it
+        the worker to send itself (:class:`harvester.workers.chains.ChainContinuation`), which pushes it
         when the limits say no. Every bound (``max_depth``, the run's listing pages) has already cut it here."""
         discovery = page.discovery
         if discovery is None or source.listing is None:

@@ -75,11 +75,13 @@ def broken_rule(attribute: Attribute, value: Any) -> tuple[str, str] | None:
     return None
 
 
-def validate_value(name: str, attribute: Attribute, value: Any, problems: list[Problem]) -> Any:
+def validate_value(name: str, attribute: Attribute, value: Any, problems: list[Problem],
+                   checks_rules: bool | None = None) -> Any:
     """The value once its rules held: the same value, null (a scalar broke one), or the list's values that
-    passed. Each failure appends one :class:`Problem` named by the rule."""
+    passed. Each failure appends one :class:`Problem` named by the rule. ``checks_rules``: whether the attribute
+    has rules, when the caller has read it already."""
 
-    if not attribute.has_value_rules or value is None:
+    if not (attribute.has_value_rules if checks_rules is None else checks_rules) or value is None:
         return value
     if isinstance(value, list):
         kept, broken = [], []
