@@ -231,6 +231,9 @@ class ArchiveWriter:
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._pending: Future[int] | None = None  # the last write, which may still hang past its timeout
+        # a location's filesystem, resolved once per process: resolving it for every batch (fsspec's registry, or
+        # Airflow's connection lookup inside Airflow) was 3 % of the archive's CPU
+        self._filesystems: dict[tuple[str, str | None], tuple[Any, str]] = {}
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings) -> ArchiveWriter:
@@ -270,7 +273,7 @@ class ArchiveWriter:
     def _archive_run(self, source: SourceConfig, run_id: str, pages: list[ArchivedPage]) -> int:
         settings = source.output.archive
         location = self.location_of(source)
-        filesystem, root = resolve_filesystem(location, settings.connection_id)
+        filesystem, root = self._filesystem(location, settings.connection_id)
         digests = [payload_digest(page.exchange.body) for page in pages]
         originals = self.index.originals(source.name, [
             (page.url, digest, page.exchange.status == 304) for page, digest in zip(pages, digests, strict=True)])
@@ -305,6 +308,12 @@ class ArchiveWriter:
         self.index.add(entries)
         return len(entries)
 
+    def _filesystem(self, location: str, connection_id: str | None) -> tuple[Any, str]:
+        key = (location, connection_id)
+        if key not in self._filesystems:
+            self._filesystems[key] = resolve_filesystem(location, connection_id)
+        return self._filesystems[key]
+
     def _new_file_path(self, root: str, source: str, run_id: str) -> str:
         self._sequence += 1
         stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")
@@ -317,15 +326,16 @@ class ArchiveWriter:
     @staticmethod
     def _write(filesystem: Any, current: _OpenFile, data: bytes) -> None:
         """Append (a local file) or write (a new object) ``data``; a local append that fails is cut back to the
-        file's last whole record, so what follows still reads."""
-        parent = current.path.rsplit("/", 1)[0]
-        filesystem.makedirs(parent, exist_ok=True)
+        file's last whole record, so what follows still reads. The folder is made with the file (an append's
+        file, and so its folder, exists), and an append opens the local file directly: fsspec's wrapper and a
+        ``makedirs`` for every batch were 4 % of the archive's CPU."""
         if current.size == 0:
+            filesystem.makedirs(current.path.rsplit("/", 1)[0], exist_ok=True)
             with filesystem.open(current.path, "wb") as handle:
                 handle.write(data)
             return
         try:
-            with filesystem.open(current.path, "ab") as handle:
+            with open(current.path, "ab") as handle:  # only local files are appended to (_is_local)
                 handle.write(data)
         except OSError:
             with open(current.path, "r+b") as handle:  # a local file (only those are appended to)
