@@ -205,6 +205,51 @@ def test_the_price_beside_the_title_not_the_old_unit_or_other_products_price() -
 
 
 @pytest.mark.unit
+def test_the_price_after_the_heading_that_names_the_product_not_after_a_pop_ups() -> None:
+    head = "<title>Citrus body lotion 200 ml: Shop</title>"
+    body = ("<div class='subscribe-popover'><h1>Save 15%</h1><span id='subscription-price'>8,27 €</span></div>"
+            "<h1 id='title'>Citrus body lotion 200 ml, Weleda</h1><span id='buybox-price'>8,71 €</span>")
+    choices, [record], _ = suggested(page(body, head))
+    assert choices["price"].spec == {"css": "span#buybox-price", "type": "price"}
+    assert record["price"]["amount"] == Decimal("8.71")
+    heading_two = ("<div class='tile'><h1>Other book</h1><span class='tile-price'>7500</span></div>"
+                   "<h2 class='deal-title'>Citrus body lotion 200 ml</h2><p class='deal-price'>30,000 ₩</p>")
+    _, [record], _ = suggested(page(heading_two, head))
+    assert record["price"]["amount"] == Decimal("30000")
+    reviewed = body + "<div class='reviews'><h1>Body lotion</h1><span class='review-price'>5,00 €</span></div>"
+    _, [record], _ = suggested(page(reviewed, head))  # a review's heading shares fewer words with the title
+    assert record["price"]["amount"] == Decimal("8.71")
+    _, [record], _ = suggested(page(body, "<title>Shop</title>"))  # no heading names it: the first h1, as before
+    assert record["price"]["amount"] == Decimal("8.27")
+
+
+@pytest.mark.unit
+def test_a_products_own_slider_holds_its_price_a_carousel_of_others_does_not() -> None:
+    body = ("<h1>Insoles</h1><div class='gallery-slider'><img src='a.jpg'><div class='slider-price'>"
+            "<span class='slider-price-new'>270,00 Kn</span><span class='slider-price-old'>540,00 Kn</span></div></div>"
+            "<div class='related-slider'><span class='item-price'>169,00 Kn</span>"
+            "<span class='item-price'>1.200,00 Kn</span></div>")
+    choices, [record], _ = suggested(page(body))
+    assert choices["price"].spec == {"css": "span.slider-price-new", "type": "price"}
+    assert record["price"]["amount"] == Decimal("270.00")
+    carousel = ("<h1>Insoles</h1><div class='related-slider'><span class='item-price'>169,00 Kn</span>"
+                "<span class='item-price'>1.200,00 Kn</span></div><span class='product-price'>270,00 Kn</span>")
+    _, [record], _ = suggested(page(carousel))
+    assert record["price"]["amount"] == Decimal("270.00")
+
+
+@pytest.mark.unit
+def test_an_element_writing_two_amounts_is_a_block_not_the_price() -> None:
+    body = ("<h1>Phone</h1><div class='e-price'>49 890 тг. 44 890 тг. + 448 bonus</div>"
+            "<div class='buy-prices'>44 890 тг.</div>")
+    choices, [record], _ = suggested(page(body))
+    assert choices["price"].spec == {"css": "div.buy-prices", "type": "price"}
+    assert record["price"]["amount"] == Decimal("44890")
+    _, [record], _ = suggested(page("<h1>Lotion</h1><span class='our-price'>8,71 € (4,36 € / 100 ml)</span>"))
+    assert record["price"]["amount"] == Decimal("8.71")  # a unit price in parentheses is the price's note
+
+
+@pytest.mark.unit
 def test_the_sale_price_shown_by_the_title_beats_the_regular_price_in_the_markup() -> None:
     def shop_page(regular: str, shown: str) -> PageData:
         head = ld({"@type": "Product", "name": "Lamp",
