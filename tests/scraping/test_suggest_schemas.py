@@ -150,6 +150,50 @@ def test_an_identifier_the_page_shows_beats_the_one_in_its_address() -> None:
 
 
 @pytest.mark.unit
+def test_a_reference_the_page_shows_beats_a_structured_sku_it_writes_nowhere() -> None:
+    def shop_page(variant: str, code: str, shown_variant: bool = False) -> PageData:
+        head = ld({"@type": "Product", "name": "Kettle", "sku": variant,
+                   "offers": {"@type": "Offer", "price": "30.00", "priceCurrency": "EUR"}})
+        extra = f"<p>Variant {variant}</p>" if shown_variant else ""
+        return page(f"<h1>Kettle</h1><p class='code'>Product code: {code}</p>{extra}", head)
+
+    choices, [record], _ = suggested(shop_page("10134622", "141677"))
+    assert record["sku"] == "141677" and "141677" not in json.dumps(choices["sku"].spec)
+    choices, [record], _ = suggested(shop_page("10134622", "141677", shown_variant=True))
+    assert kind_of(choices["sku"]) == "jsonld" and record["sku"] == "10134622"  # shown too: the markup stays
+    _, records, _ = suggested(shop_page("10134622", "141677"), shop_page("20250001", "300912"))
+    assert [each["sku"] for each in records] == ["141677", "300912"]
+
+
+@pytest.mark.unit
+def test_an_itemprop_identifier_as_the_page_writes_it_over_its_machine_form() -> None:
+    body = "<h1>Camera</h1><span itemprop='sku' content='4667999' class='cat-number'>466/7999</span>"
+    _, [record], _ = suggested(page(body))
+    assert record["sku"] == "466/7999"
+    _, [record], _ = suggested(page(body.replace("466/7999", "Camera 4667999")))
+    assert record["sku"] == "4667999"  # the content is written in the text: it stays
+
+
+@pytest.mark.unit
+def test_the_address_identifier_written_in_groups_is_found_by_the_elements_name() -> None:
+    head = ld({"@type": "Product", "name": "Boots", "sku": "84518927-040-35"})
+    body = ("<h1>Boots</h1><p><span class='colour'>Black</span> - "
+            "<span data-qualifier='product-reference'>1002/710</span></p>")
+    url = "https://shop.example/en/flat-boots-p11002710.html"
+    choices, [record], _ = suggested(page(body, head, url=url))
+    assert record["sku"] == "1002/710"
+    assert choices["sku"].spec == {"xpath": "//span[@data-qualifier='product-reference']"}  # not beside "Black"
+    other = page(body.replace("Black", "Red").replace("1002/710", "3697/272"), head,
+                 url="https://shop.example/en/dress-p03697272.html")
+    _, [_, record], _ = suggested(page(body, head, url=url), other)
+    assert record["sku"] == "3697/272"
+    dotted = page("<h1>Table</h1><span id='item-number'>002.937.72</span>",
+                  url="https://shop.example/p/table-oak-00293772/")
+    _, [record], _ = suggested(dotted)
+    assert record["sku"] == "002.937.72"
+
+
+@pytest.mark.unit
 def test_the_price_beside_the_title_not_the_old_unit_or_other_products_price() -> None:
     body = ("<div class='crumbs'><span class='price'>1.00 €</span></div><h1>Coffee</h1>"
             "<del><span class='price-old'>9,99 €</span></del><span class='price-unit'>(3,99 € / kg)</span>"
@@ -158,6 +202,51 @@ def test_the_price_beside_the_title_not_the_old_unit_or_other_products_price() -
     choices, [record], _ = suggested(page(body))
     assert choices["price"].spec == {"css": "span.product-price", "type": "price"}
     assert record["price"] == {"amount": Decimal("7.49"), "currency": "EUR"}
+
+
+@pytest.mark.unit
+def test_the_price_after_the_heading_that_names_the_product_not_after_a_pop_ups() -> None:
+    head = "<title>Citrus body lotion 200 ml: Shop</title>"
+    body = ("<div class='subscribe-popover'><h1>Save 15%</h1><span id='subscription-price'>8,27 €</span></div>"
+            "<h1 id='title'>Citrus body lotion 200 ml, Weleda</h1><span id='buybox-price'>8,71 €</span>")
+    choices, [record], _ = suggested(page(body, head))
+    assert choices["price"].spec == {"css": "span#buybox-price", "type": "price"}
+    assert record["price"]["amount"] == Decimal("8.71")
+    heading_two = ("<div class='tile'><h1>Other book</h1><span class='tile-price'>7500</span></div>"
+                   "<h2 class='deal-title'>Citrus body lotion 200 ml</h2><p class='deal-price'>30,000 ₩</p>")
+    _, [record], _ = suggested(page(heading_two, head))
+    assert record["price"]["amount"] == Decimal("30000")
+    reviewed = body + "<div class='reviews'><h1>Body lotion</h1><span class='review-price'>5,00 €</span></div>"
+    _, [record], _ = suggested(page(reviewed, head))  # a review's heading shares fewer words with the title
+    assert record["price"]["amount"] == Decimal("8.71")
+    _, [record], _ = suggested(page(body, "<title>Shop</title>"))  # no heading names it: the first h1, as before
+    assert record["price"]["amount"] == Decimal("8.27")
+
+
+@pytest.mark.unit
+def test_a_products_own_slider_holds_its_price_a_carousel_of_others_does_not() -> None:
+    body = ("<h1>Insoles</h1><div class='gallery-slider'><img src='a.jpg'><div class='slider-price'>"
+            "<span class='slider-price-new'>270,00 Kn</span><span class='slider-price-old'>540,00 Kn</span></div></div>"
+            "<div class='related-slider'><span class='item-price'>169,00 Kn</span>"
+            "<span class='item-price'>1.200,00 Kn</span></div>")
+    choices, [record], _ = suggested(page(body))
+    assert choices["price"].spec == {"css": "span.slider-price-new", "type": "price"}
+    assert record["price"]["amount"] == Decimal("270.00")
+    carousel = ("<h1>Insoles</h1><div class='related-slider'><span class='item-price'>169,00 Kn</span>"
+                "<span class='item-price'>1.200,00 Kn</span></div><span class='product-price'>270,00 Kn</span>")
+    _, [record], _ = suggested(page(carousel))
+    assert record["price"]["amount"] == Decimal("270.00")
+
+
+@pytest.mark.unit
+def test_an_element_writing_two_amounts_is_a_block_not_the_price() -> None:
+    body = ("<h1>Phone</h1><div class='e-price'>49 890 тг. 44 890 тг. + 448 bonus</div>"
+            "<div class='buy-prices'>44 890 тг.</div>")
+    choices, [record], _ = suggested(page(body))
+    assert choices["price"].spec == {"css": "div.buy-prices", "type": "price"}
+    assert record["price"]["amount"] == Decimal("44890")
+    _, [record], _ = suggested(page("<h1>Lotion</h1><span class='our-price'>8,71 € (4,36 € / 100 ml)</span>"))
+    assert record["price"]["amount"] == Decimal("8.71")  # a unit price in parentheses is the price's note
 
 
 @pytest.mark.unit

@@ -51,11 +51,23 @@ def identifier_candidates(page: PageData, target: TargetField) -> Iterator[Choic
         if len(value) > LABEL_MAX + 40:
             continue
         for token in tokens:
-            if re.search(rf"(?<![A-Za-z0-9]){token}(?![A-Za-z0-9])", value):
+            if re.search(rf"(?<![A-Za-z0-9]){token}(?![A-Za-z0-9])", value) or _written_apart(value, token):
                 for choice in _shown(element, value, token, target):
                     if choice.spec["xpath"] not in seen:
                         seen.add(choice.spec["xpath"])
                         yield choice
+
+
+_SEPARATORS = re.compile(r"[./ -]")
+
+
+def _written_apart(shown: str, token: str) -> bool:
+    """Whether a short text writes the address's identifier in groups ("466/7999", "002.937.72" for 4667999 and
+    00293772; "1002/710" for p11002710, where the address puts one or two characters before it)."""
+    if not _SEPARATORS.search(shown) or len(shown) > 24 or not re.fullmatch(r"[A-Za-z0-9./ -]+", shown):
+        return False
+    joined = _SEPARATORS.sub("", shown)
+    return len(re.findall(r"\d", joined)) >= 5 and token.endswith(joined) and len(token) - len(joined) <= 2
 
 
 def _shown(element: Selector, value: str, token: str, target: TargetField) -> Iterator[Choice]:
@@ -64,16 +76,20 @@ def _shown(element: Selector, value: str, token: str, target: TargetField) -> It
         return
     why = f"{target.why}: the page shows it, and the page's address names the product by it"
     whole = element.xpath("normalize-space()").get() or ""
-    if whole == token:
+    if whole == token or _written_apart(whole, token):
+        # the element's own name first (an id, a data- attribute the template writes): the text beside it may be
+        # one product's (a colour), where a name is the template's on every page
+        for attribute, named in element.attrib.items():
+            if (attribute == "id" or attribute.startswith("data-")) and re.fullmatch(r"[A-Za-z][A-Za-z_-]*", named):
+                yield Choice(target.name, {"xpath": f"//{tag}[@{attribute}='{named}']"},
+                             f"the {tag} whose {attribute} is {named!r}: {why}")
+                break
         label = element.xpath("preceding-sibling::*[1]")
         label_text = label[0].xpath("normalize-space()").get() if label else ""
         if label and label_text and len(label_text) <= LABEL_MAX and not re.search(r"\d{3,}", label_text):
             yield Choice(target.name, {"xpath": f"//{label[0].root.tag}[normalize-space()={xpath_literal(label_text)}]"
                                                 f"/following-sibling::{tag}[1]"},
                          f"the value beside the label {label_text!r}: {why}")
-        element_id = element.attrib.get("id") or ""
-        if re.fullmatch(r"[A-Za-z][A-Za-z_-]*", element_id):
-            yield Choice(target.name, {"xpath": f"//{tag}[@id='{element_id}']"}, f"the {tag} #{element_id}: {why}")
         return
     before = value.split(token, 1)[0]
     label = before.strip()
@@ -121,3 +137,19 @@ def address_identifier_candidates(page: PageData, target: TargetField) -> Iterat
                              f"the number that {where} the {name} address's last segment: {target.why}: "
                              f"the shop names the product by it")
                 return
+
+
+_VISIBLE_TEXT = ("//body//text()[not(ancestor::script or ancestor::style or ancestor::noscript or ancestor::template "
+                 "or ancestor::option)]")
+
+
+def visible_text(page: PageData) -> str:
+    """The text a reader of the page sees (no scripts, styles, templates or attribute values), spaces collapsed."""
+    return " ".join(" ".join(page.selector.xpath(_VISIBLE_TEXT).getall()).split())
+
+
+def shown_in(text: str, value: object) -> bool:
+    """Whether an identifier is written in the page's text as a token of its own (not inside a longer one)."""
+    if not isinstance(value, str) or not value.strip():
+        return False
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(value.strip())}(?![A-Za-z0-9])", text) is not None

@@ -114,8 +114,49 @@ _OTHER_PRODUCTS = re.compile(r"carousel|recommend|related|similar|upsell|cross|s
 
 
 def _among_other_products(node: Selector) -> bool:
-    return any(_OTHER_PRODUCTS.search(f"{ancestor.attrib.get('class', '')} {ancestor.attrib.get('id', '')}")
-               for ancestor in node.xpath("ancestor::*[@class or @id]"))
+    """Whether the element sits in a widget of other products: an ancestor named so (a carousel, "related") that
+    holds more than one price to pay. A widget name alone is not enough: a product's own picture slider or
+    gallery holds its price too, and holds only that one."""
+    for ancestor in node.xpath("ancestor::*[@class or @id]"):
+        if _OTHER_PRODUCTS.search(f"{ancestor.attrib.get('class', '')} {ancestor.attrib.get('id', '')}"):
+            inner = ancestor.xpath(".//*[@class or @id]")[:400]
+            prices = [each for each in inner if _price_element(each) and not each.xpath(_STRUCK)]
+            if sum(not any(_price_element(part) for part in each.xpath(".//*[@class or @id]")) for each in prices) > 1:
+                return True  # more than one price of its own (a block around one price is not a second one)
+    return False
+
+
+_AMOUNT = re.compile(r"\d(?:[\d\s.,'\u00a0\u202f]*\d)?")
+
+
+def _several_amounts(text: str) -> bool:
+    """Whether a text writes two amounts or more outside parentheses ("49 890 тг. 44 890 тг.", a price and its
+    bonus points): a block of an old and a new price, not the price. A unit price in parentheses is the price's
+    own note ("8,71 € (4,36 € / 100 ml)")."""
+    return len(_AMOUNT.findall(re.sub(r"\([^)]*\)", " ", text))) > 1
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def title_heading(document: Selector) -> Selector | None:
+    """The heading that says the product's name: of the ``h1`` (else ``h2``) whose words are mostly in the page's
+    ``<title>`` or ``og:title``, the one sharing the most words with it (a review's two-word heading shares fewer
+    than the name), since a page may open with other headings (a category's, a pop-up's, a recommended
+    product's); else the first ``h1``."""
+    named = _words(" ".join(document.xpath("//title/text() | //meta[@property='og:title']/@content").getall()))
+    for level in ("h1", "h2"):
+        best, best_shared = None, 0
+        for heading in document.xpath(f"//{level}")[:60]:
+            words = _words(heading.xpath("string()").get() or "")
+            shared = len(words & named)
+            if words and shared / len(words) >= 0.6 and shared > best_shared:
+                best, best_shared = heading, shared
+        if best is not None:
+            return best
+    first = document.xpath("//h1")
+    return first[0] if first else None
 
 
 def _class_hook(node: Selector) -> tuple[str, str] | None:
@@ -143,13 +184,16 @@ def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]
     text reads as an amount, that is not struck through nor a unit, old or instalment price, and holds no such
     element itself (a block with the old and the new price is not the price; the new one inside it is). Its selector
     must find that very element first on the page."""
-    after_title = document.xpath("//h1[1]/following::*[@class or @id]") or document.xpath("//body//*[@class or @id]")
+    heading = title_heading(document)
+    after_title = (heading.xpath("following::*[@class or @id]") if heading is not None else []) \
+        or document.xpath("//body//*[@class or @id]")
     for node in after_title[:4000]:
         hook = _class_hook(node)
         if hook is None or not _price_element(node):
             continue
         text = " ".join((node.xpath("string()").get() or "").split())
-        if not (0 < len(text) <= 40 and re.search(r"\d", text)) or node.xpath(_STRUCK) or _among_other_products(node):
+        if not (0 < len(text) <= 40 and re.search(r"\d", text)) or _several_amounts(text) or node.xpath(_STRUCK) \
+                or _among_other_products(node):
             continue
         if any(_price_element(inner) for inner in node.xpath(".//*[@class or @id]")):
             continue  # a block holding an old and a new price: the price is the element inside, next in the loop

@@ -16,7 +16,12 @@ from typing import Any
 
 from harvester.scraping.extraction import PageData, search, type_matches
 from harvester.scraping.suggestion.choices import Choice
-from harvester.scraping.suggestion.identifiers import address_identifier_candidates, identifier_candidates
+from harvester.scraping.suggestion.identifiers import (
+    address_identifier_candidates,
+    identifier_candidates,
+    shown_in,
+    visible_text,
+)
 from harvester.scraping.suggestion.labels import (
     add_to_cart,
     add_to_cart_control,
@@ -34,6 +39,7 @@ from harvester.scraping.suggestion.schemas import (
 )
 
 NAME_MAX = 300
+_IDENTIFIERS = ("sku", "gtin", "mpn")
 
 
 def structured_type(items: list[dict[str, Any]], schema: TargetSchema) -> tuple[str, dict[str, Any]] | None:
@@ -102,6 +108,10 @@ def itemprop_candidates(page: PageData, target: TargetField) -> Iterator[Choice]
         else:
             css = f"[itemprop={prop}]"
         yield Choice(target.name, {"css": css, **_typed(target)}, f"the element marked itemprop={prop}: {target.why}")
+        if css.endswith("::attr(content)") and target.name in _IDENTIFIERS and node.xpath("normalize-space()").get():
+            # the identifier as the page writes it ("466/7999"), when the markup's content is a machine form
+            yield Choice(target.name, {"css": f"[itemprop={prop}]"},
+                         f"the text of the element marked itemprop={prop}: {target.why}")
 
 
 def markup_candidates(page: PageData, target: TargetField) -> Iterator[Choice]:
@@ -190,6 +200,8 @@ def first_sound(pages: list[PageData], schema: TargetSchema) -> tuple[list[Choic
             continue
         if target.type == "price":
             winner = _sale_over_regular(winner, keys, numbered, values)
+        elif target.name == "sku":
+            winner = _shown_over_hidden(winner, keys, numbered, values, pages, target)
         choice = numbered[winner]
         tried = keys.index(winner)
         if tried:
@@ -220,6 +232,31 @@ def _sale_over_regular(winner: str, keys: list[str], numbered: dict[str, Choice]
                and marked["amount"] * _SALE_SHARE_MIN <= shown["amount"] < marked["amount"]
                for shown, marked in pairs):
             numbered[key].why += f" (below the {numbered[winner].why.split(':')[0]}, which keeps the regular price)"
+            return key
+    return winner
+
+
+def _shown_over_hidden(winner: str, keys: list[str], numbered: dict[str, Choice], values: list[dict[str, Any]],
+                       pages: list[PageData], target: TargetField) -> str:
+    """The identifier the page shows (a labelled row, the value its address names it by, an ``itemprop``
+    element's text) when the structured winner is written nowhere in the page's text on any sampled page: a
+    ``sku`` only the markup holds is often a variant's or a database's id, and the shop's reference is the one
+    it shows its customers. The more trusted winner stays when the page shows it too, or nothing shown holds."""
+    spec = numbered[winner].spec
+    if not (any(key in spec for key in _STRUCTURED_KEYS) or "::attr(content)" in str(spec.get("css", ""))):
+        return winner
+    texts = [visible_text(page) for page in pages]
+    if any(shown_in(text, page_values.get(winner)) for text, page_values in zip(texts, values, strict=True)):
+        return winner
+    for key in keys[keys.index(winner) + 1:]:
+        later = numbered[key].spec
+        if any(name in later for name in _STRUCTURED_KEYS) or "::attr(" in str(later.get("css", "")) \
+                or str(later.get("xpath", "")).startswith(("//link", "//meta")):
+            continue
+        if all(sound(target, page_values.get(key)) and shown_in(text, page_values.get(key))
+               for text, page_values in zip(texts, values, strict=True)):
+            numbered[key].why += (f" (the page shows it, and not the {numbered[winner].why.split(':')[0]}, "
+                                  "which it writes nowhere in its text)")
             return key
     return winner
 
