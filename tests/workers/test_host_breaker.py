@@ -1,4 +1,4 @@
-"""Slow and dead hosts isolated (issue 35): a source over many loopback hosts, some refusing connections (a closed
+"""Slow and dead hosts isolated: a source over many loopback hosts, some refusing connections (a closed
 port), one answering after 10 s. The live hosts' items are all stored; the unreachable hosts' tasks are counted
 ``host_unreachable``, their breaker opens, and they are deferred past the host's pause without spending a retry,
 never dead-lettered while paused."""

@@ -7,6 +7,7 @@ from harvester.lazy import lazy_face
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
     from harvester.distributor.dead_letters import DeadLetter, DeadLetters
     from harvester.distributor.dead_tasks import DeadLettering, DeadTasks, count_down_dead, dead_tasks_of_run
+    from harvester.distributor.endings import RetryPolicy, TaskEnding
     from harvester.distributor.hosts import host_of
     from harvester.distributor.intake import Intake
     from harvester.distributor.messages import TaskMessage
@@ -19,9 +20,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         FetchTokens,
         RateLimitStore,
         ReapResult,
-        RetryPolicy,
         StartResult,
-        TaskEnding,
         WorkerLostResult,
     )
     from harvester.source_stats import SourceStats

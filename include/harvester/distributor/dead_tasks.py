@@ -20,8 +20,9 @@ from typing import Any, Protocol
 
 import redis
 
+from harvester.distributor.endings import TaskEnding
 from harvester.distributor.messages import TaskMessage
-from harvester.distributor.store import Leases, RateLimitStore, TaskEnding, WorkerLostResult
+from harvester.distributor.store import Leases, RateLimitStore, WorkerLostResult
 from harvester.errors import HarvesterError, redis_storage_errors
 from harvester.redis_keys import SourceKeys
 

@@ -13,13 +13,13 @@ a redelivered message whose tasks are no longer held is dropped and counted (``s
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
+from harvester.distributor.endings import RetryPolicy, TaskEnding
 from harvester.distributor.hosts import host_of
 from harvester.distributor.messages import TaskMessage
 from harvester.distributor.scripts import distributor_scripts
@@ -32,6 +32,7 @@ from harvester.source_stats import SourceStats
 SIGNAL_BACKLOG = 64  # wake-up tokens kept at most; one is enough to wake a distributor
 ADMIT_CHUNK = 1000  # tasks per atomic admit call: a large batch is several bounded calls in one round trip
 PROMOTE_LIMIT = 1000  # due retries moved to the front of intake per source before each admission
+PARK_LIMIT = 1000  # intake tasks one admit call may move to their hosts' queues (admit.lua)
 LIVE_SCAN_PAGE = 1000  # entries read per command inside live_tasks.lua
 KILLS_ALLOWED = 2  # a batch that kills its worker this many times is dead-lettered with that reason
 
@@ -124,62 +125,6 @@ class ReapResult:
     returned: int = 0  # reservations never started (unpublished, or their message lost): back uncharged
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with a little jitter, capped; a server's Retry-After wins."""
-
-    base_seconds: float = 2.0
-    max_seconds: float = 300.0
-    jitter: float = 0.1
-
-    @classmethod
-    def from_settings(cls, settings: HarvesterSettings) -> RetryPolicy:
-        return cls(settings.retry_base_seconds, settings.retry_max_seconds)
-
-    def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        """Seconds before attempt ``attempt + 1`` may run (``attempt`` is the one that just failed)."""
-        if retry_after is not None:
-            return max(0.0, float(retry_after))
-        backoff = self.base_seconds * (2 ** min(attempt, 30))
-        return min(self.max_seconds, backoff * (1 + random.uniform(0, self.jitter)))
-
-
-@dataclass(frozen=True)
-class TaskEnding:
-    """One task handed back: retried after backoff (dead past its source's retries) when it has ``message``,
-    else (a rejection) dead at once, whatever its retries. Only the holder of ``token`` acts."""
-
-    source: str
-    task_id: str
-    original: str  # the message as dead letters keep it (JSON, without the lease token)
-    reason: str
-    message: TaskMessage | None = None
-    retry_after: float | None = None
-    token: str | None = None
-    keep_attempt: bool = False  # deferred (its host's breaker is open): no retry spent, due after the pause
-
-    @classmethod
-    def failure(cls, message: TaskMessage, reason: str, retry_after: float | None = None) -> TaskEnding:
-        return cls(message.source, message.task_id, message.to_json(), reason, message, retry_after,
-                   message.lease_token)
-
-    @classmethod
-    def deferral(cls, message: TaskMessage, reason: str, seconds: float) -> TaskEnding:
-        """Back after ``seconds`` with the same attempt: its host was found unreachable, not the task wrong
-        (harvester.workers.host_breaker); the host is paused as long (``fail.lua`` pauses it with the retry)."""
-        return cls(message.source, message.task_id, message.to_json(), reason, message, seconds, message.lease_token,
-                   keep_attempt=True)
-
-    @classmethod
-    def rejection(cls, source: str, raw_message: str, reason: str, token: str | None = None) -> TaskEnding:
-        """``raw_message`` as admitted; its ``lease_token`` (delivery metadata) is the token unless one is given."""
-        parsed = json.loads(raw_message)
-        if "lease_token" in parsed:  # not part of the task: keep it out of dead letters
-            token = str(parsed.pop("lease_token")) if token is None else token
-            raw_message = json.dumps(parsed, separators=(",", ":"))
-        return cls(source, str(parsed.get("task_id", "")), raw_message, reason, token=token)
-
-
 class RateLimitStore:
     """Admission, leases, retries and stats of every source, shared by all distributors and workers."""
 
@@ -217,7 +162,8 @@ class RateLimitStore:
                                   publish_grace_seconds=self.settings.publish_grace_seconds,
                                   window_seconds=self.settings.rate_window_seconds
                                   + self.settings.rate_window_margin_seconds, now=_now_argument(now),
-                                  expected_source=source, dead_letters_max=self.settings.dead_letters_max_per_source)
+                                  expected_source=source, dead_letters_max=self.settings.dead_letters_max_per_source,
+                                  host_queue_prefix=SourceKeys(source).host_queue_prefix, park_limit=PARK_LIMIT)
                     calls.append((index, "admit"))
                     remaining -= size
                     if remaining <= 0:
@@ -401,7 +347,8 @@ class RateLimitStore:
     def live_task_ids(self, source: str, run_id: str) -> set[str]:
         """Ids of one run's tasks in intake, delayed, reserved or leased: one atomic look (it cannot miss a
         task moving from intake to a lease while it looks)."""
-        return set(self.scripts.call("live_tasks", source, run_id=run_id, page=LIVE_SCAN_PAGE).task_ids)
+        return set(self.scripts.call("live_tasks", source, run_id=run_id, page=LIVE_SCAN_PAGE,
+                                     host_queue_prefix=SourceKeys(source).host_queue_prefix).task_ids)
 
     @redis_storage_errors()
     def reap(self, sources: Iterable[str] | None = None, now: float | None = None) -> ReapResult:
