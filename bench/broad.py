@@ -11,12 +11,14 @@ Politeness: one request in flight and 30 request starts a minute per host, count
 - Scrapy (bench/broad_scrapy_peer.py, installed for the bench only under var/bench-peers/) with its documented
   broad-crawl settings (``DownloaderAwarePriorityQueue``, one request per domain, ``DOWNLOAD_DELAY = 2``,
   retries as ours) -> ``scrapy_pages_per_s``, ``broad_ratio`` = ours over Scrapy's (goal >= 1.5).
-- crawlee-python is not run yet: ``broad_crawlee_ratio`` and its figures are null.
+- crawlee-python (bench/broad_crawlee_peer.py, installed as bench/crawl.py installs it) with its per-domain
+  throttling (``ThrottlingRequestManager``, a 2 s crawl delay per host) -> ``broad_crawlee_ratio`` (goal >= 1.0).
+- Every crawler is timed by the server: from the first request it saw to the last live page served.
 - ``politeness_violations``: what the server counted over both crawlers (goal 0); CPU per live page of each.
 
 Usage: .venv/bin/python bench/broad.py [--hosts 2000] [--pages 10] [--concurrency 64] [--workers 2]
        [--publish-batch N] [--smoke]
-``--smoke`` (CI): 50 hosts of 4 pages, slow hosts answering after 3 s, Scrapy skipped (its figures null).
+``--smoke`` (CI): 50 hosts of 4 pages, slow hosts answering after 3 s, Scrapy and crawlee skipped (figures null).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 import redis
 import yaml
 from broad_web import CONTROL_ADDRESS, host_address, host_kind  # beside this file
-from crawl import tree_cpu_seconds  # beside this file
+from crawl import ensure_crawlee, tree_cpu_seconds  # beside this file
 from rig import BIN, ROOT, Processes, bench_processes, start_mongo, start_redis
 
 PROMISED_KEYS = (
@@ -43,6 +45,7 @@ PROMISED_KEYS = (
     "broad_ratio", "broad_crawlee_ratio", "politeness_violations", "scrapy_politeness_violations",
     "dead_host_cost", "cpu_ms_per_page", "scrapy_cpu_ms_per_page", "crawlee_cpu_ms_per_page",
     "seconds", "live_only_seconds", "scrapy_seconds", "host_unreachable", "peers_skipped",
+    "crawlee_politeness_violations", "crawlee_seconds",
 )
 SCRAPY_VERSION = "2.19.0"  # bench/requirements.txt
 PER_MINUTE = 30
@@ -104,10 +107,12 @@ def write_source(directory: Path, concurrency: int, first_url: str) -> Path:
 
 def wait_for_live_pages(web: Web, live_pages: int, timeout: float, processes: list[subprocess.Popen],
                         started: float) -> float:
-    """Seconds from ``started`` (``time.perf_counter``) until the web served every live page."""
+    """Once the web served every live page: the seconds from the first request it saw to the last live page
+    (``live_span``, the server's clock, so no crawler's start-up counts). ``started``: ``time.perf_counter``."""
     while time.perf_counter() - started < timeout:
-        if web.stats()["served"].get("normal", 0) >= live_pages:
-            return time.perf_counter() - started
+        stats = web.stats()
+        if stats["served"].get("normal", 0) >= live_pages:
+            return float(stats["live_span"])
         if any(process.poll() is not None for process in processes):
             break
         time.sleep(0.1)
@@ -163,6 +168,23 @@ def run_scrapy(processes: Processes, peer: Path, urls: list[str], web: Web, live
             "served": observed["served"]}
 
 
+def run_crawlee(processes: Processes, peer: Path, urls: list[str], web: Web, live_pages: int, concurrency: int,
+                timeout: float) -> dict[str, Any]:
+    url_file = processes.directory / "urls.json"
+    url_file.write_text(json.dumps(urls))
+    web.reset()
+    started = time.perf_counter()
+    process = processes.start("crawlee", [sys.executable, str(ROOT / "bench" / "broad_crawlee_peer.py"),
+                                          "--peer-path", str(peer), "--urls", str(url_file),
+                                          "--concurrency", str(concurrency)])
+    seconds = wait_for_live_pages(web, live_pages, timeout, [process], started)
+    cpu_seconds = tree_cpu_seconds([process])
+    observed = web.stats()
+    processes.stop(process)
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "violations": observed["violations"],
+            "served": observed["served"]}
+
+
 def per_page_ms(run: dict[str, Any] | None, pages: int) -> float | None:
     return None if run is None else round(run["cpu_seconds"] * 1000 / pages, 2)
 
@@ -196,9 +218,11 @@ def main() -> None:
         urls = page_urls(web.port, args.hosts, args.pages)
         source_path = write_source(processes.sources, args.concurrency, urls[0])
         ours = run_harvester(processes, env, source_path, urls, web, live_pages, args.workers, args.timeout)
-        scrapy = None
+        scrapy = crawlee = None
         if not args.smoke:
             scrapy = run_scrapy(processes, ensure_scrapy(), urls, web, live_pages, args.concurrency, args.timeout)
+            crawlee = run_crawlee(processes, ensure_crawlee()[1], urls, web, live_pages, args.concurrency,
+                                  args.timeout)
         processes.stop(web.process)
 
         live_web = Web(processes, args.hosts, slow_seconds, live_only=True)
@@ -210,22 +234,27 @@ def main() -> None:
 
     rate = live_pages / ours["seconds"]
     scrapy_rate = None if scrapy is None else live_pages / scrapy["seconds"]
+    crawlee_rate = None if crawlee is None else live_pages / crawlee["seconds"]
     print(json.dumps({
         "bench": "broad", "hosts": args.hosts, "pages_per_host": args.pages, "live_pages": live_pages,
         "concurrency": args.concurrency, "workers": args.workers,
         "publish_batch": args.publish_batch, "scrapy": None if scrapy is None else SCRAPY_VERSION,
         "pages_per_s": round(rate, 2), "live_only_pages_per_s": round(live_pages / live_only["seconds"], 2),
-        "scrapy_pages_per_s": None if scrapy_rate is None else round(scrapy_rate, 2), "crawlee_pages_per_s": None,
-        "broad_ratio": None if scrapy_rate is None else round(rate / scrapy_rate, 3), "broad_crawlee_ratio": None,
+        "scrapy_pages_per_s": None if scrapy_rate is None else round(scrapy_rate, 2),
+        "crawlee_pages_per_s": None if crawlee_rate is None else round(crawlee_rate, 2),
+        "broad_ratio": None if scrapy_rate is None else round(rate / scrapy_rate, 3),
+        "broad_crawlee_ratio": None if crawlee_rate is None else round(rate / crawlee_rate, 3),
         "politeness_violations": ours["violations"] + live_only["violations"],
         "scrapy_politeness_violations": None if scrapy is None else scrapy["violations"],
         "dead_host_cost": round(ours["seconds"] / live_only["seconds"], 3),
         "cpu_ms_per_page": per_page_ms(ours, live_pages), "scrapy_cpu_ms_per_page": per_page_ms(scrapy, live_pages),
-        "crawlee_cpu_ms_per_page": None,
+        "crawlee_cpu_ms_per_page": per_page_ms(crawlee, live_pages),
+        "crawlee_politeness_violations": None if crawlee is None else crawlee["violations"],
+        "crawlee_seconds": None if crawlee is None else round(crawlee["seconds"], 2),
         "seconds": round(ours["seconds"], 2), "live_only_seconds": round(live_only["seconds"], 2),
         "scrapy_seconds": None if scrapy is None else round(scrapy["seconds"], 2),
         "host_unreachable": ours["host_unreachable"],
-        "peers_skipped": ["scrapy", "crawlee"] if args.smoke else ["crawlee"],
+        "peers_skipped": ["scrapy", "crawlee"] if args.smoke else [],
     }))
 
 

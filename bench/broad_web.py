@@ -6,7 +6,8 @@ the rest answer in 50-500 ms (fixed per host). ``--live-only`` binds the normal 
 dead and slow hosts). The server counts what a crawler did, per host, as the site would see it: pages served
 by kind, and politeness violations (a request starting while another is in flight at the host, or more than
 ``--per-minute`` request starts at the host in any 60 s). ``GET /_stats`` on the control address gives them;
-``POST /_reset`` starts a new count.
+``POST /_reset`` starts a new count. ``live_span`` is the seconds from the first request the hosts saw to the
+last live page served: every crawler is timed by the same clock, without its own start-up.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Counts:
         self.violations = 0
         self.in_flight: collections.Counter[int] = collections.Counter()
         self.starts: dict[int, collections.deque[float]] = collections.defaultdict(collections.deque)
-        self.first = self.last = 0.0
+        self.first = self.last_live = 0.0
 
     def start(self, index: int) -> None:
         now = time.monotonic()
@@ -72,10 +73,12 @@ class Counts:
         self.in_flight[index] -= 1
         if page:
             self.served[kind] += 1
-            self.last = time.monotonic()
+            if kind == "normal":
+                self.last_live = time.monotonic()
 
     def figures(self) -> dict[str, Any]:
-        return {"served": dict(self.served), "requests": self.requests, "violations": self.violations}
+        return {"served": dict(self.served), "requests": self.requests, "violations": self.violations,
+                "live_span": self.last_live - self.first if self.first else 0.0}
 
 
 def page_html(index: int, page: int) -> str:
