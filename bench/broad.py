@@ -174,9 +174,10 @@ def run_crawlee(processes: Processes, peer: Path, urls: list[str], web: Web, liv
     url_file.write_text(json.dumps(urls))
     web.reset()
     started = time.perf_counter()
+    env = {**os.environ, "CRAWLEE_STORAGE_DIR": str(processes.directory / "crawlee-storage")}  # never the repository
     process = processes.start("crawlee", [sys.executable, str(ROOT / "bench" / "broad_crawlee_peer.py"),
                                           "--peer-path", str(peer), "--urls", str(url_file),
-                                          "--concurrency", str(concurrency)])
+                                          "--concurrency", str(concurrency)], env)
     seconds = wait_for_live_pages(web, live_pages, timeout, [process], started)
     cpu_seconds = tree_cpu_seconds([process])
     observed = web.stats()

@@ -22,13 +22,14 @@ NOT_A_BENCH = "the crawlee peer of bench/broad.py"
 
 
 async def crawl(urls: list[str], concurrency: int, timeout: float, retries: int, delay_seconds: int) -> None:
-    from crawlee import ConcurrencySettings, Request
+    from crawlee import ConcurrencySettings, Request, service_locator
     from crawlee.crawlers import ParselCrawler, ParselCrawlingContext
     from crawlee.request_loaders import ThrottlingRequestManager
     from crawlee.storage_clients import MemoryStorageClient
     from crawlee.storages import RequestQueue
 
     storage = MemoryStorageClient()
+    service_locator.set_storage_client(storage)  # the per-host queues the throttler opens stay in memory too
     hosts = sorted({urlsplit(url).hostname or "" for url in urls})
     queue = await RequestQueue.open(storage_client=storage)
     throttler = ThrottlingRequestManager(inner=queue, domains=hosts, request_manager_opener=RequestQueue.open)
