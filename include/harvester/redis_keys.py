@@ -115,6 +115,31 @@ class SourceKeys:
         return self._key("host-paused")
 
     @property
+    def host_ready(self) -> str:
+        """Sorted set: host with tasks waiting in its own queue -> time its next task may be admitted (s); admission
+        takes hosts in this order, so a source over many hosts is served round-robin."""
+        return self._key("host-ready")
+
+    @property
+    def host_parked(self) -> str:
+        """String: tasks waiting in the hosts' own queues (intake's length does not count them)."""
+        return self._key("host-parked")
+
+    @property
+    def host_next_admission(self) -> str:
+        """Sorted set: host -> earliest time its next task may be admitted (``per_host_per_minute`` spacing, s)."""
+        return self._key("host-next-admission")
+
+    @property
+    def host_queue_prefix(self) -> str:
+        """Prefix of the hosts' queues: ``host_queue_prefix + host`` is :meth:`host_queue`."""
+        return self._key("host-queue:")
+
+    def host_queue(self, host: str) -> str:
+        """List: one host's tasks taken out of intake while the host could not take them, oldest first."""
+        return self.host_queue_prefix + host
+
+    @property
     def requests(self) -> str:
         """Hash: "<outcome>|<HTTP status>" -> requests the workers made (harvester.metrics.recording)."""
         return self._key("requests")

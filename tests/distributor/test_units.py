@@ -48,9 +48,11 @@ def test_a_contract_builds_keys_and_argv_by_name_and_decodes_replies_by_name():
     admit = CONTRACTS["admit"]
     keys = SourceKeys("shop")
     assert admit.key_names("shop")[:3] == [keys.intake, keys.active, keys.active_messages]  # due retries: promote_due
-    assert admit.key_names("shop")[-3:] == [keys.dead_letters, keys.leases, keys.run_dead]
+    assert admit.key_names("shop")[-3:] == [keys.host_ready, keys.host_parked, keys.host_next_admission]
     assert admit.argument_values({"wanted": 5, "publish_grace_seconds": 30, "window_seconds": 60, "now": "",
-                                  "expected_source": "shop", "dead_letters_max": 9}) == [5, 30, 60, "", "shop", 9]
+                                  "expected_source": "shop", "dead_letters_max": 9,
+                                  "host_queue_prefix": keys.host_queue_prefix, "park_limit": 7}) == [
+        5, 30, 60, "", "shop", 9, keys.host_queue_prefix, 7]
     with pytest.raises(TypeError, match="expected"):
         admit.argument_values({"wanted": 5})
     reply = admit.decode([b"ok", b"-1", 3, 0, b"12.5", 2, 41, b'{"a": 1}', b'{"b": 2}'])

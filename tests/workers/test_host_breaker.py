@@ -120,7 +120,10 @@ def test_dead_and_slow_hosts_are_deferred_while_live_hosts_are_all_stored(
         keys = SourceKeys(source.name)
         assert redis_client.llen(keys.dead_letters) == 0, "an unreachable host's task was dead-lettered while paused"
         deferred = [json.loads(raw) for raw in redis_client.zrange(keys.delayed, 0, -1)]
-        waiting = [json.loads(raw) for raw in redis_client.lrange(keys.intake, 0, -1)]  # never admitted: host paused
+        # never admitted (the host is paused): in intake, or in the host's own queue where admission moved them
+        hosts_waiting = redis_client.zrange(keys.host_ready, 0, -1)
+        queues = [keys.intake, *(keys.host_queue(host.decode()) for host in hosts_waiting)]
+        waiting = [json.loads(raw) for queue in queues for raw in redis_client.lrange(queue, 0, -1)]
         unreachable_hosts = {*DEAD_HOSTS, SLOW_HOST}
         assert {task["url"].split("//")[1].split(":")[0] for task in deferred} == unreachable_hosts
         assert sorted(task["url"] for task in deferred + waiting) == sorted(

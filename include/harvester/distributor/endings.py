@@ -1,5 +1,6 @@
-"""How a task that did not finish is handed back: the retry policy's backoff, and one task's ending (a retry, a
-deferral past its host's pause, or a rejection straight to dead letters) as ``RateLimitStore.end_tasks`` takes it."""
+"""How a task ends when it does not succeed: the retry backoff, and one ending (retry, deferral, rejection) as
+:meth:`harvester.distributor.store.RateLimitStore.end_tasks` records it. Apart from the store, which is the
+atomic calls; these are the values a worker or the page slots build before calling it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 
 from harvester.distributor.messages import TaskMessage
 from harvester.settings import HarvesterSettings
+
+__all__ = ["RetryPolicy", "TaskEnding"]
 
 
 @dataclass(frozen=True)

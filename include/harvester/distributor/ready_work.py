@@ -69,6 +69,7 @@ class ReadyWork:
         for source in looked:
             keys = SourceKeys(source.name)
             pipeline.llen(keys.intake)
+            pipeline.get(keys.host_parked)  # tasks admission moved to their hosts' queues: work too
             pipeline.zcount(keys.delayed, "-inf", now)
             pipeline.zrange(keys.delayed, 0, 0, withscores=True)
         replies = pipeline.execute()
@@ -80,8 +81,8 @@ class ReadyWork:
         retry_due_in: dict[str, float] = {}
         idle: list[str] = []
         for i, source in enumerate(looked):
-            pending, due_now, earliest = per_source[3 * i: 3 * i + 3]
-            ready[source.name] = int(pending) + int(due_now)
+            pending, parked, due_now, earliest = per_source[4 * i: 4 * i + 4]
+            ready[source.name] = int(pending) + int(parked or 0) + int(due_now)
             if earliest and ready[source.name] == 0:
                 retry_due_in[source.name] = max(0.0, float(earliest[0][1]) - now)
             elif not earliest and ready[source.name] == 0:
@@ -165,7 +166,7 @@ def drop_unless_busy(client: redis.Redis, index: str, names: list[str],
     widths = [queue_sizes(pipeline, SourceKeys(name)) for name in names]
     replies = iter(pipeline.execute())
     back = [name for name, width in zip(names, widths, strict=True)
-            if sum(int(next(replies)) for _ in range(width))]
+            if sum(int(next(replies) or 0) for _ in range(width))]
     if back:
         client.sadd(index, *back)
     return back
@@ -173,8 +174,9 @@ def drop_unless_busy(client: redis.Redis, index: str, names: list[str],
 
 def _work_sizes(pipeline: redis.client.Pipeline, keys: SourceKeys) -> int:
     pipeline.llen(keys.intake)
+    pipeline.get(keys.host_parked)
     pipeline.zcard(keys.delayed)
-    return 2
+    return 3
 
 
 def _lease_sizes(pipeline: redis.client.Pipeline, keys: SourceKeys) -> int:

@@ -71,6 +71,7 @@ def registration_fields(source: SourceConfig) -> dict[str, str | int | float]:
         "max_active": source.rate_limit.max_active,
         "per_minute": source.rate_limit.per_minute,
         "per_host_max_active": source.rate_limit.per_host_max_active or 0,
+        "per_host_per_minute": source.rate_limit.per_host_per_minute or 0,  # admission spaces a host's tasks
         "retries": source.retries,
         "timeout": source.timeout,
         DOCUMENT_FIELD: document,

@@ -36,8 +36,8 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
     _contract(
         "admit",
         "intake active active_messages active_hosts host_active_counts host_paused window paused_until counters "
-        "config dead_letters leases run_dead",
-        "wanted publish_grace_seconds window_seconds now expected_source dead_letters_max",
+        "config dead_letters leases run_dead host_ready host_parked host_next_admission",
+        "wanted publish_grace_seconds window_seconds now expected_source dead_letters_max host_queue_prefix park_limit",
         {"status": text, "wait_seconds": float, "pending": int, "malformed": int, "now": float, "active": int,
          "first_token": int, "messages...": text},
     ),
@@ -74,11 +74,12 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
     _contract("return_lost", f"{_RESERVATION_KEYS} intake leases", "leases...", {"returned": int}, table=False),
     _contract("acquire_fetch", "window config counters", "window_seconds count now",
               {"granted": int, "wait_seconds": float}),
-    _contract("live_tasks", "intake delayed active active_messages", "run_id page", {"task_ids...": text}),
+    _contract("live_tasks", "intake delayed active active_messages host_ready", "run_id page host_queue_prefix",
+              {"task_ids...": text}),
     _contract("pause", "paused", "seconds now host", {"paused_until": float}, table=False,
               explicit_keys=("paused",)),
     # the reply is a SourceStats, field for field and in order
-    _contract("stats", "intake delayed active window counters dead_letters", "window_seconds",
+    _contract("stats", "intake delayed active window counters dead_letters host_parked", "window_seconds",
               dict.fromkeys(STATS_FIELDS, int)),
     _contract("requeue_dead", "dead_letters intake run_dead", "limit", {"requeued": int, "kept": int}),
 )}

@@ -267,6 +267,8 @@ class Distributor:
                 outcome.admitted += len(tasks)
                 if tasks:
                     work.append((None if source.browser else source.queue, tasks))
+                if admission.wait_seconds:  # when its next queued host may take a task (admit.lua)
+                    waits.append(admission.wait_seconds)
             elif admission.status == "active_limit" and admission.wait_seconds is not None:
                 # room comes from a release (which wakes us) or from reaping the earliest lease when it expires
                 self._next_reap = min(self._next_reap, time.monotonic() + admission.wait_seconds)

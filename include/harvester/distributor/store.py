@@ -32,6 +32,7 @@ from harvester.source_stats import SourceStats
 SIGNAL_BACKLOG = 64  # wake-up tokens kept at most; one is enough to wake a distributor
 ADMIT_CHUNK = 1000  # tasks per atomic admit call: a large batch is several bounded calls in one round trip
 PROMOTE_LIMIT = 1000  # due retries moved to the front of intake per source before each admission
+PARK_LIMIT = 1000  # intake tasks one admit call may move to their hosts' queues (admit.lua)
 LIVE_SCAN_PAGE = 1000  # entries read per command inside live_tasks.lua
 KILLS_ALLOWED = 2  # a batch that kills its worker this many times is dead-lettered with that reason
 
@@ -161,7 +162,8 @@ class RateLimitStore:
                                   publish_grace_seconds=self.settings.publish_grace_seconds,
                                   window_seconds=self.settings.rate_window_seconds
                                   + self.settings.rate_window_margin_seconds, now=_now_argument(now),
-                                  expected_source=source, dead_letters_max=self.settings.dead_letters_max_per_source)
+                                  expected_source=source, dead_letters_max=self.settings.dead_letters_max_per_source,
+                                  host_queue_prefix=SourceKeys(source).host_queue_prefix, park_limit=PARK_LIMIT)
                     calls.append((index, "admit"))
                     remaining -= size
                     if remaining <= 0:
@@ -345,7 +347,8 @@ class RateLimitStore:
     def live_task_ids(self, source: str, run_id: str) -> set[str]:
         """Ids of one run's tasks in intake, delayed, reserved or leased: one atomic look (it cannot miss a
         task moving from intake to a lease while it looks)."""
-        return set(self.scripts.call("live_tasks", source, run_id=run_id, page=LIVE_SCAN_PAGE).task_ids)
+        return set(self.scripts.call("live_tasks", source, run_id=run_id, page=LIVE_SCAN_PAGE,
+                                     host_queue_prefix=SourceKeys(source).host_queue_prefix).task_ids)
 
     @redis_storage_errors()
     def reap(self, sources: Iterable[str] | None = None, now: float | None = None) -> ReapResult:
