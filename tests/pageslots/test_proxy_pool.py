@@ -82,6 +82,22 @@ def test_the_living_proxies_take_turns(redis_client: redis.Redis) -> None:
     assert sorted(firsts) == ["proxy_sg", "proxy_sg", "proxy_sg_2", "proxy_sg_2", "proxy_sg_3", "proxy_sg_3"]
 
 
+def test_a_host_that_banned_a_proxy_is_offered_the_others_first_until_the_ban_ends(redis_client: redis.Redis) -> None:
+    health = ProxyHealth(redis_client)
+    pool = ["proxy_sg", "proxy_sg_2", "proxy_sg_3"]
+    assert health.ban("SG", "proxy_sg", "shop.example", pool, seconds=0.6) == 2  # two exits still welcome it
+    assert all(health.choose("SG", pool, "shop.example")[-1] == "proxy_sg" for _ in range(6))
+    assert sorted(health.choose("SG", pool, "shop.example")) == sorted(pool)  # last, never dropped
+    assert {health.choose("SG", pool, "other.example")[0] for _ in range(6)} == set(pool)  # other hosts: no ban
+    assert health.ban("SG", "proxy_sg_2", "shop.example", pool, seconds=0.6) == 1
+    assert health.ban("SG", "proxy_sg_3", "shop.example", pool, seconds=0.6) == 0  # rotation cannot help now
+    assert sorted(health.choose("SG", pool, "shop.example")) == sorted(pool)  # every one banned: all keep turns
+    assert 0 < redis_client.pttl(PageSlotKeys().proxy_bans("SG")) <= 1000  # the bans' hash goes with the last ban
+    time.sleep(0.7)
+    assert {health.choose("SG", pool, "shop.example")[0] for _ in range(6)} == set(pool)  # the bans ended
+    assert [health.states("SG")[proxy].bans for proxy in pool] == [1, 1, 1]
+
+
 def test_a_proxy_killed_mid_run_costs_no_request_and_its_failures_are_counted(
         redis_client: redis.Redis, forward_proxy_factory, site, monkeypatch) -> None:
     site.route("/page", text="hello", content_type="text/plain")

@@ -128,6 +128,11 @@ class HealthTrackedPool:
     async def report(self, upstream: UpstreamProxy, ok: bool) -> None:
         await asyncio.to_thread(self.health.report, self.country, upstream.name, ok)
 
+    async def ban(self, name: str, host: str) -> int:
+        if name not in self.upstreams:
+            return 0
+        return await asyncio.to_thread(self.health.ban, self.country, name, host, list(self.upstreams))
+
 
 class CountryExits:
     """A worker's ways out for HTTP sources with a ``country``: one local :class:`GuardProxy` per country on the

@@ -158,6 +158,10 @@ class UpstreamPool(Protocol):
 
     async def report(self, upstream: UpstreamProxy, ok: bool) -> None: ...
 
+    async def ban(self, name: str, host: str) -> int:
+        """``host`` blocked a session through the member ``name``: the members it still welcomes."""
+        ...
+
 
 @dataclass(frozen=True)
 class SingleUpstream:
@@ -170,6 +174,9 @@ class SingleUpstream:
 
     async def report(self, upstream: UpstreamProxy, ok: bool) -> None:
         return None
+
+    async def ban(self, name: str, host: str) -> int:
+        return 0  # one proxy: nothing to rotate to
 
 
 @dataclass(frozen=True)

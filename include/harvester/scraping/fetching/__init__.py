@@ -34,7 +34,14 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     )
     from harvester.scraping.fetching.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
     from harvester.scraping.fetching.robots import RobotsCache
-    from harvester.scraping.fetching.sessions import RETIRING_STATUSES, ExitPool, Session, SessionExit, Sessions
+    from harvester.scraping.fetching.sessions import (
+        RETIRING_STATUSES,
+        ExitPool,
+        Session,
+        SessionExit,
+        Sessions,
+        host_name,
+    )
     from harvester.scraping.fetching.sites import Origin, credential_origins, origin_of_url, same_site
     from harvester.scraping.fetching.transports import HOST_UNREACHABLE, PROXY_ERROR_HEADER, REFUSED_HEADER
 
@@ -69,6 +76,7 @@ __all__ = [
     "decode_document",
     "decode_text",
     "decoder_for",
+    "host_name",
     "name_refusal",
     "origin_of_url",
     "same_site",

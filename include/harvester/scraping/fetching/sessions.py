@@ -24,12 +24,17 @@ from urllib.parse import urlsplit
 
 from harvester.config import SourceConfig
 
-__all__ = ["RETIRING_STATUSES", "ExitPool", "Session", "SessionExit", "Sessions"]
+__all__ = ["RETIRING_STATUSES", "ExitPool", "Session", "SessionExit", "Sessions", "host_name"]
 
 RETIRING_STATUSES = frozenset({401, 403, 429})  # a site's answers that it holds something against this session
 SESSION_MAX_USES = 200  # requests per session: a long-lived session looks like a bot to the sites that count
 SESSION_MAX_AGE_SECONDS = 1800.0
 RETIRED_REMEMBERED = 1000  # retired sessions' verdicts kept, so a batch asking twice bans an exit once
+
+
+def host_name(url: str) -> str:
+    """The host a session and an exit's ban are kept for: the URL's host name, lower case, no port."""
+    return (urlsplit(url).hostname or "").lower().rstrip(".")
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ class Sessions:
         None when the source goes direct (no country, or the country has no proxy)."""
         if source.country is None or self.exits is None:
             return None
-        host = (urlsplit(url).hostname or "").lower().rstrip(".")
+        host = host_name(url)
         session = self._current.get((source.name, host))
         if session is not None and (worn := session.worn(self.max_uses, self.max_age)):
             self._retire(session, f"served its time ({worn})")
