@@ -11,15 +11,20 @@ both exits carried pages and the second exit was never challenged (its session n
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from harvester.config import SourceConfig
 from harvester.distributor import TaskMessage
-from harvester.pageslots import ProxyHealth
+from harvester.pageslots import CountryExits, ProxyHealth
+from harvester.scraping.fetching import AddressGuard, Sessions
 
+from tests.fixtures.demo_site import demo_source_document
 from tests.workers.test_batch import dead_reasons, records, run_until_idle
 
 pytestmark = pytest.mark.integration
@@ -77,3 +82,37 @@ def test_a_session_an_exit_address_is_banned_from_retires_and_the_retry_takes_th
     assert states[banned].bans >= 1 and all(state.bans == 0 for name, state in states.items() if name != banned)
     urls = {address: [urlsplit(url).path for url in proxy.stats()["urls"]] for address, proxy in sg_exits.items()}
     assert all(any(path.startswith("/product/") for path in paths) for paths in urls.values()), urls
+
+
+def test_a_session_is_retired_after_its_uses_its_age_or_a_block_and_its_successor_has_an_empty_jar(
+        redis_client, worker_settings, monkeypatch) -> None:
+    """Choosing an exit opens no connection, so the pool's proxies need not answer here."""
+    for port, connection_id in enumerate(EXITS.values(), start=9):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{connection_id.upper()}", f"http://127.0.0.1:{port}")
+    source = SourceConfig.model_validate(demo_source_document("http://shop.example", "sessions_unit", country="SG"))
+    direct = SourceConfig.model_validate(demo_source_document("http://shop.example", "sessions_direct"))
+    forgotten: list[str] = []
+
+    async def scenario() -> None:
+        exits = CountryExits(AddressGuard.from_settings(worker_settings), redis_client)
+        sessions = Sessions(exits, forgotten.append, max_uses=2, max_age=0.3)
+        try:
+            assert await sessions.of(direct, "http://shop.example/a") is None  # no country: direct, no session
+            first, again = [await sessions.of(source, "http://shop.example/a") for _ in range(2)]
+            assert first is again and first.exit.name in EXITS.values()
+            other_host = await sessions.of(source, "http://cdn.example/x")
+            assert other_host is not first  # one session per site host
+            worn = await sessions.of(source, "http://shop.example/b")  # past its two uses
+            assert worn is not first and forgotten == [first.key] and "2 requests" in first.retired
+            assert await sessions.blocked(worn.key, "HTTP 403") is True  # the other exit still welcomes the host
+            assert await sessions.blocked(worn.key, "HTTP 403") is True and forgotten[-1] == worn.key  # once
+            successor = await sessions.of(source, "http://shop.example/c")
+            assert successor.exit.name != worn.exit.name  # the banned exit goes last
+            time.sleep(0.35)
+            aged = await sessions.of(source, "http://shop.example/d")
+            assert aged is not successor and "old" in successor.retired
+        finally:
+            await exits.aclose()
+
+    asyncio.run(scenario())
+    assert ProxyHealth(redis_client).states("SG")
