@@ -274,7 +274,8 @@ class PageSlotKeys:
 
     def proxy_health(self, country: str) -> str:
         """Hash: the health of one country's proxy pool, shared by every worker: "<connection id>|failures"
-        (consecutive), "|out_until" (server time, s), "|requests", "|errors", "|bans" (ever), and "#turn" (rotation)."""
+        (consecutive), "|out_until" (server time, s), "|requests", "|errors", "|bans", "|bytes" (ever), and
+        "#turn" (rotation)."""
         return self._key(f"proxy-health:{country}")
 
     def proxy_bans(self, country: str) -> str:

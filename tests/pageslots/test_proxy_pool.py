@@ -153,3 +153,45 @@ def test_a_pool_with_no_living_proxy_answers_a_proxy_error_not_a_site_failure(
     assert (guard.proxy_failures, guard.proxy_errors) == (2, 1)
     assert time.monotonic() - started < 5
     assert site.seen == []
+
+
+def test_each_proxy_s_figures_move_when_it_carries_fails_and_is_banned_on_the_page_and_in_the_metrics(
+        redis_client: redis.Redis, forward_proxy_factory, site, monkeypatch, harvester_settings) -> None:
+    from harvester.metrics.collector import metrics_registry
+    from harvester.pageslots import proxy_figures
+
+    from tests.metrics.helpers import scrape, value
+
+    site.route("/page", text="hello", content_type="text/plain")
+    living = forward_proxy_factory("SG-1")
+    monkeypatch.setenv("AIRFLOW_CONN_PROXY_SG", living.url)
+    monkeypatch.setenv("AIRFLOW_CONN_PROXY_SG_2", f"http://127.0.0.1:{free_port('127.0.0.1')}")  # nobody listens
+    pool = HealthTrackedPool("SG", proxy_pool("SG"), ProxyHealth(redis_client))
+    registry = metrics_registry(redis_client, harvester_settings)
+
+    async def run() -> int:
+        proxy = GuardProxy(AddressGuard(parse_allowed_networks("127.0.0.1/32")), pool, connect_timeout=5)
+        await proxy.start()
+        try:
+            for _ in range(4):
+                await get_through(proxy, f"{site.url}/page", f"127.0.0.1:{site.port}")
+            await pool.ban("proxy_sg", "127.0.0.1")
+            deadline = time.monotonic() + 5  # each connection's bytes are counted as it ends, after the answer
+            while pool.health.states("SG")["proxy_sg"].bytes < proxy.bytes_relayed and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return proxy.bytes_relayed
+        finally:
+            await proxy.close()
+
+    relayed = asyncio.run(run())
+    figures = {member["proxy"]: member for member in proxy_figures(redis_client)["SG"]}
+    assert figures["proxy_sg"]["requests"] == 4 and figures["proxy_sg"]["bans"] == 1
+    assert figures["proxy_sg"]["bytes"] == relayed > 4 * len("hello") and figures["proxy_sg"]["state"] == "in"
+    assert figures["proxy_sg_2"]["errors"] >= 1 and figures["proxy_sg_2"]["bytes"] == 0
+    assert figures["proxy_sg_2"]["state"] == ("out" if figures["proxy_sg_2"]["errors"] >= FAILURES_ALLOWED else "in")
+    samples = scrape(registry)
+    for name in ("requests", "errors", "bans", "bytes"):
+        for proxy_name, member in figures.items():
+            shown = value(samples, f"harvester_proxy_member_{name}_total", country="SG", proxy=proxy_name)
+            assert shown == member[name], (name, proxy_name)
+    assert value(samples, "harvester_proxy_member_out", country="SG", proxy="proxy_sg") == 0

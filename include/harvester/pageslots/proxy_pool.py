@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import redis
 
+from harvester.errors import redis_storage_errors
 from harvester.pageslots.proxies import Proxy, parse_proxy, proxy_environment_variable
 from harvester.pageslots.scripts import page_slot_scripts
 from harvester.redis_keys import PageSlotKeys
@@ -63,6 +64,13 @@ class ProxyState:
     requests: int
     errors: int
     bans: int = 0  # blocks a host answered through this proxy (each banned it from that host for a while)
+    bytes: int = 0  # relayed both ways through it, every worker's guard proxies together
+
+    def figures(self, now: float) -> dict[str, str | int]:
+        """What the Harvester page and the metrics show of it (``state``: ``in``, or ``out`` while backed off)."""
+        return {"proxy": self.connection_id, "state": "out" if self.out(now) else "in", "requests": self.requests,
+                "errors": self.errors, "bans": self.bans, "bytes": self.bytes,
+                "consecutive_failures": self.consecutive_failures}
 
     def out(self, now: float) -> bool:
         return self.out_until > now
@@ -101,12 +109,33 @@ class ProxyHealth:
 
     def states(self, country: str) -> dict[str, ProxyState]:
         """Each proxy of the country that has reported, by connection id."""
-        fields = {text(name): text(value) for name, value in self.client.hgetall(KEYS.proxy_health(country)).items()}
-        proxies = sorted({name.split("|", 1)[0] for name in fields if "|" in name})
-        return {proxy: ProxyState(proxy, int(fields.get(f"{proxy}|failures", 0)),
-                                  float(fields.get(f"{proxy}|out_until", 0)), int(fields.get(f"{proxy}|requests", 0)),
-                                  int(fields.get(f"{proxy}|errors", 0)), int(fields.get(f"{proxy}|bans", 0)))
-                for proxy in proxies}
+        return pool_states(self.client, country)
+
+    def carried(self, country: str, connection_id: str, amount: int) -> None:
+        """Bytes a connection through the proxy relayed (counted when it ends)."""
+        self.client.hincrby(KEYS.proxy_health(country), f"{connection_id}|bytes", amount)
+
+
+def pool_states(client: redis.Redis, country: str) -> dict[str, ProxyState]:
+    """Each proxy of the country that has reported, by connection id."""
+    fields = {text(name): text(value) for name, value in client.hgetall(KEYS.proxy_health(country)).items()}
+    proxies = sorted({name.split("|", 1)[0] for name in fields if "|" in name})
+    return {proxy: ProxyState(proxy, int(fields.get(f"{proxy}|failures", 0)),
+                              float(fields.get(f"{proxy}|out_until", 0)), int(fields.get(f"{proxy}|requests", 0)),
+                              int(fields.get(f"{proxy}|errors", 0)), int(fields.get(f"{proxy}|bans", 0)),
+                              int(fields.get(f"{proxy}|bytes", 0)))
+            for proxy in proxies}
+
+
+def proxy_figures(client: redis.Redis) -> dict[str, list[dict[str, str | int]]]:
+    """Every country's proxies as the page and the metrics show them, by country (Redis TIME tells who is out)."""
+    prefix = KEYS.proxy_health("")
+    with redis_storage_errors():
+        countries = sorted(text(key).removeprefix(prefix) for key in client.scan_iter(match=prefix + "*"))
+        seconds, microseconds = client.time()
+        now = seconds + microseconds / 1e6
+        return {country: [state.figures(now) for state in pool_states(client, country).values()]
+                for country in countries}
 
 
 class HealthTrackedPool:
@@ -127,6 +156,10 @@ class HealthTrackedPool:
 
     async def report(self, upstream: UpstreamProxy, ok: bool) -> None:
         await asyncio.to_thread(self.health.report, self.country, upstream.name, ok)
+
+    async def carried(self, upstream: UpstreamProxy, amount: int) -> None:
+        if amount:
+            await asyncio.to_thread(self.health.carried, self.country, upstream.name, amount)
 
     async def ban(self, name: str, host: str) -> int:
         if name not in self.upstreams:

@@ -357,7 +357,7 @@ class BatchRunner:
             try:
                 self.follower.follow(source, message, page, report, chain)
                 followed.append(message)
-            except Exception as error:
+            except Exception as error:  # any failure (Redis, MongoDB, a bug) hands the page back for a retry
                 log.exception("following the links of %s failed", message.url)
                 self.failures.retry(message, f"link discovery failed: {type(error).__name__}: {error}", None,
                                     report)

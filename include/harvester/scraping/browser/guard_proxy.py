@@ -39,6 +39,7 @@ import ipaddress
 import logging
 import socket
 import struct
+import weakref
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -162,6 +163,10 @@ class UpstreamPool(Protocol):
         """``host`` blocked a session through the member ``name``: the members it still welcomes."""
         ...
 
+    async def carried(self, upstream: UpstreamProxy, amount: int) -> None:
+        """A connection through ``upstream`` ended having relayed ``amount`` bytes both ways."""
+        ...
+
 
 @dataclass(frozen=True)
 class SingleUpstream:
@@ -177,6 +182,9 @@ class SingleUpstream:
 
     async def ban(self, name: str, host: str) -> int:
         return 0  # one proxy: nothing to rotate to
+
+    async def carried(self, upstream: UpstreamProxy, amount: int) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -202,6 +210,8 @@ class GuardProxy:
         self._server: asyncio.Server | None = None
         self._port = 0
         self._pinned: dict[str, tuple[asyncio.Server, int]] = {}  # pool member -> its listener and port
+        # an open tunnel -> the proxy it goes through (weak: a tunnel that never got spliced leaves no entry)
+        self._carriers: weakref.WeakKeyDictionary[asyncio.StreamWriter, UpstreamProxy] = weakref.WeakKeyDictionary()
         self._connections: set[asyncio.StreamWriter] = set()
 
     @property
@@ -287,7 +297,7 @@ class GuardProxy:
         sent = (origin_head + "Connection: close\r\n\r\n").encode("latin-1")
         upstream[1].write(sent)
         self.bytes_relayed += len(sent)
-        await self._splice(reader, writer, *upstream)
+        await self._splice(reader, writer, *upstream, relayed=len(sent))
 
     async def _checked_connection(self, host: str, port: int, writer: asyncio.StreamWriter, tunnel: bool,
                                   preferred: str | None = None
@@ -345,6 +355,7 @@ class GuardProxy:
                 failures.append(f"{upstream.name}: {type(error).__name__}: {error}")
             else:
                 await pool.report(upstream, True)
+                self._carriers[connection[1]] = upstream  # its bytes are the proxy's when it ends (_splice)
                 return connection
             self.proxy_failures += 1
             await pool.report(upstream, False)
@@ -371,11 +382,14 @@ class GuardProxy:
             await writer.drain()
 
     async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      upstream_reader: asyncio.StreamReader, upstream_writer: asyncio.StreamWriter) -> None:
-        """Relay both ways until either side ends; then both are closed."""
+                      upstream_reader: asyncio.StreamReader, upstream_writer: asyncio.StreamWriter,
+                      relayed: int = 0) -> None:
+        """Relay both ways until either side ends; then both are closed and the bytes (``relayed``: already sent)
+        are the proxy's that carried them."""
         self._connections.add(upstream_writer)
-        directions = [asyncio.ensure_future(self._pipe(reader, upstream_writer)),
-                      asyncio.ensure_future(self._pipe(upstream_reader, writer))]
+        counted = [relayed]
+        directions = [asyncio.ensure_future(self._pipe(reader, upstream_writer, counted)),
+                      asyncio.ensure_future(self._pipe(upstream_reader, writer, counted))]
         try:
             await asyncio.wait(directions, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -384,10 +398,15 @@ class GuardProxy:
             await asyncio.gather(*directions, return_exceptions=True)
             self._connections.discard(upstream_writer)
             upstream_writer.close()
+            carrier = self._carriers.pop(upstream_writer, None)
+            if carrier is not None and self.pool is not None:
+                with contextlib.suppress(Exception):  # a figure that cannot be written never fails a connection
+                    await self.pool.carried(carrier, counted[0])
 
-    async def _pipe(self, source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
+    async def _pipe(self, source: asyncio.StreamReader, target: asyncio.StreamWriter, relayed: list[int]) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while chunk := await source.read(65536):
                 self.bytes_relayed += len(chunk)
+                relayed[0] += len(chunk)
                 target.write(chunk)
                 await target.drain()
