@@ -299,8 +299,14 @@ class PageSlotKeys:
 
     def proxy_health(self, country: str) -> str:
         """Hash: the health of one country's proxy pool, shared by every worker: "<connection id>|failures"
-        (consecutive), "|out_until" (server time, s), "|requests", "|errors" (ever), and "#turn" (rotation)."""
+        (consecutive), "|out_until" (server time, s), "|requests", "|errors", "|bans", "|bytes" (ever), and
+        "#turn" (rotation)."""
         return self._key(f"proxy-health:{country}")
+
+    def proxy_bans(self, country: str) -> str:
+        """Hash: "<connection id>|<host>" -> server time (s) until which that host's requests prefer the country's
+        other proxies (it blocked this one); the hash expires as a whole after the last ban's length."""
+        return self._key(f"proxy-bans:{country}")
 
 
 def robots_key(origin: str) -> str:

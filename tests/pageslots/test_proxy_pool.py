@@ -82,6 +82,22 @@ def test_the_living_proxies_take_turns(redis_client: redis.Redis) -> None:
     assert sorted(firsts) == ["proxy_sg", "proxy_sg", "proxy_sg_2", "proxy_sg_2", "proxy_sg_3", "proxy_sg_3"]
 
 
+def test_a_host_that_banned_a_proxy_is_offered_the_others_first_until_the_ban_ends(redis_client: redis.Redis) -> None:
+    health = ProxyHealth(redis_client)
+    pool = ["proxy_sg", "proxy_sg_2", "proxy_sg_3"]
+    assert health.ban("SG", "proxy_sg", "shop.example", pool, seconds=0.6) == 2  # two exits still welcome it
+    assert all(health.choose("SG", pool, "shop.example")[-1] == "proxy_sg" for _ in range(6))
+    assert sorted(health.choose("SG", pool, "shop.example")) == sorted(pool)  # last, never dropped
+    assert {health.choose("SG", pool, "other.example")[0] for _ in range(6)} == set(pool)  # other hosts: no ban
+    assert health.ban("SG", "proxy_sg_2", "shop.example", pool, seconds=0.6) == 1
+    assert health.ban("SG", "proxy_sg_3", "shop.example", pool, seconds=0.6) == 0  # rotation cannot help now
+    assert sorted(health.choose("SG", pool, "shop.example")) == sorted(pool)  # every one banned: all keep turns
+    assert 0 < redis_client.pttl(PageSlotKeys().proxy_bans("SG")) <= 1000  # the bans' hash goes with the last ban
+    time.sleep(0.7)
+    assert {health.choose("SG", pool, "shop.example")[0] for _ in range(6)} == set(pool)  # the bans ended
+    assert [health.states("SG")[proxy].bans for proxy in pool] == [1, 1, 1]
+
+
 def test_a_proxy_killed_mid_run_costs_no_request_and_its_failures_are_counted(
         redis_client: redis.Redis, forward_proxy_factory, site, monkeypatch) -> None:
     site.route("/page", text="hello", content_type="text/plain")
@@ -137,3 +153,45 @@ def test_a_pool_with_no_living_proxy_answers_a_proxy_error_not_a_site_failure(
     assert (guard.proxy_failures, guard.proxy_errors) == (2, 1)
     assert time.monotonic() - started < 5
     assert site.seen == []
+
+
+def test_each_proxy_s_figures_move_when_it_carries_fails_and_is_banned_on_the_page_and_in_the_metrics(
+        redis_client: redis.Redis, forward_proxy_factory, site, monkeypatch, harvester_settings) -> None:
+    from harvester.metrics.collector import metrics_registry
+    from harvester.pageslots import proxy_figures
+
+    from tests.metrics.helpers import scrape, value
+
+    site.route("/page", text="hello", content_type="text/plain")
+    living = forward_proxy_factory("SG-1")
+    monkeypatch.setenv("AIRFLOW_CONN_PROXY_SG", living.url)
+    monkeypatch.setenv("AIRFLOW_CONN_PROXY_SG_2", f"http://127.0.0.1:{free_port('127.0.0.1')}")  # nobody listens
+    pool = HealthTrackedPool("SG", proxy_pool("SG"), ProxyHealth(redis_client))
+    registry = metrics_registry(redis_client, harvester_settings)
+
+    async def run() -> int:
+        proxy = GuardProxy(AddressGuard(parse_allowed_networks("127.0.0.1/32")), pool, connect_timeout=5)
+        await proxy.start()
+        try:
+            for _ in range(4):
+                await get_through(proxy, f"{site.url}/page", f"127.0.0.1:{site.port}")
+            await pool.ban("proxy_sg", "127.0.0.1")
+            deadline = time.monotonic() + 5  # each connection's bytes are counted as it ends, after the answer
+            while pool.health.states("SG")["proxy_sg"].bytes < proxy.bytes_relayed and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return proxy.bytes_relayed
+        finally:
+            await proxy.close()
+
+    relayed = asyncio.run(run())
+    figures = {member["proxy"]: member for member in proxy_figures(redis_client)["SG"]}
+    assert figures["proxy_sg"]["requests"] == 4 and figures["proxy_sg"]["bans"] == 1
+    assert figures["proxy_sg"]["bytes"] == relayed > 4 * len("hello") and figures["proxy_sg"]["state"] == "in"
+    assert figures["proxy_sg_2"]["errors"] >= 1 and figures["proxy_sg_2"]["bytes"] == 0
+    assert figures["proxy_sg_2"]["state"] == ("out" if figures["proxy_sg_2"]["errors"] >= FAILURES_ALLOWED else "in")
+    samples = scrape(registry)
+    for name in ("requests", "errors", "bans", "bytes"):
+        for proxy_name, member in figures.items():
+            shown = value(samples, f"harvester_proxy_member_{name}_total", country="SG", proxy=proxy_name)
+            assert shown == member[name], (name, proxy_name)
+    assert value(samples, "harvester_proxy_member_out", country="SG", proxy="proxy_sg") == 0

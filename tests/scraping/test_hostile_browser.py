@@ -137,7 +137,7 @@ def test_a_task_isolated_browser_source_resolves_its_connection_once_a_minute_no
 
     from harvester.connections import resolve_http
     from harvester.scraping.browser import slot_browser
-    from harvester.scraping.fetching import fetcher
+    from harvester.scraping.fetching import outgoing
 
     from tests.fixtures.hostile_hosts import ALLOW_BOTH
 
@@ -152,7 +152,7 @@ def test_a_task_isolated_browser_source_resolves_its_connection_once_a_minute_no
         resolved.append(connection_id)
         return resolve_http(connection_id, *args, **kwargs)
 
-    for module in (fetcher, slot_browser):
+    for module in (outgoing, slot_browser):
         monkeypatch.setattr(module, "resolve_http", counting, raising=False)
     source = demo_source(site.url, "isolated", render="browser", country="SG", http_connection_id="isolated_login",
                          robots="ignore", browser={"isolation": "task"})

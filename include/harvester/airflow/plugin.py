@@ -199,7 +199,8 @@ def dag_run_progress(dag_id: str, dag_run_id: str, views: ViewsDep) -> RunProgre
     return views.run_progress(source, run_id)
 
 
-@api.get("/slots", summary="Page slots per country and state, proxy bytes per country, the last allocation")
+@api.get("/slots", summary="Page slots per country and state, proxy bytes per country, each pool's proxies, the last "
+                           "allocation")
 def page_slots(views: ViewsDep) -> SlotsView:
     return views.slots()
 

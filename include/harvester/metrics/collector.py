@@ -22,7 +22,7 @@ from harvester.errors import StorageError
 from harvester.metrics.recording import FETCH_SECONDS, QUEUE_LATENCY_SECONDS
 from harvester.metrics.slots import slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
-from harvester.pageslots import proxy_bytes_by_country
+from harvester.pageslots import proxy_bytes_by_country, proxy_figures
 from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class HarvesterCollector(Collector):
         try:
             snapshot = read_snapshot(self.client, self.settings)
             proxy_bytes = proxy_bytes_by_country(self.client)
+            proxies = proxy_figures(self.client)
         except StorageError as error:  # every reader wraps its Redis errors
             log.warning("metrics scrape: Redis unavailable: %s", error)
             up = GaugeMetricFamily("harvester_redis_up", "1 when the collector could read Redis.")
@@ -69,6 +70,7 @@ class HarvesterCollector(Collector):
         yield up
         yield from self.source_metrics(snapshot, detailed_sources(snapshot, self.settings.metrics_detailed_sources))
         yield from self.shared_metrics(snapshot, proxy_bytes)
+        yield from proxy_metrics(proxies)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # names depend on Redis; registering must not read it
@@ -100,6 +102,27 @@ class HarvesterCollector(Collector):
             proxy.add_metric([country], amount)
         yield from (depth, slots, proxy)
         yield from process_metrics(snapshot)
+
+
+PROXY_FIGURES = {"requests": "Connections opened through each proxy of a country's pool.",
+                 "errors": "Connections a proxy of a country's pool failed (tried through the next).",
+                 "bans": "Blocks a host answered through each proxy (each banned it from that host a while).",
+                 "bytes": "Bytes relayed both ways through each proxy of a country's pool."}
+
+
+def proxy_metrics(proxies: dict[str, list[dict[str, str | int]]]) -> Iterator[Metric]:
+    """Each proxy of each country's pool (harvester.pageslots.proxy_pool): its figures, and whether it is out."""
+    families = {figure: CounterMetricFamily(f"harvester_proxy_member_{figure}", help_text, labels=["country", "proxy"])
+                for figure, help_text in PROXY_FIGURES.items()}
+    out = GaugeMetricFamily("harvester_proxy_member_out", "1 while a proxy is backed off after consecutive failures.",
+                            labels=["country", "proxy"])
+    for country, members in proxies.items():
+        for member in members:
+            labels = [country, str(member["proxy"])]
+            for figure, family in families.items():
+                family.add_metric(labels, int(member[figure]))
+            out.add_metric(labels, 1 if member["state"] == "out" else 0)
+    yield from (*families.values(), out)
 
 
 def process_metrics(snapshot: HarvestSnapshot) -> Iterator[Metric]:

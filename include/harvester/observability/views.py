@@ -21,7 +21,7 @@ from harvester.config import SourceConfig
 from harvester.distributor import DeadLetters
 from harvester.errors import UnknownSource
 from harvester.metrics import HarvestSnapshot, SourceSnapshot, read_snapshot, slots_by_country_and_state
-from harvester.pageslots import SlotRegistry, last_decision, proxy_bytes_by_country
+from harvester.pageslots import SlotRegistry, last_decision, proxy_bytes_by_country, proxy_figures
 from harvester.producer import RunMonitor, format_eta
 from harvester.settings import HarvesterSettings
 from harvester.storage import RUNS_COLLECTION, PageSnapshot, SnapshotStore
@@ -138,6 +138,9 @@ class RunSummary(BaseModel):
 class SlotsView(BaseModel):
     by_country: dict[str, dict[str, int]] = Field(description="Country -> slot state -> slots.")
     proxy_bytes: dict[str, int] = Field(description="Country -> bytes browsed through its proxy.")
+    proxies: dict[str, list[dict[str, Any]]] = Field(
+        default_factory=dict, description="Country -> each proxy of its pool: proxy, state (in or out), requests, "
+                                          "errors, bans, bytes, consecutive_failures.")
     last_decision: dict[str, Any] | None = Field(description="The allocator's last decision.")
     decision: list[str] = Field(default_factory=list,
                                 description="The allocator's last decision as the sentences it logs.")
@@ -349,7 +352,8 @@ class HarvestViews:
         records = SlotRegistry(self.redis).slots()
         decision = last_decision(self.redis)
         return SlotsView(by_country=slots_by_country_and_state(records),
-                         proxy_bytes=proxy_bytes_by_country(self.redis), last_decision=decision,
+                         proxy_bytes=proxy_bytes_by_country(self.redis), proxies=proxy_figures(self.redis),
+                         last_decision=decision,
                          decision=decision_sentences(decision),
                          decided_at=datetime.fromtimestamp(float(decision["at"]), UTC)
                          if decision and decision.get("at") else None,

@@ -11,6 +11,11 @@ consecutive connect or upstream failures take a proxy out for an exponential bac
 (``BACKOFF_BASE_SECONDS`` doubling up to ``BACKOFF_MAX_SECONDS``); once its time is over it is chosen again, and
 that probe's success brings it back. A connection is tried through the pool's other proxies before it fails, so
 a dead proxy costs a page nothing; only a pool with no living proxy ends a load as ``proxy_error``.
+
+Bans (``PageSlotKeys.proxy_bans``, the Lua script ``proxy_ban``): a host that blocked us through one proxy (a 401,
+403 or 429, or a block page) is banned from it for ``BAN_SECONDS``: the pool then offers that host its other proxies
+first, so a ban of one exit address is answered by another exit, not by pausing the host. A session
+(``harvester.scraping.fetching.sessions``) takes its proxy from the same order and is retired on the block.
 """
 
 from __future__ import annotations
@@ -24,15 +29,17 @@ from dataclasses import dataclass
 
 import redis
 
+from harvester.errors import redis_storage_errors
 from harvester.pageslots.proxies import Proxy, parse_proxy, proxy_environment_variable
 from harvester.pageslots.scripts import page_slot_scripts
 from harvester.redis_keys import PageSlotKeys
 from harvester.redis_scripts import text
-from harvester.scraping import AddressGuard, GuardProxy, UpstreamProxy
+from harvester.scraping import AddressGuard, GuardProxy, SessionExit, UpstreamProxy
 
 FAILURES_ALLOWED = 2  # consecutive failures before a proxy goes out (one failure can be the site's or a blip)
 BACKOFF_BASE_SECONDS = 5.0
 BACKOFF_MAX_SECONDS = 600.0
+BAN_SECONDS = 600.0  # a block through one exit: that host prefers the pool's other exits this long
 KEYS = PageSlotKeys()
 
 
@@ -56,6 +63,14 @@ class ProxyState:
     out_until: float  # Redis server time (s); 0 when in
     requests: int
     errors: int
+    bans: int = 0  # blocks a host answered through this proxy (each banned it from that host for a while)
+    bytes: int = 0  # relayed both ways through it, every worker's guard proxies together
+
+    def figures(self, now: float) -> dict[str, str | int]:
+        """What the Harvester page and the metrics show of it (``state``: ``in``, or ``out`` while backed off)."""
+        return {"proxy": self.connection_id, "state": "out" if self.out(now) else "in", "requests": self.requests,
+                "errors": self.errors, "bans": self.bans, "bytes": self.bytes,
+                "consecutive_failures": self.consecutive_failures}
 
     def out(self, now: float) -> bool:
         return self.out_until > now
@@ -68,10 +83,22 @@ class ProxyHealth:
         self.client = client
         self.scripts = page_slot_scripts(client)
 
-    def choose(self, country: str, connection_ids: list[str]) -> list[str]:
-        reply = self.scripts.call("proxy_choose", KEYS, {"proxy_health": KEYS.proxy_health(country)},
-                                  proxies=connection_ids)
+    def choose(self, country: str, connection_ids: list[str], host: str = "") -> list[str]:
+        """The order to try the pool in (for ``host``: the proxies it banned last)."""
+        reply = self.scripts.call("proxy_choose", KEYS, self._keys(country), host=host, proxies=connection_ids)
         return list(reply.chosen)
+
+    def ban(self, country: str, connection_id: str, host: str, connection_ids: list[str],
+            seconds: float = BAN_SECONDS) -> int:
+        """``host`` blocked us through ``connection_id``: it prefers the pool's other proxies for ``seconds``. The
+        number of the pool's proxies it still welcomes (not banned, not out): 0 means rotation cannot help."""
+        reply = self.scripts.call("proxy_ban", KEYS, self._keys(country), proxy=connection_id, host=host,
+                                  ban_seconds=seconds, proxies=connection_ids)
+        return int(reply.welcome)
+
+    @staticmethod
+    def _keys(country: str) -> dict[str, str]:
+        return {"proxy_health": KEYS.proxy_health(country), "proxy_bans": KEYS.proxy_bans(country)}
 
     def report(self, country: str, connection_id: str, ok: bool) -> tuple[str, int, float]:
         reply = self.scripts.call("proxy_report", KEYS, {"proxy_health": KEYS.proxy_health(country)},
@@ -82,11 +109,33 @@ class ProxyHealth:
 
     def states(self, country: str) -> dict[str, ProxyState]:
         """Each proxy of the country that has reported, by connection id."""
-        fields = {text(name): text(value) for name, value in self.client.hgetall(KEYS.proxy_health(country)).items()}
-        proxies = sorted({name.split("|", 1)[0] for name in fields if "|" in name})
-        return {proxy: ProxyState(proxy, int(fields.get(f"{proxy}|failures", 0)),
-                                  float(fields.get(f"{proxy}|out_until", 0)), int(fields.get(f"{proxy}|requests", 0)),
-                                  int(fields.get(f"{proxy}|errors", 0))) for proxy in proxies}
+        return pool_states(self.client, country)
+
+    def carried(self, country: str, connection_id: str, amount: int) -> None:
+        """Bytes a connection through the proxy relayed (counted when it ends)."""
+        self.client.hincrby(KEYS.proxy_health(country), f"{connection_id}|bytes", amount)
+
+
+def pool_states(client: redis.Redis, country: str) -> dict[str, ProxyState]:
+    """Each proxy of the country that has reported, by connection id."""
+    fields = {text(name): text(value) for name, value in client.hgetall(KEYS.proxy_health(country)).items()}
+    proxies = sorted({name.split("|", 1)[0] for name in fields if "|" in name})
+    return {proxy: ProxyState(proxy, int(fields.get(f"{proxy}|failures", 0)),
+                              float(fields.get(f"{proxy}|out_until", 0)), int(fields.get(f"{proxy}|requests", 0)),
+                              int(fields.get(f"{proxy}|errors", 0)), int(fields.get(f"{proxy}|bans", 0)),
+                              int(fields.get(f"{proxy}|bytes", 0)))
+            for proxy in proxies}
+
+
+def proxy_figures(client: redis.Redis) -> dict[str, list[dict[str, str | int]]]:
+    """Every country's proxies as the page and the metrics show them, by country (Redis TIME tells who is out)."""
+    prefix = KEYS.proxy_health("")
+    with redis_storage_errors():
+        countries = sorted(text(key).removeprefix(prefix) for key in client.scan_iter(match=prefix + "*"))
+        seconds, microseconds = client.time()
+        now = seconds + microseconds / 1e6
+        return {country: [state.figures(now) for state in pool_states(client, country).values()]
+                for country in countries}
 
 
 class HealthTrackedPool:
@@ -101,12 +150,21 @@ class HealthTrackedPool:
                                                                          name=proxy.connection_id)
                           for proxy in proxies}
 
-    async def candidates(self) -> list[UpstreamProxy]:
-        chosen = await asyncio.to_thread(self.health.choose, self.country, list(self.upstreams))
+    async def candidates(self, host: str = "") -> list[UpstreamProxy]:
+        chosen = await asyncio.to_thread(self.health.choose, self.country, list(self.upstreams), host)
         return [self.upstreams[name] for name in chosen if name in self.upstreams]
 
     async def report(self, upstream: UpstreamProxy, ok: bool) -> None:
         await asyncio.to_thread(self.health.report, self.country, upstream.name, ok)
+
+    async def carried(self, upstream: UpstreamProxy, amount: int) -> None:
+        if amount:
+            await asyncio.to_thread(self.health.carried, self.country, upstream.name, amount)
+
+    async def ban(self, name: str, host: str) -> int:
+        if name not in self.upstreams:
+            return 0
+        return await asyncio.to_thread(self.health.ban, self.country, name, host, list(self.upstreams))
 
 
 class CountryExits:
@@ -115,20 +173,47 @@ class CountryExits:
     ``proxy_error`` as a browser's), so the address rules hold for the target and CONNECT carries https. A
     country with no proxy connection has no exit (its sources fetch directly, as before pools).
 
-    Called as the fetcher's ``exits`` (``harvester.scraping.fetching.fetcher.CountryExits``)."""
+    The fetcher's sessions take their exits here (``harvester.scraping.fetching.sessions.ExitPool``): a session is
+    bound to one proxy of the pool, reached through the guard's listener pinned to it, and a block bans that proxy
+    from the host for every worker."""
 
     def __init__(self, guard: AddressGuard, client: redis.Redis, environ: Mapping[str, str] | None = None) -> None:
         self.guard, self.health, self.environ = guard, ProxyHealth(client), environ
         self._exits: dict[str, asyncio.Future[GuardProxy]] = {}
+        self._members: dict[str, list[str]] = {}  # country -> its pool's connection ids
 
     async def __call__(self, country: str) -> str | None:
+        """The country's exit with no session (every connection takes the pool's turn); None: no proxy."""
+        exit_proxy = await self._guard(country)
+        return exit_proxy.server if exit_proxy is not None else None
+
+    async def session_exit(self, country: str, host: str) -> SessionExit | None:
+        """The proxy a new session for ``host`` is bound to: the first the shared health and the host's bans
+        offer (None when the country has no proxy)."""
+        exit_proxy = await self._guard(country)
+        if exit_proxy is None:
+            return None
+        chosen = await asyncio.to_thread(self.health.choose, country, self._members[country], host)
+        if not chosen:
+            return SessionExit("", exit_proxy.server)  # every proxy unknown to the health: the pool's turn
+        return SessionExit(chosen[0], await exit_proxy.pinned(chosen[0]))
+
+    async def ban(self, country: str, exit_name: str, host: str) -> int:
+        """``host`` blocked us through ``exit_name``; the pool's proxies it still welcomes."""
+        members = self._members.get(country, [])
+        if not exit_name or exit_name not in members:
+            return 0
+        return await asyncio.to_thread(self.health.ban, country, exit_name, host, members)
+
+    async def _guard(self, country: str) -> GuardProxy | None:
         started = self._exits.get(country)
         if started is None:
             pool = proxy_pool(country, self.environ)
             if not pool:
                 return None
+            self._members[country] = [proxy.connection_id for proxy in pool]
             started = self._exits[country] = asyncio.ensure_future(self._start(country, pool))
-        return (await started).server
+        return await started
 
     def proxies(self, country: str) -> GuardProxy | None:
         """The country's running exit (its counts: bytes relayed, proxy failures), if one was started."""

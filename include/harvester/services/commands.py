@@ -30,6 +30,8 @@ def _register_forward_proxy(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--label", default="proxy", help="a name shown in its stats (e.g. the country)")
     parser.add_argument("--allow-any-upstream", action="store_true",
                         help="relay to any host (default: loopback upstreams only, as the demo and tests need)")
+    parser.add_argument("--source-address", default=None,
+                        help="the address upstream connections leave from (e.g. 127.0.0.2: its own exit address)")
     parser.set_defaults(handler=_forward_proxy)
 
 
@@ -40,5 +42,5 @@ def _forward_proxy(args: argparse.Namespace) -> int:
 
     print(f"forward proxy {args.label} on http://{args.host}:{args.port}/", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(ForwardProxy(args.label, args.allow_any_upstream).serve(args.host, args.port))
+        asyncio.run(ForwardProxy(args.label, args.allow_any_upstream, args.source_address).serve(args.host, args.port))
     return 0

@@ -58,8 +58,12 @@ class ProxyCounters:
 class ForwardProxy:
     """``await ForwardProxy(label).serve(host, port)``."""
 
-    def __init__(self, label: str = "proxy", allow_any_upstream: bool = False) -> None:
+    def __init__(self, label: str = "proxy", allow_any_upstream: bool = False,
+                 source_address: str | None = None) -> None:
         self.counters = ProxyCounters(label)
+        # the address its upstream connections leave from (a loopback address of its own, 127.0.0.2, ...), so a
+        # site on this machine tells the proxies apart as a real site tells proxies' exit addresses apart
+        self.local_addr = (source_address, 0) if source_address else None
         self.allow_any_upstream = allow_any_upstream
 
     async def _upstream_allowed(self, host: str, port: int) -> bool:
@@ -139,7 +143,8 @@ class ForwardProxy:
         counters.urls.append(target)
         del counters.urls[:-RECENT_URLS]
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+            upstream_reader, upstream_writer = await asyncio.open_connection(parts.hostname, parts.port or 80,
+                                                                             local_addr=self.local_addr)
         except OSError as error:
             message = f"proxy could not reach {host}: {error}".encode()
             writer.write(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: "
@@ -193,7 +198,8 @@ class ForwardProxy:
         self.counters.requests += 1
         self.counters.by_host[target] += 1
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port or 443))
+            upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port or 443),
+                                                                             local_addr=self.local_addr)
         except (OSError, ValueError):
             writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
             await writer.drain()

@@ -7,6 +7,9 @@ a record nor stalls the harvest: the pages are settled as always and the pages t
 counted (``archive_gap``, a source outcome that the run report shows and the ``HarvesterArchiveGap`` alert
 watches). The writer is opened on the first archived batch, so a worker of sources without an archive never
 loads warcio or fsspec.
+
+Rejected HTTP pages are kept too, as evidence (:class:`RejectedEvidence`): not the archive, the bounded store the
+browser's snapshots use, so a dead letter links to the page that earned it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from datetime import UTC, datetime
 
 from harvester.config import SourceConfig
 from harvester.distributor import TaskMessage
-from harvester.errors import ArchiveUnavailable, ConnectionNotFound
+from harvester.errors import ArchiveUnavailable, ConnectionNotFound, StorageError
 from harvester.scraping import FetchResult
 from harvester.settings import HarvesterSettings
-from harvester.storage import DATA_RESPONSE_KIND, ArchivedPage, ArchiveWriter
+from harvester.storage import DATA_RESPONSE_KIND, ArchivedPage, ArchiveWriter, PageEvidence, SnapshotStore
 from harvester.workers.report import BatchReport
 
 log = logging.getLogger(__name__)
@@ -81,3 +84,33 @@ class PageArchive:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+
+
+class RejectedEvidence:
+    """A worker's store of rejected HTTP pages' bodies, opened on the first one (see the module docstring)."""
+
+    def __init__(self, settings: HarvesterSettings) -> None:
+        self.settings = settings
+        self._evidence: SnapshotStore | None = None
+
+    def keep(self, source: SourceConfig, rejected: list[tuple[TaskMessage, FetchResult, str]],
+             report: BatchReport) -> None:
+        """Rejected HTTP pages keep their bodies (bounded, for ``browser_snapshot_keep_days``) in the evidence store
+        the browser's snapshots use, in one bulk write before their dead letters are written, so each letter links
+        to its page at once (a slot keeps its browser pages' snapshots itself). Evidence that cannot be kept never
+        fails the batch."""
+        pages = [PageEvidence(message.task_id, fetch.final_url or message.url, reason, fetch.text or "",
+                              run_id=message.run_id)
+                 for message, fetch, reason in rejected if message.task_id]
+        if source.render != "http" or not pages:
+            return
+        try:
+            if self._evidence is None:
+                self._evidence = SnapshotStore.from_settings(self.settings)
+            saved = self._evidence.save_many(source.name, pages)
+            report.outcomes["evidence_kept"] += len(saved)
+            if saved.not_kept:  # over the run's or the source's evidence caps: counted, not kept
+                report.outcomes["evidence_not_kept"] += saved.not_kept
+        except (StorageError, ConnectionNotFound) as error:
+            log.warning("%s: keeping the bodies of %d rejected pages as evidence failed: %s", source.name,
+                        len(pages), error)

@@ -37,7 +37,7 @@ import redis
 
 from harvester.config import SourceConfig
 from harvester.distributor import RateLimitStore, RegisteredSources, TaskMessage, host_of
-from harvester.errors import ConnectionNotFound, SourceNotRegistered, StorageError, redis_storage_errors
+from harvester.errors import SourceNotRegistered, StorageError, redis_storage_errors
 from harvester.metrics import record_fetches
 from harvester.scraping import (
     HOST_UNREACHABLE,
@@ -50,8 +50,8 @@ from harvester.scraping import (
     process_page,
 )
 from harvester.settings import HarvesterSettings, get_settings
-from harvester.storage import DataHandler, PageEvidence, RunFigures
-from harvester.workers.archiving import PageArchive
+from harvester.storage import DataHandler, RunFigures
+from harvester.workers.archiving import PageArchive, RejectedEvidence
 from harvester.workers.chains import ChainContinuation
 from harvester.workers.clients import WorkerClients
 from harvester.workers.failures import DEFAULT_RETRY_AFTER_SECONDS, FailurePolicy
@@ -61,12 +61,12 @@ from harvester.workers.host_breaker import BreakerVerdict, HostBreaker
 from harvester.workers.host_rate import HostRateGate
 from harvester.workers.host_throttle import HostThrottle
 from harvester.workers.incremental import IncrementalFetching, refresh_not_modified
-from harvester.workers.report import BatchReport
+from harvester.workers.report import BatchReport, count_listing_records
 from harvester.workers.settler import Settler, StoredPage
 from harvester.workers.sitemaps import SitemapFollower
 
 if TYPE_CHECKING:
-    from harvester.storage import PackageStore, SnapshotStore
+    from harvester.storage import PackageStore
 
 __all__ = ["DEFAULT_RETRY_AFTER_SECONDS", "BatchReport", "BatchRunner", "LeaseHeartbeat", "batch_runner",
            "discovered_task_id", "new_event_loop"]
@@ -110,7 +110,7 @@ class BatchRunner:
             self.settings, robots=self.robots, gate=HostRateGate.from_settings(self.settings, self.clients.redis),
             guard=self.guard, exits=self.exits)
         self._browser: PageFetcher | None = None
-        self._evidence: SnapshotStore | None = None  # rejected HTTP pages' bodies (opened on the first one)
+        self.evidence = RejectedEvidence(self.settings)  # rejected HTTP pages' bodies, as evidence
         self.archive = PageArchive(self.settings)  # sources with output.archive: every fetched response, as WARC
         # incremental harvests: conditional requests, sitemaps
         self.incremental = IncrementalFetching.from_settings(self.settings, self.clients.data, self.fetcher)
@@ -325,11 +325,11 @@ class BatchRunner:
                     self.failures.dead_letter(message, reason, report)
                 else:
                     to_store.append((message, page))
-            elif page.listing_records is not None and self.count_listing_records(page, report, message.run_id):
+            elif page.listing_records is not None and count_listing_records(page, report, message.run_id):
                 record_listings.append((message, page))  # stored first, then its links followed
             else:
                 listings.append((message, page))
-        self.keep_evidence(source, rejected, report)  # their dead letters are written when settling ends
+        self.evidence.keep(source, rejected, report)  # their dead letters are written when settling ends
         self.answer_blocks(source, messages, pages, report)
 
         finished, stored = self.settler.settle_items(source, to_store + record_listings, gone, report,
@@ -397,69 +397,33 @@ class BatchRunner:
         """What block pages do beyond their retry: each host's rate adapts to its blocked and clean pages (shared
         by every worker, :mod:`harvester.workers.host_throttle`), a host that blocked repeatedly is paused, and the
         source's cookies for a host that blocked are dropped (HTTP: a challenge often binds its verdict to a
-        cookie; the browser's fresh context does the same for browser sources)."""
+        cookie; the browser's fresh context does the same for browser sources). A page that went out in a session
+        (an exit of the country's proxy pool) retires it and bans its exit from the host: its retry takes another
+        exit with fresh cookies, and the host is paused only once no exit of the pool is left to it."""
         by_host: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        sessions: dict[str, tuple[str, str]] = {}  # blocked sessions: their host and why
         for message, page in zip(messages, pages, strict=True):
             if page.fetch.outcome == "blocked":
                 by_host[host_of(message.url)][0] += 1
+                if page.fetch.session:
+                    sessions[page.fetch.session] = (host_of(message.url), page.fetch.reason or "a block page")
                 if message.run_id:
                     report.blocked_by_run[message.run_id] += 1
             elif page.fetch.ok:
                 by_host[host_of(message.url)][1] += 1
+        rotated: set[str] = set()  # hosts another exit of the pool still welcomes
+        if sessions and isinstance(self.fetcher, Fetcher):
+            report.outcomes["sessions_retired_for_blocks"] += len(sessions)
+            rotated = self.loop.run_until_complete(self.fetcher.sessions.rotated_hosts(sessions))
         verdicts = self.throttle.record_all(source, {host: (blocked, clean) for host, (blocked, clean)
                                                      in by_host.items()})
-        paused = [verdict.host for verdict in verdicts if verdict.pause]
+        paused = [verdict.host for verdict in verdicts if verdict.pause and verdict.host not in rotated]
         if paused:
             report.outcomes["hosts_paused_for_blocks"] += len(paused)
             self.failures.pause_hosts(source, paused, self.throttle.pause_seconds)
         for host, (blocked, _) in by_host.items():
             if blocked and source.render == "http" and isinstance(self.fetcher, Fetcher):
                 report.outcomes["cookies_dropped_for_blocks"] += self.fetcher.cookies.drop_host(source.name, host)
-
-    def keep_evidence(self, source: SourceConfig, rejected: list[tuple[TaskMessage, FetchResult, str]],
-                      report: BatchReport) -> None:
-        """Rejected HTTP pages keep their bodies (bounded, for ``browser_snapshot_keep_days``) in the evidence store
-        the browser's snapshots use, in one bulk write before their dead letters are written, so each letter links
-        to its page at once (a slot keeps its browser pages' snapshots itself). Evidence that cannot be kept never
-        fails the batch."""
-        pages = [PageEvidence(message.task_id, fetch.final_url or message.url, reason, fetch.text or "",
-                              run_id=message.run_id)
-                 for message, fetch, reason in rejected if message.task_id]
-        if source.render != "http" or not pages:
-            return
-        try:
-            if self._evidence is None:
-                from harvester.storage import SnapshotStore
-
-                self._evidence = SnapshotStore.from_settings(self.settings)
-            saved = self._evidence.save_many(source.name, pages)
-            report.outcomes["evidence_kept"] += len(saved)
-            if saved.not_kept:  # over the run's or the source's evidence caps: counted, not kept
-                report.outcomes["evidence_not_kept"] += saved.not_kept
-        except (StorageError, ConnectionNotFound) as error:
-            log.warning("%s: keeping the bodies of %d rejected pages as evidence failed: %s", source.name,
-                        len(pages), error)
-
-    @staticmethod
-    def count_listing_records(page: PageResult, report: BatchReport, run_id: str | None = None) -> bool:
-        """Count a listing page's records and their problems; True when it has records to store. An item
-        a ``required`` attribute rejects is counted (``rejected``), never the page's other records."""
-        listing = page.listing_records
-        assert listing is not None
-        if listing.problem is not None:
-            report.outcomes[listing.problem.counter] += 1
-        for extraction in listing.extractions:
-            for problem in extraction.problems:
-                report.outcomes[problem.counter] += 1
-            report.outcomes.update(report.extracted.add(run_id, extraction))
-        rejected = listing.rejected
-        if rejected:
-            report.outcomes["rejected"] += len(rejected)
-            log.info("%s: %d of %d items rejected: %s", page.url, len(rejected), len(listing.extractions),
-                     rejected[0].rejected_reason)
-        if listing.items > len(listing.extractions):
-            report.outcomes["listing_items_not_read"] += listing.items - len(listing.extractions)
-        return bool(listing.records)
 
     def count(self, source: str, report: BatchReport, messages: list[TaskMessage] | None = None,
               fetches: list[FetchResult] | None = None) -> None:

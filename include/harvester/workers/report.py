@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harvester.workers.extraction_tally import ExtractionTally
+
+if TYPE_CHECKING:
+    from harvester.scraping import PageResult
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -35,3 +41,24 @@ class BatchReport:
         self.dead += other.dead
         self.discovered += other.discovered
         self.outcomes.update(other.outcomes)
+
+
+def count_listing_records(page: PageResult, report: BatchReport, run_id: str | None = None) -> bool:
+    """Count a listing page's records and their problems; True when it has records to store. An item
+    a ``required`` attribute rejects is counted (``rejected``), never the page's other records."""
+    listing = page.listing_records
+    assert listing is not None
+    if listing.problem is not None:
+        report.outcomes[listing.problem.counter] += 1
+    for extraction in listing.extractions:
+        for problem in extraction.problems:
+            report.outcomes[problem.counter] += 1
+        report.outcomes.update(report.extracted.add(run_id, extraction))
+    rejected = listing.rejected
+    if rejected:
+        report.outcomes["rejected"] += len(rejected)
+        log.info("%s: %d of %d items rejected: %s", page.url, len(rejected), len(listing.extractions),
+                 rejected[0].rejected_reason)
+    if listing.items > len(listing.extractions):
+        report.outcomes["listing_items_not_read"] += listing.items - len(listing.extractions)
+    return bool(listing.records)

@@ -192,6 +192,14 @@ function drawSlots(slots) {
     Object.entries(slots.proxy_bytes).map(([country, bytes]) => row([cell(country), cell(bytes.toLocaleString(), "number")],
       { "data-country": country, "data-bytes": String(bytes) })),
     "no proxy traffic yet");
+  // each proxy of each country's pool: in or out (backed off), what it carried, and the bans hosts gave it
+  fill(document.querySelector("#proxy-pool-table tbody"),
+    Object.entries(slots.proxies || {}).flatMap(([country, members]) => members.map((member) => row(
+      [cell(country), cell(member.proxy), cell(member.state), cell(member.requests.toLocaleString(), "number"),
+        cell(member.errors.toLocaleString(), "number"), cell(member.bans.toLocaleString(), "number"),
+        cell(member.bytes.toLocaleString(), "number")],
+      { "data-country": country, "data-proxy": member.proxy, "data-state": member.state }))),
+    "no proxy of a pool has carried anything yet");
   // the allocator's decision as the sentences it logs, not JSON
   const decision = document.getElementById("last-decision");
   const sentences = slots.decision && slots.decision.length ? slots.decision : null;

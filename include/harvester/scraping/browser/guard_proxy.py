@@ -20,7 +20,10 @@ The country proxy may be ``http://``, ``https://`` or ``socks5://``; it must all
 ports (80 as well as 443: squid's default ``SSL_ports`` allows only 443).
 
 The way out is an :class:`UpstreamPool` (a country's pool, ``harvester.pageslots.proxy_pool``): each connection
-is tried through its proxies in the order the pool gives, each outcome reported back to it. A proxy that cannot
+is tried through its proxies in the order the pool gives for the connection's host, each outcome reported back to
+it. A session bound to one proxy of the pool (an HTTP source's cookies, a browser context) goes out through
+:meth:`GuardProxy.pinned`: a listener of its own that tries that proxy first, so the guard, its address rules and
+its failover stay the same for every session. A proxy that cannot
 be reached, or refuses the tunnel itself (407, 403, ...), is a *proxy* failure and the next proxy is tried; a
 proxy that answers it cannot reach the site (502, 503, 504) is the site's failure. When every proxy failed, the
 answer is ``502`` with an ``X-Harvester-Proxy-Error`` header, and the load ends ``proxy_error``, not a site failure.
@@ -31,10 +34,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import ipaddress
 import logging
 import socket
 import struct
+import weakref
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -150,9 +155,17 @@ class UpstreamProxy:
 class UpstreamPool(Protocol):
     """The proxies one connection may leave through, in the order to try them, and where outcomes go."""
 
-    async def candidates(self) -> list[UpstreamProxy]: ...
+    async def candidates(self, host: str = "") -> list[UpstreamProxy]: ...
 
     async def report(self, upstream: UpstreamProxy, ok: bool) -> None: ...
+
+    async def ban(self, name: str, host: str) -> int:
+        """``host`` blocked a session through the member ``name``: the members it still welcomes."""
+        ...
+
+    async def carried(self, upstream: UpstreamProxy, amount: int) -> None:
+        """A connection through ``upstream`` ended having relayed ``amount`` bytes both ways."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -161,10 +174,16 @@ class SingleUpstream:
 
     upstream: UpstreamProxy
 
-    async def candidates(self) -> list[UpstreamProxy]:
+    async def candidates(self, host: str = "") -> list[UpstreamProxy]:
         return [self.upstream]
 
     async def report(self, upstream: UpstreamProxy, ok: bool) -> None:
+        return None
+
+    async def ban(self, name: str, host: str) -> int:
+        return 0  # one proxy: nothing to rotate to
+
+    async def carried(self, upstream: UpstreamProxy, amount: int) -> None:
         return None
 
 
@@ -190,6 +209,9 @@ class GuardProxy:
         self.refused = 0  # refusals ever (refusals_since counts from here)
         self._server: asyncio.Server | None = None
         self._port = 0
+        self._pinned: dict[str, tuple[asyncio.Server, int]] = {}  # pool member -> its listener and port
+        # an open tunnel -> the proxy it goes through (weak: a tunnel that never got spliced leaves no entry)
+        self._carriers: weakref.WeakKeyDictionary[asyncio.StreamWriter, UpstreamProxy] = weakref.WeakKeyDictionary()
         self._connections: set[asyncio.StreamWriter] = set()
 
     @property
@@ -200,13 +222,25 @@ class GuardProxy:
         self._server = await asyncio.start_server(self._client, "127.0.0.1", 0, limit=MAX_HEAD_BYTES)
         self._port = self._server.sockets[0].getsockname()[1]
 
+    async def pinned(self, name: str) -> str:
+        """The address of a listener whose connections try the pool's member ``name`` first (a session's exit):
+        the same checks and failover as :attr:`server`, one listener per member, opened on first use."""
+        if name not in self._pinned:
+            server = await asyncio.start_server(functools.partial(self._client, preferred=name), "127.0.0.1", 0,
+                                                limit=MAX_HEAD_BYTES)
+            self._pinned[name] = (server, server.sockets[0].getsockname()[1])
+        return f"http://127.0.0.1:{self._pinned[name][1]}"
+
     async def close(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
+        servers = [server for server in (self._server,) if server is not None]
+        servers += [server for server, _ in self._pinned.values()]
+        self._server = None
+        self._pinned.clear()
+        for server in servers:
             server.close()
         for writer in list(self._connections):
             writer.close()
-        if server is not None:
+        for server in servers:
             with contextlib.suppress(Exception):  # closing at shutdown: a slow or broken close changes nothing
                 await asyncio.wait_for(server.wait_closed(), 5)
 
@@ -216,11 +250,12 @@ class GuardProxy:
         return self.refusals[-count:] if count > 0 else []
 
     # -- one client connection ---------------------------------------------------------------------
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      preferred: str | None = None) -> None:
         self._connections.add(writer)
         try:
             head = await reader.readuntil(b"\r\n\r\n")
-            await self._request(head, reader, writer)
+            await self._request(head, reader, writer, preferred)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, TimeoutError):
             pass
         except Exception:  # never let one connection's fault reach the loop's exception handler
@@ -231,7 +266,8 @@ class GuardProxy:
             with contextlib.suppress(Exception):  # the peer may already be gone; the connection is closed either way
                 await writer.wait_closed()
 
-    async def _request(self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _request(self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       preferred: str | None = None) -> None:
         request_line, _, header_block = head.decode("latin-1").partition("\r\n")
         method, target, version = [*request_line.split(" "), "", "", ""][:3]
         if method == "CONNECT":
@@ -239,7 +275,7 @@ class GuardProxy:
             if not port_text.isdigit() or not host:
                 await self._answer(writer, 400, "bad CONNECT target")
                 return
-            upstream = await self._checked_connection(host.strip("[]"), int(port_text), writer, tunnel=True)
+            upstream = await self._checked_connection(host.strip("[]"), int(port_text), writer, True, preferred)
             if upstream is None:
                 return
             writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
@@ -251,7 +287,7 @@ class GuardProxy:
             await self._answer(writer, 400, f"not an absolute http:// request: {target[:200]}")
             return
         port = parts.port or 80
-        upstream = await self._checked_connection(parts.hostname, port, writer, tunnel=False)
+        upstream = await self._checked_connection(parts.hostname, port, writer, False, preferred)
         if upstream is None:
             return
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -261,14 +297,16 @@ class GuardProxy:
         sent = (origin_head + "Connection: close\r\n\r\n").encode("latin-1")
         upstream[1].write(sent)
         self.bytes_relayed += len(sent)
-        await self._splice(reader, writer, *upstream)
+        await self._splice(reader, writer, *upstream, relayed=len(sent))
 
-    async def _checked_connection(self, host: str, port: int, writer: asyncio.StreamWriter, tunnel: bool
+    async def _checked_connection(self, host: str, port: int, writer: asyncio.StreamWriter, tunnel: bool,
+                                  preferred: str | None = None
                                   ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         """A connection to a checked address of ``host``, or None after answering the refusal or failure."""
+        own_ports = {self._port, *(own for _, own in self._pinned.values())}
         try:
             addresses = await self.guard.checked_addresses(host, port)
-            if any(address.is_loopback and port == self._port for address in addresses):
+            if any(address.is_loopback and port in own_ports for address in addresses):
                 raise AddressRefused(f"address refused: {host}:{port} is the browser guard itself")
         except AddressRefused as refused:
             self._remember(host, port, str(refused))
@@ -277,7 +315,7 @@ class GuardProxy:
         last_error: BaseException | None = None
         for address in addresses:
             try:
-                return await self._open(address, port)
+                return await self._open(address, port, host.lower().rstrip("."), preferred)
             except ProxyPoolExhausted as error:
                 self.proxy_errors += 1
                 kind = "tunnel" if tunnel else "request"
@@ -289,18 +327,23 @@ class GuardProxy:
         await self._answer(writer, 502, f"{kind} to {host}:{port} failed: {type(last_error).__name__}: {last_error}")
         return None
 
-    async def _open(self, address: IPAddress, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(self, address: IPAddress, port: int, host: str = "", preferred: str | None = None
+                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self.pool is not None:
-            return await self._open_through_pool(self.pool, address, port)
+            return await self._open_through_pool(self.pool, address, port, host, preferred)
         family = socket.AF_INET6 if isinstance(address, ipaddress.IPv6Address) else socket.AF_INET
         return await asyncio.wait_for(asyncio.open_connection(str(address), port, family=family, limit=MAX_HEAD_BYTES),
                                       self.connect_timeout)
 
-    async def _open_through_pool(self, pool: UpstreamPool, address: IPAddress, port: int
-                                 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A tunnel through the first proxy of the pool that opens it; a proxy's own failure tries the next."""
+    async def _open_through_pool(self, pool: UpstreamPool, address: IPAddress, port: int, host: str = "",
+                                 preferred: str | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A tunnel through the first proxy of the pool that opens it (the ``preferred`` one first: a session's
+        exit); a proxy's own failure tries the next."""
         failures: list[str] = []
-        for upstream in await pool.candidates():
+        candidates = await pool.candidates(host)
+        if preferred is not None:  # stable: the rest keep the pool's order
+            candidates.sort(key=lambda upstream: upstream.name != preferred)
+        for upstream in candidates:
             try:
                 connection = await asyncio.wait_for(upstream.open_tunnel(address, port), self.connect_timeout)
             except UpstreamError as error:
@@ -312,6 +355,7 @@ class GuardProxy:
                 failures.append(f"{upstream.name}: {type(error).__name__}: {error}")
             else:
                 await pool.report(upstream, True)
+                self._carriers[connection[1]] = upstream  # its bytes are the proxy's when it ends (_splice)
                 return connection
             self.proxy_failures += 1
             await pool.report(upstream, False)
@@ -338,11 +382,14 @@ class GuardProxy:
             await writer.drain()
 
     async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      upstream_reader: asyncio.StreamReader, upstream_writer: asyncio.StreamWriter) -> None:
-        """Relay both ways until either side ends; then both are closed."""
+                      upstream_reader: asyncio.StreamReader, upstream_writer: asyncio.StreamWriter,
+                      relayed: int = 0) -> None:
+        """Relay both ways until either side ends; then both are closed and the bytes (``relayed``: already sent)
+        are the proxy's that carried them."""
         self._connections.add(upstream_writer)
-        directions = [asyncio.ensure_future(self._pipe(reader, upstream_writer)),
-                      asyncio.ensure_future(self._pipe(upstream_reader, writer))]
+        counted = [relayed]
+        directions = [asyncio.ensure_future(self._pipe(reader, upstream_writer, counted)),
+                      asyncio.ensure_future(self._pipe(upstream_reader, writer, counted))]
         try:
             await asyncio.wait(directions, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -351,10 +398,15 @@ class GuardProxy:
             await asyncio.gather(*directions, return_exceptions=True)
             self._connections.discard(upstream_writer)
             upstream_writer.close()
+            carrier = self._carriers.pop(upstream_writer, None)
+            if carrier is not None and self.pool is not None:
+                with contextlib.suppress(Exception):  # a figure that cannot be written never fails a connection
+                    await self.pool.carried(carrier, counted[0])
 
-    async def _pipe(self, source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
+    async def _pipe(self, source: asyncio.StreamReader, target: asyncio.StreamWriter, relayed: list[int]) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while chunk := await source.read(65536):
                 self.bytes_relayed += len(chunk)
+                relayed[0] += len(chunk)
                 target.write(chunk)
                 await target.drain()

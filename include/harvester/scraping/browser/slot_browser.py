@@ -9,7 +9,8 @@ in-process fetcher (``harvester.pageslots.browser_host``) and `harvester try` (:
   another source; the source's HTTP connection sets its cookies on that context only, and its headers and
   cookies go only to the origins its credentials are bound to (the connection's own, else the seeds').
   A context is re-opened within a visit after ``page_slot_reopen_page_after_pages`` loads
-  (a page navigated for ever grows its renderer), carrying the visit's cookies and storage over.
+  (a page navigated for ever grows its renderer), carrying the visit's cookies and storage over. With a pool of
+  several proxies a context is a session: pinned to one exit, which a block bans from the host (the next, fresh one).
 - :meth:`SlotBrowser.render` is the seed's failure rule: a failed load (or a page never ready) re-opens the page
   and loads again after ``page_slot_retry_delay_seconds``; every ``page_slot_relaunch_after_failures``-th
   consecutive failure re-launches the browser; at ``page_slot_give_up_after_failures`` it gives up (a snapshot
@@ -41,6 +42,7 @@ from harvester.scraping.fetching import (
     KeptCredentials,
     credential_headers,
     credential_origins,
+    host_name,
 )
 from harvester.settings import HarvesterSettings
 
@@ -110,6 +112,7 @@ class Visit:
     tools: LoadTools
     loads: int = 0
     visitor: Visitor | None = None  # the context's locale and time zone (fixed when it was made)
+    exit: str | None = None  # the pool member its session goes out through (a pool of several), banned on a block
 
 
 class SlotBrowser:
@@ -175,14 +178,14 @@ class SlotBrowser:
                  self.proxy.server if self.proxy else "none: direct")
         return self.browser
 
-    async def ensure_page(self, source: SourceConfig | None) -> Page:
+    async def ensure_page(self, source: SourceConfig | None, url: str = "") -> Page:
         """The page of ``source``'s visit: the current one, or one in a fresh context (see the module docstring).
         ``None``: any open page (a slot preparing its first). Raises when Chromium fails."""
         visit = self.visit
         if source is None:
             if self.open and visit is not None:
                 return visit.page
-            return (await self._new_visit(None, self.settings.user_agent)).page
+            return (await self._new_visit(None, self.settings.user_agent, url)).page
         user_agent, _ = user_agent_and_headers(source, self.settings)
         if self.open and visit is not None and visit.user_agent == user_agent \
                 and visit.visitor == self._visitor_for(source):
@@ -195,7 +198,7 @@ class SlotBrowser:
                     return visit.page
                 self.reopens += 1
                 self._carried = await self._storage_state(visit)
-        return (await self._new_visit(source, user_agent)).page
+        return (await self._new_visit(source, user_agent, url)).page
 
     def _visitor_for(self, source: SourceConfig | None) -> Visitor | None:
         """A source's visitor (its ``visitor`` over its country's); a neutral context's: the slot country's."""
@@ -206,19 +209,29 @@ class SlotBrowser:
         """A neutral context can become a source's when nothing of it is set at creation (WebSockets' route)."""
         return source.browser.websockets == "refuse" and source.http_connection_id is None
 
-    async def _new_visit(self, source: SourceConfig | None, user_agent: str) -> Visit:
+    async def _session_exit(self, url: str) -> tuple[str, str] | None:
+        """A new context's exit (a pool of several): the member the pool offers the host first, and its listener."""
+        pool = self.guard_proxy.pool if self.guard_proxy is not None else None
+        candidates = await pool.candidates(host_name(url)) if pool is not None else []
+        if len(candidates) < 2 or self.guard_proxy is None:
+            return None
+        return candidates[0].name, await self.guard_proxy.pinned(candidates[0].name)
+
+    async def _new_visit(self, source: SourceConfig | None, user_agent: str, url: str = "") -> Visit:
         carried_over, self._carried = self._carried, None
         # a visit's own cookies and storage only, and never a task-isolated source's from another task
         carried = carried_over[1] if carried_over is not None and source is not None \
             and carried_over[0] == source.name else None
         browser = await self.ensure_browser()
+        session_exit = await self._session_exit(url)
         visitor = self._visitor_for(source)
         presented = {} if visitor is None else {name: value for name, value in
                                                 (("locale", visitor.locale), ("timezone_id", visitor.timezone_id))
                                                 if value}
         _, context = await asyncio.gather(  # the old context closes while the new one opens
             self.close_page(), browser.new_context(user_agent=user_agent, service_workers="block",
-                                                   accept_downloads=False, **presented,
+                                                   accept_downloads=False, **presented, **(
+                                                       {"proxy": {"server": session_exit[1]}} if session_exit else {}),
                                                    **({"storage_state": carried} if carried else {})))
         try:
             guard = ContextGuard(source or _NEUTRAL, self.address_guard)
@@ -236,7 +249,8 @@ class SlotBrowser:
             raise
         assert self.guard_proxy is not None  # started with the browser
         self.visit = Visit(source.name if source else None, user_agent, context, page,
-                           LoadTools(page, guard, cap, self.guard_proxy), visitor=visitor)
+                           LoadTools(page, guard, cap, self.guard_proxy), visitor=visitor,
+                           exit=session_exit[0] if session_exit else None)
         if source is not None:
             await self._dress(self.visit, source)
         return self.visit
@@ -271,7 +285,7 @@ class SlotBrowser:
     async def load(self, url: str, source: SourceConfig, kind: str = "details",
                    charger: RequestCharger | None = None) -> PageLoad:
         """One attempt at ``url`` in ``source``'s visit."""
-        await self.ensure_page(source)
+        await self.ensure_page(source, url)
         assert self.visit is not None  # ensure_page opened it
         visit = self.visit
         loaded = await load_page(visit.tools, url, source, kind, self.settings, charger)
@@ -294,6 +308,8 @@ class SlotBrowser:
             if not loaded.load_failed:
                 self.consecutive_failures = 0
                 render.ending = self._ending(render.fetch, source)
+                if render.ending == "blocked":
+                    await self._ban_exit(url, render.outcomes)
                 return render
             if await self.failed_load(loaded.fetch.reason, render.outcomes, listener):
                 render.capture, self.last_capture = self.last_capture, None
@@ -309,6 +325,13 @@ class SlotBrowser:
         except Exception as error:  # the browser crashed or could not start
             reason = f"browser could not open a page: {type(error).__name__}: {first_line(error)}"
             return PageLoad(FetchResult(url, "connection_error", reason=reason), load_failed=True)
+
+    async def _ban_exit(self, url: str, outcomes: Counter[str]) -> None:
+        """A block bans the visit's exit from the host (every worker's): the next context goes out another way."""
+        visit, guard = self.visit, self.guard_proxy
+        if visit is not None and visit.exit and guard is not None and guard.pool is not None:
+            await guard.pool.ban(visit.exit, host_name(url))
+            outcomes["sessions_retired_for_blocks"] += 1
 
     def _ending(self, fetch: FetchResult, source: SourceConfig) -> Ending:
         """A page the block markers recognise is a block like a 403: the slot closes its page, so the next task

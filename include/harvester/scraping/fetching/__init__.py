@@ -1,6 +1,7 @@
 """Fetching over HTTP: transports, bodies within their caps, the charset of what was fetched (pages, feeds,
 sitemaps and robots.txt alike), responses classified, robots.txt, the address rules (SSRF defences), sites by
-the Public Suffix List, a source's cookies, and the contract HTTP and the browser both offer (``page_fetcher``).
+the Public Suffix List, a source's cookies, sessions (an exit of a proxy pool and a cookie jar, retired on a
+block), and the contract HTTP and the browser both offer (``page_fetcher``).
 
 It imports no other part of :mod:`harvester.scraping`: extraction, discovery and the browser build on it.
 """
@@ -20,7 +21,8 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     )
     from harvester.scraping.fetching.bodies import WireCap, ZlibDecoder, decoder_for
     from harvester.scraping.fetching.charsets import DecodedText, StreamDecoder, decode_document
-    from harvester.scraping.fetching.fetcher import Fetcher, KeptCredentials, credential_headers, decode_text
+    from harvester.scraping.fetching.fetcher import Fetcher, decode_text
+    from harvester.scraping.fetching.outgoing import KeptCredentials, credential_headers
     from harvester.scraping.fetching.page_fetcher import (
         SKIPPED_REASON,
         Exchange,
@@ -32,15 +34,25 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     )
     from harvester.scraping.fetching.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
     from harvester.scraping.fetching.robots import RobotsCache
+    from harvester.scraping.fetching.sessions import (
+        RETIRING_STATUSES,
+        ExitPool,
+        Session,
+        SessionExit,
+        Sessions,
+        host_name,
+    )
     from harvester.scraping.fetching.sites import Origin, credential_origins, origin_of_url, same_site
     from harvester.scraping.fetching.transports import HOST_UNREACHABLE, PROXY_ERROR_HEADER, REFUSED_HEADER
 
 __all__ = [
-    "DEFAULT_CLASSIFIER", "HOST_UNREACHABLE", "PROXY_ERROR_HEADER", "REFUSED_HEADER", "RETRY_VERDICTS",
+    "DEFAULT_CLASSIFIER", "HOST_UNREACHABLE", "PROXY_ERROR_HEADER", "REFUSED_HEADER", "RETIRING_STATUSES",
+    "RETRY_VERDICTS",
     "SCREENING_TIMEOUT", "SKIPPED_REASON", "TOO_MANY_HOSTS",
     "AddressGuard",
     "DecodedText",
     "Exchange",
+    "ExitPool",
     "FetchPermit",
     "FetchResult",
     "FetchedBatch",
@@ -52,6 +64,9 @@ __all__ = [
     "PageFetcher",
     "ResponseClassifier",
     "RobotsCache",
+    "Session",
+    "SessionExit",
+    "Sessions",
     "StreamDecoder",
     "Verdict",
     "WireCap",
@@ -61,6 +76,7 @@ __all__ = [
     "decode_document",
     "decode_text",
     "decoder_for",
+    "host_name",
     "name_refusal",
     "origin_of_url",
     "same_site",

@@ -107,6 +107,10 @@ class SourceCookieJars:
         jar_pairs = pairs[len(own):]
         return "; ".join(jar_pairs + pairs[:len(own)]) or None
 
+    def forget(self, jar: str) -> None:
+        """Drop a whole jar: a retired session's cookies go with it (its successor starts with none)."""
+        self._jars.pop(jar, None)
+
     def drop_host(self, source: str, host: str) -> int:
         """Forget the cookies of ``source`` that would go to ``host`` (its own and its parent domains'): a site
         that blocked us may have bound its verdict to them. The number dropped."""

@@ -17,7 +17,6 @@ stay open between Celery messages (like Scrapy's downloader, and unlike a client
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import logging
 import time
@@ -28,7 +27,7 @@ from typing import Any, Protocol
 from urllib.parse import urljoin
 
 from harvester.config import HttpRequest, SourceConfig
-from harvester.connections import HttpCredentials, resolve_http
+from harvester.connections import HttpCredentials
 from harvester.errors import (
     HarvesterError,
     RobotsDisallowed,
@@ -41,7 +40,13 @@ from harvester.scraping.fetching.addresses import AddressGuard, AddressRefused, 
 from harvester.scraping.fetching.bodies import ACCEPT_ENCODING, Body, BodyRefused, read_body
 from harvester.scraping.fetching.charsets import decode_document
 from harvester.scraping.fetching.cookies import SourceCookieJars, set_cookie_values
-from harvester.scraping.fetching.outgoing import OutgoingRequest, RequestRefused, outgoing_request
+from harvester.scraping.fetching.outgoing import (
+    KeptCredentials,
+    OutgoingRequest,
+    RequestRefused,
+    credential_headers,
+    outgoing_request,
+)
 from harvester.scraping.fetching.page_fetcher import (
     SKIPPED_REASON,
     Exchange,
@@ -61,6 +66,7 @@ from harvester.scraping.fetching.responses import (
     parse_retry_after,
 )
 from harvester.scraping.fetching.robots import ROBOTS_SIZE_CAP_BYTES, RobotsCache, RobotsRules
+from harvester.scraping.fetching.sessions import RETIRING_STATUSES, ExitPool, Session, Sessions
 from harvester.scraping.fetching.sites import Origin, credential_origins, origin_of_url
 from harvester.scraping.fetching.transports import (
     HOST_UNREACHABLE,
@@ -74,7 +80,6 @@ from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-CREDENTIALS_MEMORY_SECONDS = 60.0
 
 __all__ = ["BLOCKED_STATUSES", "DEFAULT_HEADERS", "HTML_TYPES", "RETRYABLE_STATUSES", "FetchResult", "Fetcher",
            "HostLimits", "Outcome", "RequestGate", "credential_headers", "decode_text", "parse_retry_after",
@@ -115,22 +120,6 @@ def decode_text(body: bytes, content_type: str | None) -> str:
     return decode_document(body, content_type).text
 
 
-def credential_headers(credentials: HttpCredentials) -> dict[str, str]:
-    """The headers an HTTP connection adds: its extras' headers, its cookies, and basic auth."""
-    headers = dict(credentials.headers)
-    if credentials.cookies:
-        headers["Cookie"] = "; ".join(f"{key}={value}" for key, value in credentials.cookies.items())
-    if credentials.auth is not None:
-        token = base64.b64encode(f"{credentials.auth[0]}:{credentials.auth[1]}".encode()).decode()
-        headers["Authorization"] = f"Basic {token}"
-    return headers
-
-
-# A country -> the URL of its local exit (a guard proxy relaying through the country's proxy pool), or None when
-# the country has no proxy: given by the worker (harvester.pageslots.proxy_pool.CountryExits).
-CountryExits = Callable[[str], Awaitable[str | None]]
-
-
 async def _guard_answer(response: TransportResponse) -> None:
     """Raise for the guard proxy's own answers: an address it refused, or a pool with no proxy that carried it."""
     refused, proxy_error = response.headers.get(REFUSED_HEADER), response.headers.get(PROXY_ERROR_HEADER)
@@ -140,25 +129,6 @@ async def _guard_answer(response: TransportResponse) -> None:
     if refused is not None:
         raise AddressRefused(refused)
     raise TransportFailure("proxy_error", proxy_error or "no proxy of the pool could carry it")
-
-
-class KeptCredentials:
-    """Sources' ``http_connection_id`` resolved by the connection factory and kept
-    :data:`CREDENTIALS_MEMORY_SECONDS`: the factory may ask Airflow (a metadata-database query, synchronous),
-    which neither each request nor each browser context should pay. The HTTP fetcher's and the slot browser's."""
-
-    def __init__(self) -> None:
-        self._kept: dict[str, tuple[float, HttpCredentials]] = {}
-
-    def of(self, source: SourceConfig) -> HttpCredentials | None:
-        if source.http_connection_id is None:
-            return None
-        kept = self._kept.get(source.http_connection_id)
-        if kept is not None and time.monotonic() - kept[0] < CREDENTIALS_MEMORY_SECONDS:
-            return kept[1]
-        credentials = resolve_http(source.http_connection_id)
-        self._kept[source.http_connection_id] = (time.monotonic(), credentials)
-        return credentials
 
 
 class Fetcher:
@@ -172,7 +142,7 @@ class Fetcher:
     def __init__(self, settings: HarvesterSettings, max_connections: int = 100,
                  classifier: ResponseClassifier = DEFAULT_CLASSIFIER, guard: AddressGuard | None = None,
                  robots: RobotsCache | None = None, gate: RequestGate | None = None,
-                 transport: Transport | None = None, exits: CountryExits | None = None) -> None:
+                 transport: Transport | None = None, exits: ExitPool | None = None) -> None:
         self.settings = settings
         self.classifier = classifier
         self.guard = guard or AddressGuard.from_settings(settings)
@@ -185,10 +155,10 @@ class Fetcher:
         self._checked_peers: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         # redirects are followed hop by hop in _send, each hop's address checked
         self.transport = transport or transport_from_settings(settings, max_connections, self._check_connection)
-        # a source with a country goes out through that country's exit (a local guard proxy over its proxy pool)
-        self.exits = exits
+        # a source with a country goes out in sessions, each bound to one exit of the country's proxy pool
+        self.sessions = Sessions(exits, self.cookies.forget)
         self._max_connections = max_connections
-        self._country_transports: dict[tuple[str, str], Transport] = {}
+        self._exit_transports: dict[str, Transport] = {}  # a session exit's local address -> its transport
 
     async def __aenter__(self) -> Fetcher:
         return self
@@ -198,28 +168,25 @@ class Fetcher:
 
     async def aclose(self) -> None:
         await self.transport.aclose()
-        for transport in self._country_transports.values():
+        for transport in self._exit_transports.values():
             await transport.aclose()
-        self._country_transports.clear()
+        self._exit_transports.clear()
 
-    async def transport_for(self, source: SourceConfig) -> Transport:
-        """The source's way out: its country's exit when it has a country and the country a proxy pool (every
-        request then goes through the pool, robots.txt and redirects included); else the direct transport."""
-        if source.country is None or self.exits is None:
+    def transport_for(self, session: Session | None) -> Transport:
+        """A request's way out: its session's exit (a source with a country whose pool has proxies: every request
+        then goes through the pool, robots.txt and redirects included); else the direct transport."""
+        if session is None:
             return self.transport
-        exit_url = await self.exits(source.country)
-        if exit_url is None:
-            return self.transport
-        key = (source.country, exit_url)
-        if key not in self._country_transports:
-            self._country_transports[key] = transport_from_settings(self.settings, self._max_connections,
-                                                                    proxy=exit_url)
-        return self._country_transports[key]
+        url = session.exit.url
+        if url not in self._exit_transports:
+            self._exit_transports[url] = transport_from_settings(self.settings, self._max_connections, proxy=url)
+        return self._exit_transports[url]
+
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, robots: RobotsCache | None = None,
                       gate: RequestGate | None = None, guard: AddressGuard | None = None,
-                      exits: CountryExits | None = None) -> Fetcher:
+                      exits: ExitPool | None = None) -> Fetcher:
         return cls(settings, robots=robots, gate=gate, guard=guard, exits=exits)
 
     def fetch_seconds(self, source: SourceConfig, pages: int) -> float:
@@ -368,11 +335,15 @@ class Fetcher:
 
     async def _send(self, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None = None,
                     conditions: Mapping[str, str] | None = None, request: HttpRequest | None = None,
-                    sent: dict[str, str] | None = None) -> TransportResponse:
+                    sent: dict[str, str] | None = None, session: Session | None = None) -> TransportResponse:
         """Send ``url``'s request (a GET, or ``request``'s method and body) and follow redirects by hand: every
         hop's URL and the peer it connected to are checked, credentials go only to the origins they are bound
-        to (:func:`hop_headers`), cookies come from and go to the source's own jar, and userinfo is dropped.
+        to (:func:`hop_headers`), cookies come from and go to the source's own jar (its session's, when it goes out
+        through a proxy pool: every hop through the session's exit), and userinfo is dropped.
         ``sent``: filled with the last hop's request headers, for the archive."""
+        session = session or await self.sessions.of(source, url)
+        jar = session.key if session is not None else source.name
+        transport = self.transport_for(session)
         headers = {**request_headers(source, self.settings), **(conditions or {})}
         credentials = self.credentials(source)
         outgoing = OutgoingRequest() if request is None else outgoing_request(
@@ -382,16 +353,15 @@ class Fetcher:
             await self.guard.check(current, remember=True)  # the peer is checked below
             if hop > 0 and ready is not None and not await ready():  # each hop is a request start too
                 raise TaskNoLongerHeld(f"no longer held before the redirect to {current}")
-            sent_headers = {**self.hop_headers(source, headers, credentials, current), **outgoing.headers}
+            sent_headers = {**self.hop_headers(source, headers, credentials, current, jar), **outgoing.headers}
             if sent is not None:  # the archive keeps the request the page came from: the last hop's
                 sent.clear()
                 sent.update(sent_headers)
-            transport = await self.transport_for(source)
             response = await self._first_byte(transport.send(outgoing.method, current, sent_headers, outgoing.body),
                                               current)
             if transport is not self.transport:  # through a guard proxy: an answer of its own is no site's
                 await _guard_answer(response)
-            self.cookies.store(source.name, current, set_cookie_values(response.headers))
+            self.cookies.store(jar, current, set_cookie_values(response.headers))
             location = response.headers.get("location")
             if response.status not in REDIRECT_STATUSES or not location:
                 return response
@@ -404,7 +374,7 @@ class Fetcher:
         raise TooManyRedirects(f"more than {self.settings.max_redirects} redirects")
 
     def hop_headers(self, source: SourceConfig, headers: Mapping[str, str], credentials: HttpCredentials | None,
-                    url: str) -> dict[str, str]:
+                    url: str, jar: str | None = None) -> dict[str, str]:
         """The headers of one request: the source's, its jar's cookies for ``url``, and the connection's
         credentials only when ``url``'s origin (scheme, host, port) is one they are bound to
         (:func:`harvester.scraping.fetching.sites.credential_origins`); the connection's cookies win over the jar's."""
@@ -412,7 +382,7 @@ class Fetcher:
         bound = credentials is not None and origin_of_url(url) in self._credential_origins(source, credentials)
         if bound and credentials is not None:
             hop.update({key: value for key, value in credential_headers(credentials).items() if key != "Cookie"})
-        cookie = self.cookies.header(source.name, url, credentials.cookies if bound and credentials else None)
+        cookie = self.cookies.header(jar or source.name, url, credentials.cookies if bound and credentials else None)
         if cookie:
             hop["Cookie"] = f"{hop['Cookie']}; {cookie}" if hop.get("Cookie") else cookie
         return hop
@@ -483,7 +453,8 @@ class Fetcher:
         cap = self.settings.body_size_cap_bytes
         sent: dict[str, str] | None = {} if source.output.archive.enabled else None
         method = request.method if request is not None else "GET"
-        response = await self._send(url, source, ready, conditions, request, sent)
+        session = await self.sessions.of(source, url)
+        response = await self._send(url, source, ready, conditions, request, sent, session)
         try:
             status = response.status
             content_type = response.headers.get("content-type", "")
@@ -491,6 +462,10 @@ class Fetcher:
                                  content_type=content_type, http_version=response.http_version,
                                  etag=response.headers.get("etag", ""),
                                  last_modified=response.headers.get("last-modified", ""))
+            if session is not None:
+                result.session = session.key
+                if status in RETIRING_STATUSES:  # the site holds something against this exit or these cookies
+                    await self.sessions.blocked(session.key, f"HTTP {status}")
             classified = self.classifier.classify(status, response.headers, content_type, source.content)
             if classified.outcome != "ok":
                 result.outcome, result.reason = classified.outcome, classified.reason

@@ -11,17 +11,21 @@ body, every other redirect of a POST becomes a GET without a body.
 
 from __future__ import annotations
 
+import base64
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from harvester.config import HttpRequest
-from harvester.connections import HttpCredentials
+from harvester.config import HttpRequest, SourceConfig
+from harvester.connections import HttpCredentials, resolve_http
 from harvester.scraping.fetching.addresses import AddressRefused
 
-__all__ = ["BODY_KEEPING_REDIRECTS", "OutgoingRequest", "RequestRefused", "outgoing_request"]
+__all__ = ["BODY_KEEPING_REDIRECTS", "KeptCredentials", "OutgoingRequest", "RequestRefused", "credential_headers",
+           "outgoing_request"]
 
 BODY_KEEPING_REDIRECTS = frozenset({307, 308})
+CREDENTIALS_MEMORY_SECONDS = 60.0
 _CONNECTION_PLACEHOLDER = re.compile(r"\$\{connection\.(login|password|headers\.([A-Za-z0-9_-]+))\}")
 
 
@@ -94,3 +98,33 @@ def _secret(credentials: HttpCredentials, match: re.Match[str]) -> str:
         raise RequestRefused(f"the request body names ${{connection.{name}}}, which the connection "
                              f"{credentials.connection_id!r} does not have: not sent")
     return value
+
+
+def credential_headers(credentials: HttpCredentials) -> dict[str, str]:
+    """The headers an HTTP connection adds: its extras' headers, its cookies, and basic auth."""
+    headers = dict(credentials.headers)
+    if credentials.cookies:
+        headers["Cookie"] = "; ".join(f"{key}={value}" for key, value in credentials.cookies.items())
+    if credentials.auth is not None:
+        token = base64.b64encode(f"{credentials.auth[0]}:{credentials.auth[1]}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    return headers
+
+
+class KeptCredentials:
+    """Sources' ``http_connection_id`` resolved by the connection factory and kept
+    :data:`CREDENTIALS_MEMORY_SECONDS`: the factory may ask Airflow (a metadata-database query, synchronous),
+    which neither each request nor each browser context should pay. The HTTP fetcher's and the slot browser's."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[float, HttpCredentials]] = {}
+
+    def of(self, source: SourceConfig) -> HttpCredentials | None:
+        if source.http_connection_id is None:
+            return None
+        kept = self._kept.get(source.http_connection_id)
+        if kept is not None and time.monotonic() - kept[0] < CREDENTIALS_MEMORY_SECONDS:
+            return kept[1]
+        credentials = resolve_http(source.http_connection_id)
+        self._kept[source.http_connection_id] = (time.monotonic(), credentials)
+        return credentials

@@ -82,6 +82,7 @@ class FetchResult:
     exchange: Exchange | None = None  # the request and response as they went, when the source archives them
     # a browser page's JSON responses (its XHR and fetch calls) the page's data came from, archived beside it
     data_exchanges: tuple[Exchange, ...] = ()
+    session: str = ""  # the session it went out in (an exit of a proxy pool and a cookie jar); '' when direct
 
     @property
     def ok(self) -> bool:

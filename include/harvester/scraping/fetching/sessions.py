@@ -1,0 +1,158 @@
+"""Sessions of HTTP sources that go out through a country's proxy pool: one exit, one cookie jar, retired on a block.
+
+Why: a site that bans one exit address (a 403 or a challenge for every request from it) also remembers the cookies
+it set on that exit; retrying through the same exit, or with the same cookies through another, is blocked again.
+As crawlee's ``SessionPool``, a session binds one proxy of the pool and its own cookie jar, per source and site
+host; it is retired after a block (401, 403, 429 or a block page), after ``SESSION_MAX_USES`` requests or
+``SESSION_MAX_AGE_SECONDS``, and its successor takes the pool's proxy the host has not banned
+(``harvester.pageslots.proxy_pool``: the ban is shared in Redis, so every worker's next session avoids that exit).
+
+The exits are the worker's (:class:`ExitPool`, met by ``harvester.pageslots.proxy_pool.CountryExits``): this
+module knows no proxy, no Redis, only which exit a session is bound to and the local address that reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from harvester.config import SourceConfig
+
+__all__ = ["RETIRING_STATUSES", "ExitPool", "Session", "SessionExit", "Sessions", "host_name"]
+
+RETIRING_STATUSES = frozenset({401, 403, 429})  # a site's answers that it holds something against this session
+SESSION_MAX_USES = 200  # requests per session: a long-lived session looks like a bot to the sites that count
+SESSION_MAX_AGE_SECONDS = 1800.0
+RETIRED_REMEMBERED = 1000  # retired sessions' verdicts kept, so a batch asking twice bans an exit once
+
+
+def host_name(url: str) -> str:
+    """The host a session and an exit's ban are kept for: the URL's host name, lower case, no port."""
+    return (urlsplit(url).hostname or "").lower().rstrip(".")
+
+
+@dataclass(frozen=True)
+class SessionExit:
+    """One proxy of a country's pool as a session reaches it: its connection id and the worker's local address
+    (a guard listener) whose connections try it first."""
+
+    name: str
+    url: str
+
+
+class ExitPool(Protocol):
+    """The worker's exits by country (``harvester.pageslots.proxy_pool.CountryExits``)."""
+
+    async def session_exit(self, country: str, host: str) -> SessionExit | None:
+        """The exit a new session of ``host`` takes (None: the country has no proxy, its sources go direct)."""
+        ...
+
+    async def ban(self, country: str, exit_name: str, host: str) -> int:
+        """``host`` blocked us through ``exit_name``: the pool's exits it still welcomes (0: rotation cannot help)."""
+        ...
+
+
+@dataclass
+class Session:
+    """One source's session at one host: its exit, its cookie jar's name (``key``) and its use."""
+
+    key: str
+    source: str
+    host: str
+    country: str
+    exit: SessionExit
+    started: float  # monotonic (s): a session's age is this process's
+    uses: int = 0
+    retired: str = ""  # why, once retired
+    rotated: bool | None = field(default=None)  # after a ban: whether another exit still welcomed the host
+
+    def worn(self, max_uses: int, max_age: float) -> str:
+        """Why the session has served its time ('' while it has not)."""
+        if self.uses >= max_uses:
+            return f"{self.uses} requests"
+        if time.monotonic() - self.started >= max_age:
+            return f"{max_age:g}s old"
+        return ""
+
+
+class Sessions:
+    """A worker's current session per (source, site host), for sources whose country has a proxy pool."""
+
+    def __init__(self, exits: ExitPool | None, forget_jar: Callable[[str], None] = lambda jar: None,
+                 max_uses: int = SESSION_MAX_USES, max_age: float = SESSION_MAX_AGE_SECONDS) -> None:
+        self.exits, self.max_uses, self.max_age = exits, max_uses, max_age
+        self.forget_jar = forget_jar  # the fetcher owns the jars: a retired session's goes with it
+        self._current: dict[tuple[str, str], Session] = {}
+        # a session being opened: the batch's other pages for that host wait for it rather than open their own
+        self._opening: dict[tuple[str, str], asyncio.Future[Session | None]] = {}
+        self._by_key: OrderedDict[str, Session] = OrderedDict()  # current and recently retired, by key
+        self._numbers = itertools.count(1)
+        self.started = 0
+        self.retired = 0
+
+    async def of(self, source: SourceConfig, url: str) -> Session | None:
+        """The session a request of ``source`` to ``url`` goes out in (a new one past the current one's time);
+        None when the source goes direct (no country, or the country has no proxy)."""
+        if source.country is None or self.exits is None:
+            return None
+        host = host_name(url)
+        session = self._current.get((source.name, host))
+        if session is not None and (worn := session.worn(self.max_uses, self.max_age)):
+            self._retire(session, f"served its time ({worn})")
+            session = None
+        if session is None:
+            opening = self._opening.get((source.name, host))
+            if opening is None:
+                opening = self._opening[(source.name, host)] = asyncio.ensure_future(
+                    self._open(source.name, host, source.country))
+                opening.add_done_callback(lambda _: self._opening.pop((source.name, host), None))
+            session = await asyncio.shield(opening)
+            if session is None:
+                return None
+        session.uses += 1
+        return session
+
+    async def _open(self, source: str, host: str, country: str) -> Session | None:
+        assert self.exits is not None  # asked only with exits
+        exit_ = await self.exits.session_exit(country, host)
+        if exit_ is None:
+            return None
+        session = Session(f"{source}#session-{next(self._numbers)}", source, host, country, exit_, time.monotonic())
+        self._current[(source, host)] = session
+        self._by_key[session.key] = session
+        while len(self._by_key) > RETIRED_REMEMBERED:
+            self._by_key.popitem(last=False)
+        self.started += 1
+        return session
+
+    async def blocked(self, key: str, reason: str) -> bool | None:
+        """The session ``key`` was blocked: retire it and ban its exit from its host (once, however many of its
+        pages were blocked). Whether another exit still welcomes the host (None: no such session)."""
+        session = self._by_key.get(key)
+        if session is None:
+            return None
+        if session.rotated is None:
+            self._retire(session, f"blocked: {reason}")
+            assert self.exits is not None  # a session exists only with exits
+            session.rotated = await self.exits.ban(session.country, session.exit.name, session.host) > 0
+        return session.rotated
+
+    async def rotated_hosts(self, blocks: Mapping[str, tuple[str, str]]) -> set[str]:
+        """Retire each blocked session (key -> its host and the block's reason); the hosts another exit of the
+        pool still welcomes (their blocks need not pause them: the next session goes out elsewhere)."""
+        return {host for key, (host, reason) in blocks.items() if await self.blocked(key, reason)}
+
+    def _retire(self, session: Session, reason: str) -> None:
+        if session.retired:
+            return
+        session.retired = reason
+        self.retired += 1
+        if self._current.get((session.source, session.host)) is session:
+            del self._current[(session.source, session.host)]
+        self.forget_jar(session.key)
