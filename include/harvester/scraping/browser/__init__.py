@@ -19,17 +19,14 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         load_page,
         user_agent_and_headers,
     )
+    from harvester.scraping.browser.processes import OWNER_FLAG, SLOT_FLAG, flag_value, kill_process_tree
     from harvester.scraping.browser.readiness import Readiness
     from harvester.scraping.browser.slot_browser import (
-        OWNER_FLAG,
         SLOT_ARGS,
-        SLOT_FLAG,
         LoadListener,
         PageCapture,
         Render,
         SlotBrowser,
-        flag_value,
-        kill_process_tree,
         render_page,
     )
 

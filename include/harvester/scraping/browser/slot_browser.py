@@ -35,6 +35,7 @@ from harvester.scraping.browser import page_load as browser_flags
 from harvester.scraping.browser.guard_proxy import GuardProxy, UpstreamPool, UpstreamProxy
 from harvester.scraping.browser.page_guard import BodyCap, ContextGuard, RequestCharger
 from harvester.scraping.browser.page_load import LoadTools, PageLoad, first_line, load_page, user_agent_and_headers
+from harvester.scraping.browser.processes import OWNER_FLAG, SLOT_FLAG, find_browser_pid, kill_process_tree
 from harvester.scraping.extraction import BlockDetector, recognise_block
 from harvester.scraping.fetching import (
     AddressGuard,
@@ -50,8 +51,6 @@ if TYPE_CHECKING:
     from playwright.async_api import Browser, BrowserContext, Page, Playwright
 
 log = logging.getLogger(__name__)
-SLOT_FLAG = "--harvester-slot="  # Chromium ignores unknown switches; ours name the slot and its owner
-OWNER_FLAG = "--harvester-slot-owner="
 # A slot has one page, so one renderer process is enough: no spare renderer kept warm beside it.
 SLOT_ARGS = ["--renderer-process-limit=1"]
 Ending = Literal["ok", "blocked", "gave_up"]
@@ -457,39 +456,6 @@ def _count(outcomes: Counter[str], loaded: PageLoad) -> None:
                          ("proxy_error", loaded.proxy_errors)):
         if amount:
             outcomes[name] += amount
-
-
-def find_browser_pid(slot_id: str) -> int | None:
-    """The Chromium browser process (not a renderer) launched for ``slot_id`` by this process."""
-    for process in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            command = process.cmdline()
-            if flag_value(command, SLOT_FLAG) == slot_id and not any(a.startswith("--type=") for a in command):
-                return process.pid
-    return None
-
-
-def flag_value(command: list[str], flag: str) -> str | None:
-    for argument in command:
-        if argument.startswith(flag):
-            return argument[len(flag):]
-    return None
-
-
-def kill_process_tree(pid: int) -> int:
-    """SIGKILL a process and everything under it; returns how many were killed."""
-    try:
-        root = psutil.Process(pid)
-        processes = [*root.children(recursive=True), root]
-    except psutil.Error:
-        return 0
-    killed = 0
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-            killed += 1
-    psutil.wait_procs(processes, timeout=5)
-    return killed
 
 
 async def render_page(url: str, source: SourceConfig, settings: HarvesterSettings, kind: str = "details"
