@@ -156,28 +156,27 @@ def run_scrapy(processes: Processes, peer: Path, urls: list[str], web: Web, live
     url_file = processes.directory / "urls.json"
     url_file.write_text(json.dumps(urls))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(peer), os.environ.get("PYTHONPATH", "")])}
-    web.reset()
-    started = time.perf_counter()
-    process = processes.start("scrapy", [sys.executable, str(ROOT / "bench" / "broad_scrapy_peer.py"), "--urls",
-                                         str(url_file), "--concurrency", str(concurrency)], env)
-    seconds = wait_for_live_pages(web, live_pages, timeout, [process], started)
-    cpu_seconds = tree_cpu_seconds([process])
-    observed = web.stats()
-    processes.stop(process)
-    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "violations": observed["violations"],
-            "served": observed["served"]}
+    return run_peer(processes, "scrapy", [sys.executable, str(ROOT / "bench" / "broad_scrapy_peer.py"), "--urls",
+                                          str(url_file), "--concurrency", str(concurrency)], env, web, live_pages,
+                    timeout)
 
 
 def run_crawlee(processes: Processes, peer: Path, urls: list[str], web: Web, live_pages: int, concurrency: int,
                 timeout: float) -> dict[str, Any]:
     url_file = processes.directory / "urls.json"
     url_file.write_text(json.dumps(urls))
+    env = {**os.environ, "CRAWLEE_STORAGE_DIR": str(processes.directory / "crawlee-storage")}  # never the repository
+    return run_peer(processes, "crawlee", [sys.executable, str(ROOT / "bench" / "broad_crawlee_peer.py"),
+                                           "--peer-path", str(peer), "--urls", str(url_file),
+                                           "--concurrency", str(concurrency)], env, web, live_pages, timeout)
+
+
+def run_peer(processes: Processes, name: str, command: list[str], env: dict[str, str], web: Web, live_pages: int,
+             timeout: float) -> dict[str, Any]:
+    """One peer's crawl of the web, timed by the server until every live page was served."""
     web.reset()
     started = time.perf_counter()
-    env = {**os.environ, "CRAWLEE_STORAGE_DIR": str(processes.directory / "crawlee-storage")}  # never the repository
-    process = processes.start("crawlee", [sys.executable, str(ROOT / "bench" / "broad_crawlee_peer.py"),
-                                          "--peer-path", str(peer), "--urls", str(url_file),
-                                          "--concurrency", str(concurrency)], env)
+    process = processes.start(name, command, env)
     seconds = wait_for_live_pages(web, live_pages, timeout, [process], started)
     cpu_seconds = tree_cpu_seconds([process])
     observed = web.stats()

@@ -27,15 +27,6 @@ ALLOWANCE = 3  # pages an exit address may load a minute
 PAGES = 5
 
 
-@pytest.fixture
-def sg_exits(forward_proxy_factory, monkeypatch):
-    proxies = {address: forward_proxy_factory(f"SG-{index}", source_address=address)
-               for index, address in enumerate(EXITS, start=1)}
-    for address, connection_id in EXITS.items():
-        monkeypatch.setenv(f"AIRFLOW_CONN_{connection_id.upper()}", proxies[address].url)
-    return proxies
-
-
 def test_a_blocked_context_bans_its_exit_and_the_retry_browses_through_the_other_with_fresh_cookies(
         sg_exits, demo_site, redis_client: redis.Redis) -> None:
     wall(demo_site, after=ALLOWANCE, window=60, status=200, cookie=1)

@@ -25,22 +25,13 @@ from harvester.pageslots import CountryExits, ProxyHealth
 from harvester.scraping.fetching import AddressGuard, Sessions
 
 from tests.fixtures.demo_site import demo_source_document
+from tests.fixtures.forward_proxy import SG_EXITS
 from tests.workers.test_batch import dead_reasons, records, run_until_idle
 
 pytestmark = pytest.mark.integration
-EXITS = {"127.0.0.2": "proxy_sg", "127.0.0.3": "proxy_sg_2"}
+EXITS = SG_EXITS  # the pool the sg_exits fixture starts
 PRODUCTS = 20
 ALLOWANCE = 12  # requests an exit address may make a minute; two exits carry the listing and 20 products
-
-
-@pytest.fixture
-def sg_exits(forward_proxy_factory, monkeypatch):
-    """The SG pool: two forward proxies, each leaving from its own loopback address."""
-    proxies = {address: forward_proxy_factory(f"SG-{index}", source_address=address)
-               for index, address in enumerate(EXITS, start=1)}
-    for address, connection_id in EXITS.items():
-        monkeypatch.setenv(f"AIRFLOW_CONN_{connection_id.upper()}", proxies[address].url)
-    return proxies
 
 
 def wall(site, **knobs: Any) -> dict[str, Any]:
