@@ -1443,6 +1443,23 @@ def test_block_window_seconds_forgets_blocks_older_than_it(redis_client, configu
         assert throttle.record(source, "shop.example", 1, 0).blocks_in_window == counted, window
 
 
+@covers_setting("block_recovery_seconds")
+@pytest.mark.integration
+def test_block_recovery_seconds_is_the_quiet_time_that_doubles_a_slowed_hosts_rate(redis_client, configure_settings):
+    from harvester.workers.host_throttle import FLOOR_PER_MINUTE, HostThrottle
+
+    from tests.fixtures.demo_site import demo_source
+
+    source = demo_source("http://shop.example", "blocks_recovery")
+    for recovery, grown in ((0.4, 2.0), (0.0, 1.0)):  # about one period of quiet; 0: quiet time does not count
+        redis_client.flushdb()
+        throttle = HostThrottle.from_settings(configure_settings(block_recovery_seconds=recovery), redis_client)
+        assert throttle.record(source, "shop.example", 1, 0).rate_per_minute == FLOOR_PER_MINUTE  # nothing sent yet
+        time.sleep(0.4)
+        rate = throttle.record(source, "shop.example", 0, 0).rate_per_minute
+        assert rate == pytest.approx(FLOOR_PER_MINUTE * grown, rel=0.3), recovery
+
+
 @covers_setting("block_pause_seconds")
 @pytest.mark.integration
 def test_block_pause_seconds_is_how_long_a_host_that_blocked_repeatedly_waits(redis_client, configure_settings):

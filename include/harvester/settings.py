@@ -220,6 +220,10 @@ class HarvesterSettings(BaseSettings):
         "every worker.")
     block_pause_seconds: float = Field(
         default=60.0, gt=0, description="How long a host that blocked repeatedly is paused at admission.")
+    block_recovery_seconds: float = Field(
+        default=300.0, ge=0, description="A host's rate slowed by blocks doubles every this many seconds without a "
+        "block (as well as a little with each clean page): a run that ended slowed does not start the next one "
+        "slowed. 0: only clean pages raise it.")
     connect_timeout_seconds: float = Field(
         default=5.0, gt=0, description="A TCP (and TLS) connection not made within this is a connect timeout "
         "(outcome host_unreachable), apart from the source's timeout for the whole response: a dead host costs a "

@@ -56,6 +56,24 @@ def test_a_slowed_host_is_released_at_the_sources_own_limit(redis_client) -> Non
     assert redis_client.hget(SourceKeys(source.name).host_throttles, HOST) is None
 
 
+def test_a_slowed_host_recovers_with_quiet_time_not_only_with_clean_pages(redis_client) -> None:
+    """A host slowed by blocks and then left alone (the run ended, the next is tomorrow) must not start its next
+    run slowed: its rate doubles every ``recovery_seconds`` without a block, for every worker's reading."""
+    source = demo_source(f"http://{HOST}", "quiet", rate_limit={"max_active": 4, "per_minute": 1000})
+    throttle = HostThrottle(redis_client, window_seconds=60, pause_after=100, pause_seconds=60, recovery_seconds=0.5)
+    started_requests(redis_client, source.name, 40)
+    assert throttle.record(source, HOST, blocked=1, clean=0).rate_per_minute == 20.0
+    time.sleep(1.1)  # two recovery periods and a little: 20 -> 80 a minute and a little
+    reader = HostThrottle(redis_client, window_seconds=60, pause_after=100, pause_seconds=60, recovery_seconds=0.5)
+    assert reader.known_rate(source.name, HOST) == pytest.approx(80.0 * 2 ** (0.1 / 0.5), rel=0.25)
+    recovered = throttle.record(source, HOST, blocked=0, clean=1).rate_per_minute
+    assert recovered is not None and recovered > 80.0  # what the worker records starts from the recovered rate
+    assert throttle.record(source, HOST, blocked=1, clean=0).rate_per_minute == pytest.approx(recovered / 2, rel=0.1)
+    time.sleep(3.5)  # seven periods: past the source's own 1000 a minute, the host is no longer slowed
+    assert throttle.record(source, HOST, blocked=0, clean=1).rate_per_minute is None
+    assert redis_client.hget(SourceKeys(source.name).host_throttles, HOST) is None
+
+
 def test_repeated_blocks_within_the_window_pause_the_host_for_every_worker(redis_client, configure_settings) -> None:
     settings = configure_settings(block_pause_after=3, block_pause_seconds=30)
     source = demo_source(f"http://{HOST}", "walled")

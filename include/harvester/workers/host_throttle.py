@@ -3,11 +3,13 @@
 Scrapy's AutoThrottle adapts a delay to latency; a WAF that challenges past N requests a minute says nothing of
 latency, only blocks. So each batch reports, per host, its block pages and its clean pages (one
 ``lua/host_throttle.lua`` call): a block halves the host's rate (the first from what the source really started in
-its rate window), each clean page raises it a little (:data:`RAISE_PER_CLEAN_PAGE`), and back at the source's
-own limit the host is no longer slowed. The rate lives in Redis (``SourceKeys.host_throttles``), so every worker
-fetching the host slows down together; :class:`~harvester.workers.host_rate.HostRateGate` reads it (cached
-for :data:`REFRESH_SECONDS`) and holds each request start to it, never above the source's limits. Repeated
-blocks within ``block_window_seconds`` also pause the host at admission (``block_pause_seconds``).
+its rate window), each clean page raises it a little (:data:`RAISE_PER_CLEAN_PAGE`), quiet time doubles it every
+``block_recovery_seconds`` since its last change (a run that ended slowed does not start the next day's slowed),
+and back at the source's own limit the host is no longer slowed. The rate lives in Redis
+(``SourceKeys.host_throttles``), so every worker fetching the host slows down together;
+:class:`~harvester.workers.host_rate.HostRateGate` reads it (cached for :data:`REFRESH_SECONDS`) and holds each
+request start to it, never above the source's limits. Repeated blocks within ``block_window_seconds`` also pause
+the host at admission (``block_pause_seconds``).
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ class HostThrottle:
     """The adaptive per-host rate (see the module docstring)."""
 
     def __init__(self, client: redis.Redis, window_seconds: float, pause_after: int, pause_seconds: float,
-                 rate_window_seconds: float = 60.0) -> None:
+                 rate_window_seconds: float = 60.0, recovery_seconds: float = 300.0) -> None:
         self.client = client
+        self.recovery_seconds = recovery_seconds  # quiet time that doubles a slowed rate
         self.window_seconds = window_seconds
         self.rate_window_seconds = rate_window_seconds  # the window "per minute" is counted over
         self.pause_after = pause_after
@@ -69,7 +72,7 @@ class HostThrottle:
     @classmethod
     def from_settings(cls, settings: HarvesterSettings, client: redis.Redis) -> HostThrottle:
         return cls(client, settings.block_window_seconds, settings.block_pause_after, settings.block_pause_seconds,
-                   settings.rate_window_seconds + settings.rate_window_margin_seconds)
+                   settings.rate_window_seconds + settings.rate_window_margin_seconds, settings.block_recovery_seconds)
 
     @redis_storage_errors()
     def record(self, source: SourceConfig, host: str, blocked: int, clean: int) -> HostVerdict:
@@ -79,7 +82,7 @@ class HostThrottle:
             "host_throttle", source.name, {"host_blocks": keys.host_blocks(host)}, host=host, blocked=blocked,
             clean=clean, ceiling_per_minute=ceiling_of(source), floor_per_minute=FLOOR_PER_MINUTE,
             raise_factor=RAISE_PER_CLEAN_PAGE, window_seconds=self.window_seconds, pause_after=self.pause_after,
-            rate_window_seconds=self.rate_window_seconds)
+            rate_window_seconds=self.rate_window_seconds, recovery_seconds=self.recovery_seconds)
         return HostVerdict(host, reply.rate_per_minute or None, reply.blocks_in_window, reply.pause)
 
     def record_all(self, source: SourceConfig, pages: dict[str, tuple[int, int]]) -> list[HostVerdict]:
@@ -116,5 +119,18 @@ class HostThrottle:
 
     @redis_storage_errors()
     def _read(self, source: str) -> dict[str, float]:
-        raw = self.client.hgetall(SourceKeys(source).host_throttles)
-        return {(key.decode() if isinstance(key, bytes) else key): float(value) for key, value in raw.items()}
+        """Each slowed host's rate now: the stored ``rate:time of its last change``, recovered by the quiet time
+        since, on the Redis server's clock (one round trip). The gate never goes above the source's limits, so a
+        rate recovered past them simply stops slowing; the next record of the host removes it."""
+        pipeline = self.client.pipeline(transaction=False)
+        pipeline.hgetall(SourceKeys(source).host_throttles)
+        pipeline.time()
+        raw, (seconds, microseconds) = pipeline.execute()
+        now = seconds + microseconds / 1_000_000
+        rates: dict[str, float] = {}
+        for key, value in raw.items():
+            rate, _, changed = (value.decode() if isinstance(value, bytes) else value).partition(":")
+            quiet = max(0.0, now - float(changed)) if changed else 0.0
+            recovery = 2 ** (quiet / self.recovery_seconds) if self.recovery_seconds > 0 else 1.0
+            rates[key.decode() if isinstance(key, bytes) else key] = float(rate) * recovery
+        return rates

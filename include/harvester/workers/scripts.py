@@ -26,7 +26,7 @@ HOST_FETCH = declare_script(
 HOST_THROTTLE = declare_script(
     "host_throttle", "host_throttles host_blocks window",
     "host blocked clean ceiling_per_minute floor_per_minute raise_factor window_seconds pause_after "
-    "rate_window_seconds",
+    "rate_window_seconds recovery_seconds",
     {"rate_per_minute": float, "blocks_in_window": int, "pause": lambda value: bool(int(value))},
     directory=LUA_DIRECTORY, key_space=SourceKeys, explicit_keys=("host_blocks",))
 
