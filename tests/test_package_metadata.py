@@ -67,14 +67,16 @@ def owners(module: str) -> frozenset[str]:
     return frozenset(normalised(name) for name in (shipping or candidates))
 
 
-@cache
+@pytest.fixture(scope="module")
 def imports_by_file() -> dict[Path, set[str]]:
+    """Module-scoped, so the file is one xdist work unit and the installed distributions' file lists (seconds to
+    read, Airflow alone ships thousands) are read once, not once per worker."""
     return {path: third_party_imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
 
 
-def test_every_third_party_import_is_declared():
+def test_every_third_party_import_is_declared(imports_by_file):
     missing = []
-    for path, modules in imports_by_file().items():
+    for path, modules in imports_by_file.items():
         adapter = any(module.split(".")[0] == "airflow" for module in modules)  # an Airflow adapter module
         declared = DEPENDENCIES | (AIRFLOW_EXTRA if adapter else set()) | (EXTRAS["cluster"] if path in CLUSTER_MODULES
                                                                              else set())
@@ -89,19 +91,19 @@ def test_every_third_party_import_is_declared():
     assert missing == []
 
 
-def test_every_declared_dependency_is_imported():
+def test_every_declared_dependency_is_imported(imports_by_file):
     imported: set[str] = set()
-    for modules in imports_by_file().values():
+    for modules in imports_by_file.values():
         for module in modules:
             imported |= owners(module)
     declared = DEPENDENCIES.union(*EXTRAS.values())
     assert sorted(declared - imported - {"apache-airflow"}) == []
 
 
-def test_the_airflow_extra_is_only_for_airflow_adapters():
+def test_the_airflow_extra_is_only_for_airflow_adapters(imports_by_file):
     """Outside the adapters nothing may need a distribution that only the airflow extra brings."""
     only_extra = AIRFLOW_EXTRA - DEPENDENCIES
-    for path, modules in imports_by_file().items():
+    for path, modules in imports_by_file.items():
         if any(module.split(".")[0] == "airflow" for module in modules):
             continue
         for module in modules:
