@@ -104,8 +104,8 @@ def identifier_shaped(value: str) -> bool:
 _PRICE_HOOK = re.compile(r"price|preis|prix|prezzo|precio|preco|prijs|pris|cena|hinta|fiyat|amount|cost", re.I)
 _NOT_THE_PRICE = re.compile(r"old|was|strike|before|regular|list|compare|original|crossed|unit|per|save|saving|"
                             r"discount|rrp|uvp|msrp|instead|from|range|shipping|delivery|tax|vat|installment|"
-                            r"monthly|points|label|currency|symbol|fraction|whole|decimal|cents", re.I)
-_STRUCK = "ancestor-or-self::*[self::del or self::s or self::strike]"
+                            r"monthly|points|label|currency|symbol|fraction|whole|decimal|cents|count|coupon", re.I)
+STRUCK = "ancestor-or-self::*[self::del or self::s or self::strike]"
 # Words a shop's template gives the price a buyer pays now when it differs from the regular one (a sale, a deal).
 SALE_PRICE = re.compile(r"sale|current|special|actual|now|final|promo|offer|deal|reduced|selling|discounted", re.I)
 # Widgets that show other products' prices beside the product: carousels, recommendations, "also bought".
@@ -113,14 +113,14 @@ _OTHER_PRODUCTS = re.compile(r"carousel|recommend|related|similar|upsell|cross|s
                              r"suggest|accessor|bundle|compare|teaser", re.I)
 
 
-def _among_other_products(node: Selector) -> bool:
+def among_other_products(node: Selector) -> bool:
     """Whether the element sits in a widget of other products: an ancestor named so (a carousel, "related") that
     holds more than one price to pay. A widget name alone is not enough: a product's own picture slider or
     gallery holds its price too, and holds only that one."""
     for ancestor in node.xpath("ancestor::*[@class or @id]"):
         if _OTHER_PRODUCTS.search(f"{ancestor.attrib.get('class', '')} {ancestor.attrib.get('id', '')}"):
             inner = ancestor.xpath(".//*[@class or @id]")[:400]
-            prices = [each for each in inner if _price_element(each) and not each.xpath(_STRUCK)]
+            prices = [each for each in inner if _price_element(each) and not each.xpath(STRUCK)]
             if sum(not any(_price_element(part) for part in each.xpath(".//*[@class or @id]")) for each in prices) > 1:
                 return True  # more than one price of its own (a block around one price is not a second one)
     return False
@@ -129,7 +129,7 @@ def _among_other_products(node: Selector) -> bool:
 _AMOUNT = re.compile(r"\d(?:[\d\s.,'\u00a0\u202f]*\d)?")
 
 
-def _several_amounts(text: str) -> bool:
+def several_amounts(text: str) -> bool:
     """Whether a text writes two amounts or more outside parentheses ("49 890 тг. 44 890 тг.", a price and its
     bonus points): a block of an old and a new price, not the price. A unit price in parentheses is the price's
     own note ("8,71 € (4,36 € / 100 ml)")."""
@@ -192,8 +192,8 @@ def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]
         if hook is None or not _price_element(node):
             continue
         text = " ".join((node.xpath("string()").get() or "").split())
-        if not (0 < len(text) <= 40 and re.search(r"\d", text)) or _several_amounts(text) or node.xpath(_STRUCK) \
-                or _among_other_products(node):
+        if not (0 < len(text) <= 40 and re.search(r"\d", text)) or several_amounts(text) or node.xpath(STRUCK) \
+                or among_other_products(node):
             continue
         if any(_price_element(inner) for inner in node.xpath(".//*[@class or @id]")):
             continue  # a block holding an old and a new price: the price is the element inside, next in the loop
