@@ -306,6 +306,20 @@ def test_the_amount_in_the_largest_type_is_the_price_where_no_class_says_price()
 
 
 @pytest.mark.unit
+def test_a_price_class_the_menu_uses_first_is_scoped_by_the_products_block() -> None:
+    menu = ("<nav><div class='menu-slider'><h3>Best sellers</h3><span class='actual-price'>20,90 €</span>"
+            "<span class='actual-price'>17,57 €</span></div></nav>")
+    head = ld({"@type": "Product", "name": "Fairy Oak", "offers": {"@type": "Offer", "price": "18.00",
+                                                                   "priceCurrency": "EUR"}})
+    body = (f"{menu}<h1>Fairy Oak</h1><div class='col-right no-slider'><div class='pricing'>"
+            "<span class='actual-price'>17,10 €</span><span class='barred'>18,00 €</span></div>"
+            "<p>Also as an e-book: <span class='ebook-price'>9,99 €</span></p></div>")  # two prices, no slider
+    choices, [record], _ = suggested(page(body, head))
+    assert choices["price"].spec == {"css": "div.pricing span.actual-price", "type": "price"}
+    assert record["price"]["amount"] == Decimal("17.10")  # shown as the price to pay now, below the markup's
+
+
+@pytest.mark.unit
 def test_a_count_or_a_coupon_beside_the_price_is_not_the_price() -> None:
     body = ("<h2>Magazine, one year</h2><p class='deal-price-sell'><strong>30,000 ₩</strong>"
             "<span class='deal-price-buy-count'>29 bought</span><span class='coupon-price'>5% coupon</span></p>"

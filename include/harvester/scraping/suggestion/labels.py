@@ -113,12 +113,18 @@ _OTHER_PRODUCTS = re.compile(r"carousel|recommend|related|similar|upsell|cross|s
                              r"suggest|accessor|bundle|compare|teaser", re.I)
 
 
+# A class that says a widget is absent ("no-slider", "without-related"): the block is the product's own.
+_NEGATED = re.compile(r"(?:no|non|not|without)[-_]", re.I)
+
+
 def among_other_products(node: Selector) -> bool:
     """Whether the element sits in a widget of other products: an ancestor named so (a carousel, "related") that
     holds more than one price to pay. A widget name alone is not enough: a product's own picture slider or
-    gallery holds its price too, and holds only that one."""
+    gallery holds its price too, and holds only that one; and a class naming the widget's absence ("no-slider")
+    names no widget."""
     for ancestor in node.xpath("ancestor::*[@class or @id]"):
-        if _OTHER_PRODUCTS.search(f"{ancestor.attrib.get('class', '')} {ancestor.attrib.get('id', '')}"):
+        names = f"{ancestor.attrib.get('class', '')} {ancestor.attrib.get('id', '')}".split()
+        if _OTHER_PRODUCTS.search(" ".join(name for name in names if not _NEGATED.match(name))):
             inner = ancestor.xpath(".//*[@class or @id]")[:400]
             prices = [each for each in inner if _price_element(each) and not each.xpath(STRUCK)]
             if sum(not any(_price_element(part) for part in each.xpath(".//*[@class or @id]")) for each in prices) > 1:
@@ -183,7 +189,7 @@ def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]
     """The price beside the title: the first element after the ``h1`` whose class or id says price and whose
     text reads as an amount, that is not struck through nor a unit, old or instalment price, and holds no such
     element itself (a block with the old and the new price is not the price; the new one inside it is). Its selector
-    must find that very element first on the page."""
+    must find that very element first on the page (scoped by an ancestor when its class alone finds another)."""
     heading = title_heading(document)
     after_title = (heading.xpath("following::*[@class or @id]") if heading is not None else []) \
         or document.xpath("//body//*[@class or @id]")
@@ -197,15 +203,32 @@ def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]
             continue
         if any(_price_element(inner) for inner in node.xpath(".//*[@class or @id]")):
             continue  # a block holding an old and a new price: the price is the element inside, next in the loop
-        css = hook[0]
-        first = document.css(css)
-        if not first or " ".join((first[0].xpath("string()").get() or "").split()) != text:
+        css = scoped_first(document, node, hook[0])
+        if css is None:
             continue
         sale = SALE_PRICE.search(hook[1])
         yield Choice(target.name, {"css": css, "type": "price"},
                      f"{css}: the first price after the page's title that is not struck through nor a unit or old "
                      f"price{', marked as the price to pay now' if sale else ''}: {target.why}", shown_sale=bool(sale))
         return
+
+
+SCOPE_DEPTH = 8
+
+
+def scoped_first(document: Selector, node: Selector, css: str) -> str | None:
+    """A selector that finds this very element first: its own, else its own under the nearest ancestor's (an id
+    without digits or a named class), for a class the template also gives the prices in its menus and carousels
+    before the product's part of the page (``div.pricing span.actual-price``); None: no such selector."""
+    for scope in (None, *node.xpath("ancestor::*[@class or @id]")[::-1][:SCOPE_DEPTH]):
+        hook = _class_hook(scope) if scope is not None else None
+        if scope is not None and hook is None:
+            continue
+        scoped = css if hook is None else f"{hook[0]} {css}"
+        first = document.css(scoped)
+        if first and first[0].root is node.root:
+            return scoped
+    return None
 
 
 _ADD_TO_CART = re.compile(
