@@ -281,6 +281,55 @@ def test_a_block_holding_the_old_and_the_new_price_is_not_the_price() -> None:
 
 
 @pytest.mark.unit
+def test_the_amount_in_the_largest_type_is_the_price_where_no_class_says_price() -> None:
+    inline = ("<h1>Goose floss 250 g</h1><table><tr><td class='t13'><b>List price</b> <del>$420</del> 元</td></tr>"
+              "<tr><td class='t13'><b>Special</b> <font color='red'>7</font> off "
+              "<span style='font:bold 27px Verdana;color:#ff0000'>294</span> 元</td></tr>"
+              "<tr><td>3 instalments of <span style='font-size:13px'>98</span></td></tr></table>")
+    choices, [record], _ = suggested(page(inline))
+    assert choices["price"].spec == {"xpath": "//span[@style='font:bold 27px Verdana;color:#ff0000']",
+                                     "type": "price"}
+    assert record["price"]["amount"] == Decimal("294")
+    ruled = ("<h1>Jerky, ten packs</h1><div class='item'><p class='deal'>Now <span>99</span> each</p>"
+             "<p class='was'>Was <span>120</span></p></div>")
+    style = "<style>.item .deal span{color:red;font-size:45px} .item .was span{font-size:12px}</style>"
+    choices, [record], _ = suggested(page(ruled, style))
+    assert choices["price"].spec == {"css": ".item .deal span", "type": "price"}
+    assert record["price"]["amount"] == Decimal("99")
+    for unsure in (ruled.replace("font-size:12px", "font-size:45px"),  # two amounts in the same large type
+                   ruled):  # no style sheet: nothing stands out
+        _, [record], notes = suggested(page(unsure, style.replace("12px", "45px") if unsure != ruled else ""))
+        assert "price" not in record and any(note.startswith("price") for note in notes)
+    cents = "<h1>Kettle</h1><p style='font-size:30px'>173<sup>34</sup> Lei</p>"  # written in two parts
+    _, [record], _ = suggested(page(cents))
+    assert "price" not in record
+
+
+@pytest.mark.unit
+def test_a_price_class_the_menu_uses_first_is_scoped_by_the_products_block() -> None:
+    menu = ("<nav><div class='menu-slider'><h3>Best sellers</h3><span class='actual-price'>20,90 €</span>"
+            "<span class='actual-price'>17,57 €</span></div></nav>")
+    head = ld({"@type": "Product", "name": "Fairy Oak", "offers": {"@type": "Offer", "price": "18.00",
+                                                                   "priceCurrency": "EUR"}})
+    body = (f"{menu}<h1>Fairy Oak</h1><div class='col-right no-slider'><div class='pricing'>"
+            "<span class='actual-price'>17,10 €</span><span class='barred'>18,00 €</span></div>"
+            "<p>Also as an e-book: <span class='ebook-price'>9,99 €</span></p></div>")  # two prices, no slider
+    choices, [record], _ = suggested(page(body, head))
+    assert choices["price"].spec == {"css": "div.pricing span.actual-price", "type": "price"}
+    assert record["price"]["amount"] == Decimal("17.10")  # shown as the price to pay now, below the markup's
+
+
+@pytest.mark.unit
+def test_a_count_or_a_coupon_beside_the_price_is_not_the_price() -> None:
+    body = ("<h2>Magazine, one year</h2><p class='deal-price-sell'><strong>30,000 ₩</strong>"
+            "<span class='deal-price-buy-count'>29 bought</span><span class='coupon-price'>5% coupon</span></p>"
+            "<span class='deal-price'>30,000 ₩</span>")
+    choices, [record], _ = suggested(page(body))
+    assert choices["price"].spec == {"css": "span.deal-price", "type": "price"}
+    assert record["price"]["amount"] == Decimal("30000")
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("body, in_stock", [
     ("<h1>Kettle</h1><button id='add-to-cart'>Add to basket</button>", True),
     ("<h1>Kettle</h1><p class='stock'>Currently unavailable.</p>", False),

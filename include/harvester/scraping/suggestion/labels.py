@@ -104,8 +104,8 @@ def identifier_shaped(value: str) -> bool:
 _PRICE_HOOK = re.compile(r"price|preis|prix|prezzo|precio|preco|prijs|pris|cena|hinta|fiyat|amount|cost", re.I)
 _NOT_THE_PRICE = re.compile(r"old|was|strike|before|regular|list|compare|original|crossed|unit|per|save|saving|"
                             r"discount|rrp|uvp|msrp|instead|from|range|shipping|delivery|tax|vat|installment|"
-                            r"monthly|points|label|currency|symbol|fraction|whole|decimal|cents", re.I)
-_STRUCK = "ancestor-or-self::*[self::del or self::s or self::strike]"
+                            r"monthly|points|label|currency|symbol|fraction|whole|decimal|cents|count|coupon", re.I)
+STRUCK = "ancestor-or-self::*[self::del or self::s or self::strike]"
 # Words a shop's template gives the price a buyer pays now when it differs from the regular one (a sale, a deal).
 SALE_PRICE = re.compile(r"sale|current|special|actual|now|final|promo|offer|deal|reduced|selling|discounted", re.I)
 # Widgets that show other products' prices beside the product: carousels, recommendations, "also bought".
@@ -113,14 +113,20 @@ _OTHER_PRODUCTS = re.compile(r"carousel|recommend|related|similar|upsell|cross|s
                              r"suggest|accessor|bundle|compare|teaser", re.I)
 
 
-def _among_other_products(node: Selector) -> bool:
+# A class that says a widget is absent ("no-slider", "without-related"): the block is the product's own.
+_NEGATED = re.compile(r"(?:no|non|not|without)[-_]", re.I)
+
+
+def among_other_products(node: Selector) -> bool:
     """Whether the element sits in a widget of other products: an ancestor named so (a carousel, "related") that
     holds more than one price to pay. A widget name alone is not enough: a product's own picture slider or
-    gallery holds its price too, and holds only that one."""
+    gallery holds its price too, and holds only that one; and a class naming the widget's absence ("no-slider")
+    names no widget."""
     for ancestor in node.xpath("ancestor::*[@class or @id]"):
-        if _OTHER_PRODUCTS.search(f"{ancestor.attrib.get('class', '')} {ancestor.attrib.get('id', '')}"):
+        names = f"{ancestor.attrib.get('class', '')} {ancestor.attrib.get('id', '')}".split()
+        if _OTHER_PRODUCTS.search(" ".join(name for name in names if not _NEGATED.match(name))):
             inner = ancestor.xpath(".//*[@class or @id]")[:400]
-            prices = [each for each in inner if _price_element(each) and not each.xpath(_STRUCK)]
+            prices = [each for each in inner if _price_element(each) and not each.xpath(STRUCK)]
             if sum(not any(_price_element(part) for part in each.xpath(".//*[@class or @id]")) for each in prices) > 1:
                 return True  # more than one price of its own (a block around one price is not a second one)
     return False
@@ -129,7 +135,7 @@ def _among_other_products(node: Selector) -> bool:
 _AMOUNT = re.compile(r"\d(?:[\d\s.,'\u00a0\u202f]*\d)?")
 
 
-def _several_amounts(text: str) -> bool:
+def several_amounts(text: str) -> bool:
     """Whether a text writes two amounts or more outside parentheses ("49 890 тг. 44 890 тг.", a price and its
     bonus points): a block of an old and a new price, not the price. A unit price in parentheses is the price's
     own note ("8,71 € (4,36 € / 100 ml)")."""
@@ -183,7 +189,7 @@ def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]
     """The price beside the title: the first element after the ``h1`` whose class or id says price and whose
     text reads as an amount, that is not struck through nor a unit, old or instalment price, and holds no such
     element itself (a block with the old and the new price is not the price; the new one inside it is). Its selector
-    must find that very element first on the page."""
+    must find that very element first on the page (scoped by an ancestor when its class alone finds another)."""
     heading = title_heading(document)
     after_title = (heading.xpath("following::*[@class or @id]") if heading is not None else []) \
         or document.xpath("//body//*[@class or @id]")
@@ -192,20 +198,37 @@ def prominent_price(document: Selector, target: TargetField) -> Iterator[Choice]
         if hook is None or not _price_element(node):
             continue
         text = " ".join((node.xpath("string()").get() or "").split())
-        if not (0 < len(text) <= 40 and re.search(r"\d", text)) or _several_amounts(text) or node.xpath(_STRUCK) \
-                or _among_other_products(node):
+        if not (0 < len(text) <= 40 and re.search(r"\d", text)) or several_amounts(text) or node.xpath(STRUCK) \
+                or among_other_products(node):
             continue
         if any(_price_element(inner) for inner in node.xpath(".//*[@class or @id]")):
             continue  # a block holding an old and a new price: the price is the element inside, next in the loop
-        css = hook[0]
-        first = document.css(css)
-        if not first or " ".join((first[0].xpath("string()").get() or "").split()) != text:
+        css = scoped_first(document, node, hook[0])
+        if css is None:
             continue
         sale = SALE_PRICE.search(hook[1])
         yield Choice(target.name, {"css": css, "type": "price"},
                      f"{css}: the first price after the page's title that is not struck through nor a unit or old "
                      f"price{', marked as the price to pay now' if sale else ''}: {target.why}", shown_sale=bool(sale))
         return
+
+
+SCOPE_DEPTH = 8
+
+
+def scoped_first(document: Selector, node: Selector, css: str) -> str | None:
+    """A selector that finds this very element first: its own, else its own under the nearest ancestor's (an id
+    without digits or a named class), for a class the template also gives the prices in its menus and carousels
+    before the product's part of the page (``div.pricing span.actual-price``); None: no such selector."""
+    for scope in (None, *node.xpath("ancestor::*[@class or @id]")[::-1][:SCOPE_DEPTH]):
+        hook = _class_hook(scope) if scope is not None else None
+        if scope is not None and hook is None:
+            continue
+        scoped = css if hook is None else f"{hook[0]} {css}"
+        first = document.css(scoped)
+        if first and first[0].root is node.root:
+            return scoped
+    return None
 
 
 _ADD_TO_CART = re.compile(

@@ -29,6 +29,7 @@ from harvester.scraping.suggestion.labels import (
     label_candidates,
     prominent_price,
 )
+from harvester.scraping.suggestion.largest_type import largest_type_price
 from harvester.scraping.suggestion.schemas import (
     ANY_OFFER_AVAILABLE,
     PRODUCT,
@@ -115,12 +116,14 @@ def itemprop_candidates(page: PageData, target: TargetField) -> Iterator[Choice]
 
 
 def markup_candidates(page: PageData, target: TargetField) -> Iterator[Choice]:
-    """What the page shows: label rows, then the prominent element for the field."""
+    """What the page shows: label rows, then the prominent element for the field (for a price: the one marked
+    price beside the title, then the amount in the page's largest type)."""
     yield from label_candidates(page.selector, target)
     if target.name in ("name", "title", "headline"):
         yield Choice(target.name, {"css": "h1"}, f"the page's first <h1>: {target.why}")
     elif target.type == "price":
         yield from prominent_price(page.selector, target)
+        yield from largest_type_price(page.selector, target)
     elif target.name == "availability":
         yield from add_to_cart(page.selector, target)
 
