@@ -36,6 +36,7 @@ from harvester.config.incremental import (
 )
 from harvester.config.lifecycle import GoneMarkers
 from harvester.config.locales import Visitor, visitor_of
+from harvester.config.proxy import ProxyOptions, check_proxy_rules
 from harvester.config.quality import Quality
 from harvester.config.requests import NextRequest, RequestSeed, check_request_rules
 from harvester.queues import DEFAULT_QUEUE, PAGESLOTS_QUEUE, PRIORITY_QUEUE
@@ -292,6 +293,10 @@ class SourceConfig(StrictModel):
     country: str | None = Field(default=None, pattern=r"^[A-Z]{2}$", description="ISO 3166 alpha-2, e.g. SG.")
     visitor: Visitor | None = Field(
         default=None, description="locale, timezone_id, accept_language over the country's defaults (config.locales).")
+    proxy: ProxyOptions = Field(
+        default_factory=ProxyOptions,
+        description="HTTP sources with a country: tiers of ways out, cheapest first (direct, then pools "
+                    "proxy_<country>_<tier>), and how long a blocked tier stays above a host (docs/sources.md).")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     batch: Batch = Field(default_factory=Batch)
     harvesting_lag: Duration = Field(default=timedelta(days=1))
@@ -392,6 +397,7 @@ class SourceConfig(StrictModel):
         check_request_rules(self.input.requests, self.render, self.content, self.listing and self.listing.next)
         if self.render == "browser" and self.country is None:
             raise ValueError("country: a browser source needs a country (its page slots are per country)")
+        check_proxy_rules(self.proxy, self.render, self.country)
         if self.render != "browser" and self.browser != BrowserOptions():
             raise ValueError("browser: only browser sources (render: browser) have a browser section")
         if self.input.kind == "listing" and self.listing is None:
