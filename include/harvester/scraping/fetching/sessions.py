@@ -92,6 +92,8 @@ class Session:
     tiers: tuple[str, ...] = ()  # the source's tiers, cheapest first
     quiet: float = 0.0  # the source's proxy.quiet (s)
     tier_checked: float = 0.0  # monotonic (s): when the host's tier was last asked
+    moved_tier: bool = False  # its block moved its host up a tier
+    tier_check: asyncio.Future[str] | None = field(default=None, repr=False)  # the ask in flight
 
     def worn(self, max_uses: int, max_age: float) -> str:
         """Why the session has served its time ('' while it has not)."""
@@ -129,12 +131,8 @@ class Sessions:
         if session is not None and (worn := session.worn(self.max_uses, self.max_age)):
             self._retire(session, f"served its time ({worn})")
             session = None
-        if session is not None and session.tiers and time.monotonic() - session.tier_checked >= TIER_RECHECK_SECONDS:
-            session.tier_checked = time.monotonic()  # before the await: the batch's other pages do not ask too
-            tier = await self.exits.tier_of(source.name, host, list(session.tiers), session.quiet)
-            if tier != session.tier and not session.retired:
-                self._retire(session, f"its host moved from tier {session.tier} to {tier}")
-                self.tier_moves += 1
+        if session is not None and session.tiers:
+            await self._check_tier(session)
             if session.retired:
                 session = None
         if session is None:
@@ -147,6 +145,25 @@ class Sessions:
                 return None
         session.uses += 1
         return session
+
+    async def _check_tier(self, session: Session) -> None:
+        """Retire ``session`` if its host moved to another tier (asked every ``TIER_RECHECK_SECONDS``; the batch's
+        other pages for the host wait for the one asking, so none goes out on the old tier meanwhile)."""
+        if session.tier_check is None and time.monotonic() - session.tier_checked >= TIER_RECHECK_SECONDS:
+            assert self.exits is not None  # a session exists only with exits
+            session.tier_check = asyncio.ensure_future(
+                self.exits.tier_of(session.source, session.host, list(session.tiers), session.quiet))
+        if session.tier_check is None:
+            return
+        checking = session.tier_check
+        try:
+            tier = await asyncio.shield(checking)
+        finally:
+            if session.tier_check is checking and checking.done():
+                session.tier_check, session.tier_checked = None, time.monotonic()
+        if tier != session.tier and not session.retired:
+            self._retire(session, f"its host moved from tier {session.tier} to {tier}")
+            self.tier_moves += 1
 
     async def _open(self, config: SourceConfig, host: str) -> Session | None:
         assert self.exits is not None and config.country is not None  # asked only with exits, for a country
@@ -179,13 +196,18 @@ class Sessions:
                 moved = await self.exits.tier_blocked(session.source, session.host, session.tier,
                                                       list(session.tiers), session.quiet) != session.tier
                 self.tier_moves += moved
-            session.rotated = moved or welcome > 0
+            session.rotated, session.moved_tier = moved or welcome > 0, moved
         return session.rotated
 
     async def rotated_hosts(self, blocks: Mapping[str, tuple[str, str]]) -> set[str]:
         """Retire each blocked session (key -> its host and the block's reason); the hosts another exit of the
         pool still welcomes (their blocks need not pause them: the next session goes out elsewhere)."""
         return {host for key, (host, reason) in blocks.items() if await self.blocked(key, reason)}
+
+    def moved_hosts(self, blocks: Mapping[str, tuple[str, str]]) -> set[str]:
+        """The hosts of blocked sessions (key -> host and reason, after :meth:`rotated_hosts`) whose block moved them
+        up a tier: the next tier leaves from other addresses, so the block says nothing of the rate it can take."""
+        return {host for key, (host, _) in blocks.items() if (session := self._by_key.get(key)) and session.moved_tier}
 
     def _retire(self, session: Session, reason: str) -> None:
         if session.retired:
