@@ -14,6 +14,7 @@ from croniter import croniter
 from pydantic import Field, WithJsonSchema, field_serializer, field_validator, model_validator
 
 from harvester.config.attributes import (
+    DURATION_PATTERN,
     RESERVED_FIELDS,
     XPATH_PREFIX,
     Attribute,
@@ -24,6 +25,7 @@ from harvester.config.attributes import (
     check_extraction_rules,
     check_link_expression,
     check_selector,
+    parse_duration,
 )
 from harvester.config.blocks import BlockMarkers
 from harvester.config.browser import BrowserOptions
@@ -50,19 +52,6 @@ ResourceType = Literal[
 ]
 SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 MAX_BATCH_SIZE = 10_000
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
-_DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_duration(value: Any) -> timedelta:
-    """Read "90s", "15m", "6h", "7d", "2w" (or a number of seconds) as a timedelta."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return timedelta(seconds=value)
-    if isinstance(value, str) and (match := _DURATION.match(value)):
-        return timedelta(**{_DURATION_UNITS[match.group(2)]: int(match.group(1))})
-    raise ValueError("expected a duration such as 90s, 15m, 6h, 7d or 2w")
 
 
 def format_duration(value: timedelta) -> str:
@@ -78,7 +67,7 @@ def format_duration(value: timedelta) -> str:
 Duration = Annotated[
     timedelta,
     WithJsonSchema({
-        "anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "number", "minimum": 0}],
+        "anyOf": [{"type": "string", "pattern": DURATION_PATTERN.pattern}, {"type": "number", "minimum": 0}],
         "description": "A duration: 90s, 15m, 6h, 7d, 2w, or a number of seconds.",
     }),
 ]

@@ -10,11 +10,12 @@ first tier, moves up one when it blocks us there, and comes back down once the t
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
-from harvester.config.attributes import StrictModel
+from harvester.config.attributes import DURATION_PATTERN, StrictModel, parse_duration
 
 __all__ = ["DIRECT_TIER", "MAX_TIERS", "ProxyOptions"]
 
@@ -28,7 +29,7 @@ DEFAULT_QUIET_SECONDS = 600.0
 QuietSeconds = Annotated[
     float,
     WithJsonSchema({
-        "anyOf": [{"type": "string", "pattern": r"^\s*(\d+)\s*([smhdw])\s*$"}, {"type": "number", "minimum": 1}],
+        "anyOf": [{"type": "string", "pattern": DURATION_PATTERN.pattern}, {"type": "number", "minimum": 1}],
         "description": "A duration: 90s, 10m, 1h, or a number of seconds.",
     }),
 ]
@@ -50,8 +51,6 @@ class ProxyOptions(StrictModel):
     @field_validator("tiers")
     @classmethod
     def _tier_names(cls, tiers: list[str]) -> list[str]:
-        import re
-
         for tier in tiers:
             if not isinstance(tier, str) or not re.fullmatch(TIER_NAME, tier):
                 raise ValueError(f"{tier!r} is not a tier name (lower-case letters and digits, "
@@ -68,8 +67,6 @@ class ProxyOptions(StrictModel):
     @field_validator("quiet", mode="before")
     @classmethod
     def _quiet(cls, value: Any) -> float:
-        from harvester.config.model import parse_duration
-
         try:
             seconds = parse_duration(value).total_seconds()
         except ValueError as error:
