@@ -77,7 +77,7 @@ class ProxyOptions(StrictModel):
 
     @model_validator(mode="after")
     def _quiet_needs_tiers(self) -> ProxyOptions:
-        if "quiet" in self.model_fields_set and not self.tiers:
+        if self.quiet != DEFAULT_QUIET_SECONDS and not self.tiers:  # (the default: the registered copy names it)
             raise ValueError("quiet: a quiet period is for tiers: give proxy.tiers too")
         return self
 
