@@ -25,7 +25,9 @@ and the same link discovery and extraction code; pages are counted by the demo s
   ``latency_ms`` in flight could pass (``storage_ceiling_ratio_concurrency_bound``);
 - (e) the settle path near its ceiling (bench/settle.py): the worker's ending of a batch fed pre-fetched pages
   against raw unordered ``bulk_write``s of the same records, same servers -> ``settle_ceiling_ratio`` (goal >= 0.8)
-  and the figures beside it (``settle_records_per_s``, ``raw_bulk_records_per_s``, ...).
+  and the figures beside it (``settle_records_per_s``, ``raw_bulk_records_per_s``, ...);
+- (f) a proxy pool's cost (bench/pool_overhead.py): the crawl only of a source with ``country: SG`` through a pool of
+  two forward proxies against a pool of one -> ``pool_overhead_cpu`` (CPU per page over, minus 1; goal <= 0.05).
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
        [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2] [--smoke]
@@ -56,6 +58,7 @@ import pymongo
 import redis
 import yaml
 from api_speed import PAGE_SIZE, api_figures, first_request_tasks, write_graphql_source  # beside this file
+from pool_overhead import pool_overhead  # bench/pool_overhead.py, beside this file
 from rig import (
     BIN,
     DEMO_PRODUCT_ATTRIBUTES,
@@ -86,6 +89,8 @@ PROMISED_KEYS = (
     "settle_ceiling_ratio", "raw_one_write_records_per_s", "settle_one_write_ratio",
     "raw_key_index_only_records_per_s", "settle_cpu_ms_per_record",
     "mongo", "peers_skipped",
+    # pool_overhead (bench/pool_overhead.py)
+    "pool_overhead_cpu", "pool_one_proxy_cpu_ms_per_page", "pool_two_proxies_cpu_ms_per_page",
 )
 
 
@@ -420,6 +425,8 @@ def main() -> None:
                                                    f"scrapy_mongo{suffix}", args.concurrency,
                                                    (choice.uri, database), directory))
                 runs["peer_e2e"][-1]["stored"] = stored[f"scrapy_mongo{suffix}"].count_documents({})
+        pool = pool_overhead(processes, env, source, site_url, expected, args.workers, args.repeat, run_harvester)
+        print(f"proxy pool: {pool}", file=sys.stderr)
         best = {name: max(results, key=lambda run: run["pages"] / run["seconds"], default=None)
                 for name, results in runs.items()}
         ours, peer, ours_e2e, peer_e2e = best["ours"], best["peer"], best["ours_e2e"], best["peer_e2e"]
@@ -479,6 +486,7 @@ def main() -> None:
             if ceiling["records_per_s"] else None,
             **bound,
             **settle,
+            **pool,
             "mongo": choice.kind,
             "peers_skipped": ["scrapy", "crawlee"] if args.smoke else [],
         }
