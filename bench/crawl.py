@@ -30,7 +30,8 @@ and the same link discovery and extraction code; pages are counted by the demo s
   two forward proxies against a pool of one -> ``pool_overhead_cpu`` (CPU per page over, minus 1; goal <= 0.05).
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
-       [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2] [--smoke]
+       [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2] [--parts crawl,api,pool]
+       [--smoke]
 ``--smoke`` (CI: tests/test_benches.py): 40 products at 20 a page, one round, one Celery process, 160 records,
 Scrapy and crawlee skipped (installing them takes minutes), so their figures and the ratios over them are null.
 Harvester runs with its default settings (``publish_batch_size`` 16 tasks per Celery message) unless
@@ -352,9 +353,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=3000, help="records for the bulk vs insert_one part")
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the best of each is reported")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
-    parser.add_argument("--parts", default="crawl,api",
+    parser.add_argument("--parts", default="crawl,api,pool",
                         help="crawl (a-e, against Scrapy and crawlee), api (the GraphQL endpoint against HTML detail "
-                             "pages), or both (the default)")
+                             "pages), pool (f: a pool of two proxies against one), or several (all: the default)")
     parser.add_argument("--smoke", action="store_true", help="40 products, one round, no peers (CI)")
     args = parser.parse_args()
     if args.smoke:
@@ -399,6 +400,9 @@ def main() -> None:
                                   "workers": args.workers, "publish_batch": publish_batch, "smoke": args.smoke}
         if "api" in parts:
             result.update(api_part(processes, env, sources, site_url, args, expected))
+        if "pool" in parts:
+            result.update(pool_overhead(processes, env, source, site_url, expected, args.workers, args.repeat,
+                                        run_harvester))
         if "crawl" not in parts:
             print(json.dumps({**result, "mongo": choice.kind}))
             return
@@ -425,8 +429,6 @@ def main() -> None:
                                                    f"scrapy_mongo{suffix}", args.concurrency,
                                                    (choice.uri, database), directory))
                 runs["peer_e2e"][-1]["stored"] = stored[f"scrapy_mongo{suffix}"].count_documents({})
-        pool = pool_overhead(processes, env, source, site_url, expected, args.workers, args.repeat, run_harvester)
-        print(f"proxy pool: {pool}", file=sys.stderr)
         best = {name: max(results, key=lambda run: run["pages"] / run["seconds"], default=None)
                 for name, results in runs.items()}
         ours, peer, ours_e2e, peer_e2e = best["ours"], best["peer"], best["ours_e2e"], best["peer_e2e"]
@@ -486,7 +488,6 @@ def main() -> None:
             if ceiling["records_per_s"] else None,
             **bound,
             **settle,
-            **pool,
             "mongo": choice.kind,
             "peers_skipped": ["scrapy", "crawlee"] if args.smoke else [],
         }
