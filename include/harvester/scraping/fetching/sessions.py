@@ -93,6 +93,7 @@ class Session:
     quiet: float = 0.0  # the source's proxy.quiet (s)
     tier_checked: float = 0.0  # monotonic (s): when the host's tier was last asked
     moved_tier: bool = False  # its block moved its host up a tier
+    verdict: asyncio.Future[bool] | None = field(default=None, repr=False)  # its block's answer (once)
     tier_check: asyncio.Future[str] | None = field(default=None, repr=False)  # the ask in flight
 
     def worn(self, max_uses: int, max_age: float) -> str:
@@ -187,16 +188,20 @@ class Sessions:
         session = self._by_key.get(key)
         if session is None:
             return None
-        if session.rotated is None:
+        if session.verdict is None:  # the first to ask bans and reports; the batch's other blocked pages wait
             self._retire(session, f"blocked: {reason}")
-            assert self.exits is not None  # a session exists only with exits
-            welcome = await self.exits.ban(session.country, session.exit.name, session.host, session.tier)
-            moved = False
-            if session.tier:  # the host moves up a tier for every worker (unless it is on the top one)
-                moved = await self.exits.tier_blocked(session.source, session.host, session.tier,
-                                                      list(session.tiers), session.quiet) != session.tier
-                self.tier_moves += moved
-            session.rotated, session.moved_tier = moved or welcome > 0, moved
+            session.verdict = asyncio.ensure_future(self._answer_block(session))
+        return await asyncio.shield(session.verdict)
+
+    async def _answer_block(self, session: Session) -> bool:
+        assert self.exits is not None  # a session exists only with exits
+        welcome = await self.exits.ban(session.country, session.exit.name, session.host, session.tier)
+        moved = False
+        if session.tier:  # the host moves up a tier for every worker (unless it is on the top one)
+            moved = await self.exits.tier_blocked(session.source, session.host, session.tier,
+                                                  list(session.tiers), session.quiet) != session.tier
+            self.tier_moves += moved
+        session.rotated, session.moved_tier = moved or welcome > 0, moved
         return session.rotated
 
     async def rotated_hosts(self, blocks: Mapping[str, tuple[str, str]]) -> set[str]:
