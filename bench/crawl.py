@@ -25,10 +25,13 @@ and the same link discovery and extraction code; pages are counted by the demo s
   ``latency_ms`` in flight could pass (``storage_ceiling_ratio_concurrency_bound``);
 - (e) the settle path near its ceiling (bench/settle.py): the worker's ending of a batch fed pre-fetched pages
   against raw unordered ``bulk_write``s of the same records, same servers -> ``settle_ceiling_ratio`` (goal >= 0.8)
-  and the figures beside it (``settle_records_per_s``, ``raw_bulk_records_per_s``, ...).
+  and the figures beside it (``settle_records_per_s``, ``raw_bulk_records_per_s``, ...);
+- (f) a proxy pool's cost (bench/pool_overhead.py): the crawl only of a source with ``country: SG`` through a pool of
+  two forward proxies against a pool of one -> ``pool_overhead_cpu`` (CPU per page over, minus 1; goal <= 0.05).
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
-       [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2] [--smoke]
+       [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2] [--parts crawl,api,pool]
+       [--smoke]
 ``--smoke`` (CI: tests/test_benches.py): 40 products at 20 a page, one round, one Celery process, 160 records,
 Scrapy and crawlee skipped (installing them takes minutes), so their figures and the ratios over them are null.
 Harvester runs with its default settings (``publish_batch_size`` 16 tasks per Celery message) unless
@@ -56,6 +59,7 @@ import pymongo
 import redis
 import yaml
 from api_speed import PAGE_SIZE, api_figures, first_request_tasks, write_graphql_source  # beside this file
+from pool_overhead import pool_overhead  # bench/pool_overhead.py, beside this file
 from rig import (
     BIN,
     DEMO_PRODUCT_ATTRIBUTES,
@@ -86,6 +90,8 @@ PROMISED_KEYS = (
     "settle_ceiling_ratio", "raw_one_write_records_per_s", "settle_one_write_ratio",
     "raw_key_index_only_records_per_s", "settle_cpu_ms_per_record",
     "mongo", "peers_skipped",
+    # pool_overhead (bench/pool_overhead.py)
+    "pool_overhead_cpu", "pool_one_proxy_cpu_ms_per_page", "pool_two_proxies_cpu_ms_per_page",
 )
 
 
@@ -347,9 +353,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=3000, help="records for the bulk vs insert_one part")
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the best of each is reported")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
-    parser.add_argument("--parts", default="crawl,api",
+    parser.add_argument("--parts", default="crawl,api,pool",
                         help="crawl (a-e, against Scrapy and crawlee), api (the GraphQL endpoint against HTML detail "
-                             "pages), or both (the default)")
+                             "pages), pool (f: a pool of two proxies against one), or several (all: the default)")
     parser.add_argument("--smoke", action="store_true", help="40 products, one round, no peers (CI)")
     args = parser.parse_args()
     if args.smoke:
@@ -394,6 +400,9 @@ def main() -> None:
                                   "workers": args.workers, "publish_batch": publish_batch, "smoke": args.smoke}
         if "api" in parts:
             result.update(api_part(processes, env, sources, site_url, args, expected))
+        if "pool" in parts:
+            result.update(pool_overhead(processes, env, source, site_url, expected, args.workers, args.repeat,
+                                        run_harvester))
         if "crawl" not in parts:
             print(json.dumps({**result, "mongo": choice.kind}))
             return

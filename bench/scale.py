@@ -308,9 +308,12 @@ def seed_metrics(client, count: int) -> None:
     for index in range(count):
         source = bench_source(index, browser=index % 4 == 2)
         intake.register_source(source)
-        messages = [SimpleNamespace(enqueued_at=now - 2.0), SimpleNamespace(enqueued_at=now - 40.0)]
-        fetches = [SimpleNamespace(outcome="ok", status=200, elapsed=0.2, started_at=now - 1.0),
-                   SimpleNamespace(outcome="ok", status=200, elapsed=1.4, started_at=now - 1.0)]
+        messages = [SimpleNamespace(enqueued_at=now - 2.0, run_id=None), SimpleNamespace(enqueued_at=now - 40.0,
+                                                                                           run_id=None)]
+        fetches = [SimpleNamespace(outcome="ok", status=200, elapsed=0.2, started_at=now - 1.0, tier="",
+                                   transferred=0),
+                   SimpleNamespace(outcome="ok", status=200, elapsed=1.4, started_at=now - 1.0, tier="",
+                                   transferred=0)]
         record_fetches(client, source.name, messages, fetches, now=now, pipeline=pipeline)
         if index % 500 == 499:
             pipeline.execute()

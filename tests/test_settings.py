@@ -1294,8 +1294,9 @@ def test_metrics_detailed_sources_keeps_per_source_histograms_for_the_busiest_on
     intake = Intake(redis_client, HarvesterSettings())
     for name, requests in (("busy", 3), ("quiet", 1)):
         intake.register_source(SOURCE.model_copy(update={"name": name}))
-        record_fetches(redis_client, name, [SimpleNamespace(enqueued_at=0.0)] * requests,
-                       [SimpleNamespace(outcome="ok", status=200, elapsed=0.3, started_at=1.0)] * requests, now=2.0)
+        record_fetches(redis_client, name, [SimpleNamespace(enqueued_at=0.0, run_id=None)] * requests,
+                       [SimpleNamespace(outcome="ok", status=200, elapsed=0.3, started_at=1.0, tier="",
+                                        transferred=0)] * requests, now=2.0)
 
     def histogram_counts(settings: HarvesterSettings) -> dict[str, float]:
         registry = metrics_registry(redis_client, settings)

@@ -11,6 +11,9 @@ client, the client named by the ``X-Demo-Client`` header, else its address); ``P
 ``waf_verdict``, and a request that carries it is challenged from any address, so only a client that comes back
 through another address *with fresh cookies* gets through. ``GET /_challenge`` counts what each client address
 was served (``served``: pages, ``challenged_by``: challenges).
+
+``&clients=127.0.0.1,127.0.0.2`` puts the wall in front of those client addresses only (a site that bans one
+address range, a datacenter's, and lets the others through): the others are served whatever their rate.
 """
 
 from __future__ import annotations
@@ -47,16 +50,19 @@ class ChallengeWall:
     cookie: bool = False  # the verdict bound to a cookie as well as to the client
     served: Counter[str] = field(default_factory=Counter)  # catalogue pages answered, by client
     challenged_by: Counter[str] = field(default_factory=Counter)
+    clients: frozenset[str] = frozenset()  # the addresses the wall stands before; empty: every client
 
-    def configure(self, after: int, window_seconds: float, status: int, cookie: bool = False) -> None:
+    def configure(self, after: int, window_seconds: float, status: int, cookie: bool = False,
+                  clients: frozenset[str] = frozenset()) -> None:
         self.after, self.window_seconds, self.status, self.cookie = after, window_seconds, status, cookie
+        self.clients = clients
         self.recent.clear()
         self.served.clear()
         self.challenged_by.clear()
 
     def challenges(self, client: str) -> bool:
         """Count this request of ``client``; True when it is past the wall's allowance."""
-        if self.after <= 0:
+        if self.after <= 0 or (self.clients and client not in self.clients):
             return False
         now = time.monotonic()
         times = self.recent[client]
@@ -97,19 +103,22 @@ def challenge_routes(wall: ChallengeWall) -> list[Route]:
             window = float(request.query_params.get("window", "60"))
             status = int(request.query_params.get("status", "200"))
             cookie = request.query_params.get("cookie", "0") not in ("0", "")
+            clients = frozenset(filter(None, request.query_params.get("clients", "").split(",")))
         except ValueError:
             return JSONResponse({"error": "after, window and status are numbers"}, status_code=400)
         if status not in (200, 403) or window <= 0 or after < 0:
             return JSONResponse({"error": "status is 200 or 403, window > 0, after >= 0"}, status_code=400)
-        wall.configure(after, window, status, cookie)
-        return JSONResponse({"after": after, "window": window, "status": status, "cookie": cookie})
+        wall.configure(after, window, status, cookie, clients)
+        return JSONResponse({"after": after, "window": window, "status": status, "cookie": cookie,
+                             "clients": sorted(clients)})
 
     async def show(request: Request) -> HTMLResponse:
         return HTMLResponse(CHALLENGE_PAGE, status_code=403 if request.query_params.get("status") == "403" else 200)
 
     async def figures(request: Request) -> JSONResponse:
         return JSONResponse({"after": wall.after, "window": wall.window_seconds, "status": wall.status,
-                             "challenged": wall.challenged, "cookie": wall.cookie, "served": dict(wall.served),
+                             "challenged": wall.challenged, "cookie": wall.cookie, "clients": sorted(wall.clients),
+                             "served": dict(wall.served),
                              "challenged_by": dict(wall.challenged_by)})
 
     return [Route("/_challenge", control, methods=["POST"]), Route("/_challenge", figures, methods=["GET"]),

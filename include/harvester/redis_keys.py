@@ -190,6 +190,12 @@ class SourceKeys:
         """Counter of sitemap entries read in one run (sitemap_max_urls_per_run)."""
         return self._key(f"run:{run_id or 'adhoc'}:sitemap-entries")
 
+    @property
+    def proxy_tiers_traffic(self) -> str:
+        """Hash: "proxy_tier_requests:<tier>" and "proxy_tier_bytes:<tier>" -> requests and response bytes the
+        source's proxy tiers carried, ever (each run's own are in its figures)."""
+        return self._key("proxy-tiers-traffic")
+
     def run_figures(self, run_id: str | None) -> str:
         """Hash: figure -> amount of one run that only workers see (sitemaps read, URLs they listed and
         skipped as unchanged, bytes a 304 saved); the run's report reads it."""
@@ -307,6 +313,13 @@ class PageSlotKeys:
         """Hash: "<connection id>|<host>" -> server time (s) until which that host's requests prefer the country's
         other proxies (it blocked this one); the hash expires as a whole after the last ban's length."""
         return self._key(f"proxy-bans:{country}")
+
+    def proxy_tiers(self, source: str) -> str:
+        """Hash: one source's proxy tier at each site host, shared by every worker: "<host>|tier" (index, 0 the
+        cheapest), "|since" (server time of the last move), "|hot:<tier>" (server time until which that tier
+        stays above the host), "|strikes:<tier>", "|blocks:<tier>", "|moves_up", "|moves_down"; it expires as a
+        whole a while after the last block."""
+        return self._key(f"proxy-tiers:{source}")
 
 
 def robots_key(origin: str) -> str:

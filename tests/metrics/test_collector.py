@@ -192,3 +192,22 @@ def test_reharvest_metrics_count_changes_304s_and_saved_bytes(write_source, craw
     assert value(samples, "harvester_records_changed_total", source=name) == 1
     assert value(samples, "harvester_requests_total", source=name, outcome="not_modified", status="304") == 3
     assert value(samples, "harvester_bytes_saved_total", source=name) > 1000
+
+
+def test_each_proxy_tier_of_a_source_counts_its_requests_and_bytes(redis_client, worker_settings,
+                                                                   write_source) -> None:
+    """A batch's pages by tier (a source with proxy.tiers): the source's cost per tier, for the dashboard."""
+    registry = metrics_registry(redis_client, worker_settings)
+    source = write_source("metered_tiers", country="SG", proxy={"tiers": ["direct", "residential"]})
+    Intake(redis_client, worker_settings).register_source(source)
+    assert value(scrape(registry), "harvester_proxy_tier_bytes_total", source=source.name, tier="residential") == 0
+    messages = [TaskMessage(source=source.name, url=f"http://shop.example/{number}") for number in (1, 2, 3)]
+    fetches = [FetchResult(messages[0].url, "blocked", status=403, tier="direct", transferred=300),
+               FetchResult(messages[1].url, "ok", status=200, tier="residential", transferred=4000),
+               FetchResult(messages[2].url, "ok", status=200, tier="residential", transferred=5000)]
+    record_fetches(redis_client, source.name, messages, fetches)
+    samples = scrape(registry)
+    assert value(samples, "harvester_proxy_tier_requests_total", source=source.name, tier="direct") == 1
+    assert value(samples, "harvester_proxy_tier_requests_total", source=source.name, tier="residential") == 2
+    assert value(samples, "harvester_proxy_tier_bytes_total", source=source.name, tier="direct") == 300
+    assert value(samples, "harvester_proxy_tier_bytes_total", source=source.name, tier="residential") == 9000

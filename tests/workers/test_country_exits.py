@@ -62,18 +62,34 @@ def test_a_source_without_a_country_goes_direct_and_a_refused_address_stays_refu
     assert all(proxy.stats()["requests"] == 0 for proxy in sg_pool)
 
 
-def test_a_pool_with_no_living_proxy_ends_the_page_proxy_error(worker_settings, write_source, redis_client,
-                                                                monkeypatch, demo_site) -> None:
+def test_a_pool_with_no_living_proxy_ends_the_page_proxy_error_never_charged_to_the_site(
+        worker_settings, write_source, redis_client, monkeypatch, demo_site, forward_proxy_factory, mongo_server
+) -> None:
+    """With retries: 0 a single charged failure would dead-letter the task: a proxy_error hands it back with the
+    same attempt, and the next worker, whose pool has a living proxy, stores it."""
     from harvester.services.ports import free_port
 
     monkeypatch.setenv("AIRFLOW_CONN_PROXY_SG", f"http://127.0.0.1:{free_port('127.0.0.1')}")
     runner = BatchRunner(worker_settings)
+    source = write_source("sg_dead_pool", country="SG", retries=0)
     try:
-        source = write_source("sg_dead_pool", country="SG", retries=0)
         crawl = Crawl(runner, redis_client)
         crawl.push(source, TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/1"))
-        run_until_idle(crawl, source)
+        assert crawl.step(source) is not None
         counters = crawl.store.counters(source.name)
         assert counters.get("outcome:proxy_error") == 1, sorted(counters.items())
+        assert dead_reasons(redis_client, source) == []
+        assert crawl.store.stats([source.name])[source.name].delayed == 1
+    finally:
+        runner.close()
+    living = forward_proxy_factory("SG-living")
+    monkeypatch.setenv("AIRFLOW_CONN_PROXY_SG", living.url)
+    runner = BatchRunner(worker_settings)
+    try:
+        crawl = Crawl(runner, redis_client)
+        run_until_idle(crawl, source)
+        assert dead_reasons(redis_client, source) == []
+        assert records(mongo_server, worker_settings, source).count_documents({}) == 1
+        assert living.stats()["requests"] >= 1
     finally:
         runner.close()

@@ -159,3 +159,21 @@ def test_a_batchs_endings_are_recorded_together_and_survive_redis_going_away(red
     assert (report.retried, report.dead) == (0, 0)
     assert store.active_task_ids(other.name) == ["t9"]  # still leased: the reaper hands it back
     assert "could not hand 1 tasks back" in caplog.text
+
+
+@pytest.mark.integration
+def test_a_proxy_error_is_never_charged_to_the_sites_retries_nor_dead_lettered(redis_client, policy_settings) -> None:
+    """Every proxy of the pool failed: the proxies' failure. The task comes back with the same attempt, however many
+    times it happens, with retries: 0, and no host is paused for it."""
+    message, source = admitted(redis_client, policy_settings, retries=0)
+    store = RateLimitStore(redis_client, policy_settings)
+    policy = FailurePolicy(store, packages=lambda: None)  # type: ignore[arg-type]  # no run: no package
+    report = BatchReport(source.name)
+    failure = FetchResult(message.url, "proxy_error", reason="no proxy of the pool could open it")
+    for _ in range(3):
+        assert policy.fetch_failed(source.name, message, failure, report).action is FailureAction.RETRY
+        message = admit_again(store, source.name)
+        assert message.attempt == 0
+    assert (report.retried, report.dead) == (3, 0)
+    assert DeadLetters(redis_client).list(source.name) == []
+    assert redis_client.hget(SourceKeys(source.name).host_paused, "shop.example:8080") is None

@@ -37,6 +37,7 @@ from harvester.config.loader import (
 )
 from harvester.config.locales import COUNTRY_VISITORS, Visitor, visitor_of
 from harvester.config.model import MAX_BATCH_SIZE, Archive, Listing, SourceConfig, format_duration, parse_duration
+from harvester.config.proxy import DIRECT_TIER, ProxyOptions
 from harvester.config.quality import QUALITY_PARAMS, Quality
 from harvester.config.requests import HttpRequest, NextRequest, RequestSeed, request_key
 from harvester.config.run_options import (
@@ -55,6 +56,7 @@ __all__ = [
     "BATCH_SIZE_PARAM",
     "COUNTRY_VISITORS",
     "DETAIL_URLS_PARAM",
+    "DIRECT_TIER",
     "ELEMENT_SELECTOR_KINDS",
     "JSON_PREFIX",
     "MAX_BATCH_SIZE",
@@ -81,6 +83,7 @@ __all__ = [
     "NetworkIdleWait",
     "NextRequest",
     "Problem",
+    "ProxyOptions",
     "Quality",
     "RecordItem",
     "RequestSeed",

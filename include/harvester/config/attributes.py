@@ -16,12 +16,27 @@ Nothing here imports the scraping layer: the config layer is below it. Library i
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from harvester.config.value_rules import DATE_TYPES, NUMBER_TYPES, ValueRules, scalar_type
+
+DURATION_PATTERN = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Read "90s", "15m", "6h", "7d", "2w" (or a number of seconds) as a timedelta."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return timedelta(seconds=value)
+    if isinstance(value, str) and (match := DURATION_PATTERN.match(value)):
+        return timedelta(**{_DURATION_UNITS[match.group(2)]: int(match.group(1))})
+    raise ValueError("expected a duration such as 90s, 15m, 6h, 7d or 2w")
 
 XPATH_PREFIX = "xpath:"
 JSON_PREFIX = "json:"

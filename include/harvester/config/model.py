@@ -14,6 +14,7 @@ from croniter import croniter
 from pydantic import Field, WithJsonSchema, field_serializer, field_validator, model_validator
 
 from harvester.config.attributes import (
+    DURATION_PATTERN,
     RESERVED_FIELDS,
     XPATH_PREFIX,
     Attribute,
@@ -24,6 +25,7 @@ from harvester.config.attributes import (
     check_extraction_rules,
     check_link_expression,
     check_selector,
+    parse_duration,
 )
 from harvester.config.blocks import BlockMarkers
 from harvester.config.browser import BrowserOptions
@@ -36,6 +38,7 @@ from harvester.config.incremental import (
 )
 from harvester.config.lifecycle import GoneMarkers
 from harvester.config.locales import Visitor, visitor_of
+from harvester.config.proxy import ProxyOptions, check_proxy_rules
 from harvester.config.quality import Quality
 from harvester.config.requests import NextRequest, RequestSeed, check_request_rules
 from harvester.queues import DEFAULT_QUEUE, PAGESLOTS_QUEUE, PRIORITY_QUEUE
@@ -49,19 +52,6 @@ ResourceType = Literal[
 ]
 SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 MAX_BATCH_SIZE = 10_000
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
-_DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_duration(value: Any) -> timedelta:
-    """Read "90s", "15m", "6h", "7d", "2w" (or a number of seconds) as a timedelta."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return timedelta(seconds=value)
-    if isinstance(value, str) and (match := _DURATION.match(value)):
-        return timedelta(**{_DURATION_UNITS[match.group(2)]: int(match.group(1))})
-    raise ValueError("expected a duration such as 90s, 15m, 6h, 7d or 2w")
 
 
 def format_duration(value: timedelta) -> str:
@@ -77,7 +67,7 @@ def format_duration(value: timedelta) -> str:
 Duration = Annotated[
     timedelta,
     WithJsonSchema({
-        "anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "number", "minimum": 0}],
+        "anyOf": [{"type": "string", "pattern": DURATION_PATTERN.pattern}, {"type": "number", "minimum": 0}],
         "description": "A duration: 90s, 15m, 6h, 7d, 2w, or a number of seconds.",
     }),
 ]
@@ -292,6 +282,10 @@ class SourceConfig(StrictModel):
     country: str | None = Field(default=None, pattern=r"^[A-Z]{2}$", description="ISO 3166 alpha-2, e.g. SG.")
     visitor: Visitor | None = Field(
         default=None, description="locale, timezone_id, accept_language over the country's defaults (config.locales).")
+    proxy: ProxyOptions = Field(
+        default_factory=ProxyOptions,
+        description="HTTP sources with a country: tiers of ways out, cheapest first (direct, then pools "
+                    "proxy_<country>_<tier>), and how long a blocked tier stays above a host (docs/sources.md).")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     batch: Batch = Field(default_factory=Batch)
     harvesting_lag: Duration = Field(default=timedelta(days=1))
@@ -392,6 +386,7 @@ class SourceConfig(StrictModel):
         check_request_rules(self.input.requests, self.render, self.content, self.listing and self.listing.next)
         if self.render == "browser" and self.country is None:
             raise ValueError("country: a browser source needs a country (its page slots are per country)")
+        check_proxy_rules(self.proxy, self.render, self.country)
         if self.render != "browser" and self.browser != BrowserOptions():
             raise ValueError("browser: only browser sources (render: browser) have a browser section")
         if self.input.kind == "listing" and self.listing is None:

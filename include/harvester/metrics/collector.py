@@ -220,6 +220,10 @@ class SourceFamilies:
                                            "Shares (0-1) of the last reported run: stored (of the pages that "
                                            "answered), rejected (of the records extracted), dead (unanswered).",
                                            labels=["source", "kind"])
+        self.tiers = {kind: CounterMetricFamily(f"harvester_proxy_tier_{kind}", help_text, labels=["source", "tier"])
+                      for kind, help_text in (("requests", "Requests a source made on each of its proxy tiers."),
+                                              ("bytes", "Response bytes (head and body, over the wire) each proxy "
+                                                        "tier of a source carried: what its plan bills."))}
         self.histograms = {
             FETCH_SECONDS: HistogramMetricFamily("harvester_fetch_seconds", "Time to fetch a page.",
                                                  labels=SOURCE_LABEL),
@@ -245,6 +249,10 @@ class SourceFamilies:
             family.add_metric([name], source.outcome(f"records_{kind}"))
         for field, family in self.tasks.items():
             family.add_metric([name], source.counters.get(field, 0))
+        for figure, amount in sorted(source.proxy_tiers_traffic.items()):
+            kind, _, tier = figure.removeprefix("proxy_tier_").partition(":")
+            if kind in self.tiers and tier:
+                self.tiers[kind].add_metric([name, tier], amount)
         for key, family in self.histograms.items() if histograms else ():
             histogram = source.histograms[key]
             family.add_metric([name], histogram.buckets, histogram.sum)
@@ -292,6 +300,7 @@ class SourceFamilies:
         yield from self.browser.values()
         yield from (self.share, self.drift)
         yield from (self.rejections, self.breached, self.outcome, self.run_share)
+        yield from self.tiers.values()
         yield from self.histograms.values()
 
 

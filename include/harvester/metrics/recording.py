@@ -27,6 +27,8 @@ BUCKETS: dict[str, tuple[float, ...]] = {
     QUEUE_LATENCY_SECONDS: (0.1, 0.5, 1.0, 2.5, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0),
 }
 INFINITY = "+Inf"
+PROXY_TIER_REQUESTS = "proxy_tier_requests"
+PROXY_TIER_BYTES = "proxy_tier_bytes"
 
 
 class Fetched(Protocol):
@@ -36,12 +38,15 @@ class Fetched(Protocol):
     status: int | None
     elapsed: float
     started_at: float
+    tier: str  # the source's proxy tier it went out on ('' without proxy.tiers)
+    transferred: int  # bytes of the response over the wire
 
 
 class Enqueued(Protocol):
     """What recording needs of a task message (harvester.distributor.TaskMessage has it)."""
 
     enqueued_at: float
+    run_id: str | None
 
 
 def bucket_field(histogram: str, seconds: float) -> str:
@@ -62,6 +67,7 @@ def record_fetches(client: redis.Redis, source: str, messages: Sequence[Enqueued
     which the caller sends with its own commands)."""
     now = time.time() if now is None else now
     keys = SourceKeys(source)
+    fetches = list(fetches)
     requests: Counter[str] = Counter()
     buckets: Counter[str] = Counter()
     sums: Counter[str] = Counter()
@@ -84,5 +90,32 @@ def record_fetches(client: redis.Redis, source: str, messages: Sequence[Enqueued
         pipeline.hincrby(keys.histograms, name, amount)
     for name, amount in sums.items():
         pipeline.hincrbyfloat(keys.histograms, name, amount)
+    queue_tier_traffic(client, pipeline, source, messages, fetches)
     if own:
         pipeline.execute()
+
+
+def tier_traffic(messages: Sequence[Enqueued], fetches: Sequence[Fetched]) -> dict[str | None, Counter[str]]:
+    """Per run: requests and response bytes of each proxy tier (``proxy_tier_requests:<tier>``,
+    ``proxy_tier_bytes:<tier>``), what the run's report shows as ``proxy_tiers`` (the source's proxy cost)."""
+    by_run: dict[str | None, Counter[str]] = {}
+    for message, fetch in zip(messages, fetches, strict=True):
+        if fetch.tier:
+            figures = by_run.setdefault(message.run_id, Counter())
+            figures[f"{PROXY_TIER_REQUESTS}:{fetch.tier}"] += 1
+            figures[f"{PROXY_TIER_BYTES}:{fetch.tier}"] += fetch.transferred
+    return by_run
+
+
+def queue_tier_traffic(client: redis.Redis, pipeline: redis.client.Pipeline, source: str, messages: Sequence[Enqueued],
+                       fetches: Sequence[Fetched]) -> None:
+    """:func:`tier_traffic` added to the runs' figures and to the source's own totals, on the caller's pipeline."""
+    from harvester.storage import RunFigures
+
+    figures = RunFigures(client)
+    totals: Counter[str] = Counter()
+    for run_id, traffic in tier_traffic(messages, fetches).items():
+        figures.queue_add(pipeline, source, run_id, traffic)
+        totals.update(traffic)
+    for name, amount in totals.items():
+        pipeline.hincrby(SourceKeys(source).proxy_tiers_traffic, name, amount)

@@ -26,7 +26,7 @@ from harvester.redis_keys import SOURCES_INDEX, PageSlotKeys, SourceKeys, distri
 from harvester.redis_scripts import ScriptPipeline, text
 from harvester.settings import HarvesterSettings
 
-PER_SOURCE_READS = 9  # replies queued per source by read_snapshot, in order
+PER_SOURCE_READS = 10  # replies queued per source by read_snapshot, in order
 SCAN_COUNT = 500
 
 
@@ -54,6 +54,8 @@ class SourceSnapshot:
     extraction_health: dict[str, dict[str, Any]]  # attribute -> {share, median, drop, drift}
     now: float
     run_quality: dict[str, str] = field(default_factory=dict)  # the last reported run: outcome, reason, shares
+    # proxy.tiers: "proxy_tier_requests:<tier>" and "proxy_tier_bytes:<tier>" -> what each tier carried, ever
+    proxy_tiers_traffic: dict[str, int] = field(default_factory=dict)
 
     @property
     def last_run_shares(self) -> dict[str, float | None]:
@@ -149,6 +151,7 @@ def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[s
                 pipeline.pipeline.hgetall(key)
             pipeline.pipeline.get(keys.paused_until)
             pipeline.pipeline.hgetall(keys.run_quality)
+            pipeline.pipeline.hgetall(keys.proxy_tiers_traffic)
 
     replies = store.scripts.run_pipeline(build) if names else []
     sources = {name: _source_snapshot(name, replies[index * PER_SOURCE_READS:(index + 1) * PER_SOURCE_READS], now)
@@ -183,7 +186,7 @@ def live_distributors(client: redis.Redis) -> int:
 
 
 def _source_snapshot(name: str, replies: list[Any], now: float) -> SourceSnapshot:
-    registration, stats, counters, requests, histograms, host_paused, health, paused, quality = replies
+    registration, stats, counters, requests, histograms, host_paused, health, paused, quality, tiers = replies
     decoded = {text(k): text(v) for k, v in histograms.items()}
     request_counts: dict[tuple[str, str], int] = {}
     for raw_field, amount in requests.items():
@@ -201,4 +204,5 @@ def _source_snapshot(name: str, replies: list[Any], now: float) -> SourceSnapsho
         extraction_health={text(k): json.loads(v) for k, v in health.items()},
         now=now,
         run_quality={text(k): text(v) for k, v in quality.items()},
+        proxy_tiers_traffic={text(k): int(v) for k, v in tiers.items()},
     )

@@ -29,12 +29,14 @@ from dataclasses import dataclass
 
 import redis
 
+from harvester.config import DIRECT_TIER
 from harvester.errors import redis_storage_errors
 from harvester.pageslots.proxies import Proxy, parse_proxy, proxy_environment_variable
+from harvester.pageslots.proxy_tiers import ProxyTiers, tier_pool
 from harvester.pageslots.scripts import page_slot_scripts
 from harvester.redis_keys import PageSlotKeys
 from harvester.redis_scripts import text
-from harvester.scraping import AddressGuard, GuardProxy, SessionExit, UpstreamProxy
+from harvester.scraping import NO_POOL_EXIT, AddressGuard, GuardProxy, SessionExit, UpstreamProxy
 
 FAILURES_ALLOWED = 2  # consecutive failures before a proxy goes out (one failure can be the site's or a blip)
 BACKOFF_BASE_SECONDS = 5.0
@@ -168,51 +170,67 @@ class HealthTrackedPool:
 
 
 class CountryExits:
-    """A worker's ways out for HTTP sources with a ``country``: one local :class:`GuardProxy` per country on the
-    worker's loop, relaying through the country's pool with the shared health (the same guard, failover and
-    ``proxy_error`` as a browser's), so the address rules hold for the target and CONNECT carries https. A
-    country with no proxy connection has no exit (its sources fetch directly, as before pools).
+    """A worker's ways out for HTTP sources with a ``country``: one local :class:`GuardProxy` per pool on the
+    worker's loop, relaying through the pool with the shared health (the same guard, failover and ``proxy_error``
+    as a browser's), so the address rules hold for the target and CONNECT carries https. A country with no proxy
+    connection has no exit (its sources fetch directly, as before pools).
 
     The fetcher's sessions take their exits here (``harvester.scraping.fetching.sessions.ExitPool``): a session is
     bound to one proxy of the pool, reached through the guard's listener pinned to it, and a block bans that proxy
-    from the host for every worker."""
+    from the host for every worker. A source with ``proxy.tiers`` takes the pool of its host's tier
+    (``harvester.pageslots.proxy_tiers``: ``direct``, or the connections ``proxy_<country>_<tier>``)."""
 
     def __init__(self, guard: AddressGuard, client: redis.Redis, environ: Mapping[str, str] | None = None) -> None:
         self.guard, self.health, self.environ = guard, ProxyHealth(client), environ
-        self._exits: dict[str, asyncio.Future[GuardProxy]] = {}
-        self._members: dict[str, list[str]] = {}  # country -> its pool's connection ids
+        self.tiers = ProxyTiers(client)
+        self._exits: dict[str, asyncio.Future[GuardProxy | None]] = {}
+        self._members: dict[str, list[str]] = {}  # pool -> its connection ids
 
     async def __call__(self, country: str) -> str | None:
         """The country's exit with no session (every connection takes the pool's turn); None: no proxy."""
         exit_proxy = await self._guard(country)
         return exit_proxy.server if exit_proxy is not None else None
 
-    async def session_exit(self, country: str, host: str) -> SessionExit | None:
+    async def session_exit(self, country: str, host: str, tier: str = "") -> SessionExit | None:
         """The proxy a new session for ``host`` is bound to: the first the shared health and the host's bans
-        offer (None when the country has no proxy)."""
-        exit_proxy = await self._guard(country)
+        offer (None when the country has no proxy). On a ``tier``: ``direct`` is the worker's own address (an exit
+        with no URL), another tier its pool; a tier whose pool has no connection is an exit no request can take
+        (its requests end ``proxy_error``, which says so)."""
+        if tier == DIRECT_TIER:
+            return SessionExit(DIRECT_TIER, "")
+        pool = tier_pool(country, tier) if tier else country
+        exit_proxy = await self._guard(pool)
         if exit_proxy is None:
-            return None
-        chosen = await asyncio.to_thread(self.health.choose, country, self._members[country], host)
+            return SessionExit(tier, NO_POOL_EXIT) if tier else None
+        chosen = await asyncio.to_thread(self.health.choose, pool, self._members[pool], host)
         if not chosen:
             return SessionExit("", exit_proxy.server)  # every proxy unknown to the health: the pool's turn
         return SessionExit(chosen[0], await exit_proxy.pinned(chosen[0]))
 
-    async def ban(self, country: str, exit_name: str, host: str) -> int:
+    async def ban(self, country: str, exit_name: str, host: str, tier: str = "") -> int:
         """``host`` blocked us through ``exit_name``; the pool's proxies it still welcomes."""
-        members = self._members.get(country, [])
+        pool = tier_pool(country, tier) if tier else country
+        members = self._members.get(pool, [])
         if not exit_name or exit_name not in members:
             return 0
-        return await asyncio.to_thread(self.health.ban, country, exit_name, host, members)
+        return await asyncio.to_thread(self.health.ban, pool, exit_name, host, members)
 
-    async def _guard(self, country: str) -> GuardProxy | None:
-        started = self._exits.get(country)
+    async def tier_of(self, source: str, host: str, tiers: list[str], quiet: float) -> str:
+        """The tier ``source``'s requests to ``host`` take now (shared by every worker)."""
+        tier, _ = await asyncio.to_thread(self.tiers.tier_of, source, host, tiers, quiet)
+        return tier
+
+    async def tier_blocked(self, source: str, host: str, tier: str, tiers: list[str], quiet: float) -> str:
+        """``host`` blocked a request of ``source`` on ``tier``: the host's tier now (higher unless on the top)."""
+        now, _ = await asyncio.to_thread(self.tiers.blocked, source, host, tier, tiers, quiet)
+        return now
+
+    async def _guard(self, pool: str) -> GuardProxy | None:
+        started = self._exits.get(pool)
         if started is None:
-            pool = proxy_pool(country, self.environ)
-            if not pool:
-                return None
-            self._members[country] = [proxy.connection_id for proxy in pool]
-            started = self._exits[country] = asyncio.ensure_future(self._start(country, pool))
+            members = proxy_pool(pool, self.environ)
+            self._members[pool] = [proxy.connection_id for proxy in members]
+            started = self._exits[pool] = asyncio.ensure_future(self._start(pool, members))
         return await started
 
     def proxies(self, country: str) -> GuardProxy | None:
@@ -220,13 +238,15 @@ class CountryExits:
         started = self._exits.get(country)
         return started.result() if started is not None and started.done() and not started.exception() else None
 
-    async def _start(self, country: str, pool: list[Proxy]) -> GuardProxy:
-        exit_proxy = GuardProxy(self.guard, HealthTrackedPool(country, pool, self.health))
+    async def _start(self, pool: str, members: list[Proxy]) -> GuardProxy | None:
+        if not members:
+            return None
+        exit_proxy = GuardProxy(self.guard, HealthTrackedPool(pool, members, self.health))
         await exit_proxy.start()
         return exit_proxy
 
     async def aclose(self) -> None:
         for started in self._exits.values():
-            if started.done() and not started.exception():
-                await started.result().close()
+            if started.done() and not started.exception() and (exit_proxy := started.result()) is not None:
+                await exit_proxy.close()
         self._exits.clear()

@@ -53,6 +53,10 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
     _contract("proxy_report", "proxy_health",
               "proxy outcome failures_allowed base_seconds max_seconds jitter",
               {"state": text, "failures": int, "out_for": float}, explicit_keys=("proxy_health",)),
+    _contract("proxy_tier_choose", "proxy_tiers", "host tiers keep_seconds", {"tier": int, "down_in": float},
+              explicit_keys=("proxy_tiers",)),
+    _contract("proxy_tier_block", "proxy_tiers", "host tier tiers quiet_seconds max_doublings keep_seconds",
+              {"tier": int, "quiet_for": float, "strikes": int}, explicit_keys=("proxy_tiers",)),
     _contract("track_browser_tasks", "recent_tasks recent_task_states", "sample_size state entries...",
               {"recorded": int}, table=False),
 )}

@@ -100,6 +100,17 @@ def archive_figures(figures: dict[str, int]) -> dict[str, Any]:
     return {"archive": {"archived": int(figures.get("archived", 0)), "gap": int(figures.get("archive_gap", 0))}}
 
 
+def proxy_tier_figures(figures: dict[str, int]) -> dict[str, Any]:
+    """A run of a source with ``proxy.tiers``: each tier's requests and response bytes (what its proxies billed
+    for, near enough: heads and bodies as they came over the wire), cheapest tier or not, as ``proxy_tiers``."""
+    tiers: dict[str, dict[str, int]] = {}
+    for name, amount in figures.items():
+        kind, _, tier = name.partition(":")
+        if kind in ("proxy_tier_requests", "proxy_tier_bytes") and tier:
+            tiers.setdefault(tier, {"requests": 0, "bytes": 0})[kind.removeprefix("proxy_tier_")] += int(amount)
+    return {"proxy_tiers": tiers} if tiers else {}
+
+
 class RunMonitor:
     """Measures a run and computes its report; reads only (settling is :class:`RunSettlement`'s)."""
 
@@ -200,6 +211,7 @@ class RunMonitor:
         report["links_cut"] = links_cut(figures)
         report["pages_blocked"] = int(figures.get("pages_blocked", 0))  # block pages met, each attempt counted
         report.update(archive_figures(figures))
+        report.update(proxy_tier_figures(figures))
         if attributes:
             from harvester.producer.health import extraction_report
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.scraping.fetching import (
         DEFAULT_CLASSIFIER,
         HOST_UNREACHABLE,
+        NO_POOL_EXIT,
         RETRY_VERDICTS,
         SCREENING_TIMEOUT,
         SKIPPED_REASON,
@@ -57,7 +58,8 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.urls import canonicalise_url
 
 __all__ = [
-    "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "HOST_UNREACHABLE", "OWNER_FLAG", "RETRY_VERDICTS", "SCREENING_TIMEOUT",
+    "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "HOST_UNREACHABLE", "NO_POOL_EXIT", "OWNER_FLAG", "RETRY_VERDICTS",
+    "SCREENING_TIMEOUT",
     "SKIPPED_REASON",
     "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "Exchange", "Extraction", "FetchPermit",
     "FetchResult", "FetchedBatch", "Fetcher", "GuardProxy", "HostLimits", "HostRateTimeout", "LoadListener",

@@ -411,12 +411,13 @@ class BatchRunner:
                     report.blocked_by_run[message.run_id] += 1
             elif page.fetch.ok:
                 by_host[host_of(message.url)][1] += 1
-        rotated: set[str] = set()  # hosts another exit of the pool still welcomes
+        rotated, moved = set[str](), set[str]()  # hosts another exit welcomes; hosts moved up a proxy tier
         if sessions and isinstance(self.fetcher, Fetcher):
             report.outcomes["sessions_retired_for_blocks"] += len(sessions)
             rotated = self.loop.run_until_complete(self.fetcher.sessions.rotated_hosts(sessions))
-        verdicts = self.throttle.record_all(source, {host: (blocked, clean) for host, (blocked, clean)
-                                                     in by_host.items()})
+            moved = self.fetcher.sessions.moved_hosts(sessions)  # a new tier's addresses: no need to slow down
+        verdicts = self.throttle.record_all(source, {host: (0 if host in moved else blocked, clean)
+                                                     for host, (blocked, clean) in by_host.items()})
         paused = [verdict.host for verdict in verdicts if verdict.pause and verdict.host not in rotated]
         if paused:
             report.outcomes["hosts_paused_for_blocks"] += len(paused)

@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DEFAULT_RETRY_AFTER_SECONDS = 30.0
 DEFAULT_MAX_RETRY_AFTER_SECONDS = 3600.0
+PROXY_ERROR = "proxy_error"  # every proxy of the pool failed: the proxies' failure, never charged to the site
 
 
 def single_host(source: SourceConfig) -> bool:
@@ -116,6 +117,8 @@ class FailurePolicy:
         (after redirects); the whole source pauses too only when all its input is on that one host."""
         config = source if isinstance(source, SourceConfig) else None
         source_name = source.name if isinstance(source, SourceConfig) else source
+        if fetch.outcome == PROXY_ERROR:
+            return self._proxy_failed(message, fetch, report)
         decision = self.decide(fetch, config)
         if decision.action is FailureAction.RETRY and message.request is not None and \
                 not message.request.repeatable_after(fetch.outcome, fetch.status):
@@ -136,6 +139,16 @@ class FailurePolicy:
                 pauses.append((source_name, "", decision.pause_seconds))
         self._queue([(TaskEnding.failure(message, decision.reason, decision.retry_after), report)], pauses)
         return decision
+
+    def _proxy_failed(self, message: TaskMessage, fetch: FetchResult, report: BatchReport) -> FailureDecision:
+        """Every proxy of the country's pool failed the page: our way out failed, not the site. The task comes back
+        after the usual backoff with the same attempt (no retry of the site's spent, never dead-lettered for it, so
+        never in the run's dead share), no host paused; its next try takes the pool's proxies in the order their
+        shared health gives, so a proxy that came back (or another one) carries it."""
+        reason = f"{fetch.counter}: {fetch.reason}" if fetch.reason else fetch.counter
+        report.outcomes["proxy_error_deferred"] += 1
+        self._queue([(replace(TaskEnding.failure(message, reason), keep_attempt=True), report)])
+        return FailureDecision(FailureAction.RETRY, reason)
 
     def pause_hosts(self, source: SourceConfig, hosts: list[str], seconds: float) -> None:
         """Pause ``hosts`` of ``source`` at admission for every worker (repeated blocks); the whole source too when

@@ -44,3 +44,22 @@ local function land_in_no_page(slot_key, all_slots, country_prefix, id, now)
   redis.call('HSET', slot_key, 'next_country', '')
   return 'NO_PAGE'
 end
+
+-- A site host's proxy tier now (proxy_tier_choose, proxy_tier_block): the cheapest tier it has not blocked us on
+-- within that tier's quiet period (its '|hot:<tier>' time still ahead), else the top one; a move is counted
+-- ('|moves_up', '|moves_down') and kept ('|tier', '|since'). Tiers are indexes, 0 the cheapest.
+local function proxy_tier_now(key, host, count, now)
+  local tier = count - 1
+  for index = 0, count - 1 do
+    if tonumber(redis.call('HGET', key, host .. '|hot:' .. index) or '0') <= now then
+      tier = index
+      break
+    end
+  end
+  local was = tonumber(redis.call('HGET', key, host .. '|tier') or '0')
+  if tier ~= was then
+    redis.call('HINCRBY', key, host .. (tier > was and '|moves_up' or '|moves_down'), 1)
+    redis.call('HSET', key, host .. '|tier', tier, host .. '|since', fmt(now))
+  end
+  return tier
+end

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.scraping.fetching.responses import DEFAULT_CLASSIFIER, RETRY_VERDICTS, ResponseClassifier, Verdict
     from harvester.scraping.fetching.robots import RobotsCache
     from harvester.scraping.fetching.sessions import (
+        NO_POOL_EXIT,
         RETIRING_STATUSES,
         ExitPool,
         Session,
@@ -46,9 +47,16 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.scraping.fetching.transports import HOST_UNREACHABLE, PROXY_ERROR_HEADER, REFUSED_HEADER
 
 __all__ = [
-    "DEFAULT_CLASSIFIER", "HOST_UNREACHABLE", "PROXY_ERROR_HEADER", "REFUSED_HEADER", "RETIRING_STATUSES",
+    "DEFAULT_CLASSIFIER",
+    "HOST_UNREACHABLE",
+    "NO_POOL_EXIT",
+    "PROXY_ERROR_HEADER",
+    "REFUSED_HEADER",
+    "RETIRING_STATUSES",
     "RETRY_VERDICTS",
-    "SCREENING_TIMEOUT", "SKIPPED_REASON", "TOO_MANY_HOSTS",
+    "SCREENING_TIMEOUT",
+    "SKIPPED_REASON",
+    "TOO_MANY_HOSTS",
     "AddressGuard",
     "DecodedText",
     "Exchange",

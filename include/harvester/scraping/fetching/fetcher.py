@@ -66,7 +66,7 @@ from harvester.scraping.fetching.responses import (
     parse_retry_after,
 )
 from harvester.scraping.fetching.robots import ROBOTS_SIZE_CAP_BYTES, RobotsCache, RobotsRules
-from harvester.scraping.fetching.sessions import RETIRING_STATUSES, ExitPool, Session, Sessions
+from harvester.scraping.fetching.sessions import NO_POOL_EXIT, RETIRING_STATUSES, ExitPool, Session, Sessions
 from harvester.scraping.fetching.sites import Origin, credential_origins, origin_of_url
 from harvester.scraping.fetching.transports import (
     HOST_UNREACHABLE,
@@ -175,9 +175,12 @@ class Fetcher:
     def transport_for(self, session: Session | None) -> Transport:
         """A request's way out: its session's exit (a source with a country whose pool has proxies: every request
         then goes through the pool, robots.txt and redirects included); else the direct transport."""
-        if session is None:
+        if session is None or not session.exit.url:  # no session, or one on the direct tier: the worker's address
             return self.transport
         url = session.exit.url
+        if url.startswith(NO_POOL_EXIT):
+            raise TransportFailure("proxy_error", f"tier {session.tier} of {session.country} has no proxy: set the "
+                                                  f"connection proxy_{session.country.lower()}_{session.tier}")
         if url not in self._exit_transports:
             self._exit_transports[url] = transport_from_settings(self.settings, self._max_connections, proxy=url)
         return self._exit_transports[url]
@@ -462,8 +465,9 @@ class Fetcher:
                                  content_type=content_type, http_version=response.http_version,
                                  etag=response.headers.get("etag", ""),
                                  last_modified=response.headers.get("last-modified", ""))
+            result.transferred = sum(len(name) + len(value) + 4 for name, value in response.headers.items())
             if session is not None:
-                result.session = session.key
+                result.session, result.tier = session.key, session.tier
                 if status in RETIRING_STATUSES:  # the site holds something against this exit or these cookies
                     await self.sessions.blocked(session.key, f"HTTP {status}")
             classified = self.classifier.classify(status, response.headers, content_type, source.content)
@@ -478,7 +482,7 @@ class Fetcher:
             await response.aclose()
         if sent is not None:
             result.exchange = self.exchange(source, response, sent, body.content, method)
-        result.size = len(body.content)
+        result.size, result.transferred = len(body.content), result.transferred + body.wire_bytes
         result.truncated = body.truncated
         result.text = decode_text(body.content, content_type)
         if body.raw_cut:

@@ -83,6 +83,8 @@ class FetchResult:
     # a browser page's JSON responses (its XHR and fetch calls) the page's data came from, archived beside it
     data_exchanges: tuple[Exchange, ...] = ()
     session: str = ""  # the session it went out in (an exit of a proxy pool and a cookie jar); '' when direct
+    tier: str = ""  # the source's proxy tier it went out on ('' for a source without proxy.tiers)
+    transferred: int = 0  # bytes of the response as they came over the wire: its head and its (raw) body
 
     @property
     def ok(self) -> bool:
