@@ -29,7 +29,7 @@ import json
 import logging
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pydantic
 
@@ -42,7 +42,10 @@ from harvester.workers.incremental import BatchFetcher
 from harvester.workers.report import BatchReport
 
 if TYPE_CHECKING:
-    from harvester.workers.batch import BatchRunner
+    from harvester.distributor import RateLimitStore, RegisteredSources
+    from harvester.scraping import PageFetcher, PageResult
+    from harvester.settings import HarvesterSettings
+    from harvester.workers.incremental import IncrementalFetching
 
 log = logging.getLogger(__name__)
 # A batch takes on more tasks for at most this many leases of time from its start (as a chain is followed), then
@@ -50,6 +53,36 @@ log = logging.getLogger(__name__)
 REFILL_BUDGET_LEASES = 0.5
 # Slow pages kept in flight beside the young ones, as a multiple of the batch's first size.
 STRAGGLERS_PER_PAGE = 1
+
+
+class BatchRunner(Protocol):
+    """What a refilling round uses of :class:`harvester.workers.batch.BatchRunner`: the process's clients, loop and
+    fetchers, and the one settle path every batch takes."""
+
+    settings: HarvesterSettings
+    loop: asyncio.AbstractEventLoop
+    fetcher: PageFetcher
+    sources: RegisteredSources
+    incremental: IncrementalFetching
+
+    @property
+    def store(self) -> RateLimitStore: ...
+
+    def fetcher_for(self, source: SourceConfig) -> PageFetcher: ...
+
+    def batch_deadline(self, source: SourceConfig, pages: int = 1, fetcher: PageFetcher | None = None) -> float: ...
+
+    def archived(self, source: SourceConfig, messages: list[TaskMessage], fetches: list[FetchResult],
+                 report: BatchReport) -> bool: ...
+
+    def process(self, source: SourceConfig, messages: list[TaskMessage],
+                fetches: list[FetchResult]) -> list[PageResult]: ...
+
+    def settle(self, source: SourceConfig, messages: list[TaskMessage], pages: list[PageResult],
+               report: BatchReport, chain_until: float | None = None) -> list[TaskMessage]: ...
+
+    def count(self, source: str, report: BatchReport, messages: list[TaskMessage] | None = None,
+              fetches: list[FetchResult] | None = None) -> None: ...
 
 
 def refills(runner: BatchRunner, source: SourceConfig) -> bool:
@@ -66,6 +99,8 @@ class RefillingRound:
                  chain_until: float | None) -> None:
         self.runner, self.source, self.report, self.chain_until = runner, source, report, chain_until
         self.name = source.name
+        assert isinstance(runner.fetcher, Fetcher), "only an HTTP batch refills (refills())"
+        self.http: Fetcher = runner.fetcher
         self.interval = runner.settings.batch_settle_interval_seconds
         self.budget_seconds = REFILL_BUDGET_LEASES * runner.settings.lease_seconds
         self.in_flight: dict[asyncio.Task[FetchResult], tuple[TaskMessage, float]] = {}  # -> (task, started at)
@@ -80,9 +115,8 @@ class RefillingRound:
         self.width = len(messages)
         refill_until = time.monotonic() + self.budget_seconds
         deadline = runner.batch_deadline(self.source, self.width) + self.budget_seconds
-        from harvester.workers.batch import leases_of
-
-        with LeaseHeartbeat(runner.store, self.name, leases_of(messages), runner.settings.heartbeat_seconds,
+        leases = {message.task_id: str(message.lease_token) for message in messages}
+        with LeaseHeartbeat(runner.store, self.name, leases, runner.settings.heartbeat_seconds,
                             deadline) as heartbeat:
             self.heartbeat = heartbeat
             self.permit = RateTokenPermit(runner.store, self.name, [], heartbeat)
@@ -110,14 +144,14 @@ class RefillingRound:
             self.heartbeat.add({message.task_id: str(message.lease_token) for message in messages})
         first = len(self.permit.task_ids)
         self.permit.task_ids.extend(message.task_id for message in messages)
-        fetcher = runner.incremental.fetcher(self.source, messages, runner.fetcher, runner.sources.version(self.name))
+        fetcher = runner.incremental.fetcher(self.source, messages, self.http, runner.sources.version(self.name))
         now = time.monotonic()
         for offset, message in enumerate(messages):
             ready = functools.partial(self.permit, first + offset)
             if isinstance(fetcher, BatchFetcher):
                 page = fetcher.fetch_page(offset, message.url, self.source, ready, self.outcomes)
             else:  # the HTTP fetcher itself: nothing incremental in this group
-                page = runner.fetcher.fetch(message.url, self.source, ready)
+                page = self.http.fetch(message.url, self.source, ready)
             self.in_flight[loop.create_task(page, name=f"fetch-{message.task_id}")] = (message, now)
 
     def wait(self) -> list[tuple[TaskMessage, FetchResult]]:
@@ -150,7 +184,7 @@ class RefillingRound:
         self.waves += 1
         wave.outcomes.update(self.outcomes)
         self.outcomes.clear()
-        robots = runner.fetcher.robots.outcomes  # robots.txt rules bounded away, files unavailable
+        robots = self.http.robots.outcomes  # robots.txt rules bounded away, files unavailable
         wave.outcomes.update(robots)
         robots.clear()
         waited = self.permit.waited_seconds
