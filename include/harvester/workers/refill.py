@@ -126,7 +126,9 @@ class RefillingRound:
                     ended = self.wait()
                     everything_ended = not self.in_flight
                     if ended:
-                        self.launch(self.settle(ended), vouched=False)
+                        chained = self.settle(ended)  # a chain's next requests this batch now holds
+                        self.report.tasks += len(chained)
+                        self.launch(chained, vouched=False)
                     if self.in_flight and not everything_ended and time.monotonic() < refill_until:
                         self.refill()
             finally:
