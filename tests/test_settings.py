@@ -1575,3 +1575,32 @@ def test_dns_cache_seconds_is_how_long_the_http_transport_keeps_a_dns_answer(con
                 await transport.aclose()
 
         assert asyncio.run(ttl()) == seconds
+
+
+@covers_setting("batch_settle_interval_seconds")
+@pytest.mark.integration
+@pytest.mark.parametrize(("interval", "taken_on"), [(0.3, 1), (0.0, 0)])
+def test_batch_settle_interval_seconds_lets_a_batch_take_on_work_while_a_slow_page_runs(
+        configure_settings, redis_client, mongo_server, demo_site, interval, taken_on):
+    import yaml
+    from harvester.workers.batch import BatchRunner
+
+    from tests.fixtures.demo_site import demo_source_document
+
+    settings = configure_settings(heartbeat_seconds=1, lease_seconds=30, batch_settle_interval_seconds=interval)
+    document = demo_source_document(demo_site.url, "settle", timeout=10, rate_limit={"max_active": 8,
+                                                                                      "per_minute": 1000})
+    (settings.sources_dir / "settle.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    source = SourceConfig.model_validate(document)
+    intake, store = Intake(redis_client, settings), RateLimitStore(redis_client, settings)
+    intake.push(source, [TaskMessage(source="settle", url=f"{demo_site.url}/slow/3?delay=1.5"),
+                         TaskMessage(source="settle", url=f"{demo_site.url}/product/1")])
+    batch = store.admit("settle", 2)
+    intake.push(source, [TaskMessage(source="settle", url=f"{demo_site.url}/product/2")])
+    runner = BatchRunner(settings)
+    try:
+        report = runner.run(batch.deliveries())
+    finally:
+        runner.close()
+    assert report["stored"] == 2 + taken_on and report["outcomes"].get("refilled", 0) == taken_on
+    assert redis_client.llen(SourceKeys("settle").intake) == 1 - taken_on

@@ -53,6 +53,10 @@ class HarvesterSettings(BaseSettings):
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_max_seconds: float = Field(default=300.0, ge=0)
     publish_batch_size: int = Field(default=16, ge=1, description="Tasks of one source per Celery message.")
+    batch_settle_interval_seconds: float = Field(
+        default=0.5, ge=0, description="An HTTP batch whose pages are not all done after this settles those that "
+        "ended, releases their leases and takes on more tasks of its source while its slow pages run "
+        "(harvester.workers.refill); 0: a batch waits for all its pages, then settles them together.")
     reap_batch_size: int = Field(default=1000, ge=1, description="Expired leases handled per source per reap.")
     redis_retry_max_seconds: float = Field(default=5.0, gt=0, description="Longest wait between Redis reconnects.")
     publish_grace_seconds: float = Field(

@@ -44,6 +44,8 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
     _contract("mark_published", "active leases", "queued_lease_seconds now leases...", {"marked": int},
               table=False),
     _contract("start", "active leases counters", "lease_seconds now leases...", {"held...": text}),
+    _contract("take_queued", "active active_messages leases counters", "wanted lease_seconds now",
+              {"first_token": int, "messages...": text}),
     _contract("heartbeat", "active leases counters", "lease_seconds now leases...", {"held...": text}),
     _contract("release", f"{_RESERVATION_KEYS} leases worker_lost", "leases...", {"released": int}, table=False),
     _contract(

@@ -230,6 +230,18 @@ class RateLimitStore:
         return StartResult(list(reply.held), len(leases) - len(reply.held))
 
     @redis_storage_errors()
+    def take_queued(self, source: str, wanted: int, now: float | None = None) -> list[TaskMessage]:
+        """A running batch with room takes on up to ``wanted`` tasks of ``source`` that were admitted and published
+        but not started (their message still waits for a worker process): started now under fresh tokens, oldest
+        first (``lua/take_queued.lua``). Their message, when it runs, no longer holds them and drops them."""
+        if wanted <= 0:
+            return []
+        reply = self.scripts.call("take_queued", source, wanted=int(wanted), lease_seconds=self.settings.lease_seconds,
+                                  now=_now_argument(now))
+        return [TaskMessage.model_validate({**json.loads(raw), "lease_token": str(reply.first_token + offset)})
+                for offset, raw in enumerate(reply.messages)]
+
+    @redis_storage_errors()
     def continue_chain(self, parent: TaskMessage, child: TaskMessage, now: float | None = None) -> ChainStep:
         """A worker that finished ``parent`` (a page of a chain: its next request is built from its response) takes
         ``child`` itself, in the same batch: ``parent``'s lease is released and ``child`` admitted and started in its

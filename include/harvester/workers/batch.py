@@ -61,6 +61,7 @@ from harvester.workers.host_breaker import BreakerVerdict, HostBreaker
 from harvester.workers.host_rate import HostRateGate
 from harvester.workers.host_throttle import HostThrottle
 from harvester.workers.incremental import IncrementalFetching, refresh_not_modified
+from harvester.workers.refill import RefillingRound, refills
 from harvester.workers.report import BatchReport, count_listing_records
 from harvester.workers.settler import Settler, StoredPage
 from harvester.workers.sitemaps import SitemapFollower
@@ -192,8 +193,9 @@ class BatchRunner:
         ours = [message for message in messages if message.task_id in held]
         if len(ours) < len(messages):
             report.outcomes["stale_delivery"] += len(messages) - len(ours)
-            log.warning("%s: %d of %d tasks of this message are no longer held (a redelivered or duplicated "
-                        "message): dropped, not fetched", name, len(messages) - len(ours), len(messages))
+            log.info("%s: %d of %d tasks of this message are no longer held (a redelivered or duplicated message, "
+                     "or tasks a refilling batch took on): dropped, not fetched", name, len(messages) - len(ours),
+                     len(messages))
         return ours
 
     def run_source(self, name: str, messages: list[TaskMessage]) -> BatchReport:
@@ -226,7 +228,10 @@ class BatchRunner:
 
     def run_round(self, source: SourceConfig, messages: list[TaskMessage], report: BatchReport,
                   chain_until: float | None = None) -> list[TaskMessage]:
-        """Fetch, extract and settle tasks this batch holds (started); the next requests of chains it now holds."""
+        """Fetch, extract and settle tasks this batch holds (started); the next requests of chains it now holds.
+        An HTTP batch settles its pages as they end and takes on more work meanwhile (:mod:`.refill`)."""
+        if refills(self, source):
+            return RefillingRound(self, source, report, chain_until).run(messages)
         name = source.name
         pages = self.fetcher_for(source)
         chained: list[TaskMessage] = []

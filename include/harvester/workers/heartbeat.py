@@ -7,7 +7,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from harvester.distributor import RateLimitStore
 from harvester.errors import StorageError
@@ -32,6 +32,7 @@ class LeaseHeartbeat:
         self.store, self.source, self.leases, self.interval = store, source, dict(leases), interval
         self.max_seconds = max_seconds
         self.held: set[str] = set(self.leases)
+        self._lock = threading.Lock()  # a refilling batch adds and drops leases while the thread beats
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{source}", daemon=True)
 
@@ -42,6 +43,20 @@ class LeaseHeartbeat:
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+    def add(self, leases: Mapping[str, str]) -> None:
+        """Vouch for more tasks from now on (a refilling batch took them on: harvester.workers.refill)."""
+        with self._lock:
+            self.leases.update(leases)
+            self.held |= set(leases)
+
+    def drop(self, task_ids: Iterable[str]) -> None:
+        """Stop vouching for tasks the batch settled (released, retried or dead-lettered): their leases are no
+        longer this batch's, and a beat for them would only be counted stale."""
+        with self._lock:
+            for task_id in task_ids:
+                self.leases.pop(task_id, None)
+                self.held.discard(task_id)
 
     def _beat(self) -> None:
         """Beat until stopped, or until ``max_seconds``: a batch stuck past every timeout stops being
@@ -54,16 +69,19 @@ class LeaseHeartbeat:
                             self.source, self.max_seconds)
                 self.held = set()
                 return
+            with self._lock:
+                asked = {task_id: self.leases[task_id] for task_id in self.held}
             try:
-                held = self.store.heartbeat(self.source, {task_id: self.leases[task_id] for task_id in self.held})
+                held = set(self.store.heartbeat(self.source, asked))
             except StorageError as error:
                 log.warning("heartbeat of %s failed: %s", self.source, error)
                 continue
-            lost = self.held - set(held)
+            lost = set(asked) - held
             if lost:
                 log.warning("%s: %d leases of this batch were lost (reaped and handed on); their tasks are "
                             "not fetched or settled here", self.source, len(lost))
-            self.held = set(held)
+            with self._lock:  # tasks added meanwhile stay held, tasks dropped meanwhile stay dropped
+                self.held = ((self.held - set(asked)) | held) & set(self.leases)
 
 
 class RateTokenPermit:

@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,24 +74,26 @@ class BatchFetcher:
     async def fetch_all(self, urls: Sequence[str], source: SourceConfig, permit: FetchPermit | None = None
                         ) -> FetchedBatch:
         outcomes: Counter[str] = Counter()
-
-        async def one(index: int, url: str) -> FetchResult:
-            ready = None if permit is None else functools.partial(permit, index)
-            message = self.messages[index]
-            if message.kind == "sitemap":
-                return await self.sitemaps.fetch(url, source, ready)
-            stored = self.validators.get(record_url(url)) if message.kind == "details" and not message.refetch else None
-            conditions = conditional_headers(stored)
-            result = await self.pages.fetch(url, source, ready, conditions=conditions or None,
-                                            request=message.request)
-            if result.outcome == "not_modified" and stored is not None:
-                outcomes["bytes_saved"] += int(stored.get("bytes") or 0)
-            elif conditions:
-                outcomes["conditional_ignored" if result.ok else "conditional_failed"] += 1
-            return result
-
-        results = await asyncio.gather(*(one(index, url) for index, url in enumerate(urls)))
+        results = await asyncio.gather(*(
+            self.fetch_page(index, url, source, None if permit is None else functools.partial(permit, index), outcomes)
+            for index, url in enumerate(urls)))
         return FetchedBatch(list(results), outcomes)
+
+    async def fetch_page(self, index: int, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None,
+                         outcomes: Counter[str]) -> FetchResult:
+        """The page of message ``index`` on its own (a refilling batch settles each page as it ends); the
+        counters of its fetching (bytes saved, conditions ignored) go to ``outcomes``."""
+        message = self.messages[index]
+        if message.kind == "sitemap":
+            return await self.sitemaps.fetch(url, source, ready)
+        stored = self.validators.get(record_url(url)) if message.kind == "details" and not message.refetch else None
+        conditions = conditional_headers(stored)
+        result = await self.pages.fetch(url, source, ready, conditions=conditions or None, request=message.request)
+        if result.outcome == "not_modified" and stored is not None:
+            outcomes["bytes_saved"] += int(stored.get("bytes") or 0)
+        elif conditions:
+            outcomes["conditional_ignored" if result.ok else "conditional_failed"] += 1
+        return result
 
 
 class IncrementalFetching:

@@ -1,0 +1,109 @@
+"""A batch that does not wait on its stragglers (harvester.workers.refill), against the demo site, a real
+redis-server and the MongoDB server in use: while one page of the batch takes seconds, the pages that ended are
+settled and their leases released, and the batch takes on more tasks of its source (queued ones first, then from
+intake under admission's checks); a batch whose pages all end together is settled once, as before."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from harvester.distributor import RateLimitStore, TaskMessage
+from harvester.redis_keys import SourceKeys
+
+from tests.workers.conftest import Crawl
+
+pytestmark = pytest.mark.integration
+
+SLOW_SECONDS = 5.0
+
+
+def _details_source(write_source, name: str) -> Any:
+    return write_source(name, rate_limit={"max_active": 32, "per_minute": 100_000}, timeout=SLOW_SECONDS + 5)
+
+
+def _stored_urls(mongo_server, settings, source) -> set[str]:
+    collection = mongo_server.client()[settings.mongo_database][source.output_collection]
+    return {record["url"] for record in collection.find({}, {"url": 1})}
+
+
+def test_a_slow_page_holds_only_its_own_place_while_the_batch_settles_and_takes_on_more(
+        worker_settings, write_source, runner, redis_client, mongo_server, demo_site) -> None:
+    source = _details_source(write_source, "refill_slow")
+    crawl = Crawl(runner, redis_client)
+    store = RateLimitStore(redis_client, worker_settings)
+    slow = TaskMessage(source=source.name, url=f"{demo_site.url}/slow/7?delay={SLOW_SECONDS:g}")
+    first = [TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (1, 2, 3)]
+    crawl.push(source, slow, *first)
+    batch = store.admit(source.name, 4)
+    assert len(batch.messages) == 4
+    # two more tasks the distributor admitted and published: their message waits for a worker process
+    queued_tasks = [TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (4, 5)]
+    crawl.push(source, *queued_tasks)
+    queued = store.admit(source.name, 2)
+    store.mark_published(source.name, queued.leases())
+    # and four still in intake
+    waiting = [TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (6, 8, 9, 11)]
+    crawl.push(source, *waiting)
+    fast_urls = {message.url for message in first + queued_tasks + waiting}
+
+    reports: list[dict[str, Any]] = []
+    worker = threading.Thread(target=lambda: reports.append(runner.run(batch.deliveries())))
+    worker.start()
+    active = SourceKeys(source.name).active
+    seen_while_slow: set[str] = set()
+    deadline = time.monotonic() + SLOW_SECONDS + 10
+    while time.monotonic() < deadline and worker.is_alive():
+        stored = _stored_urls(mongo_server, worker_settings, source)
+        in_flight = {member.decode() for member in redis_client.zrange(active, 0, -1)}
+        if fast_urls <= stored and in_flight == {slow.task_id} and slow.url not in stored:
+            seen_while_slow = stored  # the slow page is still being fetched, everything else is done
+            break
+        time.sleep(0.05)
+    worker.join(timeout=SLOW_SECONDS + 20)
+    assert not worker.is_alive()
+    assert seen_while_slow == fast_urls, "the other pages waited for the slow one"
+    [report] = reports
+    assert report["tasks"] == 10 and report["stored"] == 10
+    assert report["outcomes"]["refilled"] == 6
+    assert _stored_urls(mongo_server, worker_settings, source) == fast_urls | {slow.url}
+    counters = store.counters(source.name)
+    assert counters["taken_over"] == 2 and counters["done"] == 10
+    assert redis_client.zcard(active) == 0 and redis_client.llen(SourceKeys(source.name).intake) == 0
+    # the queued message, when a worker process gets it, holds nothing any more: nothing is fetched twice
+    late = runner.run(queued.deliveries())
+    assert late["outcomes"] == {"stale_delivery": 2} and store.counters(source.name)["done"] == 10
+
+
+def test_a_batch_whose_pages_all_end_together_is_settled_once_and_takes_nothing_on(
+        worker_settings, write_source, runner, redis_client, mongo_server, demo_site) -> None:
+    source = _details_source(write_source, "refill_quick")
+    crawl = Crawl(runner, redis_client)
+    crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (1, 2, 3)))
+    batch = RateLimitStore(redis_client, worker_settings).admit(source.name, 3)
+    crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (4, 5)))
+    report = runner.run(batch.deliveries())
+    assert report["stored"] == 3 and "refilled" not in report["outcomes"]
+    assert redis_client.llen(SourceKeys(source.name).intake) == 2  # left to the distributor
+
+
+def test_without_a_settle_interval_the_batch_waits_for_its_slowest_page(
+        configure_settings, write_source, redis_client, mongo_server, demo_site) -> None:
+    from harvester.workers.batch import BatchRunner
+
+    settings = configure_settings(heartbeat_seconds=1, lease_seconds=30, batch_settle_interval_seconds=0)
+    source = _details_source(write_source, "refill_off")
+    runner = BatchRunner(settings)
+    try:
+        crawl = Crawl(runner, redis_client)
+        crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/slow/7?delay=1.5"),
+                   TaskMessage(source=source.name, url=f"{demo_site.url}/product/1"))
+        batch = RateLimitStore(redis_client, settings).admit(source.name, 2)
+        crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/product/2"))
+        report = runner.run(batch.deliveries())
+        assert report["stored"] == 2 and "refilled" not in report["outcomes"]
+        assert redis_client.llen(SourceKeys(source.name).intake) == 1
+    finally:
+        runner.close()
