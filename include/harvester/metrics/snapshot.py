@@ -25,8 +25,9 @@ from harvester.queues import DECLARED_QUEUES
 from harvester.redis_keys import SOURCES_INDEX, PageSlotKeys, SourceKeys, distributor_heartbeat
 from harvester.redis_scripts import ScriptPipeline, text
 from harvester.settings import HarvesterSettings
+from harvester.storage import HostFigures, RunHosts, host_figures
 
-PER_SOURCE_READS = 9  # replies queued per source by read_snapshot, in order
+PER_SOURCE_READS = 10  # replies queued per source by read_snapshot, in order
 SCAN_COUNT = 500
 
 
@@ -54,6 +55,8 @@ class SourceSnapshot:
     extraction_health: dict[str, dict[str, Any]]  # attribute -> {share, median, drop, drift}
     now: float
     run_quality: dict[str, str] = field(default_factory=dict)  # the last reported run: outcome, reason, shares
+    hosts_run: str | None = None  # the run whose per-host figures the workers wrote last
+    hosts: HostFigures | None = None  # that run's hosts now (None: no host figures yet)
 
     @property
     def last_run_shares(self) -> dict[str, float | None]:
@@ -149,10 +152,12 @@ def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[s
                 pipeline.pipeline.hgetall(key)
             pipeline.pipeline.get(keys.paused_until)
             pipeline.pipeline.hgetall(keys.run_quality)
+            pipeline.pipeline.get(keys.hosts_run)
 
     replies = store.scripts.run_pipeline(build) if names else []
     sources = {name: _source_snapshot(name, replies[index * PER_SOURCE_READS:(index + 1) * PER_SOURCE_READS], now)
                for index, name in enumerate(names)}
+    read_host_figures(client, [source for source in sources.values() if source.hosts_run is not None], now)
     queues = sorted({*DECLARED_QUEUES, *(source.queue for source in sources.values())})
     pipeline = client.pipeline(transaction=False)
     for queue in queues:
@@ -162,6 +167,20 @@ def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[s
     return HarvestSnapshot(sources=sources, queue_depths=depths, slots=SlotRegistry(client).slots(), now=now,
                            browser_tasks=browser_tasks_waiting(client, countries),
                            slot_hosts=SlotHosts(client).live_capacity(), distributors=live_distributors(client))
+
+
+def read_host_figures(client: redis.Redis, sources: list[SourceSnapshot], now: float) -> None:
+    """Each source's host figures of the run its workers wrote last, in one more round trip (the run is known
+    only from the first)."""
+    if not sources:
+        return
+    pipeline = client.pipeline(transaction=False)
+    for source in sources:
+        RunHosts.queue_read(pipeline, source.name, source.hosts_run)
+    replies = pipeline.execute()
+    reads = len(replies) // len(sources)
+    for index, source in enumerate(sources):
+        source.hosts = host_figures(replies[index * reads:(index + 1) * reads], now)
 
 
 def browser_tasks_waiting(client: redis.Redis, countries: set[str]) -> dict[str, int]:
@@ -183,7 +202,7 @@ def live_distributors(client: redis.Redis) -> int:
 
 
 def _source_snapshot(name: str, replies: list[Any], now: float) -> SourceSnapshot:
-    registration, stats, counters, requests, histograms, host_paused, health, paused, quality = replies
+    registration, stats, counters, requests, histograms, host_paused, health, paused, quality, hosts_run = replies
     decoded = {text(k): text(v) for k, v in histograms.items()}
     request_counts: dict[tuple[str, str], int] = {}
     for raw_field, amount in requests.items():
@@ -201,4 +220,5 @@ def _source_snapshot(name: str, replies: list[Any], now: float) -> SourceSnapsho
         extraction_health={text(k): json.loads(v) for k, v in health.items()},
         now=now,
         run_quality={text(k): text(v) for k, v in quality.items()},
+        hosts_run=None if hosts_run is None else text(hosts_run),
     )
