@@ -209,8 +209,7 @@ class RunMonitor:
         report["links_cut"] = links_cut(figures)
         report["pages_blocked"] = int(figures.get("pages_blocked", 0))  # block pages met, each attempt counted
         report.update(archive_figures(figures))
-        if progress.hosts:
-            report["hosts"] = progress.hosts
+        report.update({"hosts": progress.hosts} if progress.hosts else {})  # a run over several site hosts
         if attributes:
             from harvester.producer.health import extraction_report
 
