@@ -25,7 +25,7 @@ from harvester.queues import DECLARED_QUEUES
 from harvester.redis_keys import SOURCES_INDEX, PageSlotKeys, SourceKeys, distributor_heartbeat
 from harvester.redis_scripts import ScriptPipeline, text
 from harvester.settings import HarvesterSettings
-from harvester.storage import HostFigures, RunHosts, host_figures
+from harvester.storage import HOST_READS, HostFigures, RunHosts, host_figures
 
 PER_SOURCE_READS = 10  # replies queued per source by read_snapshot, in order
 SCAN_COUNT = 500
@@ -178,9 +178,8 @@ def read_host_figures(client: redis.Redis, sources: list[SourceSnapshot], now: f
     for source in sources:
         RunHosts.queue_read(pipeline, source.name, source.hosts_run)
     replies = pipeline.execute()
-    reads = len(replies) // len(sources)
     for index, source in enumerate(sources):
-        source.hosts = host_figures(replies[index * reads:(index + 1) * reads], now)
+        source.hosts = host_figures(replies[index * HOST_READS:(index + 1) * HOST_READS], now)
 
 
 def browser_tasks_waiting(client: redis.Redis, countries: set[str]) -> dict[str, int]:

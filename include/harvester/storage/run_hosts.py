@@ -23,7 +23,7 @@ from harvester.redis_keys import SourceKeys
 from harvester.storage.run_figures import RUN_KEYS_SECONDS
 
 SLOWEST_HOSTS = 5  # hosts named in the report, on the page and behind the slowest-host gauge
-HOST_READS = 7  # replies queue_read queues per source, in order
+HOST_READS = 6  # replies queue_read queues per source, in order
 PAGES = "pages"
 SECONDS = "seconds"
 UNREACHABLE = "unreachable"
@@ -92,7 +92,7 @@ def slowest_hosts(hosts: Mapping[str, HostFetches], limit: int = SLOWEST_HOSTS) 
 
 def host_figures(replies: list[Any], now: float) -> HostFigures:
     """:class:`HostFigures` from the replies :meth:`RunHosts.queue_read` queued, ``now`` the Redis clock."""
-    run_hosts, ready, in_flight, paused, breakers, slowed, _ = replies
+    run_hosts, ready, in_flight, paused, breakers, slowed = replies
     fetched = host_fetches(run_hosts)
     waiting_hosts = {_text(host) for host in ready}
     flying_hosts = {_text(host) for host in in_flight}
@@ -140,15 +140,14 @@ class RunHosts:
         pipeline.hgetall(keys.host_paused)
         pipeline.hgetall(keys.host_breakers)
         pipeline.hlen(keys.host_throttles)
-        pipeline.time()
 
     @redis_storage_errors()
     def read(self, source: str, run_id: str | None) -> HostFigures:
         """The run's host figures now (one round trip)."""
         pipeline = self.redis.pipeline(transaction=False)
         self.queue_read(pipeline, source, run_id)
-        replies = pipeline.execute()
-        seconds, microseconds = replies[-1]
+        pipeline.time()
+        *replies, (seconds, microseconds) = pipeline.execute()
         return host_figures(replies, seconds + microseconds / 1_000_000)
 
     @redis_storage_errors()
