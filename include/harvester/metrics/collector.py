@@ -245,8 +245,8 @@ class SourceFamilies:
         }
 
     def add(self, source: SourceSnapshot, detailed: bool = True) -> None:
-        """``detailed`` False (``metrics_detailed_sources``): no histograms, limits or saturations of its own,
-        and no browser series for an http source."""
+        """``detailed`` False (``metrics_detailed_sources``): no histograms, limits, saturations or rate window of
+        its own, and no browser series for an http source."""
         self._add_work(source, histograms=detailed)
         self._add_queue(source, limits=detailed)
         if detailed or is_browser_source(source):
