@@ -110,6 +110,8 @@ def host_figures(replies: list[Any], now: float) -> HostFigures:
 class RunHosts:
     """The per-run host hash: written by the workers' batches, read with the live host state."""
 
+    FIELDS_PER_HOST = 3  # at most (pages, seconds, unreachable): a hash with more holds several hosts
+
     def __init__(self, redis_client: redis.Redis, ttl_seconds: int = RUN_KEYS_SECONDS) -> None:
         self.redis = redis_client
         self.ttl = ttl_seconds
