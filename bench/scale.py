@@ -18,7 +18,8 @@ a peer measured in the same run.
    (what a round costs before it admits anything, which the 40,000 tasks' few rounds hide), and
    ``reap_ms_5000`` / ``reap_ms_8``, the median reap (every ``reap_interval_seconds``) with the admitted tasks
    still reserved.
-3. Metrics: the collector over N registered sources that all recorded requests, with
+3. Metrics: the collector over N registered sources that all recorded requests and their run's host figures
+   (one in 50 over 20 site hosts), with
    ``metrics_detailed_sources`` unset (every source gets every series) and at 100 (the 100 busiest keep
    theirs; the others' histograms are summed into ``source="_other"``): series and scrape time of each,
    and ``series_per_source`` with the setting on (goal <= 20).
@@ -293,9 +294,14 @@ def bench_distributor(count: int, tasks: int) -> dict:
             "admission_sources_with_work": min(ACTIVE_SOURCES, count), "redis_bytes_per_idle_source": round(per_idle)}
 
 
+MANY_HOSTS_EVERY = 50  # one source in 50 fetches from several site hosts (a broad harvest), the rest from one
+MANY_HOSTS = 20
+
+
 def seed_metrics(client, count: int) -> None:
-    """Every source registered (a quarter of them browser sources), each with requests and both histograms
-    recorded, as the workers record them (harvester.metrics.recording)."""
+    """Every source registered (a quarter of them browser sources), each with requests, both histograms and its
+    run's host figures recorded, as the workers record them (harvester.metrics.recording); one in
+    :data:`MANY_HOSTS_EVERY` over :data:`MANY_HOSTS` hosts."""
     from types import SimpleNamespace
 
     from harvester.distributor import Intake
@@ -308,12 +314,13 @@ def seed_metrics(client, count: int) -> None:
     for index in range(count):
         source = bench_source(index, browser=index % 4 == 2)
         intake.register_source(source)
-        messages = [SimpleNamespace(enqueued_at=now - 2.0, run_id=None), SimpleNamespace(enqueued_at=now - 40.0,
-                                                                                           run_id=None)]
-        fetches = [SimpleNamespace(outcome="ok", status=200, elapsed=0.2, started_at=now - 1.0, tier="",
-                                   transferred=0),
-                   SimpleNamespace(outcome="ok", status=200, elapsed=1.4, started_at=now - 1.0, tier="",
-                                   transferred=0)]
+        hosts = MANY_HOSTS if index % MANY_HOSTS_EVERY == 0 else 1
+        messages = [SimpleNamespace(enqueued_at=now - 2.0 - page * 38.0, run_id="bench",
+                                    url=f"http://site{(index + page) % hosts}.bench.test/{page}")
+                    for page in range(MANY_HOSTS)]  # as many requests either way: "busiest" stays a tie
+        fetches = [SimpleNamespace(outcome="ok", status=200, elapsed=0.2 + 1.2 * (page % 2), started_at=now - 1.0,
+                                   tier="", transferred=0)
+                   for page in range(len(messages))]
         record_fetches(client, source.name, messages, fetches, now=now, pipeline=pipeline)
         if index % 500 == 499:
             pipeline.execute()

@@ -1294,7 +1294,8 @@ def test_metrics_detailed_sources_keeps_per_source_histograms_for_the_busiest_on
     intake = Intake(redis_client, HarvesterSettings())
     for name, requests in (("busy", 3), ("quiet", 1)):
         intake.register_source(SOURCE.model_copy(update={"name": name}))
-        record_fetches(redis_client, name, [SimpleNamespace(enqueued_at=0.0, run_id=None)] * requests,
+        message = SimpleNamespace(enqueued_at=0.0, url="http://a.test/", run_id="r")
+        record_fetches(redis_client, name, [message] * requests,
                        [SimpleNamespace(outcome="ok", status=200, elapsed=0.3, started_at=1.0, tier="",
                                         transferred=0)] * requests, now=2.0)
 
@@ -1307,6 +1308,11 @@ def test_metrics_detailed_sources_keeps_per_source_histograms_for_the_busiest_on
     assert histogram_counts(HarvesterSettings()) == {"busy": 3, "quiet": 1}
     assert histogram_counts(HarvesterSettings(metrics_detailed_sources=1)) == {"busy": 3, "_other": 1}
     assert histogram_counts(HarvesterSettings(metrics_detailed_sources=0)) == {"_other": 4}
+    # a source outside the busiest keeps its counters and live gauges: 18 series (an HTTP source on one host)
+    compact = [sample.name + str(sorted((k, v) for k, v in sample.labels.items() if k != "source"))
+               for metric in metrics_registry(redis_client, HarvesterSettings(metrics_detailed_sources=1)).collect()
+               for sample in metric.samples if sample.labels.get("source") == "quiet"]
+    assert len(compact) == 18, compact
 
 
 @covers_setting("metadata_retention_days")

@@ -201,6 +201,16 @@ class SourceKeys:
         skipped as unchanged, bytes a 304 saved); the run's report reads it."""
         return self._key(f"run:{run_id or 'adhoc'}:figures")
 
+    def run_hosts(self, run_id: str | None) -> str:
+        """Hash: per site host of one run, ``HOST|pages`` (fetches), ``HOST|seconds`` (their fetch time) and
+        ``HOST|unreachable`` (fetches that reached nothing): the run's per-host figures (harvester.storage.RunHosts)."""
+        return self._key(f"run:{run_id or 'adhoc'}:hosts")
+
+    @property
+    def hosts_run(self) -> str:
+        """String: the run whose per-host figures the workers wrote last (the metrics and the page read that run's)."""
+        return self._key("hosts-run")
+
     def run_sitemap_problems(self, run_id: str | None) -> str:
         """List of JSON {url, problem} (capped): the sitemaps of one run that were cut or refused."""
         return self._key(f"run:{run_id or 'adhoc'}:sitemap-problems")

@@ -90,6 +90,16 @@ def seed(settings, redis_client, mongo_server) -> dict:
         {"url": f"http://127.0.0.1:9/product/{i}", "sku": f"SKU-{i}", "run_id": "run-1" if i < 2 else "run-0",
          "title": f'=HYPERLINK("http://evil.example/{i}","a site wrote this")',
          "harvested_at": harvested + timedelta(hours=i)} for i in range(3)])
+    # the run's fetches over three site hosts, as a batch records them: b.test is the slowest, c.test paused
+    from harvester.metrics.recording import record_fetches
+    from harvester.redis_keys import SourceKeys
+    from harvester.scraping.fetching.fetcher import FetchResult
+
+    fetched = [TaskMessage(source=SOURCE, url=f"http://{host}/p", run_id="run-1") for host in ("a.test", "b.test",
+                                                                                                 "c.test")]
+    record_fetches(redis_client, SOURCE, fetched, [FetchResult(m.url, "ok", status=200, elapsed=elapsed)
+                                                   for m, elapsed in zip(fetched, (0.1, 2.0, 0.3), strict=True)])
+    redis_client.hset(SourceKeys(SOURCE).host_paused, "c.test", float(redis_client.time()[0]) + 300)
     dead_task = TaskMessage.from_json(admitted.messages[0]).task_id
     # its page's snapshot, as a slot keeps one for a failed browser page (docs/pageslots.md, "Evidence")
     SnapshotStore(database).save(SOURCE, dead_task, "http://127.0.0.1:9/product/0", "http_404: HTTP 404",
@@ -108,7 +118,12 @@ def test_api_returns_the_figures_of_a_seeded_state(api_server, plugin_settings, 
         assert summary["dead_letters"] == 1 and summary["dag_id"] == "harvest_seeded"
         assert summary["selector_drift"] == ["price"] and summary["drift_threshold"] == 20
         assert summary["last_run"]["run_id"] == "run-1" and summary["last_run"]["outcome"] == "running"
-        assert client.get(f"/harvester/api/sources/{SOURCE}").json() == summary
+        hosts = summary["hosts"]  # the run's site hosts: counted, the slowest named, no list of every host
+        assert (hosts["hosts"], hosts["done"], hosts["paused"]) == (3, 2, 1)
+        assert [entry["host"] for entry in hosts["slowest"]] == ["b.test", "c.test", "a.test"]
+        one = client.get(f"/harvester/api/sources/{SOURCE}").json()
+        assert one.pop("paused_hosts").keys() == summary.pop("paused_hosts").keys()  # seconds left: a moment later
+        assert one == summary
         assert client.get("/harvester/api/sources/nothing").status_code == 404
 
         dead = client.get(f"/harvester/api/sources/{SOURCE}/dead-letters").json()
@@ -136,6 +151,7 @@ def test_api_returns_the_figures_of_a_seeded_state(api_server, plugin_settings, 
         progress = client.get(f"/harvester/api/sources/{SOURCE}/runs/run-1/progress").json()
         assert progress["packages_total"] == 2 and progress["tasks_pending"] == 5 and not progress["complete"]
         assert progress["elapsed_seconds"] >= 110 and progress["pages_per_minute"] == 0
+        assert progress["hosts"] == hosts and "hosts 2/3 done (1 paused)" in progress["line"]
         by_airflow_run = client.get("/harvester/api/dag-runs/harvest_seeded/manual__airflow-1/progress").json()
         assert by_airflow_run["run_id"] == "run-1"
 

@@ -103,7 +103,7 @@ def test_browser_loads_stamp_their_start_so_queue_latency_ends_at_the_fetch(demo
     fetch = asyncio.run(render())
     after = time.time()
     assert fetch.ok and before <= fetch.started_at <= after
-    enqueued = SimpleNamespace(enqueued_at=fetch.started_at - 3.0)  # waited 3 s for its page
+    enqueued = SimpleNamespace(enqueued_at=fetch.started_at - 3.0, url=fetch.url, run_id=None)  # waited 3 s
     record_fetches(redis_client, source.name, [enqueued], [fetch], now=after + 600)  # recorded 10 min later
     histograms = {k.decode(): v.decode() for k, v in redis_client.hgetall(SourceKeys(source.name).histograms).items()}
     assert histograms[bucket_field(QUEUE_LATENCY_SECONDS, 3.0)] == "1"

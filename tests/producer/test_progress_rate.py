@@ -25,3 +25,14 @@ def test_no_estimate_before_the_start_or_the_first_page() -> None:
 
 def test_format_eta() -> None:
     assert (format_eta(12.4), format_eta(250), format_eta(3720)) == ("12s", "4m10s", "1h02m")
+
+
+def test_the_progress_line_and_the_runs_line_give_a_broad_runs_hosts() -> None:
+    from harvester.producer.commands import _run_line
+
+    hosts = {"hosts": 2000, "done": 1880, "waiting": 100, "in_flight": 8, "paused": 12, "unreachable": 9,
+             "slowed": 3, "slowest": [{"host": "slow.example", "pages": 10, "mean_seconds": 8.2, "unreachable": 0}]}
+    progress = RunProgress(source="shop", run_id="r1", packages_total=1, tasks_pending=5, hosts=hosts)
+    assert progress.line().endswith("; hosts 1880/2000 done (12 paused)")
+    line = _run_line({"run_id": "r1", "report": {"records_stored": 5, "hosts": hosts}})
+    assert line.endswith(", hosts 1880/2000 done (slowest slow.example 8.2 s)")

@@ -157,20 +157,28 @@ SOURCE_GAUGES: dict[str, tuple[str, Callable[[SourceSnapshot], float]]] = {
     "rate_saturation": ("admitted_last_minute / per_minute (1 = the rate limit holds fetches back).",
                         lambda s: s.stats.admitted_last_minute / s.per_minute if s.per_minute else 0.0),
     "source_paused": ("1 while the whole source waits for a Retry-After.", lambda s: 1 if s.paused else 0),
-    "paused_hosts": ("Hosts of the source waiting for a Retry-After.", lambda s: len(s.paused_hosts)),
 }
+# harvester_hosts{state}: a source's site hosts by state, one series per state whatever the number of hosts. Every
+# source has "paused"; a source whose run fetched from more than one host has every state (HostFigures).
+HOST_STATES = ("all", "done", "waiting", "in_flight", "paused", "unreachable", "slowed")
 # Per-source counters read from the source's outcome counters: metric -> help and the outcome counter it reads.
 BROWSER_COUNTERS = {
     "harvester_browser_blocked_bytes": ("Bytes browser pages did not download thanks to resource blocking.",
                                         "browser_blocked_bytes"),
     "harvester_browser_transferred_bytes": ("Bytes browser pages downloaded.", "browser_transferred_bytes"),
     "harvester_browser_restarts": ("Browsers re-launched after failed loads.", "browser_relaunches"),
+}
+# Counters of a feature a source may not use, exported (as a group) once the source has counted any of its group:
+# a source without conditional requests or output.archive gets no series that would stay 0.
+FEATURE_COUNTERS = {
     # conditional requests: what a 304 spared the site and us
-    "harvester_bytes_saved": ("Body bytes 304 answers did not send (their records' last body size).", "bytes_saved"),
+    "harvester_bytes_saved": ("Body bytes 304 answers did not send (their records' last body size).", "bytes_saved",
+                              "conditional"),
     # the WARC archive of fetched pages (output.archive)
-    "harvester_archived_pages": ("Fetched pages written to the source's WARC archive.", "archived"),
+    "harvester_archived_pages": ("Fetched pages written to the source's WARC archive.", "archived", "archive"),
     "harvester_archive_gap_pages": ("Fetched pages the archive could not keep (its storage failed, filled or "
-                                    "hung): their records were stored without an archived response.", "archive_gap"),
+                                    "hung): their records were stored without an archived response.", "archive_gap",
+                                    "archive"),
 }
 
 
@@ -182,12 +190,11 @@ class SourceFamilies:
                                             labels=["source", "outcome", "status"])
         self.records = {kind: CounterMetricFamily(f"harvester_records_{kind}", help_text, labels=SOURCE_LABEL)
                         for kind, help_text in (("stored", "Records written to the output."),
-                                                ("new", "Records written for the first time (upserted)."),
-                                                ("updated", "Records that already existed and were rewritten."),
+                                                ("new", "Records written for the first time (upserted); "
+                                                        "stored - new were updated."),
                                                 # what a re-harvest found, so an unchanged site shows as unchanged
                                                 ("changed", "Existing records whose values changed (changed_at "
-                                                            "moved)."),
-                                                ("unchanged", "Existing records fetched again with the same values."),
+                                                            "moved); stored - new - changed were unchanged."),
                                                 ("not_modified", "Records a 304 kept (a conditional request, no "
                                                                  "body)."))}
         self.problems = CounterMetricFamily("harvester_extraction_problems",
@@ -201,6 +208,16 @@ class SourceFamilies:
                                            labels=["source", "resource_type"])
         self.browser = {name: CounterMetricFamily(name, help_text, labels=SOURCE_LABEL)
                         for name, (help_text, _) in BROWSER_COUNTERS.items()}
+        self.features = {name: CounterMetricFamily(name, help_text, labels=SOURCE_LABEL)
+                         for name, (help_text, _, _) in FEATURE_COUNTERS.items()}
+        self.hosts = GaugeMetricFamily("harvester_hosts", "Site hosts of the source by state: paused (at admission: "
+                                       "Retry-After, repeated blocks, an open breaker); for a run over several "
+                                       "hosts also all (fetched from), done, waiting (tasks queued), in_flight, "
+                                       "unreachable (breaker open) and slowed (after blocks).",
+                                       labels=["source", "state"])
+        self.slowest_host = GaugeMetricFamily("harvester_slowest_host_fetch_seconds",
+                                              "Mean fetch time of the run's slowest host, for a run over several "
+                                              "hosts (the page and the report name it).", labels=SOURCE_LABEL)
         self.share = GaugeMetricFamily("harvester_attribute_share",
                                        "Share (0-1) of the last run's records that had the attribute.",
                                        labels=["source", "attribute"])
@@ -232,12 +249,14 @@ class SourceFamilies:
         }
 
     def add(self, source: SourceSnapshot, detailed: bool = True) -> None:
-        """``detailed`` False (``metrics_detailed_sources``): no histograms, limits or saturations of its own,
-        and no browser series for an http source."""
+        """``detailed`` False (``metrics_detailed_sources``): no histograms, limits, saturations or rate window of
+        its own, and no browser series for an http source."""
         self._add_work(source, histograms=detailed)
         self._add_queue(source, limits=detailed)
         if detailed or is_browser_source(source):
             self._add_browser(source)
+        self._add_features(source)
+        self._add_hosts(source)
         self._add_extraction(source)
 
     def _add_work(self, source: SourceSnapshot, histograms: bool = True) -> None:
@@ -269,6 +288,24 @@ class SourceFamilies:
         for metric, (_, outcome) in BROWSER_COUNTERS.items():
             self.browser[metric].add_metric([source.name], source.outcome(outcome))
 
+    def _add_features(self, source: SourceSnapshot) -> None:
+        used = {feature for _, outcome, feature in FEATURE_COUNTERS.values() if source.outcome(outcome)}
+        for metric, (_, outcome, feature) in FEATURE_COUNTERS.items():
+            if feature in used:
+                self.features[metric].add_metric([source.name], source.outcome(outcome))
+
+    def _add_hosts(self, source: SourceSnapshot) -> None:
+        """Counts by state, never a series per host: the slowest hosts are named by the page and the report."""
+        self.hosts.add_metric([source.name, "paused"], len(source.paused_hosts))
+        figures = source.hosts
+        if figures is None or figures.hosts <= 1:
+            return
+        for state in HOST_STATES:
+            if state != "paused":
+                count = figures.hosts if state == "all" else getattr(figures, state)
+                self.hosts.add_metric([source.name, state], count)
+        self.slowest_host.add_metric([source.name], figures.slowest_mean_seconds)
+
     def _add_extraction(self, source: SourceSnapshot) -> None:
         for kind in EXTRACTION_PROBLEM_KINDS:
             for attribute, amount in sorted(source.outcomes_with_prefix(f"{kind}:").items()):
@@ -296,8 +333,10 @@ class SourceFamilies:
         yield self.problems
         yield from self.tasks.values()
         yield from self.gauges.values()
+        yield from (self.hosts, self.slowest_host)
         yield self.blocked
         yield from self.browser.values()
+        yield from self.features.values()
         yield from (self.share, self.drift)
         yield from (self.rejections, self.breached, self.outcome, self.run_share)
         yield from self.tiers.values()
@@ -305,8 +344,10 @@ class SourceFamilies:
 
 
 # With ``metrics_detailed_sources`` set, these per-source series are left to the detailed sources: the
-# limits are configuration (in the Airflow UI) and their saturations follow from them.
-DETAILED_GAUGES = frozenset({"max_active", "per_minute", "active_saturation", "rate_saturation"})
+# limits are configuration (in the Airflow UI) and their saturations follow from them;
+# admitted_last_minute too: it is what rate_saturation is made of, and rate(harvester_requests_total[1m]) gives it.
+DETAILED_GAUGES = frozenset({"max_active", "per_minute", "admitted_last_minute", "active_saturation",
+                             "rate_saturation"})
 OTHER_SOURCES = "_other"
 
 

@@ -1,4 +1,5 @@
-"""What workers record for the metrics: requests by outcome and status, and two histograms per source.
+"""What workers record for the metrics: requests by outcome and status, two histograms per source, and each
+run's fetches per site host (harvester.storage.RunHosts: counts for the metrics, no series per host).
 
 Celery prefork children cannot share an in-process Prometheus registry, so workers write plain Redis
 counters (one pipelined round trip per batch) and the distributor's collector turns them into
@@ -17,7 +18,9 @@ from typing import Protocol
 
 import redis
 
+from harvester.distributor import host_of
 from harvester.redis_keys import SourceKeys
+from harvester.storage import HostFetches, RunHosts
 
 FETCH_SECONDS = "fetch_seconds"
 QUEUE_LATENCY_SECONDS = "queue_latency_seconds"
@@ -29,6 +32,7 @@ BUCKETS: dict[str, tuple[float, ...]] = {
 INFINITY = "+Inf"
 PROXY_TIER_REQUESTS = "proxy_tier_requests"
 PROXY_TIER_BYTES = "proxy_tier_bytes"
+HOST_UNREACHABLE = "host_unreachable"  # a fetch that reached nothing (harvester.scraping's outcome)
 
 
 class Fetched(Protocol):
@@ -46,6 +50,7 @@ class Enqueued(Protocol):
     """What recording needs of a task message (harvester.distributor.TaskMessage has it)."""
 
     enqueued_at: float
+    url: str
     run_id: str | None
 
 
@@ -62,18 +67,23 @@ def request_field(outcome: str, status: int | None) -> str:
 
 def record_fetches(client: redis.Redis, source: str, messages: Sequence[Enqueued], fetches: Iterable[Fetched],
                    now: float | None = None, pipeline: redis.client.Pipeline | None = None) -> None:
-    """Count each request by outcome and status and observe its fetch time and its queue latency
-    (the task's enqueue to its fetch start), in one pipelined round trip (or queued on ``pipeline``,
-    which the caller sends with its own commands)."""
+    """Count each request by outcome and status, observe its fetch time and its queue latency (the task's
+    enqueue to its fetch start) and add it to its run's host figures, in one pipelined round trip (or queued on
+    ``pipeline``, which the caller sends with its own commands)."""
     now = time.time() if now is None else now
     keys = SourceKeys(source)
     fetches = list(fetches)
     requests: Counter[str] = Counter()
     buckets: Counter[str] = Counter()
     sums: Counter[str] = Counter()
+    by_run: dict[str | None, dict[str, HostFetches]] = {}
     for message, fetch in zip(messages, fetches, strict=True):
         requests[request_field(fetch.outcome, fetch.status)] += 1
         elapsed = max(0.0, float(fetch.elapsed))
+        host = by_run.setdefault(message.run_id, {}).setdefault(host_of(message.url), HostFetches())
+        host.pages += 1
+        host.seconds += elapsed
+        host.unreachable += fetch.outcome == HOST_UNREACHABLE
         started_at = fetch.started_at or (now - elapsed)  # a result made without a fetch has no start
         latency = max(0.0, started_at - float(message.enqueued_at))
         for histogram, value in ((FETCH_SECONDS, elapsed), (QUEUE_LATENCY_SECONDS, latency)):
@@ -91,6 +101,8 @@ def record_fetches(client: redis.Redis, source: str, messages: Sequence[Enqueued
     for name, amount in sums.items():
         pipeline.hincrbyfloat(keys.histograms, name, amount)
     queue_tier_traffic(client, pipeline, source, messages, fetches)
+    for run_id, hosts in by_run.items():
+        RunHosts(client).queue_add(pipeline, source, run_id, hosts)
     if own:
         pipeline.execute()
 

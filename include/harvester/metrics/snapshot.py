@@ -25,8 +25,9 @@ from harvester.queues import DECLARED_QUEUES
 from harvester.redis_keys import SOURCES_INDEX, PageSlotKeys, SourceKeys, distributor_heartbeat
 from harvester.redis_scripts import ScriptPipeline, text
 from harvester.settings import HarvesterSettings
+from harvester.storage import HOST_READS, HostFigures, RunHosts, host_figures
 
-PER_SOURCE_READS = 10  # replies queued per source by read_snapshot, in order
+PER_SOURCE_READS = 11  # replies queued per source by read_snapshot, in order
 SCAN_COUNT = 500
 
 
@@ -56,6 +57,8 @@ class SourceSnapshot:
     run_quality: dict[str, str] = field(default_factory=dict)  # the last reported run: outcome, reason, shares
     # proxy.tiers: "proxy_tier_requests:<tier>" and "proxy_tier_bytes:<tier>" -> what each tier carried, ever
     proxy_tiers_traffic: dict[str, int] = field(default_factory=dict)
+    hosts_run: str | None = None  # the run whose per-host figures the workers wrote last
+    hosts: HostFigures | None = None  # that run's hosts now, when it fetched from several (else None)
 
     @property
     def last_run_shares(self) -> dict[str, float | None]:
@@ -152,10 +155,12 @@ def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[s
             pipeline.pipeline.get(keys.paused_until)
             pipeline.pipeline.hgetall(keys.run_quality)
             pipeline.pipeline.hgetall(keys.proxy_tiers_traffic)
+            pipeline.pipeline.get(keys.hosts_run)
 
     replies = store.scripts.run_pipeline(build) if names else []
     sources = {name: _source_snapshot(name, replies[index * PER_SOURCE_READS:(index + 1) * PER_SOURCE_READS], now)
                for index, name in enumerate(names)}
+    read_host_figures(client, [source for source in sources.values() if source.hosts_run is not None], now)
     queues = sorted({*DECLARED_QUEUES, *(source.queue for source in sources.values())})
     pipeline = client.pipeline(transaction=False)
     for queue in queues:
@@ -165,6 +170,28 @@ def read_snapshot(client: redis.Redis, settings: HarvesterSettings, only: list[s
     return HarvestSnapshot(sources=sources, queue_depths=depths, slots=SlotRegistry(client).slots(), now=now,
                            browser_tasks=browser_tasks_waiting(client, countries),
                            slot_hosts=SlotHosts(client).live_capacity(), distributors=live_distributors(client))
+
+
+def read_host_figures(client: redis.Redis, sources: list[SourceSnapshot], now: float) -> None:
+    """Each source's host figures of the run its workers wrote last, when that run fetched from several hosts:
+    the run is known only from the first round trip, the number of its hosts' fields from a second (one HLEN a
+    source), and only the sources over several hosts pay the third (the live host state), so 5,000 sources on one
+    host each cost 5,000 small commands, not 30,000."""
+    if not sources:
+        return
+    pipeline = client.pipeline(transaction=False)
+    for source in sources:
+        pipeline.hlen(SourceKeys(source.name).run_hosts(source.hosts_run))
+    several = [source for source, fields in zip(sources, pipeline.execute(), strict=True)
+               if int(fields) > RunHosts.FIELDS_PER_HOST]
+    if not several:
+        return
+    pipeline = client.pipeline(transaction=False)
+    for source in several:
+        RunHosts.queue_read(pipeline, source.name, source.hosts_run)
+    replies = pipeline.execute()
+    for index, source in enumerate(several):
+        source.hosts = host_figures(replies[index * HOST_READS:(index + 1) * HOST_READS], now)
 
 
 def browser_tasks_waiting(client: redis.Redis, countries: set[str]) -> dict[str, int]:
@@ -186,7 +213,8 @@ def live_distributors(client: redis.Redis) -> int:
 
 
 def _source_snapshot(name: str, replies: list[Any], now: float) -> SourceSnapshot:
-    registration, stats, counters, requests, histograms, host_paused, health, paused, quality, tiers = replies
+    (registration, stats, counters, requests, histograms, host_paused, health, paused, quality, tiers,
+     hosts_run) = replies
     decoded = {text(k): text(v) for k, v in histograms.items()}
     request_counts: dict[tuple[str, str], int] = {}
     for raw_field, amount in requests.items():
@@ -205,4 +233,5 @@ def _source_snapshot(name: str, replies: list[Any], now: float) -> SourceSnapsho
         now=now,
         run_quality={text(k): text(v) for k, v in quality.items()},
         proxy_tiers_traffic={text(k): int(v) for k, v in tiers.items()},
+        hosts_run=None if hosts_run is None else text(hosts_run),
     )

@@ -96,6 +96,8 @@ class SourceSummary(BaseModel):
     host_unreachable: int = Field(default=0, description="Pages whose host could not be reached (refused, DNS "
                                   "failing, connect or first-byte timeout); in a row, they pause the host (breaker).")
     bytes_saved: int = Field(default=0, description="Body bytes those 304 answers did not send.")
+    hosts: dict[str, Any] | None = Field(default=None, description="The site hosts of the run the workers wrote "
+                                         "last, when it fetched from several: as RunProgressView.hosts.")
     drift_threshold: float
     selector_drift: list[str]
     extraction: list[AttributeHealth]
@@ -118,6 +120,9 @@ class RunProgressView(BaseModel):
     elapsed_seconds: float | None
     pages_per_minute: float | None
     eta_seconds: float | None
+    hosts: dict[str, Any] | None = Field(default=None, description="A run over several site hosts: hosts, done, "
+                                         "waiting, in_flight, paused, unreachable, slowed, and the slowest (host, "
+                                         "pages, mean_seconds, unreachable).")
     eta: str | None = Field(description="The ETA, formatted (4m10s).")
     line: str = Field(description="The progress line the sensor logs.")
 
@@ -291,6 +296,7 @@ class HarvestViews:
             pages_blocked=live.outcome("blocked") if live else 0,
             host_unreachable=live.outcome("host_unreachable") if live else 0,
             bytes_saved=live.outcome("bytes_saved") if live else 0,
+            hosts=live.hosts.to_dict() if live and live.hosts and live.hosts.hosts > 1 else None,
             drift_threshold=config.drift_threshold if config else 20.0,
             selector_drift=[entry.attribute for entry in extraction if entry.drift],
             extraction=extraction, last_run=last_run,

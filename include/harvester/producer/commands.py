@@ -102,4 +102,9 @@ def _run_line(run: dict[str, Any]) -> str:
     if report:
         figures += (f", {report.get('records_stored')} records ({report.get('records_new')} new), "
                     f"{report.get('tasks_failed')} failed, {report.get('duration_seconds')} s")
+        hosts = report.get("hosts")  # a run over several site hosts
+        if hosts:
+            slowest = hosts["slowest"][0] if hosts.get("slowest") else None
+            figures += (f", hosts {hosts['done']}/{hosts['hosts']} done"
+                        + (f" (slowest {slowest['host']} {slowest['mean_seconds']} s)" if slowest else ""))
     return f"{run.get('started_at')}  {run['run_id']}  {run.get('status', '?')}  {figures}"

@@ -20,7 +20,7 @@ from pymongo.database import Database
 from harvester.config import Quality
 from harvester.distributor import DeadLetters, DeadTasks, count_down_dead, dead_tasks_of_run
 from harvester.redis_keys import SourceKeys
-from harvester.storage import PackageStatus, PackageStore, RunFigures, RunStore
+from harvester.storage import PackageStatus, PackageStore, RunFigures, RunHosts, RunStore
 
 
 @dataclass
@@ -42,6 +42,7 @@ class RunProgress:
     elapsed_seconds: float | None = None  # since the run started (its first start, when resumed)
     pages_per_minute: float | None = None
     eta_seconds: float | None = None
+    hosts: dict[str, Any] | None = None  # a run over several site hosts: RunMonitor.host_report's figures
 
     @property
     def complete(self) -> bool:
@@ -70,6 +71,8 @@ class RunProgress:
             f"records stored {self.records_stored}" + (f"; failures: {failures}" if failures else "")
             + (f"; {self.pages_per_minute:g} pages/min" if self.pages_per_minute is not None else "")
             + (f", ETA {format_eta(self.eta_seconds)}" if self.eta_seconds is not None else "")
+            + (f"; hosts {self.hosts['done']}/{self.hosts['hosts']} done ({self.hosts['paused']} paused)"
+               if self.hosts else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,7 +137,7 @@ class RunMonitor:
             tasks_planned=tasks["planned"], tasks_discovered=tasks["discovered"], tasks_pending=tasks["pending"],
             tasks_done=tasks["done"], tasks_failed=tasks["failed"], tasks_lost=tasks["lost"],
             records_stored=self.output_database[output_collection].count_documents({"run_id": run_id}),
-            failures_by_reason=dict(dead.reasons),
+            failures_by_reason=dict(dead.reasons), hosts=self.host_report(source, run_id).get("hosts"),
         ).estimate(self._elapsed(source, run_id))
 
     def _site_requests(self, source: str, run_id: str) -> dict[str, int] | None:
@@ -145,6 +148,12 @@ class RunMonitor:
         if pages is None:
             return None
         return {"pages": int(pages), "sub_requests": int(sub_requests or 0)}
+
+    def host_report(self, source: str, run_id: str) -> dict[str, Any]:
+        """A run over several site hosts: how many, how many done, waiting, paused, unreachable and slowed, and the
+        slowest of them by mean fetch time (``{"hosts": {...}}``); nothing for a run on one host."""
+        figures = RunHosts(self.redis).read(source, run_id)
+        return {"hosts": figures.to_dict()} if figures.hosts > 1 else {}
 
     def _elapsed(self, source: str, run_id: str) -> float | None:
         """Seconds since the run started; a reported run's duration (its rate stays what it was, not decaying)."""
@@ -212,6 +221,7 @@ class RunMonitor:
         report["pages_blocked"] = int(figures.get("pages_blocked", 0))  # block pages met, each attempt counted
         report.update(archive_figures(figures))
         report.update(proxy_tier_figures(figures))
+        report.update({"hosts": progress.hosts} if progress.hosts else {})  # a run over several site hosts
         if attributes:
             from harvester.producer.health import extraction_report
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.storage.lifecycle import REQUESTED_URLS, GoneMarks, gone_filter
     from harvester.storage.packages import PackageStatus, PackageStore, planned_task_id
     from harvester.storage.run_figures import RunFigures
+    from harvester.storage.run_hosts import HOST_READS, HostFetches, HostFigures, RunHosts, host_figures
     from harvester.storage.runs import RUNS_COLLECTION, RunStore
     from harvester.storage.snapshots import PageEvidence, PageSnapshot, SnapshotStore
     from harvester.storage.url_store import RunFrontier, URLStore, url_digest
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 __all__ = [
     "ARCHIVE_INDEX_COLLECTION",
     "DATA_RESPONSE_KIND",
+    "HOST_READS",
     "MEDIA_TYPES",
     "REQUESTED_URLS",
     "RUNS_COLLECTION",
@@ -40,12 +42,15 @@ __all__ = [
     "DataHandler",
     "Expired",
     "GoneMarks",
+    "HostFetches",
+    "HostFigures",
     "PackageStatus",
     "PackageStore",
     "PageEvidence",
     "PageSnapshot",
     "RunFigures",
     "RunFrontier",
+    "RunHosts",
     "RunStore",
     "SnapshotStore",
     "URLStore",
@@ -56,6 +61,7 @@ __all__ = [
     "export_query",
     "export_records",
     "gone_filter",
+    "host_figures",
     "planned_task_id",
     "read_archived",
     "url_digest",

@@ -61,7 +61,21 @@ function progressText(p) {
   if (!p) return "";
   const rate = p.pages_per_minute === null || p.pages_per_minute === undefined ? "" : `, ${p.pages_per_minute} pages/min`;
   const eta = p.eta ? `, ETA ${p.eta}` : "";
-  return `${p.packages_finished} / ${p.packages_total} packages, ${p.tasks_done} pages stored, ${p.tasks_pending} pending${rate}${eta}`;
+  const hosts = p.hosts ? `; ${hostsText(p.hosts)}` : "";
+  return `${p.packages_finished} / ${p.packages_total} packages, ${p.tasks_done} pages stored, ${p.tasks_pending} pending${rate}${eta}${hosts}`;
+}
+
+// A run over several site hosts: counts, then its slowest hosts by mean fetch time (never a list of every host).
+function hostsText(h) {
+  if (!h) return "";
+  const states = [["waiting", h.waiting], ["in flight", h.in_flight], ["paused", h.paused],
+    ["unreachable", h.unreachable], ["slowed", h.slowed]].filter(([, n]) => n).map(([word, n]) => `${n} ${word}`);
+  return `hosts ${h.done} / ${h.hosts} done` + (states.length ? ` (${states.join(", ")})` : "");
+}
+
+function slowestText(h) {
+  if (!h || !h.slowest.length) return "";
+  return h.slowest.map((e) => `${e.host} ${e.mean_seconds}s (${e.pages} pages${e.unreachable ? `, ${e.unreachable} unreachable` : ""})`).join(", ");
 }
 
 function link(text, onClick) {
@@ -126,7 +140,8 @@ function drawSources(sources) {
       cell(`${s.started_last_minute} / ${s.per_minute}`, "number"), cell(s.done, "number"), cell(failed),
       cell(s.dead_letters, "number"),
       cell((s.paused ? "source paused; " : "") + (hosts || "") + (s.pages_blocked ? `; ${s.pages_blocked} pages blocked` : "") +
-        (s.host_unreachable ? `; ${s.host_unreachable} pages of unreachable hosts` : "")),
+        (s.host_unreachable ? `; ${s.host_unreachable} pages of unreachable hosts` : "") +
+        (s.hosts ? `; ${hostsText(s.hosts)}; slowest: ${slowestText(s.hosts)}` : "")),
       cell(last, "last-run"), cell(rejected, "number rejected"), cell(drift, "drift"),
       cell(notModified(s), "number not-modified"),
     ], { "data-source": s.name, "data-outcome": s.last_run ? s.last_run.outcome : "" });
@@ -304,7 +319,7 @@ async function drawRuns(sources) {
         cell(run.reason, "reason"),
         cell(run.started_at ? new Date(run.started_at).toLocaleString() : ""),
         cell(report.records_stored ?? "", "number"), cell(percent(run.rejected_share), "number rejected"),
-        cell(progressText(run.progress), "progress"),
+        cell(progressText(run.progress) || hostsText(report.hosts), "progress"),
         cell((report.selector_drift || []).length ? flag(report.selector_drift.join(", ")) : ""),
         cell(changes(report), "number changes"),
       ], { "data-run": run.run_id, "data-source": s.name, "data-outcome": run.outcome, class: "clickable" });
@@ -383,6 +398,7 @@ async function refreshRun() {
       ["records stored", p.records_stored],
       ["pages per minute", p.pages_per_minute ?? "—"], ["ETA", p.complete ? "done" : (p.eta ?? "—")],
       ["failures", reasons(p.failures_by_reason) || "none"],
+      ...(p.hosts ? [["hosts", hostsText(p.hosts)], ["slowest hosts", slowestText(p.hosts)]] : []),
     ];
     fill(tbody, figures.map(([name, value]) => row([cell(name), cell(value)], { "data-figure": name })));
     document.getElementById("progress-line").textContent = p.line;
