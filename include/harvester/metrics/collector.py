@@ -210,14 +210,7 @@ class SourceFamilies:
                         for name, (help_text, _) in BROWSER_COUNTERS.items()}
         self.features = {name: CounterMetricFamily(name, help_text, labels=SOURCE_LABEL)
                          for name, (help_text, _, _) in FEATURE_COUNTERS.items()}
-        self.hosts = GaugeMetricFamily("harvester_hosts", "Site hosts of the source by state: paused (at admission: "
-                                       "Retry-After, repeated blocks, an open breaker); for a run over several "
-                                       "hosts also all (fetched from), done, waiting (tasks queued), in_flight, "
-                                       "unreachable (breaker open) and slowed (after blocks).",
-                                       labels=["source", "state"])
-        self.slowest_host = GaugeMetricFamily("harvester_slowest_host_fetch_seconds",
-                                              "Mean fetch time of the run's slowest host, for a run over several "
-                                              "hosts (the page and the report name it).", labels=SOURCE_LABEL)
+        self.declare_hosts_and_proxy_tiers()
         self.share = GaugeMetricFamily("harvester_attribute_share",
                                        "Share (0-1) of the last run's records that had the attribute.",
                                        labels=["source", "attribute"])
@@ -237,16 +230,27 @@ class SourceFamilies:
                                            "Shares (0-1) of the last reported run: stored (of the pages that "
                                            "answered), rejected (of the records extracted), dead (unanswered).",
                                            labels=["source", "kind"])
-        self.tiers = {kind: CounterMetricFamily(f"harvester_proxy_tier_{kind}", help_text, labels=["source", "tier"])
-                      for kind, help_text in (("requests", "Requests a source made on each of its proxy tiers."),
-                                              ("bytes", "Response bytes (head and body, over the wire) each proxy "
-                                                        "tier of a source carried: what its plan bills."))}
         self.histograms = {
             FETCH_SECONDS: HistogramMetricFamily("harvester_fetch_seconds", "Time to fetch a page.",
                                                  labels=SOURCE_LABEL),
             QUEUE_LATENCY_SECONDS: HistogramMetricFamily(
                 "harvester_queue_latency_seconds", "From a task's enqueue to its fetch start.", labels=SOURCE_LABEL),
         }
+
+    def declare_hosts_and_proxy_tiers(self) -> None:
+        """Where a source's requests go: its site hosts by state (never a series per host) and its proxy tiers."""
+        self.hosts = GaugeMetricFamily("harvester_hosts", "Site hosts of the source by state: paused (at admission: "
+                                       "Retry-After, repeated blocks, an open breaker); for a run over several "
+                                       "hosts also all (fetched from), done, waiting (tasks queued), in_flight, "
+                                       "unreachable (breaker open) and slowed (after blocks).",
+                                       labels=["source", "state"])
+        self.slowest_host = GaugeMetricFamily("harvester_slowest_host_fetch_seconds",
+                                              "Mean fetch time of the run's slowest host, for a run over several "
+                                              "hosts (the page and the report name it).", labels=SOURCE_LABEL)
+        self.tiers = {kind: CounterMetricFamily(f"harvester_proxy_tier_{kind}", help_text, labels=["source", "tier"])
+                      for kind, help_text in (("requests", "Requests a source made on each of its proxy tiers."),
+                                              ("bytes", "Response bytes (head and body, over the wire) each proxy "
+                                                        "tier of a source carried: what its plan bills."))}
 
     def add(self, source: SourceSnapshot, detailed: bool = True) -> None:
         """``detailed`` False (``metrics_detailed_sources``): no histograms, limits, saturations or rate window of

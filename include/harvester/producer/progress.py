@@ -217,11 +217,7 @@ class RunMonitor:
 
         figures, _ = RunFigures(self.redis).read(source, run_id)
         report.update(quality_figures(report, figures))
-        report["links_cut"] = links_cut(figures)
-        report["pages_blocked"] = int(figures.get("pages_blocked", 0))  # block pages met, each attempt counted
-        report.update(archive_figures(figures))
-        report.update(proxy_tier_figures(figures))
-        report.update({"hosts": progress.hosts} if progress.hosts else {})  # a run over several site hosts
+        report.update(counted_figures(figures, progress.hosts))
         if attributes:
             from harvester.producer.health import extraction_report
 
@@ -230,6 +226,16 @@ class RunMonitor:
             report["selector_drift"] = report["extraction"]["selector_drift"]
         report["quality"] = assess_quality(report, quality or Quality(), unit)
         return report
+
+
+def counted_figures(figures: dict[str, Any], hosts: dict[str, Any] | None) -> dict[str, Any]:
+    """The report's figures the workers counted for the run: links cut, block pages met (each attempt), the
+    archive's, each proxy tier's traffic, and the hosts of a run over several site hosts."""
+    counted = {"links_cut": links_cut(figures), "pages_blocked": int(figures.get("pages_blocked", 0))}
+    counted.update(archive_figures(figures))
+    counted.update(proxy_tier_figures(figures))
+    counted.update({"hosts": hosts} if hosts else {})
+    return counted
 
 
 class RunSettlement:
