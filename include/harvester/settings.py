@@ -231,10 +231,11 @@ class HarvesterSettings(BaseSettings):
     connect_timeout_seconds: float = Field(
         default=5.0, gt=0, description="A TCP (and TLS) connection not made within this is a connect timeout "
         "(outcome host_unreachable), apart from the source's timeout for the whole response: a dead host costs a "
-        "task seconds, not the source's timeout. A source's connect_timeout overrides it.")
+        "task seconds, not the source's timeout. Every source's requests share it.")
     first_byte_timeout_seconds: float = Field(
         default=10.0, gt=0, description="A connected host that sends no response headers within this after the "
-        "request is unreachable too (outcome host_unreachable). A source's first_byte_timeout overrides it.")
+        "request is unreachable too (outcome host_unreachable). Every source's requests share it (a site that "
+        "builds a large response before its headers needs it raised).")
     host_breaker_failures: int = Field(
         default=3, ge=1, description="Consecutive host_unreachable pages of one host (refused, DNS failing, connect "
         "or first-byte timeout) that open its circuit breaker: the host is paused at admission for every worker and "
