@@ -20,7 +20,7 @@ import redis
 
 from harvester.distributor import host_of
 from harvester.redis_keys import SourceKeys
-from harvester.storage import HostFetches, RunHosts
+from harvester.storage import HostFetches, RunFigures, RunHosts
 
 FETCH_SECONDS = "fetch_seconds"
 QUEUE_LATENCY_SECONDS = "queue_latency_seconds"
@@ -122,12 +122,10 @@ def tier_traffic(messages: Sequence[Enqueued], fetches: Sequence[Fetched]) -> di
 def queue_tier_traffic(client: redis.Redis, pipeline: redis.client.Pipeline, source: str, messages: Sequence[Enqueued],
                        fetches: Sequence[Fetched]) -> None:
     """:func:`tier_traffic` added to the runs' figures and to the source's own totals, on the caller's pipeline."""
-    from harvester.storage import RunFigures
-
-    figures = RunFigures(client)
+    keys, figures = SourceKeys(source), RunFigures(client)
     totals: Counter[str] = Counter()
     for run_id, traffic in tier_traffic(messages, fetches).items():
         figures.queue_add(pipeline, source, run_id, traffic)
         totals.update(traffic)
     for name, amount in totals.items():
-        pipeline.hincrby(SourceKeys(source).proxy_tiers_traffic, name, amount)
+        pipeline.hincrby(keys.proxy_tiers_traffic, name, amount)

@@ -20,6 +20,7 @@ import redis
 
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import SourceKeys
+from harvester.redis_scripts import text
 from harvester.storage.run_figures import RUN_KEYS_SECONDS
 
 SLOWEST_HOSTS = 5  # hosts named in the report, on the page and behind the slowest-host gauge
@@ -27,10 +28,6 @@ HOST_READS = 6  # replies queue_read queues per source, in order
 PAGES = "pages"
 SECONDS = "seconds"
 UNREACHABLE = "unreachable"
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass
@@ -71,7 +68,7 @@ def host_fetches(raw: Mapping[bytes | str, bytes | str]) -> dict[str, HostFetche
     """The run's hash read back: host -> its figures."""
     hosts: dict[str, HostFetches] = {}
     for raw_field, value in raw.items():
-        host, _, figure = _text(raw_field).rpartition("|")
+        host, _, figure = text(raw_field).rpartition("|")
         entry = hosts.setdefault(host, HostFetches())
         if figure == PAGES:
             entry.pages = int(float(value))
@@ -94,11 +91,11 @@ def host_figures(replies: list[Any], now: float) -> HostFigures:
     """:class:`HostFigures` from the replies :meth:`RunHosts.queue_read` queued, ``now`` the Redis clock."""
     run_hosts, ready, in_flight, paused, breakers, slowed = replies
     fetched = host_fetches(run_hosts)
-    waiting_hosts = {_text(host) for host in ready}
-    flying_hosts = {_text(host) for host in in_flight}
-    paused_hosts = {_text(host) for host, until in paused.items() if _text(host) and float(until) > now}
-    breaker_open = {_text(name).rpartition("|")[0] for name, until in breakers.items()
-                    if _text(name).endswith("|until") and float(until) > now}
+    waiting_hosts = {text(host) for host in ready}
+    flying_hosts = {text(host) for host in in_flight}
+    paused_hosts = {text(host) for host, until in paused.items() if text(host) and float(until) > now}
+    breaker_open = {text(name).rpartition("|")[0] for name, until in breakers.items()
+                    if text(name).endswith("|until") and float(until) > now}
     busy = waiting_hosts | flying_hosts | paused_hosts
     return HostFigures(hosts=len(fetched), done=sum(1 for host in fetched if host not in busy),
                        waiting=sum(1 for host in fetched if host in waiting_hosts),
@@ -156,4 +153,4 @@ class RunHosts:
     def current_run(self, source: str) -> str | None:
         """The run whose host figures the workers wrote last (None: none yet, or they expired)."""
         run_id = self.redis.get(SourceKeys(source).hosts_run)
-        return None if run_id is None else _text(run_id)
+        return None if run_id is None else text(run_id)

@@ -67,7 +67,8 @@ class LeaseHeartbeat:
             if deadline is not None and time.monotonic() > deadline:
                 log.warning("batch of %s still running after %.0fs: no more heartbeats, and no more requests",
                             self.source, self.max_seconds)
-                self.held = set()
+                with self._lock:
+                    self.held = set()
                 return
             with self._lock:
                 asked = {task_id: self.leases[task_id] for task_id in self.held}
