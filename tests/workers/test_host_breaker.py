@@ -144,3 +144,26 @@ def test_dead_and_slow_hosts_are_deferred_while_live_hosts_are_all_stored(
         assert {f"{host}:{port}" for host in unreachable_hosts} <= set(page.paused_hosts)
     finally:
         runner.close()
+
+
+def test_a_failed_probe_after_the_pause_reopens_the_breaker_at_once_for_twice_as_long(redis_client) -> None:
+    """With ``host_breaker_failures`` above 1, the probe after a pause is one page: its failure alone reopens the
+    breaker (for twice the pause), rather than the host being fetched ``threshold`` times again at full cost."""
+    from harvester.workers.host_breaker import HostBreaker
+
+    pause = 0.4
+    breaker = HostBreaker(redis_client, threshold=3, pause_seconds=pause, max_pause_seconds=60, deferrals=4)
+    host = "gone.example:80"
+    assert breaker.record("probe_source", {host: (2, 0)})[host].state == "closed"  # below the threshold
+    opened = breaker.record("probe_source", {host: (1, 0)})[host]
+    assert (opened.state, opened.openings) == ("opened", 1) and opened.open_seconds == pytest.approx(pause, abs=0.01)
+    assert breaker.record("probe_source", {host: (1, 0)})[host].state == "open"  # while paused: nothing changes
+    time.sleep(pause + 0.1)
+    reopened = breaker.record("probe_source", {host: (1, 0)})[host]  # the probe fails
+    assert (reopened.state, reopened.openings) == ("opened", 2), reopened
+    assert reopened.open_seconds == pytest.approx(pause * 2, abs=0.01)
+    time.sleep(pause * 2 + 0.1)
+    assert breaker.record("probe_source", {host: (0, 1)})[host].state == "closed"  # a response closes it
+    # closed again: the next failures count from zero to the threshold
+    assert breaker.record("probe_source", {host: (1, 0)})[host].state == "closed"
+    assert breaker.record("probe_source", {host: (2, 0)})[host].openings == 1
