@@ -1,8 +1,9 @@
 -- host_breaker: one batch's pages of one host are settled: `unreachable` could not reach it (refused, DNS failing,
 -- connect or first-byte timeout), `reached` got any response. A response closes the breaker (the host's fields
 -- go). While the breaker is open (until a time) more failures change nothing: the reply says how long it stays
--- open. Else failures add to the host's count in a row; at threshold the breaker opens for pause_seconds doubled
--- per opening in a row (the probe after a pause failed again), at most max_pause_seconds. Redis TIME is the clock.
+-- open. Once a pause is over (openings > 0) the next page is the probe: its failure alone opens the breaker again.
+-- Else failures add to the host's count in a row; at threshold the breaker opens. Each opening lasts pause_seconds
+-- doubled per opening in a row, at most max_pause_seconds. Redis TIME is the clock.
 -- KEYS[1] host_breakers (hash: HOST|failures count, HOST|until time s, HOST|openings count)
 -- ARGV[1] host   ARGV[2] unreachable (count of pages)   ARGV[3] reached (count of pages)
 -- ARGV[4] threshold (count of failures in a row)   ARGV[5] pause_seconds (s, the first opening)
@@ -26,7 +27,7 @@ if open_until > now then
 end
 local failures = redis.call('HINCRBY', KEYS[1], f_failures, unreachable)
 local state, open_for = 'closed', 0
-if failures >= tonumber(ARGV[4]) then
+if failures >= tonumber(ARGV[4]) or openings > 0 then
   openings = redis.call('HINCRBY', KEYS[1], f_openings, 1)
   open_for = math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (openings - 1))
   redis.call('HSET', KEYS[1], f_until, string.format('%.6f', now + open_for), f_failures, 0)
