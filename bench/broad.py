@@ -1,6 +1,6 @@
 """Broad crawl: one source over many hosts, with slow and dead hosts, against Scrapy's broad-crawl settings.
 
-A loopback web (bench/broad_web.py: ``--hosts`` hosts on distinct 127.20.x.y addresses, one process) of
+A loopback web (harvester_demo.many_hosts: ``--hosts`` hosts on distinct 127.20.x.y addresses, one process) of
 ``--pages`` pages a host; 5 % of hosts refuse connections, 5 % answer after 10 s, the rest in 50-500 ms.
 Politeness: one request in flight and 30 request starts a minute per host, counted by the server.
 
@@ -35,8 +35,9 @@ from typing import Any
 
 import redis
 import yaml
-from broad_web import CONTROL_ADDRESS, host_address, host_kind  # beside this file
 from crawl import ensure_crawlee, tree_cpu_seconds  # beside this file
+from harvester_demo import many_hosts
+from harvester_demo.many_hosts import CONTROL_ADDRESS, host_address, host_kind
 from rig import BIN, ROOT, Processes, bench_processes, start_mongo, start_redis
 
 PROMISED_KEYS = (
@@ -68,7 +69,7 @@ class Web:
         from harvester.services.ports import free_port
 
         self.port, self.control_port = free_port(), free_port()
-        command = [sys.executable, str(ROOT / "bench" / "broad_web.py"), "--hosts", str(hosts), "--port",
+        command = [sys.executable, "-m", many_hosts.__name__, "--hosts", str(hosts), "--port",
                    str(self.port), "--control-port", str(self.control_port), "--per-minute", str(PER_MINUTE),
                    "--slow-seconds", str(slow_seconds)]
         self.process = processes.start("web-live" if live_only else "web", command + (["--live-only"] * live_only))
@@ -211,7 +212,7 @@ def main() -> None:
         mongo, _ = start_mongo(processes)
         env = {**os.environ, "HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": mongo.uri,
                "HARVESTER_MONGO_DATABASE": "harvester_bench_broad", "HARVESTER_SOURCES_DIR": str(processes.sources),
-               "HARVESTER_OUTPUT_SINK": "discard", "HARVESTER_ALLOWED_PRIVATE_NETWORKS": "127.20.0.0/16"}
+               "HARVESTER_OUTPUT_SINK": "discard", "HARVESTER_ALLOWED_PRIVATE_NETWORKS": many_hosts.NETWORK}
         if args.publish_batch is not None:
             env["HARVESTER_PUBLISH_BATCH_SIZE"] = str(args.publish_batch)
         web = Web(processes, args.hosts, slow_seconds, live_only=False)

@@ -1,4 +1,6 @@
-"""The loopback web of bench/broad.py: many hosts (distinct 127.x.y.z addresses, one port) served by one process.
+"""A loopback web of many hosts (distinct 127.x.y.z addresses, one port) served by one process: what one source over
+many sites meets, for bench/broad.py and tests/producer/test_broad_dag.py. Run it as
+``python -m harvester_demo.many_hosts --port P --control-port C [--hosts N]``; it prints ``listening`` once up.
 
 Host ``i`` lives at :func:`host_address` (``i``). Its kind follows from ``i``: every twentieth host refuses
 connections (nothing listens on its address), every twentieth from the tenth answers after ``--slow-seconds``,
@@ -6,8 +8,10 @@ the rest answer in 50-500 ms (fixed per host). ``--live-only`` binds the normal 
 dead and slow hosts). The server counts what a crawler did, per host, as the site would see it: pages served
 by kind, and politeness violations (a request starting while another is in flight at the host, or more than
 ``--per-minute`` request starts at the host in any 60 s). ``GET /_stats`` on the control address gives them;
-``POST /_reset`` starts a new count. ``live_span`` is the seconds from the first request the hosts saw to the
-last live page served: every crawler is timed by the same clock, without its own start-up.
+``POST /_reset`` starts a new count. ``violating_hosts`` names the hosts of the violations (address: count), and
+``requests_by_kind`` counts requests (robots.txt included) by host kind. ``live_span`` is the seconds from the first
+request the hosts saw to the last live page served: every crawler is timed by the same clock, without its own
+start-up.
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ from typing import Any
 
 from aiohttp import web
 
-NOT_A_BENCH = "the loopback web bench/broad.py crawls"
 CONTROL_ADDRESS = "127.0.0.1"
+NETWORK = "127.20.0.0/16"  # every host_address
 
 
 def host_address(index: int) -> str:
-    """127.20.x.y: away from 127.0.0.1, where the bench's own servers listen."""
+    """127.20.x.y: away from 127.0.0.1, where the benches' and tests' own servers listen. A crawler of these
+    addresses must allow them (``HARVESTER_ALLOWED_PRIVATE_NETWORKS``: :data:`NETWORK`)."""
     return f"127.20.{index // 250}.{index % 250 + 1}"
 
 
@@ -53,6 +58,8 @@ class Counts:
         self.served: collections.Counter[str] = collections.Counter()
         self.requests = 0
         self.violations = 0
+        self.violating_hosts: collections.Counter[str] = collections.Counter()
+        self.requests_by_kind: collections.Counter[str] = collections.Counter()
         self.in_flight: collections.Counter[int] = collections.Counter()
         self.starts: dict[int, collections.deque[float]] = collections.defaultdict(collections.deque)
         self.first = self.last_live = 0.0
@@ -64,8 +71,10 @@ class Counts:
         starts = self.starts[index]
         while starts and starts[0] <= now - 60:
             starts.popleft()
+        self.requests_by_kind[host_kind(index)] += 1
         if self.in_flight[index] > 0 or len(starts) >= self.per_minute:
             self.violations += 1
+            self.violating_hosts[host_address(index)] += 1
         starts.append(now)
         self.in_flight[index] += 1
 
@@ -78,6 +87,7 @@ class Counts:
 
     def figures(self) -> dict[str, Any]:
         return {"served": dict(self.served), "requests": self.requests, "violations": self.violations,
+                "violating_hosts": dict(self.violating_hosts), "requests_by_kind": dict(self.requests_by_kind),
                 "live_span": self.last_live - self.first if self.first else 0.0}
 
 
