@@ -7,11 +7,12 @@ connections (nothing listens on its address), every twentieth from the tenth ans
 the rest answer in 50-500 ms (fixed per host). ``--live-only`` binds the normal hosts alone (the run without
 dead and slow hosts). The server counts what a crawler did, per host, as the site would see it: pages served
 by kind, and politeness violations (a request starting while another is in flight at the host, or more than
-``--per-minute`` request starts at the host in any 60 s). ``GET /_stats`` on the control address gives them;
-``POST /_reset`` starts a new count. ``violating_hosts`` names the hosts of the violations (address: count), and
-``requests_by_kind`` counts requests (robots.txt included) by host kind. ``live_span`` is the seconds from the first
-request the hosts saw to the last live page served: every crawler is timed by the same clock, without its own
-start-up.
+``--per-minute`` request starts at the host in any 60 s). A request is in flight until it is answered or the client
+hangs up on it (a crawler's first-byte timeout): a slow host's handler is then cancelled. ``GET /_stats`` on the
+control address gives them; ``POST /_reset`` starts a new count. ``violating_hosts`` names the hosts of the
+violations (address: count), and ``requests_by_kind`` counts requests (robots.txt included) by host kind.
+``live_span`` is the seconds from the first request the hosts saw to the last live page served: every crawler is
+timed by the same clock, without its own start-up.
 """
 
 from __future__ import annotations
@@ -102,16 +103,18 @@ def host_app(index: int, counts: Counts, slow_seconds: float) -> web.Application
 
     async def handle(request: web.Request) -> web.Response:
         page = request.path.startswith("/page/")
+        answered = False
         counts.start(index)
         try:
             if request.path == "/robots.txt":
                 return web.Response(text="User-agent: *\nAllow: /\n")
-            await asyncio.sleep(delay)
+            await asyncio.sleep(delay)  # cancelled when the client hangs up (the runners' handler_cancellation)
+            answered = True
             if not page:
                 return web.Response(status=404, text="not found")
             return web.Response(text=page_html(index, int(request.path.rsplit("/", 1)[1])), content_type="text/html")
         finally:
-            counts.end(index, kind, page)
+            counts.end(index, kind, page and answered)
 
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", handle)
@@ -125,7 +128,9 @@ async def serve(arguments: argparse.Namespace) -> None:
         kind = host_kind(index)
         if kind == "dead" or (arguments.live_only and kind != "normal"):
             continue  # nothing listens: connections are refused
-        runner = web.AppRunner(host_app(index, counts, arguments.slow_seconds), access_log=None)
+        # a request the client gave up on (its first-byte timeout) ends when it hangs up, as a site sees it
+        runner = web.AppRunner(host_app(index, counts, arguments.slow_seconds), access_log=None,
+                               handler_cancellation=True)
         await runner.setup()
         await web.TCPSite(runner, host_address(index), arguments.port, backlog=256).start()
         runners.append(runner)
