@@ -1,4 +1,4 @@
-"""The README's source examples are valid sources (documentation that cannot rot)."""
+"""The source examples of the README and docs/sources.md are valid sources (documentation that cannot rot)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,12 @@ def test_the_minimal_example_is_five_lines_and_valid() -> None:
 def test_the_full_example_is_valid() -> None:
     full = parse_source(readme_examples()[1], "README.md")
     assert full.queue == "priority" and full.listing is not None and full.output.key == ["sku"]
+
+
+def test_the_example_of_one_source_over_many_sites_is_valid() -> None:
+    docs = (REPOSITORY_ROOT / "docs" / "sources.md").read_text()
+    section = docs.split("## One source over many sites", 1)[1].split("\n## ", 1)[0]
+    example = re.findall(r"```yaml\n(.*?)```", section, re.S)[0]
+    source = parse_source(example, "docs/sources.md")
+    assert source.rate_limit.per_host_max_active == 1 and source.rate_limit.per_host_per_minute == 20
+    assert source.input.mongo is not None and source.input.mongo.collection == "career_pages"
