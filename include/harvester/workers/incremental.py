@@ -77,6 +77,7 @@ class BatchFetcher:
         results = await asyncio.gather(*(
             self.fetch_page(index, url, source, None if permit is None else functools.partial(permit, index), outcomes)
             for index, url in enumerate(urls)))
+        outcomes.update(self.pages.robots.take_outcomes())  # as the page fetcher's own batches report them
         return FetchedBatch(list(results), outcomes)
 
     async def fetch_page(self, index: int, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None,

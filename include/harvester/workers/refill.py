@@ -186,9 +186,7 @@ class RefillingRound:
         self.waves += 1
         wave.outcomes.update(self.outcomes)
         self.outcomes.clear()
-        robots = self.http.robots.outcomes  # robots.txt rules bounded away, files unavailable
-        wave.outcomes.update(robots)
-        robots.clear()
+        wave.outcomes.update(self.http.robots.take_outcomes())  # robots.txt rules bounded away, files unavailable
         waited = self.permit.waited_seconds
         if waited >= 0.001:
             wave.outcomes["rate_wait_ms"] += int(waited * 1000)

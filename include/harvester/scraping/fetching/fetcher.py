@@ -206,8 +206,7 @@ class Fetcher:
 
         results = list(await asyncio.gather(*(one(index, url) for index, url in enumerate(urls))))
         batch = FetchedBatch(results)
-        batch.outcomes.update(self.robots.outcomes)  # robots.txt rules bounded away, files unavailable
-        self.robots.outcomes.clear()
+        batch.outcomes.update(self.robots.take_outcomes())  # robots.txt rules bounded away, files unavailable
         return batch
 
     def credentials(self, source: SourceConfig) -> HttpCredentials | None:

@@ -199,6 +199,12 @@ class RobotsCache:
                    max_wildcards=settings.robots_max_wildcards_per_rule,
                    last_good_seconds=settings.robots_last_good_seconds)
 
+    def take_outcomes(self) -> Counter[str]:
+        """What was counted since the last call, for the batch that ends now; the count starts again, so a
+        worker's long-lived cache holds nothing a later batch would report as its own."""
+        taken, self.outcomes = self.outcomes, Counter()
+        return taken
+
     def _rules(self, origin: str, data: dict) -> RobotsRules:
         return RobotsRules(origin, data.get("text", ""), data.get("status"), max_rules=self.max_rules,
                            max_wildcards=self.max_wildcards, unavailable=bool(data.get("unavailable")),
