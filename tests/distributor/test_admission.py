@@ -142,6 +142,29 @@ def test_malformed_messages_go_to_dead_letters_and_admission_goes_on(
     ]
 
 
+def test_admitted_messages_parses_each_with_its_token_and_dead_letters_what_is_no_task(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    """The one parser of admitted JSON (the distributor's round, a refilling worker's admission, take_queued):
+    what admit.lua passed but is no valid task (a negative depth) is rejected at once, its lease freed."""
+    source = make_source("shop", rate_limit={"max_active": 10, "per_minute": 100})
+    intake = Intake(redis_client, settings)
+    intake.register_source(source)
+    good = tasks("shop", 2)
+    bad = json.dumps({"task_id": "bad1", "source": "shop", "url": "http://shop.test/x", "depth": -1})
+    intake.push_raw("shop", [good[0].to_json(), bad, good[1].to_json()])
+    store = RateLimitStore(redis_client, settings)
+    admission = store.admit("shop", 10)
+    held = store.admitted_messages("shop", admission.messages, admission.tokens)
+    by_task = dict(zip([json.loads(raw)["task_id"] for raw in admission.messages], admission.tokens, strict=True))
+    assert [(message.task_id, message.lease_token) for message in held] == [
+        (message.task_id, by_task[message.task_id]) for message in good]
+    [entry] = [json.loads(raw) for raw in redis_client.lrange(SourceKeys("shop").dead_letters, 0, -1)]
+    assert entry["message"]["task_id"] == "bad1" and entry["reason"] == (
+        "malformed message: depth: Input should be greater than or equal to 0")
+    assert store.stats(["shop"])["shop"].active == 2  # the rejected task's reservation was freed
+
+
 def test_a_task_already_in_flight_is_not_admitted_twice(redis_client: redis.Redis, settings: HarvesterSettings):
     source = make_source("shop", rate_limit={"max_active": 10, "per_minute": 100})
     message = TaskMessage(source="shop", url="http://shop.test/1")
