@@ -25,7 +25,7 @@ ROBOTS_TXT = "User-agent: *\nDisallow: /private/\n" + "".join(f"Disallow: /hidde
 class RobotsSite(BaseHTTPRequestHandler):
     """A site whose robots.txt has more rules than the worker keeps (it keeps the first, /private/)."""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # http.server calls it by this name
         body = (ROBOTS_TXT if self.path == "/robots.txt" else "<html><h1 class=title>t</h1></html>").encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain" if self.path == "/robots.txt" else "text/html")
