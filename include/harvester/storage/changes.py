@@ -28,6 +28,7 @@ from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from harvester.config import SourceConfig
+from harvester.errors import MONGO_DUPLICATE_KEY
 from harvester.storage.output_codec import OUTPUT_CODEC
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,6 @@ HISTORY_SUFFIX = "_history"
 HISTORY_KEY_INDEX = "harvester_history_key"
 HISTORY_TTL_INDEX = "harvester_history_ttl"
 HISTORY_RUN_INDEX = "harvester_history_run"
-DUPLICATE_KEY = 11000
 INDEX_OPTIONS_CONFLICT = (85, 86)
 
 
@@ -145,7 +145,7 @@ class ChangeTracker:
         try:
             return len(history.insert_many(entries, ordered=False).inserted_ids)
         except BulkWriteError as error:  # a retried batch: its entries are there already (same _id)
-            others = [item for item in error.details.get("writeErrors", []) if item.get("code") != DUPLICATE_KEY]
+            others = [item for item in error.details.get("writeErrors", []) if item.get("code") != MONGO_DUPLICATE_KEY]
             if others or error.details.get("writeConcernErrors"):
                 raise
             return int(error.details.get("nInserted", 0))

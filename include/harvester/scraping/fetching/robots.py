@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from protego import Protego
 
 from harvester.redis_keys import robots_key, robots_last_good_key
-from harvester.scraping.fetching.robots_matching import GoogleRobotsMatcher
+from harvester.scraping.fetching.robots_matching import USER_AGENT_KEYS, GoogleRobotsMatcher
 
 if TYPE_CHECKING:
     import redis
@@ -71,7 +71,6 @@ def user_agent_token(user_agent: str) -> str:
 
 RULE_DIRECTIVES = ("allow", "disallow")
 MAX_LINE_BYTES = 2083 * 8 - 1  # Google's parser reads this much of a line (RFC 9309 lets a parser cut lines)
-USER_AGENT_KEYS = frozenset({"user-agent", "useragent", "user agent"})
 # the keys a group may hold without ending it: Google's and RFC 9309's, with the misspellings Google accepts,
 # and the ones whose values we read (Crawl-delay, Request-rate); any other line is dropped, as Google ignores
 # it, so that "Foo: bar" between two User-agent lines no longer splits their group
