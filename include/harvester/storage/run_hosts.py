@@ -148,9 +148,3 @@ class RunHosts:
         pipeline.time()
         *replies, (seconds, microseconds) = pipeline.execute()
         return host_figures(replies, seconds + microseconds / 1_000_000)
-
-    @redis_storage_errors()
-    def current_run(self, source: str) -> str | None:
-        """The run whose host figures the workers wrote last (None: none yet, or they expired)."""
-        run_id = self.redis.get(SourceKeys(source).hosts_run)
-        return None if run_id is None else text(run_id)
