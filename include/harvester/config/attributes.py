@@ -54,7 +54,6 @@ _XPATH_NAMESPACES = {"re": "http://exslt.org/regular-expressions", "set": "http:
 _XPATH_REGEX_FUNCTION = re.compile(r"\bre:(?:test|match|replace)\s*\(")
 _META_NAME = re.compile(r"^[A-Za-z][\w.:-]{0,199}$")
 
-SCALAR_TYPES = ("str", "int", "float", "bool", "date", "datetime", "url", "price", "present")
 # present is a fact about the page (did the selector match), not one value per match: no list of it.
 AttributeType = Literal[
     "str", "int", "float", "bool", "date", "datetime", "url", "price", "present",

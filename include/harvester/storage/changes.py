@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -171,9 +170,3 @@ class ChangeTracker:
             history.create_index([("changed_at", pymongo.ASCENDING)], name=HISTORY_TTL_INDEX,
                                  expireAfterSeconds=retention)
         cls._history_indexed.add(marker)
-
-
-def history_of(collection: Collection, key: dict[str, Any], limit: int = 100) -> Iterable[dict[str, Any]]:
-    """One record's changes, newest first (``collection`` is the history collection)."""
-    query = {f"key.{name}": value for name, value in key.items()}
-    return collection.find(query, {"_id": 0}).sort("changed_at", pymongo.DESCENDING).limit(limit)
