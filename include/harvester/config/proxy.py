@@ -46,7 +46,7 @@ class ProxyOptions(StrictModel):
     @classmethod
     def _tier_names(cls, tiers: list[str]) -> list[str]:
         for tier in tiers:
-            if not isinstance(tier, str) or not re.fullmatch(TIER_NAME, tier):
+            if not re.fullmatch(TIER_NAME, tier):  # a str already: this runs after pydantic
                 raise ValueError(f"{tier!r} is not a tier name (lower-case letters and digits, "
                                  "a letter first: it names the connections proxy_<country>_<tier>)")
         if repeated := sorted({tier for tier in tiers if tiers.count(tier) > 1}):
