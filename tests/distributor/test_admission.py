@@ -15,7 +15,13 @@ from harvester.redis_keys import SourceKeys
 from harvester.settings import HarvesterSettings
 
 from tests.distributor.conftest import make_source
-from tests.distributor.helpers import admit_and_start, held_messages, leases_of
+from tests.distributor.helpers import (
+    MALFORMED_TASK_ID,
+    admit_and_start,
+    held_messages,
+    leases_of,
+    push_with_one_malformed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -151,8 +157,7 @@ def test_admitted_messages_parses_each_with_its_token_and_dead_letters_what_is_n
     intake = Intake(redis_client, settings)
     intake.register_source(source)
     good = tasks("shop", 2)
-    bad = json.dumps({"task_id": "bad1", "source": "shop", "url": "http://shop.test/x", "depth": -1})
-    intake.push_raw("shop", [good[0].to_json(), bad, good[1].to_json()])
+    push_with_one_malformed(intake, "shop", good)
     store = RateLimitStore(redis_client, settings)
     admission = store.admit("shop", 10)
     held = store.admitted_messages("shop", admission.messages, admission.tokens)
@@ -160,7 +165,7 @@ def test_admitted_messages_parses_each_with_its_token_and_dead_letters_what_is_n
     assert [(message.task_id, message.lease_token) for message in held] == [
         (message.task_id, by_task[message.task_id]) for message in good]
     [entry] = [json.loads(raw) for raw in redis_client.lrange(SourceKeys("shop").dead_letters, 0, -1)]
-    assert entry["message"]["task_id"] == "bad1" and entry["reason"] == (
+    assert entry["message"]["task_id"] == MALFORMED_TASK_ID and entry["reason"] == (
         "malformed message: depth: Input should be greater than or equal to 0")
     assert store.stats(["shop"])["shop"].active == 2  # the rejected task's reservation was freed
 
