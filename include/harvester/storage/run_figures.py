@@ -1,7 +1,7 @@
 """Figures of one run that only the workers see, kept in Redis beside the run's frontier:
 sitemaps read and what they listed, URLs a sitemap's ``lastmod`` showed unchanged, bytes that 304s
-saved, and the sitemaps that were cut or refused (named, capped). The run's report reads them; they
-expire with the frontier's keys.
+saved, the sitemaps that were cut or refused (named, capped), and each proxy tier's traffic. The run's
+report reads them; they expire with the frontier's keys (``RUN_KEYS_SECONDS``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import redis
 
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import SourceKeys
-from harvester.storage.url_store import reserve_under_cap
+from harvester.storage.url_store import RUN_KEYS_SECONDS, reserve_under_cap
 
 PROBLEMS_KEPT = 50  # sitemaps named per run in the report; the counters count them all
-RUN_KEYS_SECONDS = 7 * 24 * 3600
 # proxy.tiers: each tier's traffic as figures "<kind>:<tier>", a run's and a source's totals alike
 PROXY_TIER_REQUESTS = "proxy_tier_requests"
 PROXY_TIER_BYTES = "proxy_tier_bytes"
