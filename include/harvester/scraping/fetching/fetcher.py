@@ -204,8 +204,7 @@ class Fetcher:
         async def one(index: int, url: str) -> FetchResult:
             return await self.fetch(url, source, None if permit is None else functools.partial(permit, index))
 
-        results = list(await asyncio.gather(*(one(index, url) for index, url in enumerate(urls))))
-        batch = FetchedBatch(results)
+        batch = await FetchedBatch.gathered(one(index, url) for index, url in enumerate(urls))
         batch.outcomes.update(self.robots.take_outcomes())  # robots.txt rules bounded away, files unavailable
         return batch
 
