@@ -22,6 +22,7 @@ from functools import cache
 from typing import Protocol
 
 __all__ = [
+    "MONGO_DUPLICATE_KEY",
     "AddressRefused",
     "ArchiveUnavailable",
     "BodyRefused",
@@ -233,6 +234,9 @@ def redis_storage_errors() -> Iterator[None]:
         failed, unavailable = _redis_error_classes()
         unreachable = isinstance(error, (redis.ConnectionError, redis.TimeoutError))
         raise (unavailable if unreachable else failed)(str(error)) from error
+
+
+MONGO_DUPLICATE_KEY = 11000  # MongoDB's write-error code of a unique index refusing a document
 
 
 @contextlib.contextmanager

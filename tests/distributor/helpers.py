@@ -11,14 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from harvester.distributor import Admission, RateLimitStore, TaskMessage
+from harvester.distributor import Admission, Intake, RateLimitStore, TaskMessage
 from harvester.settings import REPOSITORY_ROOT
 
 
 def held_messages(admission: Admission) -> list[TaskMessage]:
     """The admitted messages with their fencing tokens, as a worker receives them."""
-    return [TaskMessage.from_json(raw).model_copy(update={"lease_token": token})
-            for raw, token in zip(admission.messages, admission.tokens, strict=True)]
+    return admission.task_messages()
+
+
+MALFORMED_TASK_ID = "bad1"
+
+
+def push_with_one_malformed(intake: Intake, source: str, good: list[TaskMessage]) -> None:
+    """``good``'s first two tasks with one between them that admit.lua passes but is no valid task (depth -1)."""
+    bad = json.dumps({"task_id": MALFORMED_TASK_ID, "source": source, "url": f"http://{source}.test/x", "depth": -1})
+    intake.push_raw(source, [good[0].to_json(), bad, good[1].to_json()])
 
 
 def leases_of(*messages: TaskMessage) -> dict[str, str]:

@@ -15,7 +15,13 @@ from harvester.redis_keys import SourceKeys
 from harvester.settings import HarvesterSettings
 
 from tests.distributor.conftest import make_source
-from tests.distributor.helpers import admit_and_start, held_messages, leases_of
+from tests.distributor.helpers import (
+    MALFORMED_TASK_ID,
+    admit_and_start,
+    held_messages,
+    leases_of,
+    push_with_one_malformed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -140,6 +146,28 @@ def test_malformed_messages_go_to_dead_letters_and_admission_goes_on(
         "malformed message: not a JSON object", "malformed message: task_id missing",
         "malformed message: source is not shop",
     ]
+
+
+def test_admitted_messages_parses_each_with_its_token_and_dead_letters_what_is_no_task(
+    redis_client: redis.Redis, settings: HarvesterSettings
+):
+    """The one parser of admitted JSON (the distributor's round, a refilling worker's admission, take_queued):
+    what admit.lua passed but is no valid task (a negative depth) is rejected at once, its lease freed."""
+    source = make_source("shop", rate_limit={"max_active": 10, "per_minute": 100})
+    intake = Intake(redis_client, settings)
+    intake.register_source(source)
+    good = tasks("shop", 2)
+    push_with_one_malformed(intake, "shop", good)
+    store = RateLimitStore(redis_client, settings)
+    admission = store.admit("shop", 10)
+    held = store.admitted_messages("shop", admission.messages, admission.tokens)
+    by_task = dict(zip([json.loads(raw)["task_id"] for raw in admission.messages], admission.tokens, strict=True))
+    assert [(message.task_id, message.lease_token) for message in held] == [
+        (message.task_id, by_task[message.task_id]) for message in good]
+    [entry] = [json.loads(raw) for raw in redis_client.lrange(SourceKeys("shop").dead_letters, 0, -1)]
+    assert entry["message"]["task_id"] == MALFORMED_TASK_ID and entry["reason"] == (
+        "malformed message: depth: Input should be greater than or equal to 0")
+    assert store.stats(["shop"])["shop"].active == 2  # the rejected task's reservation was freed
 
 
 def test_a_task_already_in_flight_is_not_admitted_twice(redis_client: redis.Redis, settings: HarvesterSettings):

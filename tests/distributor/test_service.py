@@ -20,7 +20,14 @@ from harvester.services import readiness
 from harvester.settings import HarvesterSettings
 
 from tests.distributor.conftest import make_source
-from tests.distributor.helpers import published_batches, published_tasks, start_distributor, stop
+from tests.distributor.helpers import (
+    MALFORMED_TASK_ID,
+    published_batches,
+    published_tasks,
+    push_with_one_malformed,
+    start_distributor,
+    stop,
+)
 from tests.fixtures.servers import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -171,13 +178,12 @@ def test_invalid_message_is_dead_lettered_and_the_rest_published(
     intake = Intake(redis_client, settings)
     intake.register_source(source)
     good = tasks("shop", 2)
-    bad = json.dumps({"task_id": "bad1", "source": "shop", "url": "http://shop.test/x", "depth": -1})
-    intake.push_raw("shop", [good[0].to_json(), bad, good[1].to_json()])
+    push_with_one_malformed(intake, "shop", good)
     outcome = Distributor(redis_client, settings).run_round()
     assert outcome.admitted == 2
     assert [task["task_id"] for task in published_tasks(redis_client, "default")] == [t.task_id for t in good]
     [entry] = [json.loads(raw) for raw in redis_client.lrange(SourceKeys("shop").dead_letters, 0, -1)]
-    assert entry["message"]["task_id"] == "bad1" and entry["reason"].startswith("malformed message: depth:")
+    assert entry["message"]["task_id"] == MALFORMED_TASK_ID and entry["reason"].startswith("malformed message: depth:")
     assert RateLimitStore(redis_client, settings).stats(["shop"])["shop"].active == 2  # its lease was freed
 
 

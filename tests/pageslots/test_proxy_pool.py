@@ -195,3 +195,21 @@ def test_each_proxy_s_figures_move_when_it_carries_fails_and_is_banned_on_the_pa
             shown = value(samples, f"harvester_proxy_member_{name}_total", country="SG", proxy=proxy_name)
             assert shown == member[name], (name, proxy_name)
     assert value(samples, "harvester_proxy_member_out", country="SG", proxy="proxy_sg") == 0
+
+
+def test_with_redis_down_every_reader_and_writer_of_the_proxies_state_raises_the_storage_error() -> None:
+    """The shared health and the slot hosts' byte counts live in Redis: its outage is the caller's StorageError (a
+    batch retried, the metrics' harvester_redis_up 0), never a redis-py error read as a site's or a crash."""
+    from harvester.connections import open_redis_client
+    from harvester.errors import StorageUnavailableError
+    from harvester.pageslots import proxy_bytes_by_country, proxy_figures
+
+    closed = open_redis_client("redis://127.0.0.1:1/0", socket_connect_timeout=1)  # nothing listens on port 1
+    health = ProxyHealth(closed)
+    for call in (lambda: health.choose("sg", ["proxy_sg"], "shop.example"),
+                 lambda: health.report("sg", "proxy_sg", True),
+                 lambda: health.ban("sg", "proxy_sg", "shop.example", ["proxy_sg"]), lambda: health.states("sg"),
+                 lambda: health.carried("sg", "proxy_sg", 10), lambda: proxy_figures(closed),
+                 lambda: proxy_bytes_by_country(closed)):
+        with pytest.raises(StorageUnavailableError):
+            call()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from harvester.distributor import TaskMessage, host_of
+from harvester.redis_keys import SourceKeys
 from harvester.storage import RunHosts
 
 pytestmark = pytest.mark.integration
@@ -21,7 +22,7 @@ def test_a_batch_over_several_hosts_adds_to_its_runs_host_figures(write_source, 
     crawl.push(source, *(TaskMessage(source=source.name, url=url, run_id="run-h") for url in urls))
     crawl.step(source)
 
-    assert RunHosts(redis_client).current_run(source.name) == "run-h"
+    assert redis_client.get(SourceKeys(source.name).hosts_run) == b"run-h"  # the run the metrics read
     figures = RunHosts(redis_client).read(source.name, "run-h")
     assert figures.hosts == 3
     pages = {entry["host"]: entry for entry in figures.slowest}

@@ -9,6 +9,8 @@ import asyncio
 
 import pytest
 from harvester.config import SourceConfig
+from harvester.connections import open_redis_client
+from harvester.errors import StorageError, StorageUnavailableError
 from harvester.pageslots import CountryExits
 from harvester.scraping.fetching import NO_POOL_EXIT, AddressGuard, Fetcher, Sessions
 from harvester.scraping.fetching.sessions import TIER_RECHECK_SECONDS
@@ -69,6 +71,31 @@ def test_a_tier_whose_pool_has_no_connection_ends_its_requests_proxy_error_namin
             source_ignoring_robots = source.model_copy(update={"robots": "ignore"})
             result = await fetcher.fetch("http://shop.example/b", source_ignoring_robots)
             assert result.outcome == "proxy_error" and "proxy_sg_residential" in result.reason, result
+        finally:
+            await fetcher.aclose()
+            await exits.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_redis_down_while_choosing_a_hosts_tier_fails_the_batch_as_a_storage_error_not_the_page(
+        worker_settings, monkeypatch) -> None:
+    """The tiers live in Redis: when it does not answer, the fetch raises the worker's StorageError (its batch goes
+    back and is retried), never a redis-py error the fetcher would read as the site's fault (a page error)."""
+    monkeypatch.setenv("AIRFLOW_CONN_PROXY_SG_DATACENTER", "http://127.0.0.1:9")
+    source = tiered("tier_redis_down", ["direct", "datacenter"]).model_copy(update={"robots": "ignore"})
+    closed = open_redis_client("redis://127.0.0.1:1/0", socket_connect_timeout=1)  # nothing listens on port 1
+
+    async def scenario() -> None:
+        exits = CountryExits(AddressGuard.from_settings(worker_settings), closed)
+        fetcher = Fetcher.from_settings(worker_settings, exits=exits)
+        try:
+            with pytest.raises(StorageUnavailableError):
+                await fetcher.sessions.of(source, "http://shop.example/a")
+            with pytest.raises(StorageError):  # FetchResult(parse_error) before: the page, not the batch, failed
+                await fetcher.fetch("http://shop.example/a", source)
+            with pytest.raises(StorageUnavailableError):  # a block's ban and tier move: the same boundary
+                await exits.tier_blocked(source.name, "shop.example", "direct", ["direct", "datacenter"], 60.0)
         finally:
             await fetcher.aclose()
             await exits.aclose()

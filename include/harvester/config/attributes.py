@@ -20,7 +20,7 @@ from datetime import timedelta
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from harvester.config.value_rules import DATE_TYPES, NUMBER_TYPES, ValueRules, scalar_type
 
@@ -38,6 +38,15 @@ def parse_duration(value: Any) -> timedelta:
         return timedelta(**{_DURATION_UNITS[match.group(2)]: int(match.group(1))})
     raise ValueError("expected a duration such as 90s, 15m, 6h, 7d or 2w")
 
+
+def duration_schema(minimum: float, examples: str) -> WithJsonSchema:
+    """The JSON schema of a duration field (what :func:`parse_duration` reads): a text such as ``examples`` or a
+    number of seconds from ``minimum``; one definition, so every duration of a source is written alike."""
+    return WithJsonSchema({
+        "anyOf": [{"type": "string", "pattern": DURATION_PATTERN.pattern}, {"type": "number", "minimum": minimum}],
+        "description": f"A duration: {examples}, or a number of seconds.",
+    })
+
 XPATH_PREFIX = "xpath:"
 JSON_PREFIX = "json:"
 _XPATH_NAMESPACES = {"re": "http://exslt.org/regular-expressions", "set": "http://exslt.org/sets"}
@@ -45,7 +54,6 @@ _XPATH_NAMESPACES = {"re": "http://exslt.org/regular-expressions", "set": "http:
 _XPATH_REGEX_FUNCTION = re.compile(r"\bre:(?:test|match|replace)\s*\(")
 _META_NAME = re.compile(r"^[A-Za-z][\w.:-]{0,199}$")
 
-SCALAR_TYPES = ("str", "int", "float", "bool", "date", "datetime", "url", "price", "present")
 # present is a fact about the page (did the selector match), not one value per match: no list of it.
 AttributeType = Literal[
     "str", "int", "float", "bool", "date", "datetime", "url", "price", "present",

@@ -11,10 +11,9 @@ from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from croniter import croniter
-from pydantic import Field, WithJsonSchema, field_serializer, field_validator, model_validator
+from pydantic import Field, field_serializer, field_validator, model_validator
 
 from harvester.config.attributes import (
-    DURATION_PATTERN,
     RESERVED_FIELDS,
     XPATH_PREFIX,
     Attribute,
@@ -25,6 +24,7 @@ from harvester.config.attributes import (
     check_extraction_rules,
     check_link_expression,
     check_selector,
+    duration_schema,
     parse_duration,
 )
 from harvester.config.blocks import BlockMarkers
@@ -64,13 +64,7 @@ def format_duration(value: timedelta) -> str:
 
 
 
-Duration = Annotated[
-    timedelta,
-    WithJsonSchema({
-        "anyOf": [{"type": "string", "pattern": DURATION_PATTERN.pattern}, {"type": "number", "minimum": 0}],
-        "description": "A duration: 90s, 15m, 6h, 7d, 2w, or a number of seconds.",
-    }),
-]
+Duration = Annotated[timedelta, duration_schema(0, "90s, 15m, 6h, 7d, 2w")]
 
 
 class RateLimit(StrictModel):

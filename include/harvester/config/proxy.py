@@ -13,26 +13,20 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import Field, WithJsonSchema, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from harvester.config.attributes import DURATION_PATTERN, StrictModel, parse_duration
+from harvester.config.attributes import StrictModel, duration_schema, parse_duration
 
 __all__ = ["DIRECT_TIER", "MAX_TIERS", "ProxyOptions"]
 
 DIRECT_TIER = "direct"  # the worker's own address: no proxy, costs nothing
 MAX_TIERS = 5  # more tiers than a provider sells is a paste error
 TIER_NAME = r"^[a-z][a-z0-9]{0,30}$"  # part of a connection id: proxy_<country>_<tier>
-MIN_QUIET_SECONDS = 1.0
+MIN_QUIET_SECONDS = 1  # an int: the schema says "minimum": 1
 MAX_QUIET_SECONDS = 7 * 86_400.0
 DEFAULT_QUIET_SECONDS = 600.0
 
-QuietSeconds = Annotated[
-    float,
-    WithJsonSchema({
-        "anyOf": [{"type": "string", "pattern": DURATION_PATTERN.pattern}, {"type": "number", "minimum": 1}],
-        "description": "A duration: 90s, 10m, 1h, or a number of seconds.",
-    }),
-]
+QuietSeconds = Annotated[float, duration_schema(MIN_QUIET_SECONDS, "90s, 10m, 1h")]
 
 
 class ProxyOptions(StrictModel):
@@ -52,7 +46,7 @@ class ProxyOptions(StrictModel):
     @classmethod
     def _tier_names(cls, tiers: list[str]) -> list[str]:
         for tier in tiers:
-            if not isinstance(tier, str) or not re.fullmatch(TIER_NAME, tier):
+            if not re.fullmatch(TIER_NAME, tier):  # a str already: this runs after pydantic
                 raise ValueError(f"{tier!r} is not a tier name (lower-case letters and digits, "
                                  "a letter first: it names the connections proxy_<country>_<tier>)")
         if repeated := sorted({tier for tier in tiers if tiers.count(tier) > 1}):
@@ -72,7 +66,7 @@ class ProxyOptions(StrictModel):
         except ValueError as error:
             raise ValueError(str(error)) from None
         if not MIN_QUIET_SECONDS <= seconds <= MAX_QUIET_SECONDS:
-            raise ValueError(f"between {MIN_QUIET_SECONDS:g}s and 7d, got {seconds:g}s")
+            raise ValueError(f"between {MIN_QUIET_SECONDS:g}s and {MAX_QUIET_SECONDS / 86_400:g}d, got {seconds:g}s")
         return seconds
 
     @model_validator(mode="after")

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import pydantic
 import redis
 from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
@@ -32,7 +31,6 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from harvester.connections import blocking_twin
 from harvester.distributor.known_sources import SOURCES_REFRESH_SECONDS, KnownSources
 from harvester.distributor.lost_messages import LostMessageProbe
-from harvester.distributor.messages import TaskMessage
 from harvester.distributor.publisher import SCRAPE_TASK, SOFT_LIMIT_MARGIN_SECONDS, CeleryPublisher, celery_app_for
 from harvester.distributor.ready_work import LeasedSources, ReadyWork
 from harvester.distributor.registry import RegisteredSource, SourceRegistry
@@ -298,20 +296,14 @@ class Distributor:
         return {name: source for name, source in sources.items() if not source.browser}
 
     def _valid_tasks(self, admission: Admission, source: RegisteredSource) -> list[dict[str, Any]]:
-        """Admitted messages as dicts; one that is not a valid TaskMessage goes to dead letters with the reason.
-        A browser task without a country (pushed by a tool) takes its source's."""
+        """Admitted messages as dicts; one that is not a valid TaskMessage goes to dead letters with the reason
+        (:meth:`RateLimitStore.admitted_messages`). A browser task without a country (pushed by a tool) takes its
+        source's."""
+        messages = self.store.admitted_messages(admission.source, admission.messages, admission.tokens)
+        self.totals.malformed += len(admission.messages) - len(messages)
         tasks = []
-        for raw, token in zip(admission.messages, admission.tokens, strict=True):
-            try:
-                task = TaskMessage.model_validate_json(raw).model_dump(mode="json")
-            except pydantic.ValidationError as error:
-                reason = "malformed message: " + "; ".join(
-                    f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors()
-                )
-                self.store.reject(admission.source, raw, reason, token=token)
-                self.totals.malformed += 1
-                continue
-            task["lease_token"] = token  # the fencing token travels with the Celery message
+        for message in messages:
+            task = message.model_dump(mode="json")  # the fencing token travels with the Celery message
             if source.browser and not task.get("country"):
                 task["country"] = source.country
             tasks.append(task)

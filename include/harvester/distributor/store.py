@@ -12,11 +12,11 @@ a redelivered message whose tasks are no longer held is dropped and counted (``s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
 import redis
 
 from harvester.distributor.endings import RetryPolicy, TaskEnding
@@ -74,16 +74,29 @@ class Admission:
 
     def leases(self) -> dict[str, str]:
         """Task id -> token of the admitted tasks (what :meth:`RateLimitStore.mark_published` takes)."""
-        return {str(json.loads(raw)["task_id"]): token for raw, token in zip(self.messages, self.tokens, strict=True)}
+        return {message.task_id: str(message.lease_token) for message in self.task_messages()}
 
     def deliveries(self) -> list[dict[str, Any]]:
         """The admitted tasks as the distributor publishes them: message dicts carrying their lease token."""
-        pairs = zip(self.messages, self.tokens, strict=True)
-        return [{**json.loads(raw), "lease_token": token} for raw, token in pairs]
+        return [message.model_dump(mode="json") for message in self.task_messages()]
 
     def task_messages(self) -> list[TaskMessage]:
-        """The admitted tasks as a worker holds them (with their lease tokens)."""
-        return [TaskMessage.model_validate(delivery) for delivery in self.deliveries()]
+        """The admitted tasks as a worker holds them (with their lease tokens); raises on a malformed one (tests and
+        tools that admitted well-formed tasks; the distributor and workers use
+        :meth:`RateLimitStore.admitted_messages`, which dead-letters it)."""
+        return [admitted_message(raw, token) for raw, token in zip(self.messages, self.tokens, strict=True)]
+
+
+def admitted_message(raw: str | bytes, token: str) -> TaskMessage:
+    """One admitted message as its holder holds it, carrying its lease token (the one parser of admitted JSON);
+    raises :class:`pydantic.ValidationError` when it is no valid :class:`TaskMessage`."""
+    return TaskMessage.model_validate_json(raw).model_copy(update={"lease_token": token})
+
+
+def malformed_reason(error: pydantic.ValidationError) -> str:
+    """The dead letter's reason for a message that is no valid task: each field and what is wrong with it."""
+    return "malformed message: " + "; ".join(
+        f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors())
 
 
 @dataclass(frozen=True)
@@ -238,8 +251,25 @@ class RateLimitStore:
             return []
         reply = self.scripts.call("take_queued", source, wanted=int(wanted), lease_seconds=self.settings.lease_seconds,
                                   now=_now_argument(now))
-        return [TaskMessage.model_validate({**json.loads(raw), "lease_token": str(reply.first_token + offset)})
-                for offset, raw in enumerate(reply.messages)]
+        tokens = [str(reply.first_token + offset) for offset in range(len(reply.messages))]
+        return self.admitted_messages(source, reply.messages, tokens, now)
+
+    @redis_storage_errors()
+    def admitted_messages(self, source: str, messages: list[str], tokens: list[str],
+                          now: float | None = None) -> list[TaskMessage]:
+        """Admitted (or taken) messages as their holder holds them, each with its token, parsed in one place: one
+        that is no valid :class:`TaskMessage` is dead-lettered at once with the reason (one round trip for all), so
+        the distributor and a refilling worker reject alike and no caller parses admitted JSON on its own."""
+        valid: list[TaskMessage] = []
+        rejected: list[TaskEnding] = []
+        for raw, token in zip(messages, tokens, strict=True):
+            try:
+                valid.append(admitted_message(raw, token))
+            except pydantic.ValidationError as error:
+                rejected.append(TaskEnding.rejection(source, raw, malformed_reason(error), token))
+        if rejected:
+            self.end_tasks(rejected, now=now)
+        return valid
 
     @redis_storage_errors()
     def continue_chain(self, parent: TaskMessage, child: TaskMessage, now: float | None = None) -> ChainStep:

@@ -24,6 +24,7 @@ from harvester.metrics.slots import slots_by_country_and_state
 from harvester.metrics.snapshot import HarvestSnapshot, SourceSnapshot, read_snapshot
 from harvester.pageslots import proxy_bytes_by_country, proxy_figures
 from harvester.settings import HarvesterSettings
+from harvester.storage import proxy_tier_traffic
 
 log = logging.getLogger(__name__)
 
@@ -272,9 +273,8 @@ class SourceFamilies:
             family.add_metric([name], source.outcome(f"records_{kind}"))
         for field, family in self.tasks.items():
             family.add_metric([name], source.counters.get(field, 0))
-        for figure, amount in sorted(source.proxy_tiers_traffic.items()):
-            kind, _, tier = figure.removeprefix("proxy_tier_").partition(":")
-            if kind in self.tiers and tier:
+        for tier, traffic in sorted(proxy_tier_traffic(source.proxy_tiers_traffic).items()):
+            for kind, amount in traffic.items():
                 self.tiers[kind].add_metric([name, tier], amount)
         for key, family in self.histograms.items() if histograms else ():
             histogram = source.histograms[key]

@@ -20,7 +20,7 @@ import redis
 
 from harvester.distributor import host_of
 from harvester.redis_keys import SourceKeys
-from harvester.storage import HostFetches, RunFigures, RunHosts
+from harvester.storage import PROXY_TIER_BYTES, PROXY_TIER_REQUESTS, HostFetches, RunFigures, RunHosts
 
 FETCH_SECONDS = "fetch_seconds"
 QUEUE_LATENCY_SECONDS = "queue_latency_seconds"
@@ -30,8 +30,6 @@ BUCKETS: dict[str, tuple[float, ...]] = {
     QUEUE_LATENCY_SECONDS: (0.1, 0.5, 1.0, 2.5, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0),
 }
 INFINITY = "+Inf"
-PROXY_TIER_REQUESTS = "proxy_tier_requests"
-PROXY_TIER_BYTES = "proxy_tier_bytes"
 HOST_UNREACHABLE = "host_unreachable"  # a fetch that reached nothing (harvester.scraping's outcome)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import redis
 
-from harvester.errors import PageSlotError
+from harvester.errors import PageSlotError, redis_storage_errors
 from harvester.redis_keys import PageSlotKeys
 from harvester.redis_scripts import text
 
@@ -87,6 +87,7 @@ def require_proxy(country: str, allow_direct: bool, environ: Mapping[str, str] |
     return proxy
 
 
+@redis_storage_errors()
 def proxy_bytes_by_country(client: redis.Redis) -> dict[str, int]:
     """Bytes browsed through each country's proxy, as the slot hosts count them (``country:<C>`` fields)."""
     prefix = "country:"

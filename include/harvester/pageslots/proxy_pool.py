@@ -85,11 +85,13 @@ class ProxyHealth:
         self.client = client
         self.scripts = page_slot_scripts(client)
 
+    @redis_storage_errors()
     def choose(self, country: str, connection_ids: list[str], host: str = "") -> list[str]:
         """The order to try the pool in (for ``host``: the proxies it banned last)."""
         reply = self.scripts.call("proxy_choose", KEYS, self._keys(country), host=host, proxies=connection_ids)
         return list(reply.chosen)
 
+    @redis_storage_errors()
     def ban(self, country: str, connection_id: str, host: str, connection_ids: list[str],
             seconds: float = BAN_SECONDS) -> int:
         """``host`` blocked us through ``connection_id``: it prefers the pool's other proxies for ``seconds``. The
@@ -102,6 +104,7 @@ class ProxyHealth:
     def _keys(country: str) -> dict[str, str]:
         return {"proxy_health": KEYS.proxy_health(country), "proxy_bans": KEYS.proxy_bans(country)}
 
+    @redis_storage_errors()
     def report(self, country: str, connection_id: str, ok: bool) -> tuple[str, int, float]:
         reply = self.scripts.call("proxy_report", KEYS, {"proxy_health": KEYS.proxy_health(country)},
                                   proxy=connection_id, outcome="ok" if ok else "failure",
@@ -113,11 +116,13 @@ class ProxyHealth:
         """Each proxy of the country that has reported, by connection id."""
         return pool_states(self.client, country)
 
+    @redis_storage_errors()
     def carried(self, country: str, connection_id: str, amount: int) -> None:
         """Bytes a connection through the proxy relayed (counted when it ends)."""
         self.client.hincrby(KEYS.proxy_health(country), f"{connection_id}|bytes", amount)
 
 
+@redis_storage_errors()
 def pool_states(client: redis.Redis, country: str) -> dict[str, ProxyState]:
     """Each proxy of the country that has reported, by connection id."""
     fields = {text(name): text(value) for name, value in client.hgetall(KEYS.proxy_health(country)).items()}

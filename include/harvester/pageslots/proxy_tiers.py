@@ -58,12 +58,14 @@ class ProxyTiers:
         self.client = client
         self.scripts = page_slot_scripts(client)
 
+    @redis_storage_errors()
     def tier_of(self, source: str, host: str, tiers: list[str], quiet: float) -> tuple[str, float]:
         """The tier the source's requests to ``host`` take now, and the seconds until it may come down one."""
         reply = self.scripts.call("proxy_tier_choose", KEYS, {"proxy_tiers": KEYS.proxy_tiers(source)}, host=host,
                                   tiers=len(tiers), keep_seconds=keep_seconds(quiet))
         return tiers[min(int(reply.tier), len(tiers) - 1)], float(reply.down_in)
 
+    @redis_storage_errors()
     def blocked(self, source: str, host: str, tier: str, tiers: list[str], quiet: float) -> tuple[str, float]:
         """``host`` blocked a request of ``source`` that went out on ``tier``: the host's tier now, and how long
         ``tier`` stays above it. A tier no longer in the source's list (its config changed) changes nothing."""

@@ -20,7 +20,7 @@ from pymongo.database import Database
 from harvester.config import Quality
 from harvester.distributor import DeadLetters, DeadTasks, count_down_dead, dead_tasks_of_run
 from harvester.redis_keys import SourceKeys
-from harvester.storage import PackageStatus, PackageStore, RunFigures, RunHosts, RunStore
+from harvester.storage import PackageStatus, PackageStore, RunFigures, RunHosts, RunStore, proxy_tier_traffic
 
 
 @dataclass
@@ -106,11 +106,7 @@ def archive_figures(figures: dict[str, int]) -> dict[str, Any]:
 def proxy_tier_figures(figures: dict[str, int]) -> dict[str, Any]:
     """A run of a source with ``proxy.tiers``: each tier's requests and response bytes (what its proxies billed
     for, near enough: heads and bodies as they came over the wire), cheapest tier or not, as ``proxy_tiers``."""
-    tiers: dict[str, dict[str, int]] = {}
-    for name, amount in figures.items():
-        kind, _, tier = name.partition(":")
-        if kind in ("proxy_tier_requests", "proxy_tier_bytes") and tier:
-            tiers.setdefault(tier, {"requests": 0, "bytes": 0})[kind.removeprefix("proxy_tier_")] += int(amount)
+    tiers = proxy_tier_traffic(figures)
     return {"proxy_tiers": tiers} if tiers else {}
 
 

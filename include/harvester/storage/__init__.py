@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.storage.exports import MEDIA_TYPES, export_query, export_records
     from harvester.storage.lifecycle import REQUESTED_URLS, GoneMarks, gone_filter
     from harvester.storage.packages import PackageStatus, PackageStore, planned_task_id
-    from harvester.storage.run_figures import RunFigures
+    from harvester.storage.run_figures import PROXY_TIER_BYTES, PROXY_TIER_REQUESTS, RunFigures, proxy_tier_traffic
     from harvester.storage.run_hosts import HOST_READS, HostFetches, HostFigures, RunHosts, host_figures
     from harvester.storage.runs import RUNS_COLLECTION, RunStore
     from harvester.storage.snapshots import PageEvidence, PageSnapshot, SnapshotStore
@@ -31,6 +31,8 @@ __all__ = [
     "DATA_RESPONSE_KIND",
     "HOST_READS",
     "MEDIA_TYPES",
+    "PROXY_TIER_BYTES",
+    "PROXY_TIER_REQUESTS",
     "REQUESTED_URLS",
     "RUNS_COLLECTION",
     "ArchiveIndex",
@@ -63,6 +65,7 @@ __all__ = [
     "gone_filter",
     "host_figures",
     "planned_task_id",
+    "proxy_tier_traffic",
     "read_archived",
     "url_digest",
     "validators_of",

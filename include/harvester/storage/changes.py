@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +27,7 @@ from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from harvester.config import SourceConfig
+from harvester.errors import MONGO_DUPLICATE_KEY
 from harvester.storage.output_codec import OUTPUT_CODEC
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,6 @@ HISTORY_SUFFIX = "_history"
 HISTORY_KEY_INDEX = "harvester_history_key"
 HISTORY_TTL_INDEX = "harvester_history_ttl"
 HISTORY_RUN_INDEX = "harvester_history_run"
-DUPLICATE_KEY = 11000
 INDEX_OPTIONS_CONFLICT = (85, 86)
 
 
@@ -145,7 +144,7 @@ class ChangeTracker:
         try:
             return len(history.insert_many(entries, ordered=False).inserted_ids)
         except BulkWriteError as error:  # a retried batch: its entries are there already (same _id)
-            others = [item for item in error.details.get("writeErrors", []) if item.get("code") != DUPLICATE_KEY]
+            others = [item for item in error.details.get("writeErrors", []) if item.get("code") != MONGO_DUPLICATE_KEY]
             if others or error.details.get("writeConcernErrors"):
                 raise
             return int(error.details.get("nInserted", 0))
@@ -171,9 +170,3 @@ class ChangeTracker:
             history.create_index([("changed_at", pymongo.ASCENDING)], name=HISTORY_TTL_INDEX,
                                  expireAfterSeconds=retention)
         cls._history_indexed.add(marker)
-
-
-def history_of(collection: Collection, key: dict[str, Any], limit: int = 100) -> Iterable[dict[str, Any]]:
-    """One record's changes, newest first (``collection`` is the history collection)."""
-    query = {f"key.{name}": value for name, value in key.items()}
-    return collection.find(query, {"_id": 0}).sort("changed_at", pymongo.DESCENDING).limit(limit)

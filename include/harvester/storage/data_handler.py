@@ -32,14 +32,13 @@ from pymongo.errors import BulkWriteError, DocumentTooLarge
 
 from harvester.config import SourceConfig
 from harvester.connections import mongo_client
-from harvester.errors import mongo_storage_errors
+from harvester.errors import MONGO_DUPLICATE_KEY, mongo_storage_errors
 from harvester.settings import HarvesterSettings
 from harvester.storage.lifecycle import CONFIG_VERSION, GONE_AT, GONE_REASON, REQUESTED_URLS, GoneMarks
 from harvester.storage.output_codec import OUTPUT_CODEC, OUTPUT_TYPES
 
 KEY_INDEX_NAME = "harvester_output_key"
 URL_INDEX_NAME = "harvester_url"
-DUPLICATE_KEY = 11000
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 
 
@@ -261,7 +260,7 @@ class DataHandler:
             again = []
             for write_error in details.get("writeErrors", []):
                 upsert = upserts[write_error["index"]]
-                if write_error.get("code") == DUPLICATE_KEY and attempt == 0:
+                if write_error.get("code") == MONGO_DUPLICATE_KEY and attempt == 0:
                     again.append(upsert)  # a concurrent first upsert of the same key: it exists now
                     continue
                 reason = f"MongoDB refused the record: {write_error.get('errmsg', 'no reason given')}"[:500]

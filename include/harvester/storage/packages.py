@@ -29,10 +29,9 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError
 
-from harvester.errors import mongo_storage_errors
+from harvester.errors import MONGO_DUPLICATE_KEY, mongo_storage_errors
 
 PACKAGES_COLLECTION = "packages"
-DUPLICATE_KEY = 11000
 
 
 class PackageStatus(IntEnum):
@@ -133,7 +132,7 @@ class PackageStore:
             return len(result.inserted_ids)
         except BulkWriteError as error:
             details = error.details
-            if any(item.get("code") != DUPLICATE_KEY for item in details.get("writeErrors", [])):
+            if any(item.get("code") != MONGO_DUPLICATE_KEY for item in details.get("writeErrors", [])):
                 raise
             return int(details.get("nInserted", 0))
 

@@ -1,7 +1,7 @@
 """Figures of one run that only the workers see, kept in Redis beside the run's frontier:
 sitemaps read and what they listed, URLs a sitemap's ``lastmod`` showed unchanged, bytes that 304s
-saved, and the sitemaps that were cut or refused (named, capped). The run's report reads them; they
-expire with the frontier's keys.
+saved, the sitemaps that were cut or refused (named, capped), and each proxy tier's traffic. The run's
+report reads them; they expire with the frontier's keys (``RUN_KEYS_SECONDS``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,25 @@ import redis
 
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import SourceKeys
-from harvester.storage.url_store import reserve_under_cap
+from harvester.storage.url_store import RUN_KEYS_SECONDS, reserve_under_cap
 
 PROBLEMS_KEPT = 50  # sitemaps named per run in the report; the counters count them all
-RUN_KEYS_SECONDS = 7 * 24 * 3600
+# proxy.tiers: each tier's traffic as figures "<kind>:<tier>", a run's and a source's totals alike
+PROXY_TIER_REQUESTS = "proxy_tier_requests"
+PROXY_TIER_BYTES = "proxy_tier_bytes"
+PROXY_TIER_KINDS = {PROXY_TIER_REQUESTS: "requests", PROXY_TIER_BYTES: "bytes"}
+
+
+def proxy_tier_traffic(figures: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """Each tier's ``requests`` and ``bytes`` read back from figures named ``proxy_tier_requests:<tier>`` and
+    ``proxy_tier_bytes:<tier>`` (the workers write them, :mod:`harvester.metrics.recording`); other figures are
+    passed over. One reader for the run's report and the metrics, so both say the same of a tier."""
+    tiers: dict[str, dict[str, int]] = {}
+    for name, amount in figures.items():
+        figure, _, tier = name.partition(":")
+        if figure in PROXY_TIER_KINDS and tier:
+            tiers.setdefault(tier, dict.fromkeys(PROXY_TIER_KINDS.values(), 0))[PROXY_TIER_KINDS[figure]] += int(amount)
+    return tiers
 
 
 class RunFigures:

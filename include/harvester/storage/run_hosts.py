@@ -21,7 +21,7 @@ import redis
 from harvester.errors import redis_storage_errors
 from harvester.redis_keys import SourceKeys
 from harvester.redis_scripts import text
-from harvester.storage.run_figures import RUN_KEYS_SECONDS
+from harvester.storage.url_store import RUN_KEYS_SECONDS
 
 SLOWEST_HOSTS = 5  # hosts named in the report, on the page and behind the slowest-host gauge
 HOST_READS = 6  # replies queue_read queues per source, in order
@@ -148,9 +148,3 @@ class RunHosts:
         pipeline.time()
         *replies, (seconds, microseconds) = pipeline.execute()
         return host_figures(replies, seconds + microseconds / 1_000_000)
-
-    @redis_storage_errors()
-    def current_run(self, source: str) -> str | None:
-        """The run whose host figures the workers wrote last (None: none yet, or they expired)."""
-        run_id = self.redis.get(SourceKeys(source).hosts_run)
-        return None if run_id is None else text(run_id)

@@ -117,10 +117,13 @@ class URLStore:
         return {url: bool(reply) for url, reply in zip(unique, pipeline.execute(), strict=True)}
 
 
+RUN_KEYS_SECONDS = 7 * 24 * 3600  # a run's keys in Redis (its frontier, its figures, its hosts) outlive it this long
+
+
 class RunFrontier:
     """Per-run bookkeeping of listing discovery: listing pages queued once, and the max_new_urls cap."""
 
-    def __init__(self, redis_client: redis.Redis, ttl_seconds: int = 7 * 24 * 3600) -> None:
+    def __init__(self, redis_client: redis.Redis, ttl_seconds: int = RUN_KEYS_SECONDS) -> None:
         self.redis = redis_client
         self.ttl = ttl_seconds
 

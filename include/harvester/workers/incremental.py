@@ -14,7 +14,6 @@ read every run).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections import Counter, defaultdict
@@ -74,10 +73,12 @@ class BatchFetcher:
     async def fetch_all(self, urls: Sequence[str], source: SourceConfig, permit: FetchPermit | None = None
                         ) -> FetchedBatch:
         outcomes: Counter[str] = Counter()
-        results = await asyncio.gather(*(
+        batch = await FetchedBatch.gathered(
             self.fetch_page(index, url, source, None if permit is None else functools.partial(permit, index), outcomes)
-            for index, url in enumerate(urls)))
-        return FetchedBatch(list(results), outcomes)
+            for index, url in enumerate(urls))
+        batch.outcomes.update(outcomes)
+        batch.outcomes.update(self.pages.robots.take_outcomes())  # as the page fetcher's own batches report them
+        return batch
 
     async def fetch_page(self, index: int, url: str, source: SourceConfig, ready: Callable[[], Awaitable[bool]] | None,
                          outcomes: Counter[str]) -> FetchResult:

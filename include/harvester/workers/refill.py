@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Protocol
-
-import pydantic
 
 from harvester.config import SourceConfig
 from harvester.distributor import TaskMessage
@@ -186,9 +183,7 @@ class RefillingRound:
         self.waves += 1
         wave.outcomes.update(self.outcomes)
         self.outcomes.clear()
-        robots = self.http.robots.outcomes  # robots.txt rules bounded away, files unavailable
-        wave.outcomes.update(robots)
-        robots.clear()
+        wave.outcomes.update(self.http.robots.take_outcomes())  # robots.txt rules bounded away, files unavailable
         waited = self.permit.waited_seconds
         if waited >= 0.001:
             wave.outcomes["rate_wait_ms"] += int(waited * 1000)
@@ -230,13 +225,7 @@ class RefillingRound:
         admission = store.admit(self.name, wanted)
         if not admission.messages:
             return []
-        admitted: dict[str, TaskMessage] = {}
-        for raw, token in zip(admission.messages, admission.tokens, strict=True):
-            try:
-                message = TaskMessage.model_validate({**json.loads(raw), "lease_token": token})
-            except (ValueError, pydantic.ValidationError) as error:  # as the distributor does: to dead letters
-                store.reject(self.name, raw, f"malformed message: {error}", token=token)
-                continue
-            admitted[message.task_id] = message
+        admitted = {message.task_id: message  # a malformed one goes to dead letters, as the distributor's
+                    for message in store.admitted_messages(self.name, admission.messages, admission.tokens)}
         held = store.start(self.name, {task_id: str(message.lease_token) for task_id, message in admitted.items()})
         return [admitted[task_id] for task_id in held.held]

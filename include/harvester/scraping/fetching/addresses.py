@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from harvester.errors import AddressRefused
+from harvester.urls import DEFAULT_PORTS
 
 if TYPE_CHECKING:
     from harvester.settings import HarvesterSettings
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 FETCHABLE_SCHEMES = frozenset({"http", "https"})
-DEFAULT_PORTS = {"http": 80, "https": 443}
 RESOLUTION_MEMORY_SECONDS = 60.0  # how long a host and port's verdict is reused (requests and links)
 TOO_MANY_HOSTS = "too many distinct hosts"  # link screening's refusals, counted apart by the follower
 SCREENING_TIMEOUT = "screening time budget spent"

@@ -16,7 +16,6 @@ from typing import Protocol
 
 from harvester.errors import BodyRefused
 
-SUPPORTED_ENCODINGS = ("gzip", "x-gzip", "deflate", "br")
 ACCEPT_ENCODING = "gzip, deflate, br"
 
 

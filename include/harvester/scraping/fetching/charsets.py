@@ -65,7 +65,6 @@ _PYTHON_LABEL = re.compile(r"[A-Za-z0-9][\w.:\-]*")  # Python's lookup would rea
 _CHARSET_WORD = re.compile(rb"charset", re.IGNORECASE)
 _UNICODE_WIDE = frozenset({"utf-16", "utf-32"})
 _ISO_2022_JP_ESCAPE = re.compile(rb"\x1b\$[@B]")
-TIE_MESS = 0.01  # readings this close to the cleanest count as equally clean
 # the single-byte charsets browsers know (WHATWG), as Python names them, the more pages written in one the
 # earlier (the last tie-break between readings equally written in one alphabet)
 WEB_ORDER = {name: rank for rank, name in enumerate((

@@ -204,10 +204,8 @@ class Fetcher:
         async def one(index: int, url: str) -> FetchResult:
             return await self.fetch(url, source, None if permit is None else functools.partial(permit, index))
 
-        results = list(await asyncio.gather(*(one(index, url) for index, url in enumerate(urls))))
-        batch = FetchedBatch(results)
-        batch.outcomes.update(self.robots.outcomes)  # robots.txt rules bounded away, files unavailable
-        self.robots.outcomes.clear()
+        batch = await FetchedBatch.gathered(one(index, url) for index, url in enumerate(urls))
+        batch.outcomes.update(self.robots.take_outcomes())  # robots.txt rules bounded away, files unavailable
         return batch
 
     def credentials(self, source: SourceConfig) -> HttpCredentials | None:

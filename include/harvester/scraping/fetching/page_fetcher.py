@@ -9,8 +9,9 @@ one page after the other in the process's page slot.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -113,6 +114,20 @@ class FetchedBatch:
 
     results: list[FetchResult]
     outcomes: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    async def gathered(cls, pages: Iterable[Awaitable[FetchResult]]) -> FetchedBatch:
+        """``pages`` fetched concurrently, their results in order. When one raises (the worker's own stores failing,
+        never a site) the others are cancelled before it propagates: with ``gather`` alone they would go on running
+        in the worker's loop into its next batch, fetching for a batch that failed."""
+        tasks = [asyncio.ensure_future(page) for page in pages]
+        try:
+            return cls(list(await asyncio.gather(*tasks)))
+        except BaseException:  # a failure or a cancellation alike: no page of the batch outlives it
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
 
 @runtime_checkable

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from protego import Protego
 
 from harvester.redis_keys import robots_key, robots_last_good_key
-from harvester.scraping.fetching.robots_matching import GoogleRobotsMatcher
+from harvester.scraping.fetching.robots_matching import USER_AGENT_KEYS, GoogleRobotsMatcher
 
 if TYPE_CHECKING:
     import redis
@@ -71,7 +71,6 @@ def user_agent_token(user_agent: str) -> str:
 
 RULE_DIRECTIVES = ("allow", "disallow")
 MAX_LINE_BYTES = 2083 * 8 - 1  # Google's parser reads this much of a line (RFC 9309 lets a parser cut lines)
-USER_AGENT_KEYS = frozenset({"user-agent", "useragent", "user agent"})
 # the keys a group may hold without ending it: Google's and RFC 9309's, with the misspellings Google accepts,
 # and the ones whose values we read (Crawl-delay, Request-rate); any other line is dropped, as Google ignores
 # it, so that "Foo: bar" between two User-agent lines no longer splits their group
@@ -198,6 +197,12 @@ class RobotsCache:
         return cls(client, settings.robots_cache_seconds, max_rules=settings.robots_max_rules,
                    max_wildcards=settings.robots_max_wildcards_per_rule,
                    last_good_seconds=settings.robots_last_good_seconds)
+
+    def take_outcomes(self) -> Counter[str]:
+        """What was counted since the last call, for the batch that ends now; the count starts again, so a
+        worker's long-lived cache holds nothing a later batch would report as its own."""
+        taken, self.outcomes = self.outcomes, Counter()
+        return taken
 
     def _rules(self, origin: str, data: dict) -> RobotsRules:
         return RobotsRules(origin, data.get("text", ""), data.get("status"), max_rules=self.max_rules,

@@ -55,7 +55,9 @@ class SessionExit:
 
 
 class ExitPool(Protocol):
-    """The worker's exits by country (``harvester.pageslots.proxy_pool.CountryExits``)."""
+    """The worker's exits by country (``harvester.pageslots.proxy_pool.CountryExits``). Their shared state failing
+    (Redis down) raises :class:`~harvester.errors.StorageError`, which the fetcher re-raises: the batch goes back,
+    the page is not blamed."""
 
     async def session_exit(self, country: str, host: str, tier: str = "") -> SessionExit | None:
         """The exit a new session of ``host`` takes (None: the country has no proxy, its sources go direct); on a

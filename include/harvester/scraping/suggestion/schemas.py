@@ -151,7 +151,6 @@ EVENT = TargetSchema("event", ("Event", "MusicEvent", "SportsEvent", "TheaterEve
 ))
 
 TARGET_SCHEMAS = {schema.name: schema for schema in (PRODUCT, JOB_POSTING, ARTICLE, EVENT)}
-SCHEMA_CHOICES = (*TARGET_SCHEMAS, "auto")
 
 
 def schema_of_type(item_type: str | None) -> TargetSchema | None:
