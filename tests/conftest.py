@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.demo_site", "tests.fixtures.forward_proxy",
-                  "tests.fixtures.hostile_hosts", "tests.fixtures.secret", "tests.fixtures.sentinel"]
+pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.airflow_db", "tests.fixtures.demo_site",
+                  "tests.fixtures.forward_proxy", "tests.fixtures.hostile_hosts", "tests.fixtures.secret",
+                  "tests.fixtures.sentinel"]
 
 # Measured on 2 cores (about 2-6 minutes each): started first, in this order. Other `slow` tests follow,
 # then the rest in collection order. A node id prefix: a file holds every test of it. The first four start

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import REPOSITORY_ROOT
 
+from tests.fixtures.airflow_db import with_migrated_database
 from tests.fixtures.servers import VENV_BIN, ServerProcess
 
 USERS = {"operator": ("user", "operator-password"), "watcher": ("viewer", "watcher-password")}
@@ -76,12 +76,11 @@ def airflow_environment(home: Path, port: int, **extra: str) -> dict[str, str]:
     }
 
 
-def start_api_server(home: Path) -> AirflowServer:
-    """`airflow db migrate`, then `airflow api-server` alone (enough for the plugin's routes)."""
+def start_api_server(home: Path, migrated_database: Path) -> AirflowServer:
+    """`airflow api-server` alone (enough for the plugin's routes) on a copy of the migrated database."""
     port = free_port()
     env = airflow_environment(home, port)
-    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True,
-                   timeout=300, cwd=REPOSITORY_ROOT)
+    with_migrated_database(migrated_database, home)
     base_url = f"http://{LOOPBACK}:{port}"
     server = ServerProcess("airflow api-server",
                            [str(VENV_BIN / "airflow"), "api-server", "--host", LOOPBACK, "--port", str(port)],
