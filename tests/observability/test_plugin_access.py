@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urljoin
@@ -24,7 +23,7 @@ from harvester.settings import get_settings
 from tests.fixtures.airflow_db import with_migrated_database
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import VENV_BIN, MongoServer, RedisServer, ServerProcess
-from tests.observability.airflow_server import USERS, AirflowServer, airflow_environment
+from tests.observability.airflow_server import USERS, AirflowServer, airflow_environment, shared_harvester_environment
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 SUB_PATH = "/airflow"
@@ -44,11 +43,10 @@ def plugin_environment(redis_server: RedisServer, mongo_server: MongoServer,
     for name in (MINE, OTHER):
         document = demo_source_document("http://127.0.0.1:9", name)
         (sources / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
-    database = f"test_plugin_access_{uuid.uuid4().hex[:8]}"
-    yield {"HARVESTER_REDIS_URL": redis_server.url, "HARVESTER_MONGO_URI": mongo_server.uri,
-           "HARVESTER_MONGO_DATABASE": database, "HARVESTER_SOURCES_DIR": str(sources)}
+    environment = shared_harvester_environment(redis_server.url, mongo_server.uri, sources)
+    yield environment
     with mongo_server.client() as client:
-        client.drop_database(database)
+        client.drop_database(environment["HARVESTER_MONGO_DATABASE"])
 
 
 @pytest.fixture(scope="module")
