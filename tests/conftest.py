@@ -35,6 +35,13 @@ LONGEST_FIRST = (
     "tests/pageslots/test_slot_hosting.py",
     "tests/pageslots/test_browser_pages.py",
     "tests/producer/test_standalone_progress.py",
+    # the longest bench smokes (each 1-2.5 minutes under the suite's load; 2026-12-06) and the api-server files
+    # (one server per file, about a minute): started before the short tests so none of them is the last to end
+    "tests/test_benches.py::test_each_bench_runs_in_its_smoke_mode_and_prints_every_promised_key[crawl]",
+    "tests/test_benches.py::test_each_bench_runs_in_its_smoke_mode_and_prints_every_promised_key[broad]",
+    "tests/observability/test_plugin_access.py",
+    "tests/test_benches.py::test_each_bench_runs_in_its_smoke_mode_and_prints_every_promised_key[scale]",
+    "tests/observability/test_plugin_api.py",
 )
 SHARED_SCOPES = ("module", "class", "package")
 TESTS = Path(__file__).resolve().parent
