@@ -200,6 +200,18 @@ def test_a_line_that_lacks_a_promised_key_is_caught() -> None:
         last_json_line('starting\n[1, 2]\n')
 
 
+@pytest.mark.unit
+def test_the_suggest_smoke_line_is_checked_for_its_values_too() -> None:
+    pages = module_literal(BENCH_FOLDER / "suggest.py", "SMOKE_PAGES")
+    good = {"pages": pages, "name_share": 1.0, "chrome_attributes": 0,
+            "published": {"zyte_automatic_extraction": {"price_f1": 0.918}}}
+    SMOKE_VALUE_CHECKS["suggest"](good)
+    for wrong in ({"pages": pages + 1}, {"name_share": 0.5}, {"chrome_attributes": 1},
+                  {"published": {"zyte_automatic_extraction": {"price_f1": 0.9}}}):
+        with pytest.raises(AssertionError):
+            SMOKE_VALUE_CHECKS["suggest"](good | wrong)
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("bench", sorted(benches()))
