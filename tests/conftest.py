@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.demo_site", "tests.fixtures.forward_proxy",
-                  "tests.fixtures.hostile_hosts", "tests.fixtures.secret", "tests.fixtures.sentinel"]
+pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.airflow_db", "tests.fixtures.demo_site",
+                  "tests.fixtures.forward_proxy", "tests.fixtures.hostile_hosts", "tests.fixtures.secret",
+                  "tests.fixtures.sentinel"]
 
 # Measured on 2 cores (about 2-6 minutes each): started first, in this order. Other `slow` tests follow,
 # then the rest in collection order. A node id prefix: a file holds every test of it. The first four start
@@ -34,6 +35,13 @@ LONGEST_FIRST = (
     "tests/pageslots/test_slot_hosting.py",
     "tests/pageslots/test_browser_pages.py",
     "tests/producer/test_standalone_progress.py",
+    # the longest bench smokes (each 1-2.5 minutes under the suite's load; 2026-12-06) and the api-server files
+    # (one server per file, about a minute): started before the short tests so none of them is the last to end
+    "tests/test_benches.py::test_each_bench_runs_in_its_smoke_mode_and_prints_every_promised_key[crawl]",
+    "tests/test_benches.py::test_each_bench_runs_in_its_smoke_mode_and_prints_every_promised_key[broad]",
+    "tests/observability/test_plugin_access.py",
+    "tests/test_benches.py::test_each_bench_runs_in_its_smoke_mode_and_prints_every_promised_key[scale]",
+    "tests/observability/test_plugin_api.py",
 )
 SHARED_SCOPES = ("module", "class", "package")
 TESTS = Path(__file__).resolve().parent

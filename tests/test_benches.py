@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,27 @@ def run_smoke(bench: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+def module_literal(path: Path, name: str) -> Any:
+    """The literal a module assigns to ``name`` at module level, read with ``ast`` (this file imports no bench)."""
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == name):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} assigns no {name}")
+
+
+def suggest_figures_the_table_needs(line: dict[str, Any]) -> None:
+    """bench/suggest.py's smoke pages are a spread sample of the corpus: each gets a named record with no chrome
+    attribute, and the benchmark's published table rides along for docs/benchmarks.md's comparison."""
+    smoke_pages = module_literal(BENCH_FOLDER / "suggest.py", "SMOKE_PAGES")
+    assert line["pages"] == smoke_pages and line["name_share"] >= 0.9 and line["chrome_attributes"] == 0, line
+    assert line["published"]["zyte_automatic_extraction"]["price_f1"] == 0.918, line["published"]
+
+
+# What a bench's smoke line must also hold, beyond its promised keys (checks on the figures' values).
+SMOKE_VALUE_CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {"suggest": suggest_figures_the_table_needs}
+
+
 @pytest.mark.unit
 def test_every_module_of_bench_says_whether_it_is_a_bench() -> None:
     problems = [f"bench/{found.path.name}: {found.problem}" for found in declarations() if found.problem]
@@ -178,6 +200,18 @@ def test_a_line_that_lacks_a_promised_key_is_caught() -> None:
         last_json_line('starting\n[1, 2]\n')
 
 
+@pytest.mark.unit
+def test_the_suggest_smoke_line_is_checked_for_its_values_too() -> None:
+    pages = module_literal(BENCH_FOLDER / "suggest.py", "SMOKE_PAGES")
+    good = {"pages": pages, "name_share": 1.0, "chrome_attributes": 0,
+            "published": {"zyte_automatic_extraction": {"price_f1": 0.918}}}
+    SMOKE_VALUE_CHECKS["suggest"](good)
+    for wrong in ({"pages": pages + 1}, {"name_share": 0.5}, {"chrome_attributes": 1},
+                  {"published": {"zyte_automatic_extraction": {"price_f1": 0.9}}}):
+        with pytest.raises(AssertionError):
+            SMOKE_VALUE_CHECKS["suggest"](good | wrong)
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("bench", sorted(benches()))
@@ -191,3 +225,4 @@ def test_each_bench_runs_in_its_smoke_mode_and_prints_every_promised_key(bench: 
         pytest.skip(f"bench/{bench}.py --smoke: {line['skipped']}")
     assert not missing_keys(benches()[bench], line), (
         f"bench/{bench}.py --smoke: its JSON line lacks {missing_keys(benches()[bench], line)}: {line}")
+    SMOKE_VALUE_CHECKS.get(bench, lambda line: None)(line)

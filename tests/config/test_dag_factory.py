@@ -19,6 +19,7 @@ from harvester.settings import REPOSITORY_ROOT
 
 from tests.config.dagbag_probe import parse_dag_folder
 from tests.config.helpers import MINIMAL
+from tests.fixtures.airflow_db import with_migrated_database
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
 
@@ -112,14 +113,14 @@ def source_dags(dag_ids: list[str]) -> list[str]:
     return [dag_id for dag_id in dag_ids if dag_id.startswith("harvest_")]
 
 @pytest.mark.slow
-def test_the_metadata_database_shows_the_error_and_keeps_the_good_dags_scheduled(tmp_path: Path) -> None:
+def test_the_metadata_database_shows_the_error_and_keeps_the_good_dags_scheduled(
+        tmp_path: Path, migrated_airflow_database: Path) -> None:
     """What the UI reads: import errors from `airflow dags list-import-errors`, DAG rows not stale."""
     directory = sources_dir(tmp_path, {
         "good.yaml": MINIMAL.replace("shop", "good"),
         "bad.yaml": MINIMAL.replace("shop", "bad") + "retries: -1\n",
     })
-    home = tmp_path / "airflow"
-    home.mkdir()
+    home = with_migrated_database(migrated_airflow_database, tmp_path / "airflow")  # `airflow db migrate`'s result
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS), "HARVESTER_SOURCES_DIR": str(directory)}
     airflow = [str(Path(sys.executable).parent / "airflow")]
@@ -129,7 +130,6 @@ def test_the_metadata_database_shows_the_error_and_keeps_the_good_dags_scheduled
         assert result.returncode == expected_returncode, result.stderr[-3000:]
         return result.stdout
 
-    run("db", "migrate")
     run("dags", "reserialize")
     errors = json.loads(run("dags", "list-import-errors", "-o", "json", expected_returncode=1).strip().splitlines()[-1])
     assert [error["filepath"] for error in errors] == [ERRORS_FILE.name]

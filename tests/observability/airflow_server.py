@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +19,7 @@ from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import REPOSITORY_ROOT
 
+from tests.fixtures.airflow_db import with_migrated_database
 from tests.fixtures.servers import VENV_BIN, ServerProcess
 
 USERS = {"operator": ("user", "operator-password"), "watcher": ("viewer", "watcher-password")}
@@ -76,12 +77,21 @@ def airflow_environment(home: Path, port: int, **extra: str) -> dict[str, str]:
     }
 
 
-def start_api_server(home: Path) -> AirflowServer:
-    """`airflow db migrate`, then `airflow api-server` alone (enough for the plugin's routes)."""
+def shared_harvester_environment(redis_url: str, mongo_uri: str, sources_dir: Path) -> dict[str, str]:
+    """HARVESTER_* settings for an api-server that several tests of a file share (a module-scoped fixture): the
+    test servers, a sources directory and a MongoDB database of the file's own. Each test exports the same values
+    in its own process (monkeypatch) and empties Redis and the database before seeding its state."""
+    return {"HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": mongo_uri,
+            "HARVESTER_MONGO_DATABASE": f"test_shared_{uuid.uuid4().hex[:12]}",
+            "HARVESTER_SOURCES_DIR": str(sources_dir)}
+
+
+def start_api_server(home: Path, migrated_database: Path, **extra: str) -> AirflowServer:
+    """`airflow api-server` alone (enough for the plugin's routes) on a copy of the migrated database; ``extra``
+    overrides the environment (else the HARVESTER_* variables exported when called)."""
     port = free_port()
-    env = airflow_environment(home, port)
-    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True,
-                   timeout=300, cwd=REPOSITORY_ROOT)
+    env = airflow_environment(home, port, **extra)
+    with_migrated_database(migrated_database, home)
     base_url = f"http://{LOOPBACK}:{port}"
     server = ServerProcess("airflow api-server",
                            [str(VENV_BIN / "airflow"), "api-server", "--host", LOOPBACK, "--port", str(port)],

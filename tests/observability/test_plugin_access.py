@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urljoin
@@ -19,11 +18,12 @@ import yaml
 from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
 from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port
-from harvester.settings import REPOSITORY_ROOT
+from harvester.settings import get_settings
 
+from tests.fixtures.airflow_db import with_migrated_database
 from tests.fixtures.demo_site import demo_source_document
-from tests.fixtures.servers import VENV_BIN, ServerProcess
-from tests.observability.airflow_server import USERS, AirflowServer, airflow_environment
+from tests.fixtures.servers import VENV_BIN, MongoServer, RedisServer, ServerProcess
+from tests.observability.airflow_server import USERS, AirflowServer, airflow_environment, shared_harvester_environment
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 SUB_PATH = "/airflow"
@@ -31,12 +31,51 @@ TESTS_ROOT = Path(__file__).resolve().parents[2]  # where the test auth manager 
 MINE, OTHER = "mine", "other"
 
 
-@pytest.fixture
-def two_sources(configure_settings, redis_client):
-    settings = configure_settings()
+@pytest.fixture(scope="module")
+def plugin_environment(redis_server: RedisServer, mongo_server: MongoServer,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The HARVESTER_* settings the api-server and every test of this file share: the test servers, a sources
+    directory holding the two sources and a MongoDB database of this file's own (dropped after).
+
+    Module-scoped with the server below: starting an api-server takes most of a test's time, and what each test
+    checks is authorisation against the same two sources; each test still gets its Redis state afresh."""
+    sources = tmp_path_factory.mktemp("plugin-access-sources")
     for name in (MINE, OTHER):
         document = demo_source_document("http://127.0.0.1:9", name)
-        (settings.sources_dir / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+        (sources / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    environment = shared_harvester_environment(redis_server.url, mongo_server.uri, sources)
+    yield environment
+    with mongo_server.client() as client:
+        client.drop_database(environment["HARVESTER_MONGO_DATABASE"])
+
+
+@pytest.fixture(scope="module")
+def module_api_server(plugin_environment: dict[str, str], tmp_path_factory: pytest.TempPathFactory,
+                      migrated_airflow_database: Path) -> Iterator[AirflowServer]:
+    """The api-server under /airflow (its clients' base URL ends there), with the watcher limited to harvest_mine."""
+    home = with_migrated_database(migrated_airflow_database, tmp_path_factory.mktemp("plugin-access-airflow"))
+    port = free_port()
+    base_url = f"http://{LOOPBACK}:{port}{SUB_PATH}"
+    env = airflow_environment(home, port, AIRFLOW__API__BASE_URL=base_url,
+                              AIRFLOW__CORE__AUTH_MANAGER="tests.observability.one_dag_auth_manager.OneDagAuthManager",
+                              HARVESTER_TEST_DAG_ACCESS=json.dumps({"watcher": [f"harvest_{MINE}"]}),
+                              PYTHONPATH=os.pathsep.join([str(TESTS_ROOT), os.environ.get("PYTHONPATH", "")]),
+                              **plugin_environment)
+    server = ServerProcess("airflow api-server", [str(VENV_BIN / "airflow"), "api-server", "--host", LOOPBACK,
+                                                  "--port", str(port)], home / "api-server.log", env=env,
+                           ready=lambda: readiness.http_ok(f"{base_url}/api/v2/monitor/health"))
+    server.start(timeout=180)
+    yield AirflowServer(server, base_url, home)
+    server.stop()
+
+
+@pytest.fixture
+def two_sources(plugin_environment: dict[str, str], redis_client, monkeypatch: pytest.MonkeyPatch):
+    """This file's settings for the test process too, and one dead letter of each source in the emptied Redis."""
+    for name, value in plugin_environment.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    settings = get_settings()
     from harvester.config.loader import get_source
 
     for name in (MINE, OTHER):  # one dead letter each
@@ -45,27 +84,14 @@ def two_sources(configure_settings, redis_client):
         store = RateLimitStore(redis_client, settings)
         admitted = store.admit(name, 1)
         store.reject(name, admitted.messages[0], "http_404: HTTP 404", token=admitted.tokens[0])
-    return settings
+    yield settings
+    get_settings.cache_clear()
 
 
 @pytest.fixture
-def sub_path_server(two_sources, tmp_path) -> Iterator[AirflowServer]:
-    """The api-server under /airflow (its clients' base URL ends there), with the watcher limited to harvest_mine."""
-    home = tmp_path / "airflow"
-    port = free_port()
-    base_url = f"http://{LOOPBACK}:{port}{SUB_PATH}"
-    env = airflow_environment(home, port, AIRFLOW__API__BASE_URL=base_url,
-                              AIRFLOW__CORE__AUTH_MANAGER="tests.observability.one_dag_auth_manager.OneDagAuthManager",
-                              HARVESTER_TEST_DAG_ACCESS=json.dumps({"watcher": [f"harvest_{MINE}"]}),
-                              PYTHONPATH=os.pathsep.join([str(TESTS_ROOT), os.environ.get("PYTHONPATH", "")]))
-    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True,
-                   timeout=300, cwd=REPOSITORY_ROOT)
-    server = ServerProcess("airflow api-server", [str(VENV_BIN / "airflow"), "api-server", "--host", LOOPBACK,
-                                                  "--port", str(port)], home / "api-server.log", env=env,
-                           ready=lambda: readiness.http_ok(f"{base_url}/api/v2/monitor/health"))
-    server.start(timeout=180)
-    yield AirflowServer(server, base_url, home)
-    server.stop()
+def sub_path_server(two_sources, module_api_server: AirflowServer) -> AirflowServer:
+    """The file's api-server, with this test's dead letters in place."""
+    return module_api_server
 
 
 def test_a_viewer_of_one_dag_reads_only_that_source(sub_path_server: AirflowServer) -> None:

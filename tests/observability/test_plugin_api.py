@@ -8,38 +8,70 @@ import io
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import yaml
 from harvester.distributor import DeadLetters, Intake, RateLimitStore, TaskMessage
 from harvester.producer.health import publish_health
 from harvester.services.ports import free_port
-from harvester.settings import REPOSITORY_ROOT
+from harvester.settings import REPOSITORY_ROOT, HarvesterSettings, get_settings
 from harvester.storage.packages import PackageStore
 from harvester.storage.runs import RunStore
 from harvester.storage.snapshots import SnapshotStore
 
 from tests.fixtures.demo_site import demo_source_document
-from tests.fixtures.servers import VENV_BIN
-from tests.observability.airflow_server import AirflowServer, airflow_environment, start_api_server
+from tests.fixtures.servers import VENV_BIN, MongoServer, RedisServer
+from tests.observability.airflow_server import (
+    AirflowServer,
+    airflow_environment,
+    shared_harvester_environment,
+    start_api_server,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 SOURCE = "seeded"
 
 
-@pytest.fixture
-def plugin_settings(configure_settings):
-    settings = configure_settings()
+@pytest.fixture(scope="module")
+def plugin_environment(redis_server: RedisServer, mongo_server: MongoServer,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The settings this file's api-server and tests share (module-scoped with the server: starting one takes
+    most of a test's time); each test seeds its state afresh (see ``plugin_settings``)."""
+    sources = tmp_path_factory.mktemp("plugin-api-sources")
     document = demo_source_document("http://127.0.0.1:9", SOURCE, rate_limit={"max_active": 5, "per_minute": 50})
-    (settings.sources_dir / f"{SOURCE}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
-    return settings
+    (sources / f"{SOURCE}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    environment = shared_harvester_environment(redis_server.url, mongo_server.uri, sources)
+    yield environment
+    with mongo_server.client() as client:
+        client.drop_database(environment["HARVESTER_MONGO_DATABASE"])
 
 
-@pytest.fixture
-def api_server(plugin_settings, tmp_path) -> Iterator[AirflowServer]:
-    server = start_api_server(tmp_path / "airflow")
+@pytest.fixture(scope="module")
+def module_api_server(plugin_environment: dict[str, str], tmp_path_factory: pytest.TempPathFactory,
+                      migrated_airflow_database: Path) -> Iterator[AirflowServer]:
+    server = start_api_server(tmp_path_factory.mktemp("plugin-api-airflow"), migrated_airflow_database,
+                              **plugin_environment)
     yield server
     server.server.stop()
+
+
+@pytest.fixture
+def plugin_settings(plugin_environment: dict[str, str], redis_client, mongo_server: MongoServer,
+                    monkeypatch: pytest.MonkeyPatch) -> Iterator[HarvesterSettings]:
+    """The file's settings in this process too, over an emptied Redis (``redis_client``) and MongoDB database."""
+    for name, value in plugin_environment.items():
+        monkeypatch.setenv(name, value)
+    with mongo_server.client() as client:
+        client.drop_database(plugin_environment["HARVESTER_MONGO_DATABASE"])
+    get_settings.cache_clear()
+    yield get_settings()
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def api_server(plugin_settings: HarvesterSettings, module_api_server: AirflowServer) -> AirflowServer:
+    return module_api_server
 
 
 def test_airflow_plugins_lists_the_plugin(tmp_path) -> None:

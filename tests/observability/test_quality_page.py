@@ -33,8 +33,9 @@ def site(demo_site) -> Iterator:
 
 
 @pytest.fixture
-def airflow(worker_settings, tmp_path) -> Iterator[AirflowServer]:
-    server = start_api_server(tmp_path / "airflow")  # after the settings: it reads their HARVESTER_* variables
+def airflow(worker_settings, tmp_path, migrated_airflow_database) -> Iterator[AirflowServer]:
+    # after the settings: it reads their HARVESTER_* variables
+    server = start_api_server(tmp_path / "airflow", migrated_airflow_database)
     yield server
     server.server.stop()
 

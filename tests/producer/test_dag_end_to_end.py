@@ -23,6 +23,7 @@ import yaml
 from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
 from harvester.storage.packages import PackageStatus
 
+from tests.fixtures.airflow_db import with_migrated_database
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import VENV_BIN, ServerProcess
 
@@ -41,13 +42,9 @@ def _airflow_env(home: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def airflow_home(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_database: Path) -> Path:
     """A scratch Airflow home with a migrated SQLite metadata database (once per session)."""
-    home = tmp_path_factory.mktemp("airflow-home")
-    result = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=_airflow_env(home),
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return home
+    return with_migrated_database(migrated_airflow_database, tmp_path_factory.mktemp("airflow-home"))
 
 
 @pytest.fixture

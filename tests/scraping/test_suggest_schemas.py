@@ -22,8 +22,6 @@ from harvester.scraping.suggestion.schemas import JOB_POSTING, PRODUCT
 from harvester.scraping.suggestion.targeted import detect_schema, first_sound
 from parsel import Selector
 
-from tests.corpora import corpora_folder
-
 URL = "https://shop.example/p/widget-4711.html"
 
 
@@ -433,7 +431,6 @@ def test_sample_pages_and_a_saved_page(shop, tmp_path: Path, capsys: pytest.Capt
 
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS_PRESENT = (corpora_folder() or ROOT / "absent").joinpath("zyte-products").is_dir()
 
 
 def bench_module(monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -464,20 +461,3 @@ def test_the_bench_scores_as_the_benchmark_does(monkeypatch: pytest.MonkeyPatch)
     assert (figures["price_f1"], figures["sku_f1"], figures["availability_f1"]) == (0.5, 0.667, 1.0)
     assert figures["name_share"] == 0.5
     assert results[0]["predicted"]["availability"] == "InStock"  # empty: InStock, as the benchmark fills it
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not CORPUS_PRESENT, reason="../shared/corpora/zyte-products is absent (a user's clone)")
-def test_the_bench_smoke_run_prints_the_figures_the_table_needs() -> None:
-    import subprocess
-    import sys
-
-    finished = subprocess.run([sys.executable, str(ROOT / "bench" / "suggest.py"), "--smoke"], capture_output=True,
-                              text=True, timeout=900, cwd=ROOT)
-    assert finished.returncode == 0, finished.stderr[-2000:]
-    figures = json.loads(finished.stdout.strip().splitlines()[-1])
-    for key in ("price_f1", "sku_f1", "availability_f1", "name_share", "chrome_attributes", "suggest_seconds_per_page",
-                "held_out", "developed", "published"):
-        assert key in figures, key
-    assert figures["pages"] == 12 and figures["name_share"] >= 0.9 and figures["chrome_attributes"] == 0
-    assert figures["published"]["zyte_automatic_extraction"]["price_f1"] == 0.918
