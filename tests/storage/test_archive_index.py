@@ -53,3 +53,20 @@ def test_the_revisit_lookups_are_answered_from_an_index(mongo_server: MongoServe
         assert sorted(found) == [0, 2] and found[2].payload.offset == 600
     finally:
         client.close()
+
+
+def test_the_superseded_index_dropped_by_another_process_first_is_no_failure(mongo_server: MongoServer,
+                                                                             mongo_database: str) -> None:
+    """Worker processes of a new version each drop ``source_digest`` once: the one that finds it gone already
+    (dropped by another between its look and its drop) archives its batch all the same."""
+    client = pymongo.MongoClient(mongo_server.uri, serverSelectionTimeoutMS=10_000)
+    try:
+        first, second = ArchiveIndex(client[mongo_database]), ArchiveIndex(client[mongo_database])
+        first.collection.create_index([("source", 1), ("digest", 1)], name="source_digest")
+        looked = second.collection.index_information()
+        first.add([entry(1)])  # drops it
+        second.collection.index_information = lambda: looked  # type: ignore[method-assign]  # saw it before the drop
+        second.add([entry(2)])
+        assert second.collection.count_documents({}) == 2
+    finally:
+        client.close()

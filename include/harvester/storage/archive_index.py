@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from pymongo import ASCENDING, DESCENDING
 from pymongo.collection import Collection
 from pymongo.database import Database
+from pymongo.errors import OperationFailure
 
 from harvester.errors import mongo_storage_errors
 from harvester.settings import HarvesterSettings
@@ -28,6 +29,7 @@ ARCHIVE_INDEX_COLLECTION = "archive_index"
 # The kind of a row of a response a browser page's data came from (its JSON responses): archived and replayed by
 # its own URL, never re-extracted as a page of its own.
 DATA_RESPONSE_KIND = "data"
+INDEX_NOT_FOUND = 27  # MongoDB's IndexNotFound error code
 SUPERSEDED_INDEX = "source_digest"  # (source, digest): replaced by source_record_digest, which the stand-in uses
 
 
@@ -150,7 +152,11 @@ class ArchiveIndex:
             self.collection.create_index([("source", ASCENDING), ("record", ASCENDING), ("url", ASCENDING),
                                           ("time", DESCENDING)], name="source_record_url_time")
             if SUPERSEDED_INDEX in self.collection.index_information():
-                self.collection.drop_index(SUPERSEDED_INDEX)
+                try:
+                    self.collection.drop_index(SUPERSEDED_INDEX)
+                except OperationFailure as error:  # another worker process dropped it first
+                    if error.code != INDEX_NOT_FOUND:
+                        raise
             self.collection.create_index([("source", ASCENDING), ("run", ASCENDING)], name="source_run")
             self.collection.create_index([("file", ASCENDING)], name="file")
             self._indexed = True
