@@ -3,15 +3,19 @@ batched reader of re-extraction reads them back as the one-record reader does, a
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
 import subprocess
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from harvester.errors import ArchiveUnavailable
 from harvester.scraping.fetching.page_fetcher import Exchange
-from harvester.storage import ArchiveReader, read_archived
+from harvester.storage import ArchiveReader, archive, read_archived
 from harvester.storage.archive import ArchivedPage, WarcBatch, payload_digest
 from warcio.archiveiterator import ArchiveIterator
 
@@ -84,3 +88,39 @@ def test_reading_many_rows_reads_what_each_row_reads_alone_and_a_damaged_record_
             continue
         alone = read_archived(row)
         assert result == alone and alone is not None and alone.body.startswith(b"<html>")
+
+
+@pytest.mark.parametrize("deflate", ["isal", "zlib"])
+def test_records_pass_warcio_check_with_isal_and_with_its_zlib_fallback(tmp_path: Path, deflate: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """ISA-L's deflate when python-isal is installed (it is pinned); zlib's when it is absent: both write gzip
+    members that warcio checks and reads, each record alone from its offset."""
+    if deflate == "isal":
+        assert archive.ISAL_DEFLATE is not None, "python-isal is pinned in requirements.txt: install it"
+    else:
+        monkeypatch.setattr(archive, "ISAL_DEFLATE", None)
+    pages = [page(number, b"<html><p>page %d</p>" % number + b"<li>item</li>" * number * 40 + b"</html>")
+             for number in range(1, 5)]
+    path = tmp_path / f"{deflate}.warc.gz"
+    rows = write_file(path, pages)
+    checked = subprocess.run([str(VENV_BIN / "warcio"), "check", "-v", str(path)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert [read_archived(row).body for row in rows] == [archived.exchange.body for archived in pages]  # type: ignore[union-attr]
+    assert gzip.decompress(archive.gzip_member(b"x" * 5000)) == b"x" * 5000
+
+
+def test_the_hand_made_digests_dates_and_ids_are_the_standard_ones() -> None:
+    """The cheaper forms give what base64's base32, strftime and uuid4 give."""
+    for body in (b"", b"a", b"<html>" * 1000, bytes(range(256))):
+        expected = "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+        assert payload_digest(body) == expected
+    for moment in (MOMENT, MOMENT.replace(microsecond=7), datetime(2026, 12, 5, 4, 0, 59, 999_999, tzinfo=UTC),
+                   datetime(2026, 12, 5, 5, 0, tzinfo=timezone(timedelta(hours=1)))):
+        assert archive.warc_date(moment) == moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    ids = {archive.new_record_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    for record_id in list(ids)[:200]:
+        parsed = uuid.UUID(record_id.removeprefix("<urn:uuid:").removesuffix(">"))
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122 and record_id == f"<urn:uuid:{parsed}>"
+    assert archive.http_head("GET / HTTP/1.1", [("X-Note", "a\r\nInjected: b"), ("Host", "x")]) == (
+        b"GET / HTTP/1.1\r\nX-Note: a  Injected: b\r\nHost: x\r\n\r\n")

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from pymongo import ASCENDING, DESCENDING
 from pymongo.collection import Collection
 from pymongo.database import Database
+from pymongo.errors import OperationFailure
 
 from harvester.errors import mongo_storage_errors
 from harvester.settings import HarvesterSettings
@@ -28,6 +29,8 @@ ARCHIVE_INDEX_COLLECTION = "archive_index"
 # The kind of a row of a response a browser page's data came from (its JSON responses): archived and replayed by
 # its own URL, never re-extracted as a page of its own.
 DATA_RESPONSE_KIND = "data"
+INDEX_NOT_FOUND = 27  # MongoDB's IndexNotFound error code
+SUPERSEDED_INDEX = "source_digest"  # (source, digest): replaced by source_record_digest, which the stand-in uses
 
 
 @dataclass(frozen=True)
@@ -137,10 +140,23 @@ class ArchiveIndex:
         return cls(mongo_client(MONGO_DEFAULT, settings=settings)[settings.mongo_database])
 
     def _ensure_indexes(self) -> None:
+        """The indexes of the queries above. The revisit lookups' (:meth:`original_queries`) hold ``record`` too:
+        the SecantusDB stand-in plans a query from an index only when the index covers each of its equalities, and
+        scanned the whole collection for each archived batch without (MongoDB filters the rest on the fetched
+        documents either way). ``source_digest``, which they replace, is dropped where an earlier version made it."""
         if not self._indexed:
             self.collection.create_index([("source", ASCENDING), ("url", ASCENDING), ("time", DESCENDING)],
                                          name="source_url_time")
-            self.collection.create_index([("source", ASCENDING), ("digest", ASCENDING)], name="source_digest")
+            self.collection.create_index([("source", ASCENDING), ("record", ASCENDING), ("digest", ASCENDING)],
+                                         name="source_record_digest")
+            self.collection.create_index([("source", ASCENDING), ("record", ASCENDING), ("url", ASCENDING),
+                                          ("time", DESCENDING)], name="source_record_url_time")
+            if SUPERSEDED_INDEX in self.collection.index_information():
+                try:
+                    self.collection.drop_index(SUPERSEDED_INDEX)
+                except OperationFailure as error:  # another worker process dropped it first
+                    if error.code != INDEX_NOT_FOUND:
+                        raise
             self.collection.create_index([("source", ASCENDING), ("run", ASCENDING)], name="source_run")
             self.collection.create_index([("file", ASCENDING)], name="file")
             self._indexed = True
@@ -159,13 +175,12 @@ class ArchiveIndex:
         urls = [url for url, _, not_modified in lookups if not_modified]
         by_digest: dict[str, Original] = {}
         by_url: dict[str, Original] = {}
+        digest_query, url_query = self.original_queries(source, digests, urls)
         if digests:
-            for row in self.collection.find({"source": source, "record": "response", "digest": {"$in": digests}},
-                                            sort=[("time", ASCENDING)]):
+            for row in self.collection.find(digest_query, sort=[("time", ASCENDING)]):
                 by_digest.setdefault(row["digest"], self._original(row))
         if urls:
-            for row in self.collection.find({"source": source, "record": "response", "url": {"$in": urls}},
-                                            sort=[("time", DESCENDING)]):
+            for row in self.collection.find(url_query, sort=[("time", DESCENDING)]):
                 by_url.setdefault(row["url"], self._original(row))
         found: dict[int, Original] = {}
         for index, (url, digest, not_modified) in enumerate(lookups):
@@ -173,6 +188,14 @@ class ArchiveIndex:
             if original is not None:
                 found[index] = original
         return found
+
+    @staticmethod
+    def original_queries(source: str, digests: list[str], urls: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The two queries :meth:`originals` sends: the source's responses with one of ``digests``, and with one of
+        ``urls`` (304s). Each is served by an index whose keys are its equalities then its ``$in``
+        (``source_record_digest``, ``source_record_url_time``)."""
+        return ({"source": source, "record": "response", "digest": {"$in": digests}},
+                {"source": source, "record": "response", "url": {"$in": urls}})
 
     @staticmethod
     def _original(row: dict[str, Any]) -> Original:
