@@ -2,7 +2,11 @@
 process (no distributor, no Celery: one delivery holds the whole chain, followed inside its batch), each part of
 the pipeline timed per hop, and the CPU of reading one 50-item answer (``process_page``) on its own.
 
+With ``--chains K`` the source has K first requests (segment 0..K-1 of K of the items) and the one batch holds all K
+chains: the figures are then per round of hops (``hops`` counts every chain's pages).
+
 Usage: PYTHONPATH=$PWD/include:$PWD/demo .venv/bin/python bench/chain_hop.py [--sink discard|mongo] [--products N]
+       [--chains K]
 Prints the per-hop figures, then one JSON object on the last line.
 """
 
@@ -69,6 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sink", choices=["discard", "mongo"], default="discard")
     parser.add_argument("--products", type=int, default=2000)
+    parser.add_argument("--chains", type=int, default=1, help="cursor chains side by side in the one batch")
     args = parser.parse_args()
     with bench_processes("chain-hop") as processes:
         redis_url = start_redis(processes)
@@ -85,11 +90,11 @@ def main() -> None:
         from harvester.workers.batch import BatchRunner
 
         settings = HarvesterSettings()
-        path = write_graphql_source(processes.sources, "chain_hop", site, 16)
+        path = write_graphql_source(processes.sources, "chain_hop", site, 16, args.chains)
         client = redis.Redis.from_url(redis_url)
         Intake(client, settings).push(load_source_file(path), first_request_tasks(path))
         store = RateLimitStore(client, settings)
-        admission = store.admit("chain_hop", 1)
+        admission = store.admit("chain_hop", args.chains)
         store.mark_published("chain_hop", admission.leases())
         runner = BatchRunner(settings)
         seconds: dict[str, float] = defaultdict(float)
@@ -101,9 +106,9 @@ def main() -> None:
         report = runner.run(admission.deliveries())
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         runner.close()
-        hops = report["outcomes"].get("chain_continued", 0) + 1
+        hops = report["outcomes"].get("chain_continued", 0) + args.chains
         records = report["outcomes"].get("records_stored", 0)
-        result = {"sink": args.sink, "mongo": choice.kind, "hops": hops, "records": records,
+        result = {"sink": args.sink, "mongo": choice.kind, "chains": args.chains, "hops": hops, "records": records,
                   "hop_ms": round(1000 * wall / hops, 1), "hop_cpu_ms": round(1000 * cpu / hops, 1),
                   "items_per_s": round(records / wall, 1),
                   "reading_cpu_ms_per_page": round(reading_cpu_ms(path), 2),

@@ -31,7 +31,7 @@ and the same link discovery and extraction code; pages are counted by the demo s
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
        [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2] [--parts crawl,api,pool]
-       [--smoke]
+       [--api-chains 8] [--smoke]
 ``--smoke`` (CI: tests/test_benches.py): 40 products at 20 a page, one round, one Celery process, 160 records,
 Scrapy and crawlee skipped (installing them takes minutes), so their figures and the ratios over them are null.
 Harvester runs with its default settings (``publish_batch_size`` 16 tasks per Celery message) unless
@@ -58,7 +58,7 @@ from typing import Any
 import pymongo
 import redis
 import yaml
-from api_speed import PAGE_SIZE, api_figures, first_request_tasks, write_graphql_source  # beside this file
+from api_speed import api_part  # bench/api_speed.py, beside this file
 from pool_overhead import pool_overhead  # bench/pool_overhead.py, beside this file
 from rig import (
     BIN,
@@ -76,6 +76,7 @@ from settle import settle_ceiling  # bench/settle.py, beside this file
 # Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
 PROMISED_KEYS = (
     "api_items_per_s", "html_items_per_s", "api_speedup",  # the API behind POST against HTML detail pages
+    "api_chains", "api_raw_upserts_per_s", "api_mongo_vs_raw",  # bench/api_speed.py
     "bench", "products", "repeat", "concurrency", "latency_ms", "workers", "publish_batch", "scrapy",
     "pages_per_s", "scrapy_pages_per_s", "ratio", "crawlee", "crawlee_pages_per_s", "crawlee_ratio",
     "end_to_end_pages_per_s", "scrapy_end_to_end_pages_per_s", "end_to_end_ratio", "max_concurrent_observed",
@@ -356,6 +357,8 @@ def main() -> None:
     parser.add_argument("--parts", default="crawl,api,pool",
                         help="crawl (a-e, against Scrapy and crawlee), api (the GraphQL endpoint against HTML detail "
                              "pages), pool (f: a pool of two proxies against one), or several (all: the default)")
+    parser.add_argument("--api-chains", type=int, default=8,
+                        help="the API part's cursor chains side by side: K first requests, segment 0..K-1 of K")
     parser.add_argument("--smoke", action="store_true", help="40 products, one round, no peers (CI)")
     args = parser.parse_args()
     if args.smoke:
@@ -399,7 +402,7 @@ def main() -> None:
                                   "concurrency": args.concurrency, "latency_ms": args.latency_ms,
                                   "workers": args.workers, "publish_batch": publish_batch, "smoke": args.smoke}
         if "api" in parts:
-            result.update(api_part(processes, env, sources, site_url, args, expected))
+            result.update(api_part(processes, env, site_url, args, expected, run_harvester, source))
         if "pool" in parts:
             result.update(pool_overhead(processes, env, source, site_url, expected, args.workers, args.repeat,
                                         run_harvester))
@@ -492,36 +495,6 @@ def main() -> None:
             "peers_skipped": ["scrapy", "crawlee"] if args.smoke else [],
         }
         print(json.dumps(result))
-
-
-def api_part(processes: Processes, env: dict[str, str], sources: Path, site_url: str, args: argparse.Namespace,
-             html_pages: int) -> dict[str, Any]:
-    """The same items from the GraphQL endpoint and as HTML detail pages, alternately, best round of each
-    (bench/api_speed.py): into MongoDB (the figures the issue names), then with the discard sink (what the
-    harvest costs without the store, whose per-record cost bounds both on the stand-in)."""
-    figures: dict[str, Any] = {}
-    for sink in ("mongo", "discard"):
-        runs: dict[str, list[dict[str, Any]]] = {"api": [], "html": []}
-        stored = pymongo.MongoClient(env["HARVESTER_MONGO_URI"])[env["HARVESTER_MONGO_DATABASE"]]
-        sink_env = {**env, "HARVESTER_OUTPUT_SINK": sink}
-        for round_number in range(1, args.repeat + 1):
-            api_name, html_name = f"api_graphql_{sink}_{round_number}", f"api_html_{sink}_{round_number}"
-            api_path = write_graphql_source(sources, api_name, site_url, args.concurrency)
-            runs["api"].append(run_harvester(processes, sink_env, api_path, site_url, -(-args.products // PAGE_SIZE),
-                                             args.workers, first_tasks=first_request_tasks(api_path)))
-            html_path = write_source(sources, html_name, site_url, args.per_page, args.concurrency)
-            runs["html"].append(run_harvester(processes, sink_env, html_path, site_url, html_pages, args.workers))
-            for run, name in ((runs["api"][-1], api_name), (runs["html"][-1], html_name)):
-                run["stored"] = stored[name].count_documents({}) if sink == "mongo" else run["records"]
-        best = {name: max(results, key=lambda run: run["stored"] / run["seconds"]) for name, results in runs.items()}
-        found = api_figures(best["api"], best["html"], args.products)
-        print(f"{sink} sink: GraphQL API {best['api']['stored']} items in {best['api']['pages']} POSTs, "
-              f"{found['api_items_per_s']:.0f} items/s; HTML detail pages {best['html']['stored']} items in "
-              f"{best['html']['pages']} pages, {found['html_items_per_s']:.0f} items/s: api_speedup "
-              f"{found['api_speedup']}", file=sys.stderr)
-        figures |= found if sink == "mongo" else {f"{key}_discard": value for key, value in found.items()
-                                                   if key.endswith(("_per_s", "speedup"))}
-    return figures
 
 
 if __name__ == "__main__":

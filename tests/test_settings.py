@@ -88,6 +88,25 @@ def test_publish_batch_size_is_the_tasks_per_celery_message():
     assert Distributor(client, HarvesterSettings(publish_batch_size=7)).publisher.batch_size == 7
 
 
+@covers_setting("chain_message_spread")
+@pytest.mark.integration
+def test_chain_message_spread_is_the_messages_a_round_of_a_chain_source_goes_in(redis_client):
+    chained = SourceConfig.model_validate({
+        "name": "api", "content": "json", "input": {"requests": [{"url": "http://a.example/graphql", "json": {}}]},
+        "listing": {"next": {"cursor": "next", "into": "after"}, "records": {"item": "json:items[]", "attributes": {
+            "sku": {"json": "sku"}}, "key": ["sku"]}}})
+    for source in (chained, SOURCE):
+        Intake(redis_client, HarvesterSettings()).register_source(source)
+    distributor = Distributor(redis_client, HarvesterSettings(chain_message_spread=3))
+    distributor.known.current()
+
+    def sizes(source: str, tasks: int) -> list[int]:
+        return [len(message) for message in distributor.publisher.split([{"source": source}] * tasks)]
+
+    assert sizes("api", 8) == [3, 3, 2] and sizes("api", 2) == [1, 1]  # its chains over three processes
+    assert sizes("shop", 8) == [8]  # a source without chains: publish_batch_size a message
+
+
 @covers_setting("lease_seconds")
 @pytest.mark.integration
 @pytest.mark.parametrize("lease_seconds", [30.0, 90.0])

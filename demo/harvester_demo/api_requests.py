@@ -3,7 +3,10 @@
 - ``POST /graphql`` takes ``{query, variables: {first, after}}`` (``first`` at most 50) and answers a
   connection: ``data.products.edges[].node`` and ``pageInfo {endCursor, hasNextPage}``; the query must ask
   for ``products`` (else ``errors``, as GraphQL servers answer); ``variables.tag`` filters; each node names
-  its detail in the JSON API (``api_url``).
+  its detail in the JSON API (``api_url``). ``variables.segment`` and ``variables.totalSegments`` partition the
+  items as DynamoDB's parallel scan does (product number modulo ``totalSegments`` == ``segment``), each segment its
+  own cursor sequence, so a harvest can follow several cursor chains at once; values out of range answer
+  ``errors``.
 - ``POST /search`` takes ``{query, page, hitsPerPage}`` (JSON or a form) and answers
   ``{hits, page, nbPages, nbHits}`` (pages from 1), ``query`` matching a tag; ``/search-busy/<token>``
   answers its first request with a 429 and ``Retry-After: 1``, then as ``/search``.
@@ -44,6 +47,19 @@ def position_of(cursor: Any) -> int:
         return 0
 
 
+def segment_of(variables: dict[str, Any]) -> tuple[int, int] | str:
+    """``(segment, totalSegments)`` of a query's variables (``(0, 1)``: every item), or why they are invalid."""
+    if variables.get("segment") is None and variables.get("totalSegments") is None:
+        return 0, 1
+    segment, total = variables.get("segment"), variables.get("totalSegments")
+    if not isinstance(segment, int) or not isinstance(total, int) or isinstance(segment, bool) \
+            or isinstance(total, bool):
+        return "segment and totalSegments are both integers"
+    if total < 1 or not 0 <= segment < total:
+        return "segment must be in 0..totalSegments-1 and totalSegments at least 1"
+    return segment, total
+
+
 def api_request_routes(products: Callable[[], int], product_facts: Callable[[int], dict[str, Any]],
                        latency: Callable[..., Awaitable[None]]) -> list[Route]:
     counts: dict[str, int] = defaultdict(int)
@@ -78,8 +94,12 @@ def api_request_routes(products: Callable[[], int], product_facts: Callable[[int
         if body is None or "products" not in str(body.get("query", "")):
             return JSONResponse({"errors": [{"message": "the query must ask for products"}]}, status_code=400)
         variables = body.get("variables") or {}
+        partition = segment_of(variables)
+        if isinstance(partition, str):
+            return JSONResponse({"errors": [{"message": partition}]}, status_code=400)
+        segment, total = partition
         first = max(1, min(MAX_FIRST, int(variables.get("first") or 10)))
-        chosen = matching(variables.get("tag"))
+        chosen = [number for number in matching(variables.get("tag")) if number % total == segment]
         start = position_of(variables["after"]) if variables.get("after") else 0
         window = chosen[start:start + first]
         await latency()

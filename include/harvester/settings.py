@@ -53,6 +53,12 @@ class HarvesterSettings(BaseSettings):
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_max_seconds: float = Field(default=300.0, ge=0)
     publish_batch_size: int = Field(default=16, ge=1, description="Tasks of one source per Celery message.")
+    chain_message_spread: int = Field(
+        default=2, ge=1, description="A source that follows chains (``listing.next``: an API's cursor or page "
+        "numbers) has the tasks of a round spread over up to this many Celery messages, as evenly as they go: a pool "
+        "process follows its message's chains on one core, so one message of them all leaves the other processes "
+        "idle, and one chain a message leaves each process one chain at a time. Set it to the worker processes that "
+        "serve the source's queue.")
     batch_settle_interval_seconds: float = Field(
         default=0.5, ge=0, description="An HTTP batch whose pages are not all done after this settles those that "
         "ended, releases their leases and takes on more tasks of its source while its slow pages run "

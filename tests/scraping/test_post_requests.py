@@ -46,10 +46,10 @@ def json_request(body: dict[str, Any], **fields: Any) -> HttpRequest:
     return HttpRequest.model_validate({"json": body, **fields})
 
 
-def test_a_graphql_source_reads_every_item_with_one_post_per_page(demo_site) -> None:
-    source = api_source(demo_site.url)
-    seed = source.input.requests[0]
-    url, request, depth, skus, keys = seed.url, seed.request, 0, [], []
+def follow_chain(source: SourceConfig, url: str, request: HttpRequest | None) -> tuple[list[str], list[str]]:
+    """One cursor chain followed to its end as a worker does (fetch, read, the next request): its skus and the keys
+    of its pages."""
+    depth, skus, keys = 0, [], []
     while True:
         result = fetch(url, source, request)
         assert result.ok, result.reason
@@ -57,13 +57,46 @@ def test_a_graphql_source_reads_every_item_with_one_post_per_page(demo_site) -> 
         skus += [record["sku"] for record in page.records]
         keys.append(page.url)
         if not page.discovery.listings:
-            break
+            return skus, keys
         (key,) = page.discovery.listings
         url, request = page.discovery.listing_request(key)
         assert request is not None and key == request_key(url, request) and request.value_at("variables.after")
         depth += 1
+
+
+def test_a_graphql_source_reads_every_item_with_one_post_per_page(demo_site) -> None:
+    source = api_source(demo_site.url)
+    seed = source.input.requests[0]
+    skus, keys = follow_chain(source, seed.url, seed.request)
     assert len(skus) == len(set(skus)) == 500 and len(keys) == len(set(keys)) == 10
     assert demo_site.api_requests() == {"POST /graphql": 10}  # one POST a page, and never a GET
+
+
+def segment_request(segment: Any, total: Any) -> HttpRequest:
+    return json_request({"query": QUERY, "variables": {"first": 50, "segment": segment, "totalSegments": total}})
+
+
+def test_the_segments_of_the_graphql_endpoint_give_every_item_exactly_once_each_its_own_cursor_chain(
+        demo_site) -> None:
+    source, url = api_source(demo_site.url), f"{demo_site.url}/graphql"
+    chains = [follow_chain(source, url, segment_request(segment, 3)) for segment in range(3)]
+    every = [sku for skus, _ in chains for sku in skus]
+    assert len(every) == len(set(every)) == 500  # the three partitions together: each item once
+    assert all(int(sku.removeprefix("SKU-")) % 3 == segment for segment, (skus, _) in enumerate(chains)
+               for sku in skus)
+    assert [len(keys) for _, keys in chains] == [4, 4, 4]  # 167, 167 and 166 items: 4 pages each
+    keys = [key for _, chain_keys in chains for key in chain_keys]
+    assert len(keys) == len(set(keys))  # two segments' pages are two requests, never one de-duplicated
+    assert demo_site.api_requests() == {"POST /graphql": 12}
+
+
+@pytest.mark.parametrize(("segment", "total"), [(3, 3), (-1, 2), (0, 0), ("0", 2), (0, None), (None, 2), (True, 2)])
+def test_an_invalid_segment_is_answered_with_graphql_errors(demo_site, segment: Any, total: Any) -> None:
+    import httpx
+
+    body = {"query": QUERY, "variables": {"first": 50, "segment": segment, "totalSegments": total}}
+    response = httpx.post(f"{demo_site.url}/graphql", json=body)
+    assert response.status_code == 400 and "segment" in response.json()["errors"][0]["message"]
 
 
 def test_max_depth_bounds_the_pages_a_cursor_leads_to(demo_site) -> None:

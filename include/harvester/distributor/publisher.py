@@ -7,6 +7,7 @@ most ``publish_batch_size`` tasks of one source, through one pipelined kombu pro
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -44,10 +45,13 @@ class CeleryPublisher:
     """Sends admitted tasks as ``harvester.scrape_batch`` messages without importing worker code."""
 
     def __init__(self, app: Celery, batch_size: int,
-                 time_limit_for: Callable[[str, int], float] | None = None) -> None:
+                 time_limit_for: Callable[[str, int], float] | None = None,
+                 messages_for: Callable[[str, int], int] | None = None) -> None:
         self.app = app
         self.batch_size = batch_size
         self.time_limit_for = time_limit_for  # (source, tasks in the message) -> hard time limit (s)
+        # (source, tasks to publish) -> the fewest messages to spread them over (None: as batch_size makes them)
+        self.messages_for = messages_for
         self._queues: dict[str, Queue] = {}
 
     def queue(self, name: str) -> Queue:
@@ -77,12 +81,23 @@ class CeleryPublisher:
                 raise StorageUnavailableError(f"{error} ({type(error.__cause__).__name__}: {error.__cause__})"
                                               ) from error
             raise
-        return sum(-(-len(tasks) // self.batch_size) for _, tasks in work)
+        return sum(len(self.split(tasks)) for _, tasks in work)
+
+    def split(self, tasks: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        """One source's tasks as messages: at most ``batch_size`` a message, and over at least the messages
+        ``messages_for`` asks (a source that follows chains: see ``chain_message_spread``), sizes as even as they go."""
+        messages = -(-len(tasks) // self.batch_size)
+        asked = self.messages_for(tasks[0]["source"], len(tasks)) if self.messages_for and tasks else 1
+        spread = min(asked, len(tasks))
+        if spread <= messages:
+            return [tasks[start:start + self.batch_size] for start in range(0, len(tasks), self.batch_size)]
+        size, extra = divmod(len(tasks), spread)
+        bounds = [index * size + min(index, extra) for index in range(spread + 1)]
+        return [tasks[start:end] for start, end in itertools.pairwise(bounds)]
 
     def _send(self, producer: Any, work: list[tuple[str, list[dict[str, Any]]]]) -> None:
         for queue, tasks in work:
-            for start in range(0, len(tasks), self.batch_size):
-                batch = tasks[start:start + self.batch_size]
+            for batch in self.split(tasks):
                 limits: dict[str, float] = {}
                 if self.time_limit_for is not None:
                     hard = self.time_limit_for(batch[0]["source"], len(batch))

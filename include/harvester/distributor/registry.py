@@ -30,7 +30,8 @@ __all__ = ["RegisteredSource", "RegisteredSources", "SourceRegistry", "registrat
 DOCUMENT_FIELD = "document"  # the whole validated config, JSON
 VERSION_FIELD = "version"  # its content hash: workers' caches compare it
 _READ_FIELDS = ("queue", "priority", "max_active", "per_minute", "per_host_max_active", "retries", "timeout",
-                "render", "country", VERSION_FIELD)  # what the distributor and the metrics read (not the document)
+                "render", "country", "follows_chains",
+                VERSION_FIELD)  # what the distributor and the metrics read (not the document)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class RegisteredSource:
     render: str = "http"
     country: str = ""  # browser sources: whose page slots serve them
     version: str = ""
+    follows_chains: bool = False  # listing.next over HTTP: its batches follow chains (harvester.workers.chains)
 
     @property
     def high_priority(self) -> bool:
@@ -74,6 +76,8 @@ def registration_fields(source: SourceConfig) -> dict[str, str | int | float]:
         "per_host_per_minute": source.rate_limit.per_host_per_minute or 0,  # admission spaces a host's tasks
         "retries": source.retries,
         "timeout": source.timeout,
+        "follows_chains": int(source.render == "http" and source.listing is not None
+                              and source.listing.next is not None),
         DOCUMENT_FIELD: document,
         VERSION_FIELD: hashlib.sha256(document.encode()).hexdigest()[:16],
     }
@@ -126,7 +130,7 @@ class SourceRegistry:
             per_host_max_active=int(fields.get("per_host_max_active", "0")),
             retries=int(fields.get("retries", "3")), timeout=float(fields.get("timeout", "30")),
             render=fields.get("render", "http"), country=fields.get("country", ""),
-            version=fields.get(VERSION_FIELD, ""),
+            version=fields.get(VERSION_FIELD, ""), follows_chains=fields.get("follows_chains") == "1",
         )
 
 

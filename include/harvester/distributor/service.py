@@ -112,7 +112,7 @@ class Distributor:
         self.blocking = blocking_client or blocking_twin(redis_client, MAX_WAIT_SECONDS)
         self.store = RateLimitStore(redis_client, self.settings)
         self.publisher = CeleryPublisher(app or celery_app_for(self.settings), self.settings.publish_batch_size,
-                                         self.batch_time_limit)
+                                         self.batch_time_limit, self.messages_for)
         self.on_dead_letters = on_dead_letters
         self.browser_handoff = browser_handoff  # None: browser sources wait for a distributor that has one
         self.registry = SourceRegistry(redis_client)
@@ -348,6 +348,12 @@ class Distributor:
                 handoff.hand_over(pipeline, country, group)
 
         self.store.scripts.run_pipeline(build)
+
+    def messages_for(self, source: str, tasks: int) -> int:
+        """The fewest Celery messages ``tasks`` of ``source`` go in: ``chain_message_spread`` for a source that
+        follows chains (its batches follow them on one core each), else one (``publish_batch_size`` decides)."""
+        registered = self.known.sources.get(source)
+        return self.settings.chain_message_spread if registered is not None and registered.follows_chains else 1
 
     def batch_time_limit(self, source: str, tasks: int) -> float:
         """Celery's hard time limit of one message: every fetch ends by the source's timeout, storing gets

@@ -73,10 +73,6 @@ __all__ = ["DEFAULT_RETRY_AFTER_SECONDS", "BatchReport", "BatchRunner", "LeaseHe
            "discovered_task_id", "new_event_loop"]
 
 log = logging.getLogger(__name__)
-# A batch follows a chain (an API's next request built from its response) itself for at most this many leases of
-# time from its start, then hands the next request to intake: the batch stays far inside Celery's time limit
-# (two leases and more, harvester.distributor.service.Distributor.batch_time_limit) and other sources get a turn.
-CHAIN_BUDGET_LEASES = 0.5
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
