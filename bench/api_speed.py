@@ -78,15 +78,23 @@ def first_request_tasks(source_path: Path) -> list[Any]:
             for seed in source.input.requests]
 
 
+def records_and_fresh_copy(client: pymongo.MongoClient, database: str, collection: str, suffix: str,
+                           key: str) -> tuple[list[dict[str, Any]], Any]:
+    """A harvest's records as stored (without ``_id``) and an empty collection ``{collection}_{suffix}`` of the
+    same server with a unique index on ``key``: what a raw-store figure upserts them into again."""
+    records = [{name: value for name, value in document.items() if name != "_id"}
+               for document in client[database][collection].find({})]
+    target = client[database][f"{collection}_{suffix}"]
+    target.drop()
+    target.create_index(key, unique=True)
+    return records, target
+
+
 def raw_upserts_per_s(uri: str, database: str, collection: str) -> float:
     """The records of ``collection`` read back and upserted again, raw, into a fresh collection of the same server
     with a unique index on ``sku``: one unordered ``bulk_write`` a page of 50, one after another."""
     client = pymongo.MongoClient(uri)
-    records = [{key: value for key, value in document.items() if key != "_id"}
-               for document in client[database][collection].find({})]
-    target = client[database][f"{collection}_raw"]
-    target.drop()
-    target.create_index("sku", unique=True)
+    records, target = records_and_fresh_copy(client, database, collection, "raw", "sku")
     started = time.perf_counter()
     for start in range(0, len(records), PAGE_SIZE):
         target.bulk_write([pymongo.ReplaceOne({"sku": record["sku"]}, record, upsert=True)

@@ -58,7 +58,7 @@ from typing import Any
 import pymongo
 import redis
 import yaml
-from api_speed import api_part  # bench/api_speed.py, beside this file
+from api_speed import api_part, records_and_fresh_copy  # bench/api_speed.py, beside this file
 from pool_overhead import pool_overhead  # bench/pool_overhead.py, beside this file
 from rig import (
     BIN,
@@ -289,11 +289,7 @@ def storage_ceiling(uri: str, database: str, collection: str) -> dict[str, float
     from pymongo import ReplaceOne
 
     client = pymongo.MongoClient(uri)
-    records = [{key: value for key, value in document.items() if key != "_id"}
-               for document in client[database][collection].find({})]
-    target = client[database][f"{collection}_ceiling"]
-    target.drop()
-    target.create_index("url", unique=True)
+    records, target = records_and_fresh_copy(client, database, collection, "ceiling", "url")
     started = time.perf_counter()
     target.bulk_write([ReplaceOne({"url": record["url"]}, record, upsert=True) for record in records], ordered=False)
     seconds = time.perf_counter() - started

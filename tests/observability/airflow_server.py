@@ -20,7 +20,7 @@ from harvester.services.ports import LOOPBACK, free_port
 from harvester.settings import REPOSITORY_ROOT
 
 from tests.fixtures.airflow_db import with_migrated_database
-from tests.fixtures.servers import VENV_BIN, ServerProcess
+from tests.fixtures.servers import VENV_BIN, MongoServer, ServerProcess
 
 USERS = {"operator": ("user", "operator-password"), "watcher": ("viewer", "watcher-password")}
 
@@ -77,13 +77,21 @@ def airflow_environment(home: Path, port: int, **extra: str) -> dict[str, str]:
     }
 
 
-def shared_harvester_environment(redis_url: str, mongo_uri: str, sources_dir: Path) -> dict[str, str]:
+@contextmanager
+def shared_harvester_environment(redis_url: str, mongo_server: MongoServer,
+                                 sources_dir: Path) -> Iterator[dict[str, str]]:
     """HARVESTER_* settings for an api-server that several tests of a file share (a module-scoped fixture): the
-    test servers, a sources directory and a MongoDB database of the file's own. Each test exports the same values
-    in its own process (monkeypatch) and empties Redis and the database before seeding its state."""
-    return {"HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": mongo_uri,
-            "HARVESTER_MONGO_DATABASE": f"test_shared_{uuid.uuid4().hex[:12]}",
-            "HARVESTER_SOURCES_DIR": str(sources_dir)}
+    test servers, a sources directory and a MongoDB database of the file's own, dropped on leaving. Each test
+    exports the same values in its own process (monkeypatch) and empties Redis and the database before seeding
+    its state."""
+    environment = {"HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": mongo_server.uri,
+                   "HARVESTER_MONGO_DATABASE": f"test_shared_{uuid.uuid4().hex[:12]}",
+                   "HARVESTER_SOURCES_DIR": str(sources_dir)}
+    try:
+        yield environment
+    finally:
+        with mongo_server.client() as client:
+            client.drop_database(environment["HARVESTER_MONGO_DATABASE"])
 
 
 def start_api_server(home: Path, migrated_database: Path, **extra: str) -> AirflowServer:

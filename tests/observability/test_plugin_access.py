@@ -43,10 +43,8 @@ def plugin_environment(redis_server: RedisServer, mongo_server: MongoServer,
     for name in (MINE, OTHER):
         document = demo_source_document("http://127.0.0.1:9", name)
         (sources / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
-    environment = shared_harvester_environment(redis_server.url, mongo_server.uri, sources)
-    yield environment
-    with mongo_server.client() as client:
-        client.drop_database(environment["HARVESTER_MONGO_DATABASE"])
+    with shared_harvester_environment(redis_server.url, mongo_server, sources) as environment:
+        yield environment
 
 
 @pytest.fixture(scope="module")

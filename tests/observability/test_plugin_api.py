@@ -41,10 +41,8 @@ def plugin_environment(redis_server: RedisServer, mongo_server: MongoServer,
     sources = tmp_path_factory.mktemp("plugin-api-sources")
     document = demo_source_document("http://127.0.0.1:9", SOURCE, rate_limit={"max_active": 5, "per_minute": 50})
     (sources / f"{SOURCE}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
-    environment = shared_harvester_environment(redis_server.url, mongo_server.uri, sources)
-    yield environment
-    with mongo_server.client() as client:
-        client.drop_database(environment["HARVESTER_MONGO_DATABASE"])
+    with shared_harvester_environment(redis_server.url, mongo_server, sources) as environment:
+        yield environment
 
 
 @pytest.fixture(scope="module")
