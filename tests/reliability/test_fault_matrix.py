@@ -26,7 +26,7 @@ from harvester.redis_keys import SourceKeys
 from harvester.settings import REPOSITORY_ROOT
 
 from tests.fixtures.servers import VENV_BIN, MongoServer, RedisServer, ServerProcess
-from tests.reliability.harness import Harvest, assert_site_within_limits
+from tests.reliability.harness import Harvest, assert_site_within_limits, stop_together
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -340,10 +340,8 @@ def test_row_10_eight_distributors_and_four_workers_on_one_source_for_thirteen_w
     # shorter because the window is.
     harvest = harvest_factory("row10", count=330, delay=0.3, package_size=30,
                               rate_limit={"max_active": 6, "per_minute": 25}, overrides={"rate_window_seconds": 2})
-    for _ in range(8):
-        start_distributor()
-    for _ in range(4):
-        celery_worker_factory(queues="default", concurrency=2)
+    servers = [start_distributor() for _ in range(8)]
+    servers += [celery_worker_factory(queues="default", concurrency=2) for _ in range(4)]
     started = time.monotonic()
     harvest.start()
     harvest.wait_finished(timeout=240)
@@ -351,6 +349,7 @@ def test_row_10_eight_distributors_and_four_workers_on_one_source_for_thirteen_w
     assert time.monotonic() - started >= paced_windows * harvest.settings.rate_window_seconds, "not paced"
     seen = harvest.assert_every_row_holds()
     assert seen["max_concurrent"] >= 2
+    stop_together(servers)  # twelve processes: at once, not one after another as the fixtures would
 
 
 
