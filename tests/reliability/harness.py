@@ -11,12 +11,8 @@ every row asserts.
 from __future__ import annotations
 
 import bisect
-import contextlib
-import os
-import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +26,6 @@ from harvester.settings import HarvesterSettings
 from harvester.storage.packages import PackageStatus, PackageStore, PackageTask, planned_task_id
 
 from tests.fixtures.demo_site import DemoSiteServer, demo_source_document
-from tests.fixtures.servers import ServerProcess
 
 # Short settings so a whole matrix row takes seconds, not minutes (leases, windows, reaping).
 FAST_RELIABILITY_SETTINGS: dict[str, object] = {
@@ -47,25 +42,6 @@ FAST_RELIABILITY_SETTINGS: dict[str, object] = {
     "celery_visibility_timeout_seconds": 20,  # kombu hands unacknowledged messages out again after this
     "body_size_cap_bytes": 512 * 1024,
 }
-
-
-def stop_together(servers: Iterable[ServerProcess], timeout: float = 20.0) -> None:
-    """SIGTERM every server at once, then wait for each (what is still up after ``timeout`` is stopped the fixtures'
-    way). The fixtures stop their servers one after another, and a Celery worker's warm shutdown takes seconds on a
-    loaded machine: row 10's twelve processes cost 16-17 s of teardown that way."""
-    signalled = []
-    for server in servers:
-        if server.process is not None and server.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.process.pid, signal.SIGTERM)
-            signalled.append(server)
-    deadline = time.monotonic() + timeout
-    for server in signalled:
-        assert server.process is not None
-        try:
-            server.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            server.stop()
 
 
 @dataclass(frozen=True)

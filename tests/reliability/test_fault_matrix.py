@@ -25,8 +25,8 @@ from harvester.distributor import DeadLetters
 from harvester.redis_keys import SourceKeys
 from harvester.settings import REPOSITORY_ROOT
 
-from tests.fixtures.servers import VENV_BIN, MongoServer, RedisServer, ServerProcess
-from tests.reliability.harness import Harvest, assert_site_within_limits, stop_together
+from tests.fixtures.servers import VENV_BIN, MongoServer, RedisServer, ServerProcess, stop_together
+from tests.reliability.harness import Harvest, assert_site_within_limits
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
