@@ -255,28 +255,29 @@ class SourceFamilies:
 
     def add(self, source: SourceSnapshot, detailed: bool = True) -> None:
         """``detailed`` False (``metrics_detailed_sources``): no histograms, limits, saturations or rate window of
-        its own, and no browser series for an http source."""
-        self._add_work(source, histograms=detailed)
+        its own, no browser series for an http source, and the :data:`ONCE_MOVED_COUNTERS` only once non-zero."""
+        self._add_work(source, compact=not detailed)
         self._add_queue(source, limits=detailed)
         if detailed or is_browser_source(source):
-            self._add_browser(source)
+            self._add_browser(source, compact=not detailed)
         self._add_features(source)
         self._add_hosts(source)
         self._add_extraction(source)
 
-    def _add_work(self, source: SourceSnapshot, histograms: bool = True) -> None:
-        """Requests, records and the distributor's task totals."""
+    def _add_work(self, source: SourceSnapshot, compact: bool = False) -> None:
+        """Requests, records and the distributor's task totals (``compact``: no histograms, and the
+        :data:`ONCE_MOVED_COUNTERS` left out while 0)."""
         name = source.name
         for (outcome, status), amount in sorted(source.requests.items()):
             self.requests.add_metric([name, outcome, status], amount)
         for kind, family in self.records.items():
-            family.add_metric([name], source.outcome(f"records_{kind}"))
+            add_counter(family, name, source.outcome(f"records_{kind}"), compact)
         for field, family in self.tasks.items():
-            family.add_metric([name], source.counters.get(field, 0))
+            add_counter(family, name, source.counters.get(field, 0), compact)
         for tier, traffic in sorted(proxy_tier_traffic(source.proxy_tiers_traffic).items()):
             for kind, amount in traffic.items():
                 self.tiers[kind].add_metric([name, tier], amount)
-        for key, family in self.histograms.items() if histograms else ():
+        for key, family in self.histograms.items() if not compact else ():
             histogram = source.histograms[key]
             family.add_metric([name], histogram.buckets, histogram.sum)
 
@@ -286,11 +287,11 @@ class SourceFamilies:
             if limits or metric not in DETAILED_GAUGES:
                 self.gauges[metric].add_metric([source.name], value(source))
 
-    def _add_browser(self, source: SourceSnapshot) -> None:
+    def _add_browser(self, source: SourceSnapshot, compact: bool = False) -> None:
         for resource_type, amount in sorted(source.outcomes_with_prefix("browser_blocked:").items()):
             self.blocked.add_metric([source.name, resource_type], amount)
         for metric, (_, outcome) in BROWSER_COUNTERS.items():
-            self.browser[metric].add_metric([source.name], source.outcome(outcome))
+            add_counter(self.browser[metric], source.name, source.outcome(outcome), compact)
 
     def _add_features(self, source: SourceSnapshot) -> None:
         used = {feature for _, outcome, feature in FEATURE_COUNTERS.values() if source.outcome(outcome)}
@@ -353,6 +354,24 @@ class SourceFamilies:
 DETAILED_GAUGES = frozenset({"max_active", "per_minute", "admitted_last_minute", "active_saturation",
                              "rate_saturation"})
 OTHER_SOURCES = "_other"
+# What a source outside the detailed ones exports only once it is non-zero: counters of events a healthy source
+# rarely has (failures, retries, reaps, re-harvest changes, 304s, browser re-launches). Redis holds each as a running
+# total that never goes back to 0, so a series, once there, stays, and never flaps. The cost: rate() and
+# increase() take a series' first sample as their start, so the counts made before the first scrape that shows
+# it (the first failures of a source that never had any) are not in them; the series after that are exact.
+# harvester_dead_letters_total is not among them: HarvestDeadLettersGrowing counts it with increase(), so every
+# source always has it; nor are the counters every working source moves (requests, stored, new, admitted, done,
+# pushed), which would come back at once; nor the gauges, which would appear and vanish as a run starts and ends.
+ONCE_MOVED_COUNTERS = frozenset({"harvester_records_changed", "harvester_records_not_modified",
+                                 "harvester_tasks_failed", "harvester_retries", "harvester_reaps",
+                                 "harvester_browser_restarts"})
+
+
+def add_counter(family: CounterMetricFamily, source: str, amount: float, compact: bool) -> None:
+    """One source's series of a per-source counter; a ``compact`` source's :data:`ONCE_MOVED_COUNTERS` only once
+    non-zero."""
+    if amount or not (compact and family.name in ONCE_MOVED_COUNTERS):
+        family.add_metric([source], amount)
 
 
 def is_browser_source(source: SourceSnapshot) -> bool:
