@@ -12,7 +12,7 @@ a redelivered message whose tasks are no longer held is dropped and counted (``s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,10 +118,12 @@ class ChainStep:
 @dataclass(frozen=True)
 class FetchTokens:
     """per_minute tokens taken in one call: ``granted`` requests may start now; when that is fewer than
-    asked, ``wait_seconds`` says when the window has room for the next one (0.0 when all were granted)."""
+    asked, ``wait_seconds`` says when the window has room for the next one (0.0 when all were granted).
+    ``lost``: the tasks asked for whose lease this worker no longer holds (their requests got no token)."""
 
     granted: int
     wait_seconds: float
+    lost: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -375,15 +377,21 @@ class RateLimitStore:
         return self.acquire_fetches(source, 1, now).wait_seconds
 
     @redis_storage_errors()
-    def acquire_fetches(self, source: str, count: int, now: float | None = None) -> FetchTokens:
+    def acquire_fetches(self, source: str, count: int, now: float | None = None,
+                        leases: Sequence[tuple[str, str]] = ()) -> FetchTokens:
         """Take up to ``count`` per_minute tokens at once, for requests about to start together (one round
-        trip for a batch's pages instead of one each): as many as the rolling window has room for."""
+        trip for a batch's pages instead of one each): as many as the rolling window has room for.
+
+        ``leases``: (task id, token) of each request's task. In the same atomic call a task no longer held, or
+        whose lease expired, gets no token (it is in :attr:`FetchTokens.lost`): the reaper hands such a task
+        to another worker, so this one must not start its request beside the new holder's."""
         if count < 1:
             raise ValueError(f"count must be at least 1, got {count}")
         window = self.settings.rate_window_seconds + self.settings.rate_window_margin_seconds
         reply = self.scripts.call("acquire_fetch", source, window_seconds=window, count=count,
-                                  now=_now_argument(now))
-        return FetchTokens(reply.granted, reply.wait_seconds)
+                                  now=_now_argument(now),
+                                  leases=[part for task_id, token in leases for part in (task_id, str(token))])
+        return FetchTokens(reply.granted, reply.wait_seconds, frozenset(reply.lost))
 
     @redis_storage_errors()
     def live_task_ids(self, source: str, run_id: str) -> set[str]:
