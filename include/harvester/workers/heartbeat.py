@@ -51,18 +51,13 @@ class LeaseHeartbeat:
             self.held |= set(leases)
 
     def drop(self, task_ids: Iterable[str]) -> None:
-        """Stop vouching for tasks the batch settled (released, retried or dead-lettered): their leases are no
-        longer this batch's, and a beat for them would only be counted stale."""
+        """Stop vouching for tasks the batch settled (released, retried or dead-lettered), or whose lease the
+        fetch permit found gone: their leases are no longer this batch's, a beat for them would only be
+        counted stale (or revive an expired lease the batch gave up; a beat under way cannot add them back)."""
         with self._lock:
             for task_id in task_ids:
                 self.leases.pop(task_id, None)
                 self.held.discard(task_id)
-
-    def lose(self, task_ids: Iterable[str]) -> None:
-        """These leases are gone (the fetch permit's token call found them reaped or expired): no more beats
-        for them (a beat must not revive an expired lease the batch has stopped fetching)."""
-        with self._lock:
-            self.held -= set(task_ids)
 
     def _beat(self) -> None:
         """Beat until stopped, or until ``max_seconds``: a batch stuck past every timeout stops being
@@ -145,7 +140,7 @@ class RateTokenPermit:
             return
         log.warning("%s: %d leases of this batch were lost before their requests started; not fetched here",
                     self.source, len(task_ids))
-        self.heartbeat.lose(task_ids)
+        self.heartbeat.drop(task_ids)
 
     def _drop_not_held(self) -> bool:
         """Answer False to the requests whose task is no longer held, forget cancelled ones; True if any wait."""
