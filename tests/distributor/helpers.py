@@ -81,3 +81,18 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 15) -> int:
             os.killpg(process.pid, 9)
             process.wait(timeout)
     return int(process.returncode)
+
+
+def hold_started_leases(client: redis.Redis, source: str, task_ids: list[str], token: str = "1",
+                        seconds: float = 600.0) -> dict[str, str]:
+    """Leases of ``task_ids`` started under ``token`` (as start.lua leaves them), for ``seconds`` by the server's
+    clock: what a permit's tasks must hold for acquire_fetch.lua to grant their requests tokens. Returns the
+    leases (task id -> token) for a LeaseHeartbeat."""
+    from harvester.redis_keys import SourceKeys
+
+    keys = SourceKeys(source)
+    seconds_now, microseconds = client.time()
+    deadline = seconds_now + microseconds / 1e6 + seconds
+    client.hset(keys.leases, mapping={task_id: f"s|{token}" for task_id in task_ids})
+    client.zadd(keys.active, dict.fromkeys(task_ids, deadline))
+    return dict.fromkeys(task_ids, token)

@@ -14,6 +14,7 @@ from harvester.settings import HarvesterSettings
 from harvester.workers.heartbeat import GATE_OUTAGE_SECONDS, LeaseHeartbeat, RateTokenPermit
 
 from tests.distributor.conftest import make_source
+from tests.distributor.helpers import hold_started_leases
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,7 @@ def configure(client: redis.Redis, settings: HarvesterSettings, per_minute: int)
 def permit_for(store: RateLimitStore, held: set[str] | None = None) -> RateTokenPermit:
     """A permit over PAGES tasks; the heartbeat is never started, so ``held`` stays what the test sets."""
     task_ids = [f"task-{index}" for index in range(PAGES)]
-    heartbeat = LeaseHeartbeat(store, "shop", dict.fromkeys(task_ids, "1"), interval=60)
+    heartbeat = LeaseHeartbeat(store, "shop", hold_started_leases(store.redis, "shop", task_ids), interval=60)
     if held is not None:
         heartbeat.held = held
     return RateTokenPermit(store, "shop", task_ids, heartbeat)

@@ -12,6 +12,8 @@ from harvester.redis_keys import SourceKeys
 from harvester.scraping.fetching.fetcher import Fetcher
 from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
 
+from tests.distributor.helpers import hold_started_leases
+
 pytestmark = pytest.mark.integration
 
 PAGES = 8
@@ -27,7 +29,8 @@ def test_a_batch_fetched_by_the_fetcher_takes_its_tokens_in_one_call(write_sourc
     task_ids = [f"task-{index}" for index in range(PAGES)]
 
     def permit() -> RateTokenPermit:
-        heartbeat = LeaseHeartbeat(store, source.name, dict.fromkeys(task_ids, "1"), interval=60)
+        heartbeat = LeaseHeartbeat(store, source.name, hold_started_leases(redis_client, source.name, task_ids),
+                                   interval=60)
         return RateTokenPermit(store, source.name, task_ids, heartbeat)
 
     async def two_batches() -> tuple[RateTokenPermit, RateTokenPermit, list[str]]:
@@ -57,7 +60,8 @@ def one_redirecting_task(write_source, worker_settings, demo_site, redis_client,
     url = f"{demo_site.url}/redirect/3"
     Intake(redis_client, worker_settings).push(source, [TaskMessage(source=source.name, url=url)])  # registers it
     store = RateLimitStore(redis_client, worker_settings)
-    heartbeat = LeaseHeartbeat(store, source.name, {"task-0": "1"}, interval=60)
+    heartbeat = LeaseHeartbeat(store, source.name, hold_started_leases(redis_client, source.name, ["task-0"]),
+                               interval=60)
     return source, url, heartbeat, RateTokenPermit(store, source.name, ["task-0"], heartbeat)
 
 
@@ -102,3 +106,40 @@ def test_a_task_lost_between_redirect_hops_sends_no_further_request(write_source
     assert asyncio.run(fetch()) == "skipped"
     assert demo_site.stats()["clients"][client]["total"] == 1
     assert int(redis_client.hget(SourceKeys(source.name).counters, "fetch_starts")) == 1
+
+
+@pytest.mark.parametrize("lease", ["reaped", "expired"])
+def test_a_task_whose_lease_is_gone_before_its_request_is_not_fetched(write_source, worker_settings, demo_site,
+                                                                      redis_client, lease) -> None:
+    """The fault matrix's row 5 b with a Redis outage of three leases: the batch's heartbeats could not
+    answer, its leases expired and the reaper handed the tasks on; the old holder's first token call came
+    before any heartbeat told it, so it fetched beside the new holder (the site saw 8 in flight for
+    max_active 4). The token call itself looks at the lease: a task reaped, or whose lease expired (the
+    reaper may hand it on at any moment), gets no token, is not fetched and is no longer vouched for."""
+    client = f"lease_{lease}"
+    source = write_source(robots="ignore", rate_limit={"max_active": 100, "per_minute": 1000},
+                          headers={"X-Demo-Client": client})
+    url = f"{demo_site.url}/product/1"
+    Intake(redis_client, worker_settings).push(source, [TaskMessage(source=source.name, url=url)])
+    store = RateLimitStore(redis_client, worker_settings)
+    task = store.admit(source.name, 1).task_messages()[0]
+    leases = {task.task_id: str(task.lease_token)}
+    server_now = float(redis_client.time()[0])
+    if lease == "reaped":  # started now; then the reaper, its clock past the lease, hands the task back
+        assert store.start(source.name, leases).held == [task.task_id]
+        assert store.reap([source.name], now=server_now + 10 * worker_settings.lease_seconds).reaped == 1
+    else:  # started a while ago, no heartbeat answered since: expired, not reaped yet
+        started = server_now - 10 * worker_settings.lease_seconds
+        assert store.start(source.name, leases, now=started).held == [task.task_id]
+    heartbeat = LeaseHeartbeat(store, source.name, leases, interval=60)  # no beat came since (Redis was away)
+    permit = RateTokenPermit(store, source.name, [task.task_id], heartbeat)
+
+    async def fetch() -> list[str]:
+        async with Fetcher.from_settings(worker_settings) as fetcher:
+            return [result.outcome for result in (await fetcher.fetch_all([url], source, permit)).results]
+
+    assert asyncio.run(fetch()) == ["skipped"]
+    assert demo_site.stats()["clients"].get(client, {}).get("total", 0) == 0
+    assert int(redis_client.hget(SourceKeys(source.name).counters, "fetch_starts") or 0) == 0
+    assert heartbeat.held == set()  # a later beat must not revive the expired lease the batch gave up
+    assert permit.token_calls == 1

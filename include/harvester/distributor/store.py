@@ -12,7 +12,7 @@ a redelivered message whose tasks are no longer held is dropped and counted (``s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,7 @@ LIVE_SCAN_PAGE = 1000  # entries read per command inside live_tasks.lua
 KILLS_ALLOWED = 2  # a batch that kills its worker this many times is dead-lettered with that reason
 
 Leases = Mapping[str, str]  # task id -> fencing token
-
+Pairs = Sequence[tuple[str, str]]  # (task id, fencing token) per request, in order
 
 def _lease_arguments(leases: Leases) -> list[str]:
     """(task id, token) pairs flattened into ARGV."""
@@ -117,11 +117,12 @@ class ChainStep:
 
 @dataclass(frozen=True)
 class FetchTokens:
-    """per_minute tokens taken in one call: ``granted`` requests may start now; when that is fewer than
-    asked, ``wait_seconds`` says when the window has room for the next one (0.0 when all were granted)."""
+    """per_minute tokens taken in one call: ``granted`` requests may start now, none of ``lost`` (lease gone); when
+    fewer than asked, ``wait_seconds`` says when the window has room for the next one (0.0 when all were granted)."""
 
     granted: int
     wait_seconds: float
+    lost: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -375,15 +376,16 @@ class RateLimitStore:
         return self.acquire_fetches(source, 1, now).wait_seconds
 
     @redis_storage_errors()
-    def acquire_fetches(self, source: str, count: int, now: float | None = None) -> FetchTokens:
-        """Take up to ``count`` per_minute tokens at once, for requests about to start together (one round
-        trip for a batch's pages instead of one each): as many as the rolling window has room for."""
+    def acquire_fetches(self, source: str, count: int, now: float | None = None, leases: Pairs = ()) -> FetchTokens:
+        """Up to ``count`` per_minute tokens at once for requests about to start together (one round trip for a
+        batch's pages), as many as the window has room for; none for a task (``leases``) no longer held or
+        expired (``lost``): the reaper hands it on, its request must not start beside the new holder's."""
         if count < 1:
             raise ValueError(f"count must be at least 1, got {count}")
         window = self.settings.rate_window_seconds + self.settings.rate_window_margin_seconds
-        reply = self.scripts.call("acquire_fetch", source, window_seconds=window, count=count,
-                                  now=_now_argument(now))
-        return FetchTokens(reply.granted, reply.wait_seconds)
+        reply = self.scripts.call("acquire_fetch", source, window_seconds=window, count=count, now=_now_argument(now),
+                                  leases=[str(part) for pair in leases for part in pair])
+        return FetchTokens(reply.granted, reply.wait_seconds, frozenset(reply.lost))
 
     @redis_storage_errors()
     def live_task_ids(self, source: str, run_id: str) -> set[str]:

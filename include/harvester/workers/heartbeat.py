@@ -51,8 +51,9 @@ class LeaseHeartbeat:
             self.held |= set(leases)
 
     def drop(self, task_ids: Iterable[str]) -> None:
-        """Stop vouching for tasks the batch settled (released, retried or dead-lettered): their leases are no
-        longer this batch's, and a beat for them would only be counted stale."""
+        """Stop vouching for tasks the batch settled (released, retried or dead-lettered), or whose lease the
+        fetch permit found gone: their leases are no longer this batch's, a beat for them would only be
+        counted stale (or revive an expired lease the batch gave up; a beat under way cannot add them back)."""
         with self._lock:
             for task_id in task_ids:
                 self.leases.pop(task_id, None)
@@ -131,6 +132,16 @@ class RateTokenPermit:
                     answer.set_exception(error)
             self._waiting.clear()
 
+    def _lost(self, task_ids: frozenset[str]) -> None:
+        """The token call found these leases gone (reaped, or expired while Redis did not answer): the batch
+        stops vouching for them and their requests get False (``skipped``, counted ``lease_lost``, never
+        settled here: the new holder fetches and settles them)."""
+        if not task_ids:
+            return
+        log.warning("%s: %d leases of this batch were lost before their requests started; not fetched here",
+                    self.source, len(task_ids))
+        self.heartbeat.drop(task_ids)
+
     def _drop_not_held(self) -> bool:
         """Answer False to the requests whose task is no longer held, forget cancelled ones; True if any wait."""
         still_waiting = []
@@ -148,15 +159,21 @@ class RateTokenPermit:
         """One call for every waiting request: the granted tokens go out in order, the rest sleep together."""
         try:
             self.token_calls += 1
-            tokens = await asyncio.to_thread(self.store.acquire_fetches, self.source, len(self._waiting))
+            asked = list(self._waiting)
+            leases = [(task_id, self.heartbeat.leases.get(task_id, "")) for task_id, _ in asked]
+            tokens = await asyncio.to_thread(self.store.acquire_fetches, self.source, len(asked), None, leases)
             granted, wait = tokens.granted, tokens.wait_seconds
         except StorageError as error:  # Redis away: no token, no request; look again shortly
             log.warning("rate tokens of %s unavailable: %s", self.source, error)
             granted, wait = 0, GATE_OUTAGE_SECONDS
-        # requests that joined during the call queue behind; one cancelled meanwhile passes its token on
-        while granted and self._waiting:
-            _, answer = self._waiting.pop(0)
-            if not answer.done():
+        else:
+            self._lost(tokens.lost)
+        # the granted tokens go to the asked requests still held, in order; requests that joined during the
+        # call queue behind (they were not asked for); one cancelled meanwhile passes its token on
+        for task_id, answer in asked:
+            if not granted:
+                break
+            if not answer.done() and task_id in self.heartbeat.held:
                 answer.set_result(True)
                 granted -= 1
         if wait <= 0 or not self._drop_not_held():
