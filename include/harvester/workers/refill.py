@@ -15,9 +15,10 @@ fills the room they left, wave after wave:
 
 It keeps at most as many young pages in flight as a published batch holds (``publish_batch_size``, or the batch's
 own size when larger), and its slow pages beside them (at most as many again): a message whose tasks other
-batches took over while it waited is as wide as a full one. It takes on work for :data:`REFILL_BUDGET_LEASES` leases from its start, then lets its last pages
-end and settles them. A batch whose pages all end within the interval ends as before, in one settle. The
-:class:`LeaseHeartbeat` and the :class:`RateTokenPermit` cover the tasks taken on and drop those settled. A worker
+batches took over while it waited is as wide as a full one. It takes on work for :data:`REFILL_BUDGET_LEASES`
+leases from its start, then lets its last pages end and settles them. A batch whose pages all end within the
+interval ends as before, in one settle. The :class:`LeaseHeartbeat` and the :class:`RateTokenPermit` cover the tasks
+taken on and drop those settled. A worker
 killed mid-refill loses nothing: the batch's own tasks come back through ``worker_lost``, those it took on when
 their leases expire (the reaper), and a taken-over task's old message meets a token that no longer holds.
 """
