@@ -80,8 +80,8 @@ def test_a_slow_page_holds_only_its_own_place_while_the_batch_settles_and_takes_
 def test_a_batch_whose_message_lost_its_tasks_still_takes_on_a_full_batch_while_its_slow_page_runs(
         worker_settings, write_source, runner, redis_client, mongo_server, demo_site) -> None:
     """A message whose tasks other batches took over starts with one or two: its refill still fills the room of a
-    whole published batch (``publish_batch_size``), not of what was left in its message. Issue 35's broad run
-    held 40 of 64 places in queued messages while each running batch took 1-2 pages a wave."""
+    whole published batch (``publish_batch_size``), not of what was left in its message (else a broad run holds
+    most of its places in queued messages while each running batch takes one or two pages a wave)."""
     source = _details_source(write_source, "refill_narrow")
     crawl = Crawl(runner, redis_client)
     store = RateLimitStore(redis_client, worker_settings)

@@ -112,8 +112,8 @@ class RefillingRound:
         Chains' next requests it holds join the pages in flight, so nothing is left for another round."""
         runner = self.runner
         # A message's tasks may have been taken over by other batches' refills while it waited for a process: it
-        # then starts with one or two. It still has the room of a whole published batch (issue 35: at 1,000 hosts
-        # such narrow batches left 40 of the source's 64 places queued in messages, 20 fetching).
+        # then starts with one or two. It still has the room of a whole published batch, else a broad source's
+        # batches go narrow and most of its max_active places wait, published, in messages no process runs.
         self.width = max(len(messages), runner.settings.publish_batch_size)
         refill_until = time.monotonic() + self.budget_seconds
         deadline = runner.batch_deadline(self.source, len(messages)) + self.budget_seconds
