@@ -122,26 +122,6 @@ def test_a_batch_whose_pages_all_end_together_is_settled_once_and_takes_nothing_
     assert redis_client.llen(SourceKeys(source.name).intake) == 2  # left to the distributor
 
 
-def test_a_batch_whose_pages_all_ended_still_takes_over_published_tasks_waiting_for_a_process(
-        worker_settings, write_source, runner, redis_client, mongo_server, demo_site) -> None:
-    """Tasks admitted and published hold their places while their message waits behind others in the Celery queue;
-    a batch whose own pages all ended quickly (no straggler) takes them over rather than leave them waiting, and
-    still leaves intake to the distributor."""
-    source = _details_source(write_source, "refill_queued")
-    crawl = Crawl(runner, redis_client)
-    store = RateLimitStore(redis_client, worker_settings)
-    crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (1, 2)))
-    batch = store.admit(source.name, 2)
-    crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (3, 4, 5)))
-    queued = store.admit(source.name, 3)
-    store.mark_published(source.name, queued.leases())
-    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/product/6"))
-    report = runner.run(batch.deliveries())
-    assert report["stored"] == 5 and report["outcomes"]["refilled"] == 3
-    assert store.counters(source.name)["taken_over"] == 3
-    assert redis_client.llen(SourceKeys(source.name).intake) == 1  # left to the distributor
-
-
 def test_without_a_settle_interval_the_batch_waits_for_its_slowest_page(
         configure_settings, write_source, redis_client, mongo_server, demo_site) -> None:
     from harvester.workers.batch import BatchRunner

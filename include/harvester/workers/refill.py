@@ -17,9 +17,9 @@ It keeps at most as many young pages in flight as a published batch holds (``pub
 own size when larger), and its slow pages beside them (at most as many again): a message whose tasks other
 batches took over while it waited is as wide as a full one. It takes on work for :data:`REFILL_BUDGET_LEASES`
 leases from its start, then lets its last pages end and settles them. A batch whose pages all end within the
-interval takes over the queued tasks (never intake: the distributor's) and ends, in one settle, when there are
-none. The :class:`LeaseHeartbeat` and the :class:`RateTokenPermit` cover the tasks taken on and drop those settled.
-A worker killed mid-refill loses nothing: the batch's own tasks come back through ``worker_lost``, those it took on when
+interval ends as before, in one settle. The :class:`LeaseHeartbeat` and the :class:`RateTokenPermit` cover the tasks
+taken on and drop those settled. A worker
+killed mid-refill loses nothing: the batch's own tasks come back through ``worker_lost``, those it took on when
 their leases expire (the reaper), and a taken-over task's old message meets a token that no longer holds.
 """
 
@@ -131,11 +131,8 @@ class RefillingRound:
                         chained = self.settle(ended)  # a chain's next requests this batch now holds
                         self.report.tasks += len(chained)
                         self.launch(chained, vouched=False)
-                    if time.monotonic() < refill_until:
-                        if self.in_flight and not everything_ended:
-                            self.refill()
-                        elif everything_ended:  # published tasks still hold places while their message waits
-                            self.refill(queued_only=True)
+                    if self.in_flight and not everything_ended and time.monotonic() < refill_until:
+                        self.refill()
             finally:
                 self.cancel_in_flight()
         return []
@@ -207,10 +204,9 @@ class RefillingRound:
         return chained
 
     # -- refilling ---------------------------------------------------------------------------------
-    def refill(self, queued_only: bool = False) -> None:
-        """Take on as many tasks as the batch has room for: queued ones of its source first, then (unless
-        ``queued_only``: a batch whose pages all ended leaves intake to the distributor) from intake under
-        admission's checks. Redis failing only stops this wave's refill (the pages in flight go on)."""
+    def refill(self) -> None:
+        """Take on as many tasks as the batch has room for: queued ones of its source first, then from intake
+        under admission's checks. Redis failing only stops this wave's refill (the pages in flight go on)."""
         now = time.monotonic()
         young = sum(now - started < self.interval for _, started in self.in_flight.values())
         room = min(self.width - young, self.width * (1 + STRAGGLERS_PER_PAGE) - len(self.in_flight))
@@ -219,7 +215,7 @@ class RefillingRound:
         taken: list[TaskMessage] = []
         try:
             taken = self.runner.store.take_queued(self.name, room)
-            if len(taken) < room and not queued_only:
+            if len(taken) < room:
                 taken += self.admit(room - len(taken))
         except StorageError as error:
             log.warning("%s: taking on more tasks failed: %s", self.name, error)
