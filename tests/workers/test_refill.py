@@ -77,6 +77,39 @@ def test_a_slow_page_holds_only_its_own_place_while_the_batch_settles_and_takes_
     assert late["outcomes"] == {"stale_delivery": 2} and store.counters(source.name)["done"] == 10
 
 
+def test_a_batch_whose_message_lost_its_tasks_still_takes_on_a_full_batch_while_its_slow_page_runs(
+        worker_settings, write_source, runner, redis_client, mongo_server, demo_site) -> None:
+    """A message whose tasks other batches took over starts with one or two: its refill still fills the room of a
+    whole published batch (``publish_batch_size``), not of what was left in its message (else a broad run holds
+    most of its places in queued messages while each running batch takes one or two pages a wave)."""
+    source = _details_source(write_source, "refill_narrow")
+    crawl = Crawl(runner, redis_client)
+    store = RateLimitStore(redis_client, worker_settings)
+    slow = TaskMessage(source=source.name, url=f"{demo_site.url}/slow/7?delay={SLOW_SECONDS:g}")
+    crawl.push(source, slow, TaskMessage(source=source.name, url=f"{demo_site.url}/product/1"))
+    batch = store.admit(source.name, 2)
+    queued_tasks = [TaskMessage(source=source.name, url=f"{demo_site.url}/slow/{n}?delay=2") for n in range(8, 16)]
+    crawl.push(source, *queued_tasks)
+    queued = store.admit(source.name, len(queued_tasks))
+    store.mark_published(source.name, queued.leases())
+    assert worker_settings.publish_batch_size >= len(queued_tasks) + 1
+
+    reports: list[dict[str, Any]] = []
+    worker = threading.Thread(target=lambda: reports.append(runner.run(batch.deliveries())))
+    worker.start()
+    leases = SourceKeys(source.name).leases
+    most_started = 0
+    while worker.is_alive():
+        started = sum(value.decode().startswith("s|") for value in redis_client.hvals(leases))
+        most_started = max(most_started, started)
+        time.sleep(0.05)
+    worker.join()
+    [report] = reports
+    assert report["stored"] == 10 and report["outcomes"]["refilled"] == len(queued_tasks)
+    # the slow page and every queued page in flight together (two a wave, three at most, before)
+    assert most_started == 1 + len(queued_tasks)
+
+
 def test_a_batch_whose_pages_all_end_together_is_settled_once_and_takes_nothing_on(
         worker_settings, write_source, runner, redis_client, mongo_server, demo_site) -> None:
     source = _details_source(write_source, "refill_quick")

@@ -13,10 +13,12 @@ fills the room they left, wave after wave:
   ``per_minute``, ``per_host_max_active``, pauses), started at once (``RateLimitStore.start``). A worker killed
   between the two calls leaves reservations that return to intake uncharged after ``publish_grace_seconds``.
 
-It keeps at most as many young pages in flight as the batch started with, and its slow pages beside them (at most
-as many again). It takes on work for :data:`REFILL_BUDGET_LEASES` leases from its start, then lets its last pages
-end and settles them. A batch whose pages all end within the interval ends as before, in one settle. The
-:class:`LeaseHeartbeat` and the :class:`RateTokenPermit` cover the tasks taken on and drop those settled. A worker
+It keeps at most as many young pages in flight as a published batch holds (``publish_batch_size``, or the batch's
+own size when larger), and its slow pages beside them (at most as many again): a message whose tasks other
+batches took over while it waited is as wide as a full one. It takes on work for :data:`REFILL_BUDGET_LEASES`
+leases from its start, then lets its last pages end and settles them. A batch whose pages all end within the
+interval ends as before, in one settle. The :class:`LeaseHeartbeat` and the :class:`RateTokenPermit` cover the tasks
+taken on and drop those settled. A worker
 killed mid-refill loses nothing: the batch's own tasks come back through ``worker_lost``, those it took on when
 their leases expire (the reaper), and a taken-over task's old message meets a token that no longer holds.
 """
@@ -109,9 +111,12 @@ class RefillingRound:
         """Fetch ``messages`` (started, held), settle and refill in waves until every page ended and was settled.
         Chains' next requests it holds join the pages in flight, so nothing is left for another round."""
         runner = self.runner
-        self.width = len(messages)
+        # A message's tasks may have been taken over by other batches' refills while it waited for a process: it
+        # then starts with one or two. It still has the room of a whole published batch, else a broad source's
+        # batches go narrow and most of its max_active places wait, published, in messages no process runs.
+        self.width = max(len(messages), runner.settings.publish_batch_size)
         refill_until = time.monotonic() + self.budget_seconds
-        deadline = runner.batch_deadline(self.source, self.width) + self.budget_seconds
+        deadline = runner.batch_deadline(self.source, len(messages)) + self.budget_seconds
         leases = {message.task_id: str(message.lease_token) for message in messages}
         with LeaseHeartbeat(runner.store, self.name, leases, runner.settings.heartbeat_seconds,
                             deadline) as heartbeat:
