@@ -12,7 +12,7 @@ a redelivered message whose tasks are no longer held is dropped and counted (``s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,7 @@ LIVE_SCAN_PAGE = 1000  # entries read per command inside live_tasks.lua
 KILLS_ALLOWED = 2  # a batch that kills its worker this many times is dead-lettered with that reason
 
 Leases = Mapping[str, str]  # task id -> fencing token
-Pairs = Sequence[tuple[str, str]]  # (task id, fencing token) per request, in order
+
 
 def _lease_arguments(leases: Leases) -> list[str]:
     """(task id, token) pairs flattened into ARGV."""
@@ -376,15 +376,15 @@ class RateLimitStore:
         return self.acquire_fetches(source, 1, now).wait_seconds
 
     @redis_storage_errors()
-    def acquire_fetches(self, source: str, count: int, now: float | None = None, leases: Pairs = ()) -> FetchTokens:
-        """Up to ``count`` per_minute tokens at once for requests about to start together (one round trip for a
-        batch's pages), as many as the window has room for; none for a task (``leases``) no longer held or
-        expired (``lost``): the reaper hands it on, its request must not start beside the new holder's."""
+    def acquire_fetches(self, source: str, count: int, now: float | None = None,
+                        leases: Leases | None = None) -> FetchTokens:
+        """Up to ``count`` per_minute tokens at once for a batch's requests (one round trip), as many as the window
+        has room for; none for a task of ``leases`` no longer held or expired (``lost``: the new holder fetches it)."""
         if count < 1:
             raise ValueError(f"count must be at least 1, got {count}")
         window = self.settings.rate_window_seconds + self.settings.rate_window_margin_seconds
         reply = self.scripts.call("acquire_fetch", source, window_seconds=window, count=count, now=_now_argument(now),
-                                  leases=[str(part) for pair in leases for part in pair])
+                                  leases=_lease_arguments(leases or {}))
         return FetchTokens(reply.granted, reply.wait_seconds, frozenset(reply.lost))
 
     @redis_storage_errors()

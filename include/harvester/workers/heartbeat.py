@@ -160,7 +160,7 @@ class RateTokenPermit:
         try:
             self.token_calls += 1
             asked = list(self._waiting)
-            leases = [(task_id, self.heartbeat.leases.get(task_id, "")) for task_id, _ in asked]
+            leases = {task_id: self.heartbeat.leases.get(task_id, "") for task_id, _ in asked}
             tokens = await asyncio.to_thread(self.store.acquire_fetches, self.source, len(asked), None, leases)
             granted, wait = tokens.granted, tokens.wait_seconds
         except StorageError as error:  # Redis away: no token, no request; look again shortly
