@@ -1630,3 +1630,33 @@ def test_batch_settle_interval_seconds_lets_a_batch_take_on_work_while_a_slow_pa
         runner.close()
     assert report["stored"] == 2 + taken_on and report["outcomes"].get("refilled", 0) == taken_on
     assert redis_client.llen(SourceKeys("settle").intake) == 1 - taken_on
+
+
+@covers_setting("slow_request_lend_seconds")
+@pytest.mark.integration
+@pytest.mark.parametrize(("lend_after", "lent"), [(0.3, 1), (0.0, 0)])
+def test_slow_request_lend_seconds_lends_a_slow_page_its_source_place(
+        configure_settings, redis_client, mongo_server, demo_site, lend_after, lent):
+    import yaml
+    from harvester.workers.batch import BatchRunner
+
+    from tests.fixtures.demo_site import demo_source_document
+
+    settings = configure_settings(heartbeat_seconds=1, lease_seconds=30, batch_settle_interval_seconds=0.1,
+                                  slow_request_lend_seconds=lend_after)
+    document = demo_source_document(demo_site.url, "lend", timeout=10, rate_limit={
+        "max_active": 1, "per_minute": 1000, "per_host_max_active": 1})
+    (settings.sources_dir / "lend.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    source = SourceConfig.model_validate(document)
+    intake, store = Intake(redis_client, settings), RateLimitStore(redis_client, settings)
+    intake.push(source, [TaskMessage(source="lend", url=f"{demo_site.url}/slow/3?delay=1.5")])
+    batch = store.admit("lend", 1)
+    other_host = demo_site.url.replace("127.0.0.1", "localhost")  # the slow host's place is still taken
+    intake.push(source, [TaskMessage(source="lend", url=f"{other_host}/product/2")])
+    runner = BatchRunner(settings)
+    try:
+        report = runner.run(batch.deliveries())
+    finally:
+        runner.close()
+    assert report["outcomes"].get("places_lent", 0) == lent and report["stored"] == 1 + lent
+    assert store.stats(["lend"])["lend"].pending == 1 - lent  # not lent: the other host's page waits its turn

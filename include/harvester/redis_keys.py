@@ -110,6 +110,13 @@ class SourceKeys:
         return self._key("host-active-counts")
 
     @property
+    def lent_places(self) -> str:
+        """Sorted set: task id -> time its batch lent the source its ``max_active`` place (s): a request that waited
+        past ``slow_request_lend_seconds`` keeps its host's place but no longer holds one of the source's, so a slow
+        or dead host holds nobody up (``distributor/lua/lend_places.lua``); the entry goes with the lease."""
+        return self._key("lent-places")
+
+    @property
     def host_paused(self) -> str:
         """Hash: host -> time until which admission to that host waits (Retry-After per host)."""
         return self._key("host-paused")

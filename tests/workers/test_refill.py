@@ -140,3 +140,46 @@ def test_without_a_settle_interval_the_batch_waits_for_its_slowest_page(
         assert redis_client.llen(SourceKeys(source.name).intake) == 1
     finally:
         runner.close()
+
+
+def test_a_slow_page_of_a_source_with_a_per_host_limit_lends_its_place_and_other_hosts_go_on(
+        configure_settings, write_source, redis_client, mongo_server, demo_site) -> None:
+    """``max_active`` 1: a page waiting on its slow host would hold the source's only place for seconds. Past
+    ``slow_request_lend_seconds`` it lends the place back (keeping its host's), so the pages of another host are
+    admitted, fetched and stored while it runs; its own host never has two requests in flight."""
+    from harvester.workers.batch import BatchRunner
+
+    settings = configure_settings(heartbeat_seconds=1, lease_seconds=30, batch_settle_interval_seconds=0.1,
+                                  slow_request_lend_seconds=0.5)
+    source = write_source("refill_lend", rate_limit={"max_active": 1, "per_minute": 100_000,
+                                                     "per_host_max_active": 1}, timeout=SLOW_SECONDS + 5)
+    runner = BatchRunner(settings)
+    try:
+        crawl = Crawl(runner, redis_client)
+        slow = TaskMessage(source=source.name, url=f"{demo_site.url}/slow/7?delay={SLOW_SECONDS:g}")
+        crawl.push(source, slow)
+        batch = RateLimitStore(redis_client, settings).admit(source.name, 1)
+        other_host = demo_site.url.replace("127.0.0.1", "localhost")
+        fast = [TaskMessage(source=source.name, url=f"{other_host}/product/{n}") for n in (1, 2, 3)]
+        crawl.push(source, *fast)
+        keys = SourceKeys(source.name)
+        reports: list[dict[str, Any]] = []
+        worker = threading.Thread(target=lambda: reports.append(runner.run(batch.deliveries())))
+        worker.start()
+        stored_while_slow: set[str] = set()
+        slow_host_in_flight = 0
+        while worker.is_alive():
+            stored = _stored_urls(mongo_server, settings, source)
+            counts = {key.decode(): int(value) for key, value in redis_client.hgetall(keys.host_active_counts).items()}
+            slow_host_in_flight = max(slow_host_in_flight, counts.get(demo_site.url.split("//")[1], 0))
+            if slow.url not in stored:
+                stored_while_slow = stored
+            time.sleep(0.05)
+        worker.join()
+        [report] = reports
+        assert stored_while_slow == {message.url for message in fast}, "the other host waited for the slow page"
+        assert report["stored"] == 4 and report["outcomes"]["places_lent"] == 1
+        assert slow_host_in_flight == 1
+        assert redis_client.zcard(keys.lent_places) == 0 and redis_client.zcard(keys.active) == 0
+    finally:
+        runner.close()

@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
     from harvester.distributor.endings import RetryPolicy, TaskEnding
     from harvester.distributor.hosts import host_of
     from harvester.distributor.intake import Intake
+    from harvester.distributor.lending import LentPlaces, PlaceLending
     from harvester.distributor.messages import TaskMessage
     from harvester.distributor.publisher import celery_app_for
     from harvester.distributor.registry import RegisteredSource, RegisteredSources, SourceRegistry
@@ -27,8 +28,9 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 
 __all__ = [
     "MAX_WAIT_SECONDS", "Admission", "BrowserHandoff", "DeadLetter", "DeadLettering", "DeadLetters", "DeadTasks",
-    "Distributor", "FetchTokens", "Intake", "RateLimitStore", "ReapResult", "RegisteredSource", "RegisteredSources",
-    "RetryPolicy", "SourceRegistry", "SourceStats", "StartResult", "TaskEnding", "TaskMessage", "WorkerLostResult",
-    "celery_app_for", "count_down_dead", "dead_tasks_of_run", "host_of", "script_source",
+    "Distributor", "FetchTokens", "Intake", "LentPlaces", "PlaceLending", "RateLimitStore", "ReapResult",
+    "RegisteredSource", "RegisteredSources", "RetryPolicy", "SourceRegistry", "SourceStats", "StartResult",
+    "TaskEnding", "TaskMessage", "WorkerLostResult", "celery_app_for", "count_down_dead", "dead_tasks_of_run",
+    "host_of", "script_source",
 ]
 __getattr__, __dir__ = lazy_face(__name__)

@@ -33,7 +33,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Protocol
 
 from harvester.config import SourceConfig
-from harvester.distributor import TaskMessage
+from harvester.distributor import PlaceLending, TaskMessage
 from harvester.errors import StorageError
 from harvester.scraping import Fetcher, FetchResult
 from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
@@ -106,6 +106,10 @@ class RefillingRound:
         self.outcomes: Counter[str] = Counter()  # the fetching's own counters, until the next wave takes them
         self.waves = 0
         self.width = 0
+        self.lend_after = runner.settings.slow_request_lend_seconds
+        self.lending = PlaceLending(runner.store.scripts)
+        self.asked_to_lend: set[str] = set()  # tasks whose place this batch offered to lend (once each)
+        self.lent: set[str] = set()  # tasks in flight whose source place is lent: they are not counted as its room
 
     def run(self, messages: list[TaskMessage]) -> list[TaskMessage]:
         """Fetch ``messages`` (started, held), settle and refill in waves until every page ended and was settled.
@@ -132,6 +136,7 @@ class RefillingRound:
                         self.report.tasks += len(chained)
                         self.launch(chained, vouched=False)
                     if self.in_flight and not everything_ended and time.monotonic() < refill_until:
+                        self.lend_slow_places()
                         self.refill()
             finally:
                 self.cancel_in_flight()
@@ -165,6 +170,7 @@ class RefillingRound:
         ended = []
         for task in done:
             message, _ = self.in_flight.pop(task)
+            self.lent.discard(message.task_id)
             ended.append((message, task.result()))
         return ended
 
@@ -209,7 +215,7 @@ class RefillingRound:
         under admission's checks. Redis failing only stops this wave's refill (the pages in flight go on)."""
         now = time.monotonic()
         young = sum(now - started < self.interval for _, started in self.in_flight.values())
-        room = min(self.width - young, self.width * (1 + STRAGGLERS_PER_PAGE) - len(self.in_flight))
+        room = min(self.width - young, self.width * (1 + STRAGGLERS_PER_PAGE) - len(self.in_flight) + len(self.lent))
         if room <= 0:
             return
         taken: list[TaskMessage] = []
@@ -223,6 +229,27 @@ class RefillingRound:
             self.report.tasks += len(taken)
             self.report.outcomes["refilled"] += len(taken)
             self.launch(taken, vouched=False)
+
+    def lend_slow_places(self) -> None:
+        """Pages in flight for ``slow_request_lend_seconds`` lend their source's place back (once each): admission
+        and this batch's refill may start other tasks while they wait on their host (harvester.distributor.lending).
+        A lent page no longer counts against the batch's stragglers. Redis failing lends nothing this wave."""
+        if self.lend_after <= 0:
+            return
+        now = time.monotonic()
+        slow = {message.task_id: str(message.lease_token) for message, started in self.in_flight.values()
+                if now - started >= self.lend_after and message.task_id not in self.asked_to_lend}
+        if not slow:
+            return
+        self.asked_to_lend.update(slow)
+        try:
+            lent = self.lending.lend(self.name, slow)
+        except StorageError as error:
+            log.warning("%s: lending the places of %d slow pages failed: %s", self.name, len(slow), error)
+            return
+        self.lent.update(lent.lent)
+        if lent.lent:
+            self.report.outcomes["places_lent"] += len(lent.lent)
 
     def admit(self, wanted: int) -> list[TaskMessage]:
         """Admit up to ``wanted`` tasks from intake as the distributor would, and start them for this batch."""

@@ -5,7 +5,8 @@
 -- A task whose host cannot take it moves to that host's own queue (host_queue_prefix .. host), never back to
 -- intake: a scan never meets it twice, so an intake ordered host by host drains. Hosts with queued tasks wait
 -- in host_ready by the time each may take its next task, and are served in that order: round-robin.
--- An admitted task RESERVES a place in active (it counts against max_active) under a fresh fencing token;
+-- An admitted task RESERVES a place in active (it counts against max_active, until a slow request lends it back:
+-- lend_places.lua) under a fresh fencing token;
 -- its lease starts only when a worker starts it (start.lua). Until the distributor confirms it published the
 -- task (mark_published.lua) the reservation lasts publish_grace_seconds, after which reap.lua puts the task
 -- back in intake uncharged. Workers take the per_minute tokens when they fetch (acquire_fetch.lua).
@@ -28,6 +29,7 @@
 -- KEYS[14] host_ready        zset host with queued tasks -> time its next task may be admitted (s)
 -- KEYS[15] host_parked       string: tasks in the hosts' queues (count)
 -- KEYS[16] host_next_admission  zset host -> earliest time its next task may be admitted (s)
+-- KEYS[17] lent_places       zset task id -> time a slow request lent its place back (s): not counted in max_active
 -- ARGV[1] wanted (count of tasks)   ARGV[2] publish_grace_seconds (s)
 -- ARGV[3] window_seconds (s, the rate window plus the margin)   ARGV[4] now (s) or "" for server TIME
 -- ARGV[5] expected_source (a message naming another source is malformed)
@@ -43,7 +45,7 @@
 local intake, active, active_messages, active_hosts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local host_counts, host_paused, window, paused_until = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local counters, config, dead, leases, run_dead = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local host_ready, host_parked, host_next = KEYS[14], KEYS[15], KEYS[16]
+local host_ready, host_parked, host_next, lent_places = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local wanted = tonumber(ARGV[1])
 local publish_grace = tonumber(ARGV[2])
 local dead_cap = tonumber(ARGV[6])
@@ -81,7 +83,8 @@ if rate_room <= 0 then
   local oldest = redis.call('ZRANGE', window, 0, 0, 'WITHSCORES')
   return answer('rate_limit', string.format('%.6f', math.max(0, tonumber(oldest[2]) + window_seconds - now)), 0)
 end
-local active_room = max_active - redis.call('ZCARD', active)
+-- A slow request's place lent back (lend_places.lua) is room again: its host still counts it (per_host_max_active).
+local active_room = max_active - redis.call('ZCARD', active) + redis.call('ZCARD', lent_places)
 if active_room <= 0 then
   local first = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
   return answer('active_limit', string.format('%.6f', math.max(0, tonumber(first[2]) - now)), 0)

@@ -22,9 +22,11 @@ local function host_of(url)
   return string.lower(authority)
 end
 
--- Release one lease: remove the task from active, its message and its host count. 1 if it was active.
-local function drop_lease(active, active_messages, active_hosts, host_counts, task_id)
+-- Release one lease: remove the task from active, its message, its host count and its lent place (a slow request's
+-- place lent back to the source: lend_places.lua). 1 if it was active.
+local function drop_lease(active, active_messages, active_hosts, host_counts, lent_places, task_id)
   if redis.call('ZREM', active, task_id) == 0 then return 0 end
+  redis.call('ZREM', lent_places, task_id)
   redis.call('HDEL', active_messages, task_id)
   local host = redis.call('HGET', active_hosts, task_id)
   if host then

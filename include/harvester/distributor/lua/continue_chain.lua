@@ -9,6 +9,7 @@
 -- that request when the reaper hands it back (attempt + 1): the cursor is checkpointed with every page.
 -- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
 -- KEYS[6] config   KEYS[7] host_paused   KEYS[8] window   KEYS[9] paused_until   KEYS[10] leases   KEYS[11] worker_lost
+-- KEYS[12] lent_places
 -- ARGV[1] parent_id   ARGV[2] parent_token   ARGV[3] child_id   ARGV[4] child_message (JSON)
 -- ARGV[5] lease_seconds (s)   ARGV[6] window_seconds (s, the rate window plus the margin)   ARGV[7] now (s) or ""
 -- Returns {status, token (the child's fencing token, "" unless status is ok)}
@@ -26,7 +27,7 @@ local host = host_of(cjson.decode(raw)['url'])
 if tonumber(redis.call('HGET', KEYS[7], host) or '0') > now then return {'paused', ''} end
 if redis.call('ZSCORE', KEYS[1], child) then return {'duplicate', ''} end
 -- the parent's place passes to the child: active stays as it is, so it must be within max_active already
-if redis.call('ZCARD', KEYS[1]) > max_active then return {'active_limit', ''} end
+if redis.call('ZCARD', KEYS[1]) - redis.call('ZCARD', KEYS[12]) > max_active then return {'active_limit', ''} end
 redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now - tonumber(ARGV[6]))
 if per_minute > 0 and redis.call('ZCARD', KEYS[8]) >= per_minute then return {'rate_limit', ''} end
 local parent_host = redis.call('HGET', KEYS[3], parent)
@@ -35,7 +36,7 @@ if per_host > 0 then
   if parent_host == host then taken = taken - 1 end
   if taken >= per_host then return {'host_limit', ''} end
 end
-drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], parent)
+drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[12], parent)
 redis.call('HDEL', KEYS[10], parent)
 redis.call('HDEL', KEYS[11], parent)
 redis.call('HINCRBY', KEYS[5], 'done', 1)

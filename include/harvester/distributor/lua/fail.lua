@@ -3,7 +3,7 @@
 -- reaped and handed to another worker changes nothing, and is counted.
 -- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
 -- KEYS[6] config   KEYS[7] delayed   KEYS[8] dead_letters   KEYS[9] run_dead   KEYS[10] host_paused
--- KEYS[11] leases   KEYS[12] worker_lost
+-- KEYS[11] leases   KEYS[12] worker_lost   KEYS[13] lent_places
 -- ARGV[1] task_id   ARGV[2] next_attempt (count)   ARGV[3] retry_message (JSON, attempt already raised)
 -- ARGV[4] original_message (JSON)   ARGV[5] reason   ARGV[6] delay_seconds (s)   ARGV[7] now (s) or ""
 -- ARGV[8] host   ARGV[9] pause_host_seconds (s to pause the host for, 0 = no pause)   ARGV[10] token
@@ -14,7 +14,7 @@ if not holds(KEYS[11], ARGV[1], ARGV[10]) then
   redis.call('HINCRBY', KEYS[5], 'stale', 1)
   return {'no_lease', '0'}
 end
-drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1])
+drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[13], ARGV[1])
 redis.call('HDEL', KEYS[11], ARGV[1])
 local pause_for = tonumber(ARGV[9])
 if pause_for > 0 and ARGV[8] ~= '' then

@@ -5,7 +5,7 @@
 -- message must be lost) goes back to intake uncharged: it has not run. Also promotes retries that are due.
 -- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
 -- KEYS[6] config   KEYS[7] intake   KEYS[8] dead_letters   KEYS[9] run_dead   KEYS[10] delayed
--- KEYS[11] leases   KEYS[12] worker_lost
+-- KEYS[11] leases   KEYS[12] worker_lost   KEYS[13] lent_places
 -- ARGV[1] now (s) or ""   ARGV[2] limit (count: at most this many leases)   ARGV[3] dead_letters_max (count)
 -- Returns {reaped (count of started leases), returned (count of unstarted reservations), dead_entries...}
 local now = now_or_server(ARGV[1])
@@ -19,7 +19,7 @@ local reaped, returned = 0, 0
 for _, task_id in ipairs(expired) do
   local raw = redis.call('HGET', KEYS[2], task_id)
   local state = lease_of(KEYS[11], task_id)
-  drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], task_id)
+  drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[13], task_id)
   redis.call('HDEL', KEYS[11], task_id)
   if raw and state ~= nil and state ~= 's' then
     redis.call('LPUSH', KEYS[7], raw)  -- never started: the same attempt again

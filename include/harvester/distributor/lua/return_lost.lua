@@ -3,7 +3,7 @@
 -- celery/celery#4354) go back to intake with the same attempt: they never ran. A task no longer queued under
 -- that token (started, released, or admitted again under another) is left alone.
 -- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
--- KEYS[6] intake   KEYS[7] leases
+-- KEYS[6] intake   KEYS[7] leases   KEYS[8] lent_places
 -- ARGV[1..] leases (task id, token, task id, token, ...)
 -- Returns returned: the number of reservations put back in intake.
 local returned = 0
@@ -12,7 +12,7 @@ for i = 1, #ARGV - 1, 2 do
   local held, state = holds(KEYS[7], task_id, token)
   if held and state == 'q' then
     local raw = redis.call('HGET', KEYS[2], task_id)
-    drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], task_id)
+    drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8], task_id)
     redis.call('HDEL', KEYS[7], task_id)
     if raw then
       redis.call('LPUSH', KEYS[6], raw)

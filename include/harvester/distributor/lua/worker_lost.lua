@@ -8,7 +8,7 @@
 -- and max_active holds as the site sees it.
 -- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
 -- KEYS[6] config   KEYS[7] intake   KEYS[8] dead_letters   KEYS[9] run_dead   KEYS[10] delayed
--- KEYS[11] leases   KEYS[12] worker_lost
+-- KEYS[11] leases   KEYS[12] worker_lost   KEYS[13] lent_places
 -- ARGV[1] now (s) or ""   ARGV[2] delay_seconds (s)   ARGV[3] kills_allowed (count: dead-letter at this many)
 -- ARGV[4] dead_letters_max (count)   ARGV[5..] leases (task id, token, task id, token, ...)
 -- Returns {retried (count), returned (count), dead_entries...}
@@ -22,7 +22,7 @@ for i = 5, #ARGV - 1, 2 do
   local held, state = holds(KEYS[11], task_id, token)
   local raw = held and redis.call('HGET', KEYS[2], task_id) or nil
   if raw then
-    drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], task_id)
+    drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[13], task_id)
     redis.call('HDEL', KEYS[11], task_id)
     if state ~= 's' then
       redis.call('LPUSH', KEYS[7], raw)

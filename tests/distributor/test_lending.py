@@ -1,0 +1,90 @@
+"""A slow request lends its source's ``max_active`` place back (``lua/lend_places.lua``, harvester.distributor.lending)
+against a real redis-server: admission starts another task in it, the slow request's host keeps its place, a place
+is lent once and comes back with its lease whatever ends it, and a source without a per-host limit lends nothing."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from harvester.distributor import Intake, PlaceLending, RateLimitStore, TaskMessage
+from harvester.redis_keys import SourceKeys
+from harvester.settings import HarvesterSettings
+
+from tests.distributor.conftest import make_source
+from tests.distributor.helpers import admit_and_start, leases_of
+
+pytestmark = pytest.mark.integration
+
+BROAD_LIMITS = {"max_active": 2, "per_minute": 10_000, "per_host_max_active": 1}
+
+
+def _push(redis_client: redis.Redis, settings: HarvesterSettings, limits: dict[str, int],
+          *hosts: str) -> RateLimitStore:
+    source = make_source("broad", rate_limit=limits)
+    Intake(redis_client, settings).push(source, [TaskMessage(source="broad", url=f"http://{host}/page/{index}")
+                                                 for index, host in enumerate(hosts)])
+    return RateLimitStore(redis_client, settings)
+
+
+def test_a_lent_place_admits_another_host_but_never_a_second_request_to_the_slow_host(
+        redis_client: redis.Redis, settings: HarvesterSettings) -> None:
+    store = _push(redis_client, settings, BROAD_LIMITS, "slow.test", "a.test", "slow.test", "b.test")
+    slow, other = admit_and_start(store, "broad", 2)
+    assert store.admit("broad", 5).status == "active_limit"
+    lending = PlaceLending(store.scripts)
+
+    lent = lending.lend("broad", leases_of(slow))
+    assert (lent.lent, lent.total) == (frozenset({slow.task_id}), 1)
+    assert lending.lend("broad", leases_of(slow)).lent == frozenset()  # once per lease
+    admitted = store.admit("broad", 5)
+    # slow.test's second page waits for its host (per_host_max_active 1 still counts the slow request); b.test runs
+    assert [message.url for message in admitted.task_messages()] == ["http://b.test/page/3"]
+    assert store.admit("broad", 5).status in ("active_limit", "host_limit")
+
+    assert store.release("broad", leases_of(slow)) == 1  # the lease ends: its lent place goes with it
+    assert redis_client.zcard(SourceKeys("broad").lent_places) == 0
+    assert store.admit("broad", 5).status == "active_limit"  # two in flight again (other, b.test): no room
+    store.start("broad", leases_of(*admitted.task_messages()))
+    store.release("broad", leases_of(other, *admitted.task_messages()))
+    assert [message.url for message in store.admit("broad", 5).task_messages()] == ["http://slow.test/page/2"]
+
+
+@pytest.mark.parametrize("ending", ["fail", "reap", "worker_lost"])
+def test_every_ending_of_a_lease_takes_its_lent_place_back(
+        redis_client: redis.Redis, settings: HarvesterSettings, ending: str) -> None:
+    store = _push(redis_client, settings, BROAD_LIMITS, "slow.test", "a.test")
+    slow, _ = admit_and_start(store, "broad", 2)
+    now = store.server_time()
+    assert PlaceLending(store.scripts).lend("broad", leases_of(slow)).total == 1
+    if ending == "fail":
+        store.fail(slow, "timeout")  # retried after backoff
+    elif ending == "reap":
+        store.reap(["broad"], now=now + settings.lease_seconds + 1)
+    else:
+        store.worker_lost("broad", leases_of(slow))
+    assert redis_client.zcard(SourceKeys("broad").lent_places) == 0
+
+
+def test_only_held_started_leases_lend_and_at_most_max_active_places(
+        redis_client: redis.Redis, settings: HarvesterSettings) -> None:
+    store = _push(redis_client, settings, {**BROAD_LIMITS, "max_active": 3}, "a.test", "b.test", "c.test", "d.test")
+    first = admit_and_start(store, "broad", 2)
+    reserved = store.admit("broad", 1).task_messages()  # admitted, not started: nothing to lend yet
+    lending = PlaceLending(store.scripts)
+    stale = {first[0].task_id: "999"}
+    assert lending.lend("broad", {**stale, **leases_of(*reserved)}).lent == frozenset()
+    assert lending.lend("broad", leases_of(*first)).total == 2
+    store.start("broad", leases_of(*reserved))
+    more = store.admit("broad", 5).task_messages()
+    assert len(more) == 1  # 3 in flight less 2 lent: one place, d.test
+    store.start("broad", leases_of(*more))
+    assert lending.lend("broad", leases_of(*reserved, *more)).total == 3  # capped at max_active
+    assert len(lending.lend("broad", leases_of(*reserved, *more)).lent) == 0
+
+
+def test_a_source_without_a_per_host_limit_lends_nothing(
+        redis_client: redis.Redis, settings: HarvesterSettings) -> None:
+    store = _push(redis_client, settings, {"max_active": 1, "per_minute": 10_000}, "slow.test", "a.test")
+    [slow] = admit_and_start(store, "broad", 1)
+    assert PlaceLending(store.scripts).lend("broad", leases_of(slow)).lent == frozenset()
+    assert store.admit("broad", 5).status == "active_limit"
