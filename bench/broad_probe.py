@@ -2,10 +2,10 @@
 
 Same loopback web, source and processes as bench/broad.py (its functions, not a copy), no peers. Each second one
 JSON line on stderr: live pages served (and in that second), the source's places by lease state (``a`` admitted,
-``q`` published and waiting in a Celery message, ``s`` started by a batch), intake and host queues, hosts ready
-now, hosts paused, Celery queue length (messages, most of them stale once refills took their tasks over), and the
-running totals ``taken_over`` / ``stale_deliveries``. The last line on stdout: the run's pace and counters.
-Little's law reads the bound off it: pages/s = places / seconds a page holds one, split by state.
+``q`` published and waiting in a Celery message, ``s`` started by a batch), places lent by slow requests, intake
+and host queues, hosts ready now, hosts paused, Celery queue length (messages, most of them stale once refills took
+their tasks over), and the running totals ``taken_over`` / ``stale_deliveries``. The last line on stdout: the run's
+pace and counters. Little's law reads the bound off it: pages/s = places / seconds a page holds one, split by state.
 
 Usage: PYTHONPATH=$PWD/include:$PWD/demo:$PWD/bench .venv/bin/python bench/broad_probe.py [--hosts 1000]
        [--pages 10] [--concurrency 64] [--workers 2] [--live-only] [--timeout 600] [--env HARVESTER_X=value ...]
@@ -42,8 +42,8 @@ def sample(client: redis.Redis, web: Web, started: float, kinds: dict[str, str])
     pipeline.hvals(keys.leases).llen(keys.intake).get(keys.host_parked).zcount(keys.host_ready, "-inf", now)
     pipeline.zcard(keys.delayed).hlen(keys.host_paused).llen("default")
     pipeline.hmget(keys.counters, "admitted", "taken_over", "stale_deliveries", "done")
-    pipeline.hgetall(keys.host_active_counts)
-    leases, intake, parked, ready_now, delayed, hosts_paused, celery_queue, totals, per_host = pipeline.execute()
+    pipeline.hgetall(keys.host_active_counts).zcard(keys.lent_places)
+    leases, intake, parked, ready_now, delayed, hosts_paused, celery_queue, totals, per_host, lent = pipeline.execute()
     places_by_kind: dict[str, int] = {}  # a slow host's page holds its place up to the first-byte timeout
     for host, count in per_host.items():
         kind = kinds.get(host.decode().rsplit(":", 1)[0], "other")
@@ -54,7 +54,7 @@ def sample(client: redis.Redis, web: Web, started: float, kinds: dict[str, str])
         states[state] = states.get(state, 0) + 1
     admitted, taken_over, stale, done = (int(total or 0) for total in totals)
     return {"t": round(time.perf_counter() - started, 1), "served": web.stats()["served"].get("normal", 0),
-            "states": states, "places_by_host_kind": places_by_kind, "intake": intake,
+            "states": states, "lent": lent, "places_by_host_kind": places_by_kind, "intake": intake,
             "host_queued": int(parked or 0), "hosts_ready_now": ready_now,
             "delayed": delayed, "hosts_paused": hosts_paused, "celery_queue": celery_queue, "admitted": admitted,
             "taken_over": taken_over, "stale_deliveries": stale, "done": done}

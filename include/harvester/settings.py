@@ -46,7 +46,13 @@ class HarvesterSettings(BaseSettings):
     lease_seconds: float = Field(default=120.0, gt=0, description="A task not heartbeaten this long is reaped.")
     heartbeat_seconds: float = Field(default=20.0, gt=0)
     reap_interval_seconds: float = Field(default=5.0, gt=0)
-    queue_max_depth: int = Field(default=2000, ge=1, description="Backpressure: Celery queue depth cap.")
+    queue_max_depth: int = Field(
+        default=100, ge=1, description="Backpressure: a Celery queue (or a country's slot list, in messages of "
+        "publish_batch_size) this many messages deep gets nothing more this round. Beyond what the worker processes "
+        "take at once a deeper queue only delays: its tasks hold their places while they wait, and once refilling "
+        "batches took them over (harvester.workers.refill) each is a stale message every process must drain first "
+        "(at 2,000 a broad source's workers stopped for 10 s to drain them). Raise it for a fleet of more processes "
+        "than this serving one queue.")
     admit_batch_size: int = Field(
         default=500, ge=1, le=10_000,
         description="Tasks admitted per source per round (admitted in chunks of at most 1000 per atomic call).")
@@ -64,7 +70,7 @@ class HarvesterSettings(BaseSettings):
         "ended, releases their leases and takes on more tasks of its source while its slow pages run "
         "(harvester.workers.refill); 0: a batch waits for all its pages, then settles them together.")
     slow_request_lend_seconds: float = Field(
-        default=2.0, ge=0, description="A request of a source with ``per_host_max_active`` that has waited this long "
+        default=1.0, ge=0, description="A request of a source with ``per_host_max_active`` that has waited this long "
         "for its site (a slow host, a timeout on its way) lends the source its ``max_active`` place back while it "
         "goes on: it keeps its host's place, so the site sees no more requests than it allows, and admission starts "
         "another task in its place (harvester.distributor.lending; at most max_active places lent). Only batches that "

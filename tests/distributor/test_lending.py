@@ -79,12 +79,16 @@ def test_only_held_started_leases_lend_and_at_most_max_active_places(
     assert len(more) == 1  # 3 in flight less 2 lent: one place, d.test
     store.start("broad", leases_of(*more))
     assert lending.lend("broad", leases_of(*reserved, *more)).total == 3  # capped at max_active
-    assert len(lending.lend("broad", leases_of(*reserved, *more)).lent) == 0
+    capped = lending.lend("broad", leases_of(*reserved, *more))
+    assert (len(capped.lent), capped.lends) == (0, True)  # offered again once a lent place comes back
+    store.release("broad", leases_of(first[0]))
+    assert len(lending.lend("broad", leases_of(*reserved, *more)).lent) == 1
 
 
 def test_a_source_without_a_per_host_limit_lends_nothing(
         redis_client: redis.Redis, settings: HarvesterSettings) -> None:
     store = _push(redis_client, settings, {"max_active": 1, "per_minute": 10_000}, "slow.test", "a.test")
     [slow] = admit_and_start(store, "broad", 1)
-    assert PlaceLending(store.scripts).lend("broad", leases_of(slow)).lent == frozenset()
+    refused = PlaceLending(store.scripts).lend("broad", leases_of(slow))
+    assert (refused.lent, refused.lends) == (frozenset(), False)
     assert store.admit("broad", 5).status == "active_limit"

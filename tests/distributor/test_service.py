@@ -243,7 +243,8 @@ def test_service_wakes_on_intake_and_stops_cleanly_on_sigterm(
 def test_two_distributors_share_the_work_without_duplicates(
     redis_client: redis.Redis, settings: HarvesterSettings, distributor_env: dict[str, str], tmp_path: Path
 ):
-    processes = [start_distributor(distributor_env, tmp_path / f"distributor-{i}.log", admit_batch_size="50")
+    processes = [start_distributor(distributor_env, tmp_path / f"distributor-{i}.log", admit_batch_size="50",
+                                   queue_max_depth="1000")
                  for i in range(2)]
     try:
         for i in range(2):

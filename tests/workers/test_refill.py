@@ -183,3 +183,14 @@ def test_a_slow_page_of_a_source_with_a_per_host_limit_lends_its_place_and_other
         assert redis_client.zcard(keys.lent_places) == 0 and redis_client.zcard(keys.active) == 0
     finally:
         runner.close()
+
+
+def test_batches_started_together_do_not_end_their_refills_together() -> None:
+    """Two worker processes' first batches start at once; with equal budgets both would stop refilling at once and
+    both processes would drain the queue's stale messages together (the source's places idle meanwhile)."""
+    from harvester.workers.refill import REFILL_BUDGET_JITTER, REFILL_BUDGET_LEASES, refill_budget_seconds
+
+    budgets = [refill_budget_seconds(120.0) for _ in range(200)]
+    full = REFILL_BUDGET_LEASES * 120.0
+    assert all(full * (1 - REFILL_BUDGET_JITTER) <= budget <= full for budget in budgets)
+    assert max(budgets) - min(budgets) > full * REFILL_BUDGET_JITTER / 2

@@ -24,10 +24,13 @@ __all__ = ["LentPlaces", "PlaceLending"]
 
 @dataclass(frozen=True, slots=True)
 class LentPlaces:
-    """The tasks one call lent the places of (``lent``) and the source's places lent now (``total``)."""
+    """The tasks one call lent the places of (``lent``), the source's places lent now (``total``), and whether the
+    source lends at all (``lends``: it has ``per_host_max_active``); a page not lent while ``lends`` may be later,
+    once a lent place comes back (at most ``max_active`` are lent)."""
 
     lent: frozenset[str]
     total: int
+    lends: bool = True
 
 
 class PlaceLending:
@@ -45,4 +48,4 @@ class PlaceLending:
         arguments = [part for task_id, token in leases.items() for part in (task_id, str(token))]
         reply = self.scripts.call("lend_places", source, now="" if now is None else repr(float(now)),
                                   leases=arguments)
-        return LentPlaces(frozenset(reply.lent), reply.lent_total)
+        return LentPlaces(frozenset(reply.lent), reply.lent_total, bool(reply.lends))

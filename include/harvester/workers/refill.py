@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import random
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Protocol
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 # A batch takes on more tasks for at most this many leases of time from its start (as a chain is followed), then
 # lets its pages end: it stays far inside Celery's time limit and its process goes back to the queue.
 REFILL_BUDGET_LEASES = 0.5
+# Each batch's budget is that less a random share up to this: batches started together (a run's first messages, one
+# per worker process) would end together, and every process would then drain the queue's stale messages at once.
+REFILL_BUDGET_JITTER = 0.25
 # Slow pages kept in flight beside the young ones, as a multiple of the batch's first size.
 STRAGGLERS_PER_PAGE = 1
 
@@ -91,6 +95,12 @@ def refills(runner: BatchRunner, source: SourceConfig) -> bool:
             and isinstance(runner.fetcher, Fetcher) and runner.fetcher_for(source) is runner.fetcher)
 
 
+def refill_budget_seconds(lease_seconds: float) -> float:
+    """How long a batch takes on work: ``REFILL_BUDGET_LEASES`` leases less a random share up to
+    ``REFILL_BUDGET_JITTER``."""
+    return REFILL_BUDGET_LEASES * lease_seconds * (1 - REFILL_BUDGET_JITTER * random.random())
+
+
 class RefillingRound:
     """One round of a batch run page by page: its fetches in flight, its waves settled as they end."""
 
@@ -101,15 +111,15 @@ class RefillingRound:
         assert isinstance(runner.fetcher, Fetcher), "only an HTTP batch refills (refills())"
         self.http: Fetcher = runner.fetcher
         self.interval = runner.settings.batch_settle_interval_seconds
-        self.budget_seconds = REFILL_BUDGET_LEASES * runner.settings.lease_seconds
+        self.budget_seconds = refill_budget_seconds(runner.settings.lease_seconds)
         self.in_flight: dict[asyncio.Task[FetchResult], tuple[TaskMessage, float]] = {}  # -> (task, started at)
         self.outcomes: Counter[str] = Counter()  # the fetching's own counters, until the next wave takes them
         self.waves = 0
         self.width = 0
         self.lend_after = runner.settings.slow_request_lend_seconds
         self.lending = PlaceLending(runner.store.scripts)
-        self.asked_to_lend: set[str] = set()  # tasks whose place this batch offered to lend (once each)
         self.lent: set[str] = set()  # tasks in flight whose source place is lent: they are not counted as its room
+        self.next_lending = 0.0  # monotonic time of the next offer to lend (at most one a second once refused)
 
     def run(self, messages: list[TaskMessage]) -> list[TaskMessage]:
         """Fetch ``messages`` (started, held), settle and refill in waves until every page ended and was settled.
@@ -233,15 +243,16 @@ class RefillingRound:
     def lend_slow_places(self) -> None:
         """Pages in flight for ``slow_request_lend_seconds`` lend their source's place back (once each): admission
         and this batch's refill may start other tasks while they wait on their host (harvester.distributor.lending).
-        A lent page no longer counts against the batch's stragglers. Redis failing lends nothing this wave."""
-        if self.lend_after <= 0:
-            return
+        A lent page no longer counts against the batch's stragglers. A page refused (``max_active`` places lent
+        already) is offered again a second later; a source without a per-host limit is not asked again. Redis
+        failing lends nothing this wave."""
         now = time.monotonic()
+        if self.lend_after <= 0 or now < self.next_lending:
+            return
         slow = {message.task_id: str(message.lease_token) for message, started in self.in_flight.values()
-                if now - started >= self.lend_after and message.task_id not in self.asked_to_lend}
+                if now - started >= self.lend_after and message.task_id not in self.lent}
         if not slow:
             return
-        self.asked_to_lend.update(slow)
         try:
             lent = self.lending.lend(self.name, slow)
         except StorageError as error:
@@ -250,6 +261,10 @@ class RefillingRound:
         self.lent.update(lent.lent)
         if lent.lent:
             self.report.outcomes["places_lent"] += len(lent.lent)
+        if not lent.lends:
+            self.lend_after = 0.0  # the source lends nothing (no per-host limit): this batch stops asking
+        elif len(lent.lent) < len(slow):
+            self.next_lending = now + 1.0
 
     def admit(self, wanted: int) -> list[TaskMessage]:
         """Admit up to ``wanted`` tasks from intake as the distributor would, and start them for this batch."""

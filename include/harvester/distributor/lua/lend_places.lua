@@ -9,11 +9,12 @@
 -- lease, whatever ends it (release, fail, reap, a lost worker, a chain's next page).
 -- KEYS[1] active   KEYS[2] leases   KEYS[3] lent_places   KEYS[4] config
 -- ARGV[1] now (s) or ""   ARGV[2..] leases (task id, token, ...: the slow requests' tasks)
--- Returns {lent_total (count of the source's places lent now), lent... (task ids this call lent)}
+-- Returns {lends (1 when the source lends at all, 0 without a per-host limit), lent_total (count of the source's
+--          places lent now), lent... (task ids this call lent)}
 local now = now_or_server(ARGV[1])
 local limits = redis.call('HMGET', KEYS[4], 'max_active', 'per_host_max_active')
 local max_active, per_host = tonumber(limits[1]), tonumber(limits[2]) or 0
-if not max_active or per_host <= 0 then return {redis.call('ZCARD', KEYS[3])} end
+if not max_active or per_host <= 0 then return {0, redis.call('ZCARD', KEYS[3])} end
 local lent, total = {}, redis.call('ZCARD', KEYS[3])
 for i = 2, #ARGV - 1, 2 do
   if total >= max_active then break end
@@ -25,4 +26,5 @@ for i = 2, #ARGV - 1, 2 do
   end
 end
 table.insert(lent, 1, total)
+table.insert(lent, 1, 1)
 return lent
