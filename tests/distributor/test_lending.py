@@ -92,3 +92,20 @@ def test_a_source_without_a_per_host_limit_lends_nothing(
     refused = PlaceLending(store.scripts).lend("broad", leases_of(slow))
     assert (refused.lent, refused.lends) == (frozenset(), False)
     assert store.admit("broad", 5).status == "active_limit"
+
+
+def test_hand_back_returns_started_slow_tasks_to_the_front_of_intake_with_the_same_attempt(
+        redis_client: redis.Redis, settings: HarvesterSettings) -> None:
+    store = _push(redis_client, settings, {**BROAD_LIMITS, "max_active": 3}, "slow.test", "a.test", "b.test")
+    slow, other = admit_and_start(store, "broad", 2)
+    [queued] = store.admit("broad", 1).task_messages()  # admitted, not started: not this batch's to hand back
+    lending = PlaceLending(store.scripts)
+    lending.lend("broad", leases_of(slow))
+    keys = SourceKeys("broad")
+    assert lending.hand_back("broad", {**leases_of(slow, queued), other.task_id: "999"}) == 1
+    assert redis_client.zcard(keys.lent_places) == 0 and redis_client.hget(keys.host_active_counts, "slow.test") is None
+    assert store.counters("broad")["handed_back"] == 1 and "failed" not in store.counters("broad")
+    assert sorted(store.active_task_ids("broad")) == sorted([other.task_id, queued.task_id])
+    [again] = store.admit("broad", 5).task_messages()  # first in intake, same attempt
+    assert (again.task_id, again.attempt) == (slow.task_id, slow.attempt)
+    assert lending.hand_back("broad", leases_of(slow)) == 0  # its old token holds nothing now

@@ -194,3 +194,32 @@ def test_batches_started_together_do_not_end_their_refills_together() -> None:
     full = REFILL_BUDGET_LEASES * 120.0
     assert all(full * (1 - REFILL_BUDGET_JITTER) <= budget <= full for budget in budgets)
     assert max(budgets) - min(budgets) > full * REFILL_BUDGET_JITTER / 2
+
+
+def test_past_its_refill_time_a_batch_hands_its_slow_pages_back_instead_of_waiting_for_them(
+        configure_settings, write_source, redis_client, mongo_server, demo_site) -> None:
+    """Two worker processes each waiting out a slow host's page at the end of their batches stopped a broad source
+    for 10 s: a batch left with only lent pages hands their tasks back (same attempt) and ends."""
+    from harvester.workers.batch import BatchRunner
+
+    settings = configure_settings(heartbeat_seconds=1, lease_seconds=4, batch_settle_interval_seconds=0.1,
+                                  slow_request_lend_seconds=0.3)
+    source = write_source("refill_hand_back", rate_limit={"max_active": 4, "per_minute": 100_000,
+                                                          "per_host_max_active": 1}, timeout=SLOW_SECONDS + 5)
+    runner = BatchRunner(settings)
+    try:
+        crawl = Crawl(runner, redis_client)
+        slow = TaskMessage(source=source.name, url=f"{demo_site.url}/slow/7?delay={SLOW_SECONDS:g}")
+        other_host = demo_site.url.replace("127.0.0.1", "localhost")
+        crawl.push(source, slow, TaskMessage(source=source.name, url=f"{other_host}/product/1"))
+        batch = RateLimitStore(redis_client, settings).admit(source.name, 2)
+        started = time.monotonic()
+        report = runner.run(batch.deliveries())
+        assert time.monotonic() - started < SLOW_SECONDS - 1, "the batch waited for its slow page"
+        assert report["stored"] == 1 and report["outcomes"]["handed_back"] == 1
+        keys = SourceKeys(source.name)
+        [back] = [TaskMessage.model_validate_json(raw) for raw in redis_client.lrange(keys.intake, 0, -1)]
+        assert (back.task_id, back.attempt) == (slow.task_id, slow.attempt)
+        assert redis_client.zcard(keys.active) == 0 and redis_client.zcard(keys.lent_places) == 0
+    finally:
+        runner.close()

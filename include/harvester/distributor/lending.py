@@ -9,6 +9,11 @@ and its lease, and lends the source's place back: admission may start another ta
 limit lends nothing (``max_active`` is then the only bound a single site's requests meet), and places lent are at
 most ``max_active``. Crawlers built on one event loop (Scrapy, crawlee) let a slow request cost a socket, not a
 slot of the crawl; this is the same for a limit held across machines.
+
+A batch is a Celery task: once its refill time is over it waits for its last pages, and a slow host's page then
+holds the worker process for its timeout (two processes waiting so stopped a broad source for 10 s). So a batch
+left with only lent pages, each safe to send again, hands them back (``lua/hand_back.lua``): their tasks return to
+the front of intake with the same attempt, uncharged, and the process goes back to its queue.
 """
 
 from __future__ import annotations
@@ -49,3 +54,12 @@ class PlaceLending:
         reply = self.scripts.call("lend_places", source, now="" if now is None else repr(float(now)),
                                   leases=arguments)
         return LentPlaces(frozenset(reply.lent), reply.lent_total, bool(reply.lends))
+
+    @redis_storage_errors()
+    def hand_back(self, source: str, leases: Mapping[str, str]) -> int:
+        """Put the started tasks of ``leases`` (task id -> token) still held back in intake with the same attempt
+        (their requests were cancelled: nothing is known of their outcome); the number handed back."""
+        if not leases:
+            return 0
+        arguments = [part for task_id, token in leases.items() for part in (task_id, str(token))]
+        return self.scripts.call("hand_back", source, leases=arguments).handed_back

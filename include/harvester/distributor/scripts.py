@@ -76,6 +76,8 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
     ),
     _contract("return_lost", f"{_RESERVATION_KEYS} intake leases lent_places", "leases...", {"returned": int},
               table=False),
+    _contract("hand_back", f"{_RESERVATION_KEYS} intake leases worker_lost lent_places", "leases...",
+              {"handed_back": int}, table=False),
     _contract("lend_places", "active leases lent_places config", "now leases...",
               {"lends": bool, "lent_total": int, "lent...": text}),
     _contract("acquire_fetch", "window config counters leases active", "window_seconds count now leases...",

@@ -18,7 +18,9 @@ own size when larger), and its slow pages beside them (at most as many again): a
 batches took over while it waited is as wide as a full one. It takes on work for :data:`REFILL_BUDGET_LEASES`
 leases from its start, then lets its last pages end and settles them. A batch whose pages all end within the
 interval ends as before, in one settle. The :class:`LeaseHeartbeat` and the :class:`RateTokenPermit` cover the tasks
-taken on and drop those settled. A worker
+taken on and drop those settled. A page of a source with ``per_host_max_active`` still in flight after
+``slow_request_lend_seconds`` lends its source's place back (harvester.distributor.lending); past its refill time a
+batch left with only such pages hands their tasks back to intake rather than wait out their timeouts. A worker
 killed mid-refill loses nothing: the batch's own tasks come back through ``worker_lost``, those it took on when
 their leases expire (the reaper), and a taken-over task's old message meets a token that no longer holds.
 """
@@ -145,9 +147,12 @@ class RefillingRound:
                         chained = self.settle(ended)  # a chain's next requests this batch now holds
                         self.report.tasks += len(chained)
                         self.launch(chained, vouched=False)
-                    if self.in_flight and not everything_ended and time.monotonic() < refill_until:
+                    if self.in_flight and not everything_ended:
                         self.lend_slow_places()
-                        self.refill()
+                        if time.monotonic() < refill_until:
+                            self.refill()
+                        else:
+                            self.hand_back_slow_pages()
             finally:
                 self.cancel_in_flight()
         return []
@@ -265,6 +270,27 @@ class RefillingRound:
             self.lend_after = 0.0  # the source lends nothing (no per-host limit): this batch stops asking
         elif len(lent.lent) < len(slow):
             self.next_lending = now + 1.0
+
+    def hand_back_slow_pages(self) -> None:
+        """Past its refill time, a batch left with only lent pages (slow hosts), each safe to send again, cancels
+        them and hands their tasks back to intake with the same attempt, so its worker process goes back to the
+        queue instead of waiting out their timeouts (harvester.distributor.lending). A page that ended meanwhile is
+        settled first, at the next wave. Redis failing hands nothing back: the batch waits for its pages."""
+        pages = list(self.in_flight.items())
+        if not pages or any(task.done() or message.task_id not in self.lent
+                            or (message.request is not None and not message.request.safe_to_repeat)
+                            for task, (message, _) in pages):
+            return
+        leases = {message.task_id: str(message.lease_token) for _, (message, _) in pages}
+        try:
+            handed_back = self.lending.hand_back(self.name, leases)
+        except StorageError as error:
+            log.warning("%s: handing back %d slow pages failed: %s", self.name, len(leases), error)
+            return
+        self.cancel_in_flight()
+        self.lent.clear()
+        self.heartbeat.drop(leases)
+        self.report.outcomes["handed_back"] += handed_back
 
     def admit(self, wanted: int) -> list[TaskMessage]:
         """Admit up to ``wanted`` tasks from intake as the distributor would, and start them for this batch."""
