@@ -73,8 +73,8 @@ class HarvesterSettings(BaseSettings):
         default=1.0, ge=0, description="A request of a source with ``per_host_max_active`` that has waited this long "
         "for its site (a slow host, a timeout on its way) lends the source its ``max_active`` place back while it "
         "goes on: it keeps its host's place, so the site sees no more requests than it allows, and admission starts "
-        "another task in its place (harvester.distributor.lending; at most max_active places lent). Only batches that "
-        "refill (batch_settle_interval_seconds > 0) lend. 0: a request holds its place until it ends.")
+        "another task in its place (harvester.distributor.lending; at most twice max_active places lent). Only "
+        "batches that refill (batch_settle_interval_seconds > 0) lend. 0: a request holds its place until it ends.")
     reap_batch_size: int = Field(default=1000, ge=1, description="Expired leases handled per source per reap.")
     redis_retry_max_seconds: float = Field(default=5.0, gt=0, description="Longest wait between Redis reconnects.")
     publish_grace_seconds: float = Field(

@@ -65,24 +65,26 @@ def test_every_ending_of_a_lease_takes_its_lent_place_back(
     assert redis_client.zcard(SourceKeys("broad").lent_places) == 0
 
 
-def test_only_held_started_leases_lend_and_at_most_max_active_places(
+def test_only_held_started_leases_lend_and_at_most_twice_max_active_places(
         redis_client: redis.Redis, settings: HarvesterSettings) -> None:
-    store = _push(redis_client, settings, {**BROAD_LIMITS, "max_active": 3}, "a.test", "b.test", "c.test", "d.test")
+    store = _push(redis_client, settings, BROAD_LIMITS, *(f"{name}.test" for name in "abcdef"))
     first = admit_and_start(store, "broad", 2)
-    reserved = store.admit("broad", 1).task_messages()  # admitted, not started: nothing to lend yet
     lending = PlaceLending(store.scripts)
     stale = {first[0].task_id: "999"}
-    assert lending.lend("broad", {**stale, **leases_of(*reserved)}).lent == frozenset()
+    assert lending.lend("broad", stale).lent == frozenset()
     assert lending.lend("broad", leases_of(*first)).total == 2
+    reserved = store.admit("broad", 5).task_messages()
+    assert len(reserved) == 2  # max_active 2, 2 in flight, 2 lent: two places
+    assert lending.lend("broad", leases_of(*reserved)).lent == frozenset()  # admitted, not started: nothing to lend
     store.start("broad", leases_of(*reserved))
+    assert lending.lend("broad", leases_of(*reserved)).total == 4
     more = store.admit("broad", 5).task_messages()
-    assert len(more) == 1  # 3 in flight less 2 lent: one place, d.test
+    assert len(more) == 2
     store.start("broad", leases_of(*more))
-    assert lending.lend("broad", leases_of(*reserved, *more)).total == 3  # capped at max_active
-    capped = lending.lend("broad", leases_of(*reserved, *more))
-    assert (len(capped.lent), capped.lends) == (0, True)  # offered again once a lent place comes back
+    capped = lending.lend("broad", leases_of(*more))
+    assert (capped.lent, capped.total, capped.lends) == (frozenset(), 4, True)  # twice max_active lent already
     store.release("broad", leases_of(first[0]))
-    assert len(lending.lend("broad", leases_of(*reserved, *more)).lent) == 1
+    assert len(lending.lend("broad", leases_of(*more)).lent) == 1  # offered again once a lent place came back
 
 
 def test_a_source_without_a_per_host_limit_lends_nothing(

@@ -7,7 +7,7 @@ they held more than half of the places and every healthy host waited. Its polite
 and its lease, and lends the source's place back: admission may start another task in it
 (``lua/lend_places.lua``; ``admit.lua`` counts ``max_active`` less the places lent). A source without a per-host
 limit lends nothing (``max_active`` is then the only bound a single site's requests meet), and places lent are at
-most ``max_active``. Crawlers built on one event loop (Scrapy, crawlee) let a slow request cost a socket, not a
+most twice ``max_active``. Crawlers built on one event loop (Scrapy, crawlee) let a slow request cost a socket, not a
 slot of the crawl; this is the same for a limit held across machines.
 
 A batch is a Celery task: once its refill time is over it waits for its last pages, and a slow host's page then
@@ -31,7 +31,7 @@ __all__ = ["LentPlaces", "PlaceLending"]
 class LentPlaces:
     """The tasks one call lent the places of (``lent``), the source's places lent now (``total``), and whether the
     source lends at all (``lends``: it has ``per_host_max_active``); a page not lent while ``lends`` may be later,
-    once a lent place comes back (at most ``max_active`` are lent)."""
+    once a lent place comes back (at most twice ``max_active`` are lent)."""
 
     lent: frozenset[str]
     total: int
@@ -47,7 +47,7 @@ class PlaceLending:
     @redis_storage_errors()
     def lend(self, source: str, leases: Mapping[str, str], now: float | None = None) -> LentPlaces:
         """Lend the places of ``leases`` (task id -> token) still held and started; each lease lends once. None
-        for a source without ``per_host_max_active``, nor past ``max_active`` places lent."""
+        for a source without ``per_host_max_active``, nor past twice ``max_active`` places lent."""
         if not leases:
             return LentPlaces(frozenset(), 0)
         arguments = [part for task_id, token in leases.items() for part in (task_id, str(token))]
