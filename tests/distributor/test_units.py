@@ -48,7 +48,7 @@ def test_a_contract_builds_keys_and_argv_by_name_and_decodes_replies_by_name():
     admit = CONTRACTS["admit"]
     keys = SourceKeys("shop")
     assert admit.key_names("shop")[:3] == [keys.intake, keys.active, keys.active_messages]  # due retries: promote_due
-    assert admit.key_names("shop")[-3:] == [keys.host_ready, keys.host_parked, keys.host_next_admission]
+    assert admit.key_names("shop")[-3:] == [keys.host_parked, keys.host_next_admission, keys.lent_places]
     assert admit.argument_values({"wanted": 5, "publish_grace_seconds": 30, "window_seconds": 60, "now": "",
                                   "expected_source": "shop", "dead_letters_max": 9,
                                   "host_queue_prefix": keys.host_queue_prefix, "park_limit": 7}) == [
