@@ -17,7 +17,8 @@ much). The keys:
   the server can). The with-MongoDB figure is read as that ratio, never against the HTML crawl: into the SecantusDB
   stand-in the API stores at the stand-in's own raw rate, far below what the harvester reads.
 - ``api_cpu_ms_per_item``, ``html_cpu_ms_per_item``: the distributor's and workers' CPU per item of the discard runs;
-  ``api_requests``, ``html_requests``: what the demo site served each; ``api_seconds``: the API run's length.
+  ``api_requests``, ``html_requests``: what the demo site served each; ``api_seconds``: the API run's length;
+  ``api_first_request_s``: how long after the first tasks were pushed the site saw the API's first request.
 
 The cursor makes a query's pages a chain (each request needs the previous answer), so one chain's pace is one
 request's round trip through a worker and the site per 50 items, where the HTML crawl keeps ``concurrency`` pages in
@@ -27,8 +28,11 @@ endpoint's ``variables.segment``/``totalSegments``, DynamoDB's parallel scan): K
 K chains of 51 pages stop the bench with a message to raise ``--api-chains``.
 The API's records carry what the endpoint offers of the HTML pages' ten attributes (all but ``ratings`` and
 ``description``) and its item's ``link``: nine attributes a record against ten. Both run at the bench's
-``--concurrency`` (16 by default); the HTML crawl is not always at its best there (on the 2-core bench machine it
-was 1.4x faster at 32: docs/benchmarks.md, 2026-12-05), so compare at its best before reading ``api_speedup``.
+``--concurrency`` (the sources' ``max_active``, 16 by default): one politeness towards the site, under which the API
+keeps at most ``api_chains`` requests in flight and the HTML crawl ``concurrency`` (``api_max_in_flight``,
+``html_max_in_flight``: the most the site saw). The HTML crawl goes faster with more in flight (on the 2-core bench
+machine 1.4-1.8x at 32: docs/benchmarks.md), at twice the load on the site: ``api_speedup`` compares the two ways
+in at one politeness, not each at its fastest.
 """
 
 from __future__ import annotations
@@ -129,6 +133,7 @@ def api_figures(api: dict[str, Any], html: dict[str, Any], products: int) -> dic
             "api_requests": api["pages"], "api_records_stored": api["stored"], "html_requests": html["pages"],
             "html_records_stored": html["stored"], "api_products": products,
             "api_seconds": round(api["seconds"], 3), "api_first_request_s": api["first_request_s"],
+            "api_max_in_flight": api["max_concurrent"], "html_max_in_flight": html["max_concurrent"],
             "api_cpu_ms_per_item": round(1000 * api["cpu_seconds"] / max(1, api["stored"]), 3),
             "html_cpu_ms_per_item": round(1000 * html["cpu_seconds"] / max(1, html["stored"]), 3)}
 

@@ -87,6 +87,7 @@ PROMISED_KEYS = (
     # the API behind POST against HTML detail pages, both with the discard sink, and the API into MongoDB against the
     # same server's raw upserts (bench/api_speed.py)
     "api_items_per_s", "html_items_per_s", "api_speedup", "api_products", "api_chains", "api_first_request_s",
+    "api_max_in_flight", "html_max_in_flight",
     "api_mongo_items_per_s", "api_raw_upserts_per_s", "api_mongo_vs_raw",
     "bench", "products", "repeat", "concurrency", "latency_ms", "workers", "publish_batch", "scrapy",
     "pages_per_s", "scrapy_pages_per_s", "ratio", "crawlee", "crawlee_pages_per_s", "crawlee_ratio",
