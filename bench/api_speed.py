@@ -8,7 +8,7 @@ much). The keys:
 - ``api_items_per_s``, ``html_items_per_s``: the harvester's own pace, both with the discard sink
   (``output_sink=discard``: every record built, validated and counted as stored, nothing written): records the
   workers counted as stored per second, from the first task pushed until the site served every page and the source
-  is idle. ``api_speedup`` is their ratio (issue 34's goal: >= 20). Both sides store nothing, so the ratio says what
+  is idle. ``api_speedup`` is their ratio (goal: >= 20). Both sides store nothing, so the ratio says what
   reading 50 items a POST saves over fetching and parsing a page an item, not what one MongoDB server can take in.
 - ``api_mongo_items_per_s``: the API harvest again, into MongoDB (the records counted in the collection, per
   second); ``api_raw_upserts_per_s``: what the same server does with the same records in the same run, raw

@@ -30,7 +30,7 @@ and the same link discovery and extraction code; pages are counted by the demo s
   two forward proxies against a pool of one -> ``pool_overhead_cpu`` (CPU per page over, minus 1; goal <= 0.05);
 - (api) a GraphQL source behind POST against the same items as HTML detail pages, on a demo shop of its own
   (``--api-products``, 10,000 by default), both with the discard sink -> ``api_items_per_s``, ``html_items_per_s``,
-  ``api_speedup`` (issue 34's goal >= 20: the harvester's own pace); the API into MongoDB against the same server's
+  ``api_speedup`` (goal >= 20: the harvester's own pace); the API into MongoDB against the same server's
   raw upserts of the same records -> ``api_mongo_items_per_s``, ``api_raw_upserts_per_s``, ``api_mongo_vs_raw``
   (goal about 1). bench/api_speed.py's docstring says what each measures.
 The listing's page size is raised above ``--per-page`` when the shop would be deeper than a source's
