@@ -1,20 +1,38 @@
 """The API part of bench/crawl.py: the demo shop's items harvested from its GraphQL endpoint (POST requests of 50
 items, the next page by the connection's cursor) against the same items harvested as HTML detail pages
-(listing -> details), both through the distributor and Celery workers into MongoDB, on the same demo site.
+(listing -> details), both through the distributor and Celery workers, on a demo site of their own
+(``--api-products`` items, 10,000 by default: the API's run then lasts seconds, long enough that start-up, the
+distributor's first round and Celery's first delivery, is a small part of it; ``api_first_request_s`` says how
+much). The keys:
 
-``api_items_per_s`` and ``html_items_per_s`` are records stored per second from the first task pushed until the
-site served every page and the source is idle; ``api_speedup`` is their ratio (goal >= 20). The cursor makes
-a query's pages a chain (each request needs the previous answer), so one chain's pace is one request's round trip
-through a worker and the site per 50 items, where the HTML crawl keeps ``concurrency`` pages in flight. The source
-therefore has ``--api-chains`` K first requests, segment 0..K-1 of K of the items (the demo endpoint's
-``variables.segment``/``totalSegments``, DynamoDB's parallel scan): K chains side by side (``api_chains``).
-``api_raw_upserts_per_s`` is what the same MongoDB does with the same records in the same run, raw: unordered
-``bulk_write``s of upserts on ``sku``, one page's 50 records each, one after another (what each hop of a chain
-writes); ``api_mongo_vs_raw`` the into-MongoDB harvest against it.
+- ``api_items_per_s``, ``html_items_per_s``: the harvester's own pace, both with the discard sink
+  (``output_sink=discard``: every record built, validated and counted as stored, nothing written): records the
+  workers counted as stored per second, from the first task pushed until the site served every page and the source
+  is idle. ``api_speedup`` is their ratio (goal: >= 20). Both sides store nothing, so the ratio says what
+  reading 50 items a POST saves over fetching and parsing a page an item, not what one MongoDB server can take in.
+- ``api_mongo_items_per_s``: the API harvest again, into MongoDB (the records counted in the collection, per
+  second); ``api_raw_upserts_per_s``: what the same server does with the same records in the same run, raw
+  (unordered ``bulk_write``s of upserts on ``sku``, one page's 50 records each, one after another: what each hop
+  of a chain writes); ``api_mongo_vs_raw``: the first over the second (goal about 1: the harvest stores as fast as
+  the server can). The with-MongoDB figure is read as that ratio, never against the HTML crawl: into the SecantusDB
+  stand-in the API stores at the stand-in's own raw rate, far below what the harvester reads.
+- ``api_cpu_ms_per_item``, ``html_cpu_ms_per_item``: the distributor's and workers' CPU per item of the discard runs;
+  ``api_requests``, ``html_requests``: what the demo site served each; ``api_seconds``: the API run's length;
+  ``api_first_request_s``: how long after the first tasks were pushed the site saw the API's first request.
+
+The cursor makes a query's pages a chain (each request needs the previous answer), so one chain's pace is one
+request's round trip through a worker and the site per 50 items, where the HTML crawl keeps ``concurrency`` pages in
+flight. The source therefore has ``--api-chains`` K first requests, segment 0..K-1 of K of the items (the demo
+endpoint's ``variables.segment``/``totalSegments``, DynamoDB's parallel scan): K chains side by side
+(``api_chains``). A chain is at most ``listing.max_depth``'s bound deep (50 after its first page): more items than
+K chains of 51 pages stop the bench with a message to raise ``--api-chains``.
 The API's records carry what the endpoint offers of the HTML pages' ten attributes (all but ``ratings`` and
 ``description``) and its item's ``link``: nine attributes a record against ten. Both run at the bench's
-``--concurrency`` (16 by default); the HTML crawl is not always at its best there (on the 2-core bench machine it
-was 1.4x faster at 32: docs/benchmarks.md, 2026-12-05), so compare at its best before reading ``api_speedup``.
+``--concurrency`` (the sources' ``max_active``, 16 by default): one politeness towards the site, under which the API
+keeps at most ``api_chains`` requests in flight and the HTML crawl ``concurrency`` (``api_max_in_flight``,
+``html_max_in_flight``: the most the site saw). The HTML crawl goes faster with more in flight (on the 2-core bench
+machine 1.4-1.8x at 32: docs/benchmarks.md), at twice the load on the site: ``api_speedup`` compares the two ways
+in at one politeness, not each at its fastest.
 """
 
 from __future__ import annotations
@@ -27,9 +45,11 @@ from typing import Any
 
 import pymongo
 import yaml
+from rig import deepest_listing, site_stats, start_demo_site  # bench/rig.py, beside this file
 
 NOT_A_BENCH = "the API part of bench/crawl.py (a GraphQL source against HTML detail pages)"
 PAGE_SIZE = 50
+API_PRODUCTS = 10_000  # the API part's default size (``--api-products``)
 QUERY = ("query Products($first: Int!, $after: String, $segment: Int, $totalSegments: Int) { products(first: $first, "
          "after: $after, segment: $segment, totalSegments: $totalSegments) "
          "{ edges { node { sku title price stock in_stock released image tags url } } "
@@ -47,7 +67,7 @@ def write_graphql_source(directory: Path, name: str, site_url: str, concurrency:
                                 "json": {"query": QUERY, "variables": {"first": PAGE_SIZE, **partition}}}
                                for partition in partitions]},
         "listing": {
-            "max_depth": 50, "max_new_urls": 1_000_000,
+            "max_depth": deepest_listing(), "max_new_urls": 1_000_000,
             "next": {"cursor": "data.products.pageInfo.endCursor", "into": "variables.after",
                      "while": "data.products.pageInfo.hasNextPage"},
             "records": {"item": "json:data.products.edges[].node", "key": ["sku"], "attributes": {
@@ -105,50 +125,79 @@ def raw_upserts_per_s(uri: str, database: str, collection: str) -> float:
 
 
 def api_figures(api: dict[str, Any], html: dict[str, Any], products: int) -> dict[str, Any]:
+    """The headline, both runs with the discard sink: items a second, their ratio, and what each run took."""
     api_rate = api["stored"] / api["seconds"]
     html_rate = html["stored"] / html["seconds"]
     return {"api_items_per_s": round(api_rate, 1), "html_items_per_s": round(html_rate, 1),
             "api_speedup": round(api_rate / html_rate, 2) if html_rate else None,
             "api_requests": api["pages"], "api_records_stored": api["stored"], "html_requests": html["pages"],
             "html_records_stored": html["stored"], "api_products": products,
+            "api_seconds": round(api["seconds"], 3), "api_first_request_s": api["first_request_s"],
+            "api_max_in_flight": api["max_concurrent"], "html_max_in_flight": html["max_concurrent"],
             "api_cpu_ms_per_item": round(1000 * api["cpu_seconds"] / max(1, api["stored"]), 3),
             "html_cpu_ms_per_item": round(1000 * html["cpu_seconds"] / max(1, html["stored"]), 3)}
 
 
-def api_part(processes: Any, env: dict[str, str], site_url: str, args: Any, html_pages: int,
-             run_harvester: Callable[..., dict[str, Any]], write_html_source: Callable[[str], Path]) -> dict[str, Any]:
-    """The same items from the GraphQL endpoint (``args.api_chains`` chains) and as HTML detail pages (bench/crawl.py's
-    ``run_harvester`` and its listing -> details source), alternately, best round of each: into MongoDB (the figures
-    the issue names, and the raw upserts of the same records beside them), then with the discard sink (what the
-    harvest costs without the store, whose per-record cost bounds both on the stand-in)."""
-    figures: dict[str, Any] = {"api_chains": args.api_chains}
+def first_request_s(run: dict[str, Any], site_url: str, client: str) -> float | None:
+    """Seconds from pushing the first tasks until the demo site saw the client's first request (start-up: the
+    distributor's round, Celery's delivery, the worker's batch), or None when the site no longer holds it (it keeps
+    its last 500 request times)."""
+    observed = site_stats(site_url, client)
+    times = observed.get("request_times") or []
+    if not times or len(times) < observed["total"]:
+        return None
+    return round(min(times) - run["pushed_at"], 3)
+
+
+def api_part(processes: Any, env: dict[str, str], args: Any, run_harvester: Callable[..., dict[str, Any]],
+             html_source: Callable[[str, str, int], tuple[Path, int]]) -> dict[str, Any]:
+    """The same ``args.api_products`` items from the GraphQL endpoint (``args.api_chains`` chains) and as HTML detail
+    pages (bench/crawl.py's ``run_harvester``, and ``html_source``: its listing -> details source over a shop, with the
+    pages it fetches), on a demo site of their own. Each round runs the API and the HTML crawl with the discard sink,
+    then the API into MongoDB; the best run of each is reported."""
+    from harvester.services.ports import LOOPBACK
+
+    products, chains = args.api_products, args.api_chains
+    largest_segment = -(-products // chains)
+    longest_chain = -(-largest_segment // PAGE_SIZE)  # its pages
+    if longest_chain - 1 > deepest_listing():
+        raise SystemExit(f"--api-products {products} is {longest_chain} pages a chain, deeper than a source may follow "
+                         f"({deepest_listing()} after the first): raise --api-chains")
+    _, port, site_url = start_demo_site(processes, "--products", str(products), "--latency-ms", str(args.latency_ms),
+                                        "--slow-every", "0")
+    env = {**env, "HARVESTER_ALLOWED_PRIVATE_NETWORKS":
+           f"{env['HARVESTER_ALLOWED_PRIVATE_NETWORKS']},{LOOPBACK}/32:{port}"}
     uri, database = env["HARVESTER_MONGO_URI"], env["HARVESTER_MONGO_DATABASE"]
-    expected = api_requests_expected(args.products, args.api_chains)
-    for sink in ("mongo", "discard"):
-        runs: dict[str, list[dict[str, Any]]] = {"api": [], "html": []}
-        stored = pymongo.MongoClient(uri)[database]
-        sink_env = {**env, "HARVESTER_OUTPUT_SINK": sink}
-        for round_number in range(1, args.repeat + 1):
-            api_name, html_name = f"api_graphql_{sink}_{round_number}", f"api_html_{sink}_{round_number}"
-            api_path = write_graphql_source(processes.sources, api_name, site_url, args.concurrency, args.api_chains)
-            runs["api"].append(run_harvester(processes, sink_env, api_path, site_url, expected, args.workers,
-                                             first_tasks=first_request_tasks(api_path)))
-            runs["api"][-1]["name"] = api_name
-            runs["html"].append(run_harvester(processes, sink_env, write_html_source(html_name), site_url,
-                                              html_pages, args.workers))
-            for run, name in ((runs["api"][-1], api_name), (runs["html"][-1], html_name)):
-                run["stored"] = stored[name].count_documents({}) if sink == "mongo" else run["records"]
-        best = {name: max(results, key=lambda run: run["stored"] / run["seconds"]) for name, results in runs.items()}
-        found = api_figures(best["api"], best["html"], args.products)
-        print(f"{sink} sink: GraphQL API ({args.api_chains} chains) {best['api']['stored']} items in "
-              f"{best['api']['pages']} POSTs, {found['api_items_per_s']:.0f} items/s; HTML detail pages "
-              f"{best['html']['stored']} items in {best['html']['pages']} pages, {found['html_items_per_s']:.0f} "
-              f"items/s: api_speedup {found['api_speedup']}", file=sys.stderr)
-        if sink == "mongo":
-            raw = raw_upserts_per_s(uri, database, best["api"]["name"])
-            figures |= found | {"api_raw_upserts_per_s": round(raw, 1),
-                                "api_mongo_vs_raw": round(found["api_items_per_s"] / raw, 3) if raw else None}
-            print(f"raw upserts of the same records, 50 a bulk_write: {raw:.0f} records/s", file=sys.stderr)
-        else:
-            figures |= {f"{key}_discard": value for key, value in found.items() if key.endswith(("_per_s", "speedup"))}
+    stored = pymongo.MongoClient(uri)[database]
+    expected = api_requests_expected(products, chains)
+    runs: dict[str, list[dict[str, Any]]] = {"api": [], "html": [], "api_mongo": []}
+    for round_number in range(1, args.repeat + 1):  # alternately, so load from other programs hits each
+        for label, sink in (("api", "discard"), ("html", "discard"), ("api_mongo", "mongo")):
+            name = f"api_{label}_{round_number}" if label != "html" else f"api_html_{round_number}"
+            sink_env = {**env, "HARVESTER_OUTPUT_SINK": sink}
+            if label == "html":
+                path, pages = html_source(name, site_url, products)
+                run = run_harvester(processes, sink_env, path, site_url, pages, args.workers)
+            else:
+                path = write_graphql_source(processes.sources, name, site_url, args.concurrency, chains)
+                run = run_harvester(processes, sink_env, path, site_url, expected, args.workers,
+                                    first_tasks=first_request_tasks(path))
+                run["first_request_s"] = first_request_s(run, site_url, name)
+            run["name"] = name
+            run["stored"] = stored[name].count_documents({}) if sink == "mongo" else run["records"]
+            runs[label].append(run)
+    best = {label: max(results, key=lambda run: run["stored"] / run["seconds"]) for label, results in runs.items()}
+    figures = {"api_chains": chains} | api_figures(best["api"], best["html"], products)
+    mongo = best["api_mongo"]
+    mongo_rate = mongo["stored"] / mongo["seconds"]
+    raw = raw_upserts_per_s(uri, database, mongo["name"])
+    figures |= {"api_mongo_items_per_s": round(mongo_rate, 1), "api_mongo_records_stored": mongo["stored"],
+                "api_raw_upserts_per_s": round(raw, 1), "api_mongo_vs_raw": round(mongo_rate / raw, 3) if raw else None}
+    print(f"discard sink: GraphQL API ({chains} chains) {best['api']['stored']} items in {best['api']['pages']} POSTs, "
+          f"{figures['api_items_per_s']:.0f} items/s (first request after {figures['api_first_request_s']} s); HTML "
+          f"detail pages {best['html']['stored']} items in {best['html']['pages']} pages, "
+          f"{figures['html_items_per_s']:.0f} items/s: api_speedup {figures['api_speedup']}", file=sys.stderr)
+    print(f"into MongoDB: GraphQL API {mongo['stored']} items, {mongo_rate:.0f} items/s; raw upserts of the same "
+          f"records, 50 a bulk_write: {raw:.0f} records/s: api_mongo_vs_raw {figures['api_mongo_vs_raw']}",
+          file=sys.stderr)
     return figures

@@ -27,13 +27,21 @@ and the same link discovery and extraction code; pages are counted by the demo s
   against raw unordered ``bulk_write``s of the same records, same servers -> ``settle_ceiling_ratio`` (goal >= 0.8)
   and the figures beside it (``settle_records_per_s``, ``raw_bulk_records_per_s``, ...);
 - (f) a proxy pool's cost (bench/pool_overhead.py): the crawl only of a source with ``country: SG`` through a pool of
-  two forward proxies against a pool of one -> ``pool_overhead_cpu`` (CPU per page over, minus 1; goal <= 0.05).
+  two forward proxies against a pool of one -> ``pool_overhead_cpu`` (CPU per page over, minus 1; goal <= 0.05);
+- (api) a GraphQL source behind POST against the same items as HTML detail pages, on a demo shop of its own
+  (``--api-products``, 10,000 by default), both with the discard sink -> ``api_items_per_s``, ``html_items_per_s``,
+  ``api_speedup`` (goal >= 20: the harvester's own pace); the API into MongoDB against the same server's
+  raw upserts of the same records -> ``api_mongo_items_per_s``, ``api_raw_upserts_per_s``, ``api_mongo_vs_raw``
+  (goal about 1). bench/api_speed.py's docstring says what each measures.
+The listing's page size is raised above ``--per-page`` when the shop would be deeper than a source's
+``listing.max_depth`` may say (50 pages after the first), so every ``--products`` finishes.
 
 Usage: .venv/bin/python bench/crawl.py [--products 2000] [--per-page 100] [--concurrency 16]
        [--latency-ms 20] [--workers 2] [--publish-batch N] [--records 3000] [--repeat 2] [--parts crawl,api,pool]
-       [--api-chains 8] [--smoke]
-``--smoke`` (CI: tests/test_benches.py): 40 products at 20 a page, one round, one Celery process, 160 records,
-Scrapy and crawlee skipped (installing them takes minutes), so their figures and the ratios over them are null.
+       [--api-chains 8] [--api-products 10000] [--smoke]
+``--smoke`` (CI: tests/test_benches.py): 40 products at 20 a page (the API part's shop too), one round, one Celery
+process, 160 records, Scrapy and crawlee skipped (installing them takes minutes), so their figures and the ratios
+over them are null.
 Harvester runs with its default settings (``publish_batch_size`` 16 tasks per Celery message) unless
 ``--publish-batch`` says otherwise; the source's ``max_active`` is the peers' concurrency.
 Each round runs the five crawls alternately; the best round of each is reported (the machine may be
@@ -58,7 +66,7 @@ from typing import Any
 import pymongo
 import redis
 import yaml
-from api_speed import api_part, records_and_fresh_copy  # bench/api_speed.py, beside this file
+from api_speed import API_PRODUCTS, api_part, records_and_fresh_copy  # bench/api_speed.py, beside this file
 from pool_overhead import pool_overhead  # bench/pool_overhead.py, beside this file
 from rig import (
     BIN,
@@ -66,6 +74,7 @@ from rig import (
     ROOT,
     Processes,
     bench_processes,
+    deepest_listing,
     site_stats,
     start_demo_site,
     start_mongo,
@@ -75,8 +84,11 @@ from settle import settle_ceiling  # bench/settle.py, beside this file
 
 # Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
 PROMISED_KEYS = (
-    "api_items_per_s", "html_items_per_s", "api_speedup",  # the API behind POST against HTML detail pages
-    "api_chains", "api_raw_upserts_per_s", "api_mongo_vs_raw",  # bench/api_speed.py
+    # the API behind POST against HTML detail pages, both with the discard sink, and the API into MongoDB against the
+    # same server's raw upserts (bench/api_speed.py)
+    "api_items_per_s", "html_items_per_s", "api_speedup", "api_products", "api_chains", "api_first_request_s",
+    "api_max_in_flight", "html_max_in_flight",
+    "api_mongo_items_per_s", "api_raw_upserts_per_s", "api_mongo_vs_raw",
     "bench", "products", "repeat", "concurrency", "latency_ms", "workers", "publish_batch", "scrapy",
     "pages_per_s", "scrapy_pages_per_s", "ratio", "crawlee", "crawlee_pages_per_s", "crawlee_ratio",
     "end_to_end_pages_per_s", "scrapy_end_to_end_pages_per_s", "end_to_end_ratio", "max_concurrent_observed",
@@ -161,12 +173,19 @@ def wait_until_ready(processes: Processes, worker: subprocess.Popen, distributor
     print(f"{node}: not ready after {timeout:g}s, measured anyway", file=sys.stderr)
 
 
+def listing_per_page(products: int, per_page: int) -> int:
+    """``per_page``, or more when the demo shop's listing of ``products`` would be deeper than a source may follow
+    (``deepest_listing``): at 100 a page and a depth of 50, above 5,100 products the crawl never finished."""
+    return max(per_page, -(-products // (deepest_listing() + 1)))
+
+
 def write_source(directory: Path, name: str, site_url: str, per_page: int, concurrency: int) -> Path:
     document = {
         "name": name,
         "input": {"seeds": [f"{site_url}/shop?per_page={per_page}"], "kind": "listing"},
         "listing": {"link_selectors": ["a.product-link", "a.more"], "next_page_selectors": ["a.next"],
-                    "follow": r"^http://127\.0\.0\.1:\d+/product/\d+$", "max_depth": 50, "max_new_urls": 1_000_000},
+                    "follow": r"^http://127\.0\.0\.1:\d+/product/\d+$", "max_depth": deepest_listing(),
+                    "max_new_urls": 1_000_000},
         "attributes": DEMO_PRODUCT_ATTRIBUTES,
         "rate_limit": {"max_active": concurrency, "per_minute": 1_000_000},
         "headers": {"X-Demo-Client": name},
@@ -183,7 +202,8 @@ def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, 
     """Distributor + Celery workers; time from pushing the seed until the site served every page.
 
     ``rig`` names the bench's own servers (demo site, MongoDB) whose CPU over the same interval is
-    returned as ``rig_cpu_seconds``: what the machine spent serving the crawl rather than crawling."""
+    returned as ``rig_cpu_seconds``: what the machine spent serving the crawl rather than crawling. ``pushed_at``: when
+    the first tasks were pushed, on the demo site's clock (``time.monotonic``), to read its request times against."""
     from harvester.config.loader import load_source_file
     from harvester.distributor import Intake, RateLimitStore, TaskMessage
     from harvester.settings import HarvesterSettings
@@ -204,7 +224,7 @@ def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, 
     rig = rig or {}
     cpu_before = tree_cpu_seconds([worker, distributor])
     rig_before = {name: tree_cpu_seconds([process]) for name, process in rig.items()}
-    started = time.perf_counter()
+    started, pushed_at = time.perf_counter(), time.monotonic()  # the demo site stamps requests by time.monotonic
     Intake(client, settings).push(source, first_tasks or [TaskMessage(source=name, kind="listing",
                                                                        url=source.input.seeds[0])])
     deadline = started + timeout
@@ -224,7 +244,7 @@ def run_harvester(processes: Processes, env: dict[str, str], source_path: Path, 
     client.close()
     return {"pages": observed["total"], "seconds": seconds, "max_concurrent": observed["max_concurrent"],
             "records": counters.get("outcome:records_stored", 0), "cpu_seconds": cpu_seconds,
-            "rig_cpu_seconds": rig_cpu_seconds}
+            "rig_cpu_seconds": rig_cpu_seconds, "pushed_at": pushed_at}
 
 
 def run_peer(label: str, command: list[str], site_url: str, name: str, log_dir: Path, cwd: Path) -> dict[str, Any]:
@@ -340,8 +360,9 @@ def cpu_ms_per_page(run: dict[str, Any] | None) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--products", type=int, default=2000)
-    parser.add_argument("--per-page", type=int, default=100)
+    parser.add_argument("--products", type=int, default=2000, help="the demo shop's size for the crawl and pool parts")
+    parser.add_argument("--per-page", type=int, default=100,
+                        help="listing page size (raised when the listing would be deeper than a source may follow)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
@@ -355,10 +376,13 @@ def main() -> None:
                              "pages), pool (f: a pool of two proxies against one), or several (all: the default)")
     parser.add_argument("--api-chains", type=int, default=8,
                         help="the API part's cursor chains side by side: K first requests, segment 0..K-1 of K")
+    parser.add_argument("--api-products", type=int, default=API_PRODUCTS,
+                        help="the API part's demo shop size (its own site: long enough a run to be past start-up)")
     parser.add_argument("--smoke", action="store_true", help="40 products, one round, no peers (CI)")
     args = parser.parse_args()
     if args.smoke:
         args.products, args.per_page, args.repeat, args.workers, args.records = 40, 20, 1, 1, 160
+        args.api_products = 40
     parts = set(args.parts.split(","))
 
     from harvester.services.ports import LOOPBACK
@@ -372,10 +396,11 @@ def main() -> None:
         redis_url = start_redis(processes)
         choice, storage = start_mongo(processes)
         rig: dict[str, subprocess.Popen] = {"storage": storage} if storage is not None else {}
+        per_page = listing_per_page(args.products, args.per_page)
         rig["site"], site_port, site_url = start_demo_site(
-            processes, "--products", str(args.products), "--per-page", str(args.per_page),
+            processes, "--products", str(args.products), "--per-page", str(per_page),
             "--latency-ms", str(args.latency_ms), "--slow-every", "0")
-        listing_pages = -(-args.products // args.per_page)
+        listing_pages = -(-args.products // per_page)
         expected = args.products + listing_pages
         database = "harvester_bench_crawl"
         publish_batch = args.publish_batch or HarvesterSettings().publish_batch_size
@@ -392,13 +417,19 @@ def main() -> None:
               f"Scrapy {scrapy_version}; crawlee {crawlee_version}", file=sys.stderr)
 
         def source(name: str) -> Path:
-            return write_source(sources, name, site_url, args.per_page, args.concurrency)
+            return write_source(sources, name, site_url, per_page, args.concurrency)
+
+        def html_source(name: str, shop_url: str, products: int) -> tuple[Path, int]:
+            """The listing -> details source over another demo shop of ``products``, and the pages it fetches."""
+            shop_per_page = listing_per_page(products, args.per_page)
+            return (write_source(sources, name, shop_url, shop_per_page, args.concurrency),
+                    products + -(-products // shop_per_page))
 
         result: dict[str, Any] = {"bench": "crawl", "products": args.products, "repeat": args.repeat,
                                   "concurrency": args.concurrency, "latency_ms": args.latency_ms,
                                   "workers": args.workers, "publish_batch": publish_batch, "smoke": args.smoke}
         if "api" in parts:
-            result.update(api_part(processes, env, site_url, args, expected, run_harvester, source))
+            result.update(api_part(processes, env, args, run_harvester, html_source))
         if "pool" in parts:
             result.update(pool_overhead(processes, env, source, site_url, expected, args.workers, args.repeat,
                                         run_harvester))

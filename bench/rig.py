@@ -9,6 +9,7 @@ are imported inside the functions, after the bench has parsed its arguments.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -49,6 +50,15 @@ DEMO_PRODUCT_ATTRIBUTES: dict[str, dict[str, Any]] = {
     "description": {"css": ".description"},
 }
 
+
+
+@functools.cache
+def deepest_listing() -> int:
+    """The deepest ``listing.max_depth`` a source may say (the schema's bound): a listing walked from one first
+    request has at most this many pages after it (a demo shop's pagination, an API's cursor chain)."""
+    from harvester.config import Listing
+
+    return int(Listing.model_json_schema()["properties"]["max_depth"]["maximum"])
 
 class Processes:
     """Every process this bench starts, stopped (by pid, in reverse order) at the end."""

@@ -89,3 +89,24 @@ def test_coercion(text: str, kind: str, expected: object) -> None:
 def test_coercion_errors_name_the_value(text: str, kind: str) -> None:
     with pytest.raises(CoercionError, match="expected"):
         coerce(text, kind, URL)
+
+
+@pytest.mark.parametrize(("option", "values", "expected"), [
+    ({"regex": r"(\d+)"}, [" a1 ", ""], ["1"]),
+    ({"strip": True}, [" a1 ", ""], ["a1"]),
+    ({"strip": ""}, [" a1 ", ""], [" a1 "]),  # strips no character, yet drops the empty value
+    ({"join": "|"}, [" a1 ", "b"], [" a1 |b"]),
+    ({"default": "none"}, [], ["none"]),
+])
+def test_an_attribute_skips_post_processing_only_when_no_option_could_change_its_values(
+        option: dict[str, object], values: list[str], expected: list[str]) -> None:
+    """The stage's conditions are read once a page (``AttributeFacts``): an option that changes values is never
+    skipped, and an attribute without one keeps its values as the stage would."""
+    from harvester.config import Attribute
+    from harvester.scraping.extraction.extractor import AttributeFacts, post_process
+
+    plain = Attribute.model_validate({"json": "name"})
+    configured = Attribute.model_validate({"json": "name", **option})
+
+    assert not AttributeFacts.of(plain).post_processes and post_process(plain, values) == values
+    assert AttributeFacts.of(configured).post_processes and post_process(configured, values) == expected

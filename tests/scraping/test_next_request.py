@@ -91,3 +91,24 @@ def test_a_page_without_records_ends_the_walk() -> None:
     assert page([]).discovery.listings == []
     assert len(page([{"sku": "a"}]).discovery.listings) == 1
     assert page([{"sku": "a"}]).url == request_key(API, request)  # the page is known by its key
+
+
+def test_a_json_page_without_link_selectors_is_read_without_a_parsel_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its records and its next request come from the parsed JSON alone: looking for links with no selector
+    built a parsel Selector of the body (parsing the JSON a second time) on every page of a chain."""
+    from harvester.scraping.extraction import structured
+
+    def no_document(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a parsel document was built for a JSON page with no link selectors")
+
+    monkeypatch.setattr(structured, "Selector", no_document)
+    config = source({"page": "page", "into": "page"})
+    request = HttpRequest.model_validate({"json": {"page": 1}})
+    fetch = FetchResult(API, "ok", final_url=API, status=200, content_type="application/json",
+                        text=json.dumps({"items": [{"sku": "a"}, {"sku": "b"}], "page": 1}))
+
+    page = process_page(config, "listing", API, 0, fetch, request=request)
+
+    assert fetch.outcome == "ok", fetch.reason
+    assert [record["sku"] for record in page.listing_records.records] == ["a", "b"]
+    assert len(page.discovery.listings) == 1

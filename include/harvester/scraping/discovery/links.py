@@ -51,7 +51,10 @@ def next_page_followed(source: SourceConfig, page_url: str, url: str) -> bool:
 
 def select_links(selector: Selector | PageData, expressions: list[str]) -> list[str]:
     """Raw link strings selected by CSS (or ``xpath:...``) expressions, elements giving their href, or by
-    ``json:`` JMESPath expressions over a JSON page (strings, or objects' ``url``/``href``)."""
+    ``json:`` JMESPath expressions over a JSON page (strings, or objects' ``url``/``href``). No expression selects
+    nothing without a document: a JSON API's page (``listing.next``, no link selectors) is never parsed as markup."""
+    if not expressions:
+        return []
     page = selector if isinstance(selector, PageData) else None
     if page is not None and any(expression.strip().startswith(JSON_PREFIX) for expression in expressions):
         return _json_links(page, expressions)

@@ -253,6 +253,13 @@ def _as_text(value: Any) -> str | None:
     return None  # objects and lists are not text: regex and strip leave them out
 
 
+def post_processes(attribute: Attribute) -> bool:
+    """Whether :func:`post_process` can change anything for ``attribute`` (its conditions, read once a page): most
+    attributes have no ``regex``, ``strip``, ``join`` or ``default``, and their values pass as they are."""
+    return (attribute.regex is not None or (attribute.strip is not None and attribute.strip is not False)
+            or attribute.join is not None or attribute.default is not None)
+
+
 def post_process(attribute: Attribute, values: list[Any]) -> list[Any]:
     """Stage 2: ``regex`` (first group, or the whole match; a value it does not match is dropped),
     ``strip``, ``join`` (every value into one), then ``default`` when nothing is left."""
@@ -279,12 +286,13 @@ def post_process(attribute: Attribute, values: list[Any]) -> list[Any]:
 
 
 def coerce_values(name: str, attribute: Attribute, values: list[Any], base: str, matched: bool,
-                  problems: list[Problem]) -> Any:
+                  problems: list[Problem], facts: AttributeFacts | None = None) -> Any:
     """Stage 3: the values as the attribute's type (a list type keeps every value that fits)."""
-    kind = scalar_type(attribute.type)
+    kind, is_list = (facts.scalar, facts.is_list) if facts is not None else (
+        scalar_type(attribute.type), attribute.type.startswith("list["))
     if kind == "present":
         return bool(values) if attribute.regex is not None else matched or bool(values)
-    if attribute.type.startswith("list["):
+    if is_list:
         typed, errors = [], []
         for value in values:
             try:
@@ -316,23 +324,33 @@ class AttributeFacts:
 
     kind: str  # its selector kind
     checks_rules: bool  # it has value rules to check
+    scalar: str  # its type, or a list type's element type
+    is_list: bool  # a list type: every value that fits is kept
+    first_only: bool  # one value is read (a scalar, not joined, not ``present`` with a regex)
+    post_processes: bool  # regex, strip, join or default may change its values (:func:`post_processes`)
+
+    @classmethod
+    def of(cls, attribute: Attribute) -> AttributeFacts:
+        is_list = attribute.type.startswith("list[")
+        present_with_regex = attribute.type == "present" and attribute.regex is not None
+        return cls(attribute.kind, attribute.has_value_rules, scalar_type(attribute.type), is_list,
+                   not is_list and attribute.join is None and not present_with_regex, post_processes(attribute))
 
     @classmethod
     def of_all(cls, attributes: dict[str, Attribute]) -> dict[str, AttributeFacts]:
-        return {name: cls(attribute.kind, attribute.has_value_rules) for name, attribute in attributes.items()}
+        return {name: cls.of(attribute) for name, attribute in attributes.items()}
 
 
 def extract_attribute(name: str, attribute: Attribute, scope: Scope, base: str, budget: _Budget,
                       problems: list[Problem], traces: dict[str, AttributeTrace] | None = None,
                       facts: AttributeFacts | None = None) -> Any:
-    """One attribute through the four stages; its problems are appended to ``problems``."""
-    is_list = attribute.type.startswith("list[")
-    present_with_regex = attribute.type == "present" and attribute.regex is not None
-    first_only = not is_list and attribute.join is None and not present_with_regex
+    """One attribute through the four stages; its problems are appended to ``problems``. ``facts``: what the
+    attribute's config says, when the caller has read it already (a listing page reads it once for its items)."""
+    facts = facts if facts is not None else AttributeFacts.of(attribute)
     before = len(problems)
-    empty: Any = [] if is_list else None
+    empty: Any = [] if facts.is_list else None
     try:
-        selection = select(attribute, scope, first_only, budget, facts.kind if facts is not None else None)
+        selection = select(attribute, scope, facts.first_only, budget, facts.kind)
     except (ValueError, RecursionError) as error:  # an expression lxml, cssselect or JMESPath cannot evaluate here
         problems.append(Problem(name, "bad_selector", str(error), attribute.required))
         selection, value = Selection([]), empty
@@ -342,9 +360,9 @@ def extract_attribute(name: str, attribute: Attribute, scope: Scope, base: str, 
                       if selection.refused == "too_long"
                       else "the page gave more text than the extraction budget allows")
             problems.append(Problem(name, selection.refused, detail, attribute.required and not selection.values))
-        values = post_process(attribute, selection.values)
-        if attribute.type == "present":
-            value = coerce_values(name, attribute, values, base, selection.matched > 0, problems)
+        values = post_process(attribute, selection.values) if facts.post_processes else selection.values
+        if facts.scalar == "present":
+            value = coerce_values(name, attribute, values, base, selection.matched > 0, problems, facts)
         elif not values:
             if selection.unreadable is not None:
                 problems.append(Problem(name, selection.unreadable[0], selection.unreadable[1], attribute.required))
@@ -352,8 +370,8 @@ def extract_attribute(name: str, attribute: Attribute, scope: Scope, base: str, 
                 problems.append(Problem(name, "missing", _missing_detail(attribute, selection), attribute.required))
             value = empty
         else:
-            value = coerce_values(name, attribute, values, base, True, problems)
-        value = validate_value(name, attribute, value, problems, facts.checks_rules if facts is not None else None)
+            value = coerce_values(name, attribute, values, base, True, problems, facts)
+        value = validate_value(name, attribute, value, problems, facts.checks_rules)
     if traces is not None:
         samples = [_sample(raw) for raw in selection.values[:TRACE_SAMPLES]]
         problem = str(problems[before]) if len(problems) > before else None
