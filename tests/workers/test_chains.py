@@ -154,3 +154,33 @@ def test_a_worker_killed_mid_chain_loses_no_item_and_resumes_at_its_page(chain_s
     assert demo_site.api_requests()["POST /graphql"] <= 50 + 1  # at most the page in flight was asked again
     assert DeadLetters(redis_client).list(source.name) == []
     assert chain_crawl.store.counters(source.name)["reaped"] == 1
+
+
+def test_a_chain_goes_at_its_own_pace_beside_a_slow_page_of_its_batch(configure_settings, demo_site, mongo_server,
+                                                                      redis_client) -> None:
+    """A refilling batch settles a chain's page as soon as it ends, so its next request goes at once: a slow page in
+    the same batch does not hold every hop of the chain to the end of its settle wave (0.5 s here: 9 hops would take
+    4.5 s in lockstep; the slow page takes 4 s)."""
+    import threading
+
+    settings = configure_settings(heartbeat_seconds=1, lease_seconds=20, batch_settle_interval_seconds=0.5)
+    document = chain_document(demo_site.url, "chain_own_pace", 50, max_active=2)
+    document["input"]["requests"].append({"url": f"{demo_site.url}/slow/2?delay=4", "method": "GET"})
+    source = write(settings, document)
+    database = plan_and_produce(source, settings, mongo_server, redis_client, "run-pace")
+    runner = BatchRunner(settings)
+    try:
+        crawl = Crawl(runner, redis_client)
+        started = time.monotonic()
+        reports = []
+        worker = threading.Thread(target=lambda: reports.append(crawl.step(source)))
+        worker.start()
+        collection = database[source.output_collection]
+        while collection.count_documents({}) < PRODUCTS and worker.is_alive():
+            time.sleep(0.05)
+        chain_seconds = time.monotonic() - started
+        worker.join(timeout=30)
+        assert collection.count_documents({}) == PRODUCTS
+        assert chain_seconds < 3.5, f"the chain waited for its batch's waves: {chain_seconds:.1f} s"
+    finally:
+        runner.close()

@@ -431,6 +431,12 @@ class SourceConfig(StrictModel):
     def output_collection(self) -> str:
         return self.output.collection or self.name
 
+    @property
+    def follows_chains(self) -> bool:
+        """Whether its batches send a listing page's next request themselves (``listing.next`` over HTTP: an API's
+        cursor or page numbers, harvester.workers.chains)."""
+        return self.render == "http" and self.listing is not None and self.listing.next is not None
+
 
 def check_incremental_rules(source: SourceConfig) -> None:
     """The cross-field rules of these fields; ``ValueError("<field>: <reason>")`` like the model's."""

@@ -76,8 +76,7 @@ def registration_fields(source: SourceConfig) -> dict[str, str | int | float]:
         "per_host_per_minute": source.rate_limit.per_host_per_minute or 0,  # admission spaces a host's tasks
         "retries": source.retries,
         "timeout": source.timeout,
-        "follows_chains": int(source.render == "http" and source.listing is not None
-                              and source.listing.next is not None),
+        "follows_chains": int(source.follows_chains),
         DOCUMENT_FIELD: document,
         VERSION_FIELD: hashlib.sha256(document.encode()).hexdigest()[:16],
     }

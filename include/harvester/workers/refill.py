@@ -113,6 +113,9 @@ class RefillingRound:
         assert isinstance(runner.fetcher, Fetcher), "only an HTTP batch refills (refills())"
         self.http: Fetcher = runner.fetcher
         self.interval = runner.settings.batch_settle_interval_seconds
+        # A chain's next request waits for its page's settle: settled as each ends, the chains of a batch go at their
+        # own pace, not in lockstep with the slowest page of the wave (detail pages settle together, in one write).
+        self.return_when = asyncio.FIRST_COMPLETED if source.follows_chains else asyncio.ALL_COMPLETED
         self.budget_seconds = refill_budget_seconds(runner.settings.lease_seconds)
         self.in_flight: dict[asyncio.Task[FetchResult], tuple[TaskMessage, float]] = {}  # -> (task, started at)
         self.outcomes: Counter[str] = Counter()  # the fetching's own counters, until the next wave takes them
@@ -179,9 +182,11 @@ class RefillingRound:
             self.in_flight[loop.create_task(page, name=f"fetch-{message.task_id}")] = (message, now)
 
     def wait(self) -> list[tuple[TaskMessage, FetchResult]]:
-        """Run the loop until every page in flight ended or the settle interval passed; the pages that ended.
+        """Run the loop until every page in flight ended (a chain's: one page) or the settle interval passed; the
+        pages that ended.
         What a fetch raises (the worker's own stores, never a site) fails the batch, as a whole batch would."""
-        done, _ = self.runner.loop.run_until_complete(asyncio.wait(set(self.in_flight), timeout=self.interval))
+        done, _ = self.runner.loop.run_until_complete(asyncio.wait(set(self.in_flight), timeout=self.interval,
+                                                                   return_when=self.return_when))
         ended = []
         for task in done:
             message, _ = self.in_flight.pop(task)
