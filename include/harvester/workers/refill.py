@@ -253,7 +253,7 @@ class RefillingRound:
     def lend_slow_places(self) -> None:
         """Pages in flight for ``slow_request_lend_seconds`` lend their source's place back (once each): admission
         and this batch's refill may start other tasks while they wait on their host (harvester.distributor.lending).
-        A lent page no longer counts against the batch's stragglers. A page refused (``max_active`` places lent
+        A lent page no longer counts against the batch's stragglers. A page refused (twice ``max_active`` places lent
         already) is offered again a second later; a source without a per-host limit is not asked again. Redis
         failing lends nothing this wave."""
         now = time.monotonic()
