@@ -125,6 +125,7 @@ def run_rounds(args: argparse.Namespace, site_url: str, directory: Path) -> dict
                     archived = (source, f"run-{round_number}")
         assert archived is not None
         source, run_id = archived
+        runner.archive.flush()  # the index rows the last rounds left waiting (archive_index_flush_seconds): all read
         requests_before = site_stats(site_url, source.name)["total"]
         started, cpu_started = time.perf_counter(), time.process_time()
         report = Reextraction.from_settings(settings).run(source, archived_run=run_id)

@@ -18,6 +18,7 @@ worker then counts the gap (or retries the batch when the archive is ``required`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -40,7 +41,8 @@ from harvester.config import SourceConfig
 from harvester.connections import resolve_filesystem
 from harvester.errors import ArchiveUnavailable, StorageError
 from harvester.settings import HarvesterSettings
-from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original
+from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original, PayloadLocation, stored_warc_date
+from harvester.storage.archive_journal import RowsBehind
 
 log = logging.getLogger(__name__)
 
@@ -263,8 +265,11 @@ class _OpenFile:
 class ArchiveWriter:
     """Writes one batch's pages of one source as WARC records and indexes them (one per worker process)."""
 
-    def __init__(self, index: ArchiveIndex, default_location: str, write_timeout_seconds: float = 30.0) -> None:
+    def __init__(self, index: ArchiveIndex, default_location: str, write_timeout_seconds: float = 30.0,
+                 index_flush_seconds: float = 0.0) -> None:
         self.index = index
+        self.rows = RowsBehind(index, index_flush_seconds)  # the index's rows: written behind, or with each batch
+        self._flush_timer: threading.Timer | None = None
         self.default_location = default_location.rstrip("/")
         self.write_timeout_seconds = write_timeout_seconds
         self._open: dict[tuple[str, str], _OpenFile] = {}  # (source, run) -> this process's current local file
@@ -279,7 +284,7 @@ class ArchiveWriter:
     @classmethod
     def from_settings(cls, settings: HarvesterSettings) -> ArchiveWriter:
         return cls(ArchiveIndex.from_settings(settings), settings.archive_location,
-                   settings.archive_write_timeout_seconds)
+                   settings.archive_write_timeout_seconds, settings.archive_index_flush_seconds)
 
     def location_of(self, source: SourceConfig) -> str:
         return source.output.archive.location or self.default_location
@@ -309,14 +314,45 @@ class ArchiveWriter:
                 raise ArchiveUnavailable(  # a refused bucket, a dead mount)
                     f"writing the archive at {self.location_of(source)} failed: {type(error).__name__}: {error}"
                 ) from error
+        self._arm_flush()
         return written
+
+    def _arm_flush(self) -> None:
+        """Rows waiting reach the index within ``archive_index_flush_seconds`` even when no batch follows (an idle
+        worker): a timer hands a flush to the writer's thread, which re-arms it while rows still wait."""
+        if self._flush_timer is None and self.rows.pending.documents:
+            timer = self._flush_timer = threading.Timer(self.rows.flush_seconds, self._flush_later)
+            timer.daemon = True
+            timer.start()
+
+    def _flush_later(self) -> None:
+        self._flush_timer = None
+        executor = self._executor
+        if executor is not None:
+            with contextlib.suppress(RuntimeError):  # the writer closed meanwhile (and flushed)
+                executor.submit(self._flush_due)
+
+    def _flush_due(self) -> None:
+        if self.rows.pending.due(self.rows.flush_seconds):
+            self.rows.flush()
+        self._arm_flush()
+
+    def flush(self) -> bool:
+        """Every row waiting into the index now, in the writer's thread (after the batches before it); False when
+        the index refused them or did not answer within ``archive_write_timeout_seconds`` (they still wait)."""
+        if self._executor is None or not self.rows.pending.documents:
+            return True
+        try:
+            return self._executor.submit(self.rows.flush).result(timeout=self.write_timeout_seconds)
+        except FutureTimeout:
+            return False
 
     def _archive_run(self, source: SourceConfig, run_id: str, pages: list[ArchivedPage]) -> int:
         settings = source.output.archive
         location = self.location_of(source)
         filesystem, root = self._filesystem(location, settings.connection_id)
         digests = [payload_digest(page.exchange.body) for page in pages]
-        originals = self.index.originals(source.name, [
+        originals = self.rows.originals(source.name, [
             (page.url, digest, page.exchange.status == 304) for page, digest in zip(pages, digests, strict=True)])
         appendable = _is_local(filesystem)
         with self._lock:
@@ -339,15 +375,22 @@ class ArchiveWriter:
             if appendable:
                 self._open[(source.name, run_id)] = current
         archived_file = file_url(location, root, current.path)
-        entries = [IndexEntry(
-            source=source.name, run=page.run_id, task_id=page.task_id, url=page.url, final_url=page.exchange.url,
-            time=page.fetched_at, file=archived_file, offset=start + offset, length=length, digest=digest,
-            status=page.exchange.status, record=kind, connection_id=settings.connection_id, kind=page.kind,
-            depth=page.depth,
-            payload=(originals[index].payload if kind == "revisit" and index in originals else None),
-        ) for index, (page, digest, (kind, offset, length)) in enumerate(zip(pages, digests, placed, strict=True))]
-        self.index.add(entries)
-        return len(entries)
+        documents: list[bytes] = []
+        responses: list[tuple[str, str, str, Original]] = []  # what a later lookup may find before the rows flush
+        for index, (page, digest, (kind, offset, length)) in enumerate(zip(pages, digests, placed, strict=True)):
+            entry = IndexEntry(
+                source=source.name, run=page.run_id, task_id=page.task_id, url=page.url, final_url=page.exchange.url,
+                time=page.fetched_at, file=archived_file, offset=start + offset, length=length, digest=digest,
+                status=page.exchange.status, record=kind, connection_id=settings.connection_id, kind=page.kind,
+                depth=page.depth,
+                payload=(originals[index].payload if kind == "revisit" and index in originals else None))
+            documents.append(entry.encoded())
+            if kind == "response":
+                responses.append((source.name, page.url, digest, Original(
+                    page.exchange.url, stored_warc_date(page.fetched_at),
+                    PayloadLocation(archived_file, start + offset, length, settings.connection_id))))
+        self.rows.write(root if appendable else None, documents, responses)
+        return len(documents)
 
     def _filesystem(self, location: str, connection_id: str | None) -> tuple[Any, str]:
         key = (location, connection_id)
@@ -384,7 +427,13 @@ class ArchiveWriter:
             raise
 
     def close(self) -> None:
+        """Flush the rows waiting (what is not flushed stays in the journal, for the next writer), then stop."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
         if self._executor is not None:
+            if self._pending is None or self._pending.done():  # never wait behind a write that hangs
+                self.flush()
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
