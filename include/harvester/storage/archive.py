@@ -41,8 +41,8 @@ from harvester.config import SourceConfig
 from harvester.connections import resolve_filesystem
 from harvester.errors import ArchiveUnavailable, StorageError
 from harvester.settings import HarvesterSettings
-from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original, PayloadLocation, stored_warc_date
-from harvester.storage.archive_journal import RowsBehind
+from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original
+from harvester.storage.archive_journal import RowsBehind, WaitingResponse
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +376,7 @@ class ArchiveWriter:
                 self._open[(source.name, run_id)] = current
         archived_file = file_url(location, root, current.path)
         documents: list[bytes] = []
-        responses: list[tuple[str, str, str, Original]] = []  # what a later lookup may find before the rows flush
+        responses: list[tuple[str, str, str, WaitingResponse]] = []  # what a lookup may find before a flush
         for index, (page, digest, (kind, offset, length)) in enumerate(zip(pages, digests, placed, strict=True)):
             entry = IndexEntry(
                 source=source.name, run=page.run_id, task_id=page.task_id, url=page.url, final_url=page.exchange.url,
@@ -386,9 +386,8 @@ class ArchiveWriter:
                 payload=(originals[index].payload if kind == "revisit" and index in originals else None))
             documents.append(entry.encoded())
             if kind == "response":
-                responses.append((source.name, page.url, digest, Original(
-                    page.exchange.url, stored_warc_date(page.fetched_at),
-                    PayloadLocation(archived_file, start + offset, length, settings.connection_id))))
+                responses.append((source.name, page.url, digest, (
+                    page.exchange.url, page.fetched_at, archived_file, start + offset, length, settings.connection_id)))
         self.rows.write(root if appendable else None, documents, responses)
         return len(documents)
 

@@ -34,6 +34,10 @@ ARCHIVE_INDEX_COLLECTION = "archive_index"
 DATA_RESPONSE_KIND = "data"
 INDEX_NOT_FOUND = 27  # MongoDB's IndexNotFound error code
 DUPLICATE_KEY = 11000  # MongoDB's duplicate key error code: a row sent again (its _id is already there)
+# What a revisit lookup reads of a row (an Original), and how many rows an answer carries before a getMore.
+ORIGINAL_FIELDS = {"_id": 0, "url": 1, "final_url": 1, "time": 1, "file": 1, "offset": 1, "length": 1,
+                   "connection_id": 1, "digest": 1, "record": 1}
+LOOKUP_BATCH_ROWS = 1000
 INSERT_ROWS_PER_COMMAND = 1000  # rows of one insert command: far under MongoDB's 16 MB command size
 SUPERSEDED_INDEX = "source_digest"  # (source, digest): replaced by source_record_digest, which the stand-in uses
 
@@ -213,10 +217,10 @@ class ArchiveIndex:
         by_url: dict[str, Original] = {}
         digest_query, url_query = self.original_queries(source, digests, urls)
         if digests:
-            for row in self.collection.find(digest_query, sort=[("time", ASCENDING)]):
+            for row in self._find(digest_query, {"time": ASCENDING}):
                 by_digest.setdefault(row["digest"], self._original(row))
         if urls:
-            for row in self.collection.find(url_query, sort=[("time", DESCENDING)]):
+            for row in self._find(url_query, {"time": DESCENDING}):
                 by_url.setdefault(row["url"], self._original(row))
         found: dict[int, Original] = {}
         for index, (url, digest, not_modified) in enumerate(lookups):
@@ -224,6 +228,20 @@ class ArchiveIndex:
             if original is not None:
                 found[index] = original
         return found
+
+    def _find(self, query: dict[str, Any], sort: dict[str, int]) -> Iterator[dict[str, Any]]:
+        """The rows of ``query``, only the fields an original needs, as ``find`` and ``getMore`` commands: a
+        ``Cursor`` cost the archive writer about twice the CPU of the command for the usual answer, none or a few
+        rows (0.28 against 0.16 ms a lookup against the stand-in, 2026-12-06). Run with the index's indexes made."""
+        self._ensure_indexes()
+        database, name = self.collection.database, self.collection.name
+        cursor = database.command("find", name, filter=query, sort=sort, projection=ORIGINAL_FIELDS,
+                                  batchSize=LOOKUP_BATCH_ROWS)["cursor"]
+        yield from cursor["firstBatch"]
+        while cursor["id"]:
+            cursor = database.command("getMore", cursor["id"], collection=name,
+                                      batchSize=LOOKUP_BATCH_ROWS)["cursor"]
+            yield from cursor["nextBatch"]
 
     @staticmethod
     def original_queries(source: str, digests: list[str], urls: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -38,9 +38,10 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from harvester.errors import StorageError
-from harvester.storage.archive_index import ArchiveIndex, Original
+from harvester.storage.archive_index import ArchiveIndex, Original, PayloadLocation, stored_warc_date
 
 log = logging.getLogger(__name__)
 
@@ -159,33 +160,45 @@ def recover_journals(folder: str, own: str, index: ArchiveIndex) -> int:
     return recovered
 
 
+# A response among the rows waiting, as a later lookup may need it: (final URL, fetched at, file, offset, length,
+# connection id); made into an :class:`Original` only when a lookup finds it (most never are).
+WaitingResponse = tuple[str, datetime, str, int, int, str | None]
+
+
+def _original(waiting: WaitingResponse | None) -> Original | None:
+    if waiting is None:
+        return None
+    uri, fetched_at, file, offset, length, connection_id = waiting
+    return Original(uri, stored_warc_date(fetched_at), PayloadLocation(file, offset, length, connection_id))
+
+
 @dataclass
 class PendingRows:
-    """The rows of one writer not in the index yet, and the originals they hold for the revisit lookup."""
+    """The rows of one writer not in the index yet, and the responses among them for the revisit lookup."""
 
     documents: list[bytes] = field(default_factory=list)
     since: float | None = None  # monotonic time of the oldest row waiting
-    by_digest: dict[tuple[str, str], Original] = field(default_factory=dict)  # the first response of a payload
-    by_url: dict[tuple[str, str], Original] = field(default_factory=dict)  # a URL's latest response
+    by_digest: dict[tuple[str, str], WaitingResponse] = field(default_factory=dict)  # a payload's first response
+    by_url: dict[tuple[str, str], WaitingResponse] = field(default_factory=dict)  # a URL's latest response
 
-    def add(self, documents: list[bytes], responses: list[tuple[str, str, str, Original]]) -> None:
-        """``documents`` waiting; ``responses`` (source, url, digest, original) of the response records among them."""
+    def add(self, documents: list[bytes], responses: list[tuple[str, str, str, WaitingResponse]]) -> None:
+        """``documents`` waiting; ``responses`` (source, url, digest, response) of the response records among them."""
         if self.since is None:
             self.since = time.monotonic()
         self.documents.extend(documents)
-        for source, url, digest, original in responses:
-            self.by_digest.setdefault((source, digest), original)
-            self.by_url[(source, url)] = original
+        for source, url, digest, response in responses:
+            self.by_digest.setdefault((source, digest), response)
+            self.by_url[(source, url)] = response
 
     def due(self, flush_seconds: float) -> bool:
         return bool(self.documents) and (len(self.documents) >= FLUSH_ROWS or self.since is None
                                          or time.monotonic() - self.since >= flush_seconds)
 
     def original_by_digest(self, source: str, digest: str) -> Original | None:
-        return self.by_digest.get((source, digest))
+        return _original(self.by_digest.get((source, digest)))
 
     def original_by_url(self, source: str, url: str) -> Original | None:
-        return self.by_url.get((source, url))
+        return _original(self.by_url.get((source, url)))
 
     def clear(self) -> None:
         self.documents, self.since = [], None
@@ -216,7 +229,8 @@ class RowsBehind:
                     found[position] = waiting
         return found
 
-    def write(self, root: str | None, documents: list[bytes], responses: list[tuple[str, str, str, Original]]) -> None:
+    def write(self, root: str | None, documents: list[bytes],
+              responses: list[tuple[str, str, str, WaitingResponse]]) -> None:
         """Index a batch's rows (``root``: the local archive root they go behind in, None: inserted now). Raises
         what the journal's write raises (the batch is then not archived); an index that refuses a flush only
         leaves the rows waiting."""
