@@ -61,9 +61,9 @@ class Original:
     payload: PayloadLocation
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class IndexEntry:
-    """One archived page, as the index keeps it."""
+    """One archived page, as the index keeps it (not frozen: see :class:`harvester.storage.archive.ArchivedPage`)."""
 
     source: str
     run: str
