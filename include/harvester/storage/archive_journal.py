@@ -236,20 +236,29 @@ class RowsBehind:
         leaves the rows waiting."""
         if root is None or self.flush_seconds <= 0:
             self.index.insert_documents(documents)
+        else:
+            journal = self._journals.get(root)
+            if journal is None:
+                journal = self._journals[root] = IndexJournal(f"{root.rstrip('/')}/{JOURNAL_FOLDER}")
+            journal.append(documents)
+            self.pending.add(documents, responses)
+            if self.pending.due(self.flush_seconds):
+                self.flush()
+        if root is not None:
+            self._recover_due(root)
+
+    def _recover_due(self, root: str) -> None:
+        """Look for abandoned journals under ``root`` on the first batch there and every minute after (whatever
+        this writer's own ``flush_seconds``: a worker set to 0 still puts back what a killed one left)."""
+        now = time.monotonic()
+        if now - self._looked_at.get(root, -RECOVERY_INTERVAL_SECONDS) < RECOVERY_INTERVAL_SECONDS:
             return
-        journal = self._journals.get(root)
-        if journal is None:
-            journal = self._journals[root] = IndexJournal(f"{root.rstrip('/')}/{JOURNAL_FOLDER}")
-        journal.append(documents)
-        self.pending.add(documents, responses)
-        if self.pending.due(self.flush_seconds):
-            self.flush()
-        if time.monotonic() - self._looked_at.get(root, -RECOVERY_INTERVAL_SECONDS) >= RECOVERY_INTERVAL_SECONDS:
-            self._looked_at[root] = time.monotonic()
-            try:
-                recover_journals(journal.folder, journal.path, self.index)
-            except (StorageError, OSError) as error:  # tried again at the next look
-                log.warning("archive index: abandoned journals under %s not put back yet: %s", root, error)
+        self._looked_at[root] = now
+        own = self._journals.get(root)
+        try:
+            recover_journals(f"{root.rstrip('/')}/{JOURNAL_FOLDER}", own.path if own else "", self.index)
+        except (StorageError, OSError) as error:  # tried again at the next look
+            log.warning("archive index: abandoned journals under %s not put back yet: %s", root, error)
 
     def flush(self) -> bool:
         """Insert every row waiting and empty the journals; False (rows kept, logged) when the index refused."""
