@@ -192,3 +192,25 @@ def test_a_journal_cut_short_by_a_kill_mid_write_yields_its_whole_rows(tmp_path:
     journal = tmp_path / "host-1-abc.bson"
     journal.write_bytes(rows[0] + rows[1] + rows[2][:7])
     assert read_journal(str(journal)) == rows[:2]
+
+
+def test_only_journals_nobody_will_flush_are_put_back(tmp_path: Path) -> None:
+    """Another writer's journal of this process, or of a live process here, is its own to flush; one of a process
+    gone, one claimed here earlier, and one left unchanged for long are put back."""
+    from harvester.storage.archive_journal import ABANDONED_AFTER_SECONDS, IndexJournal, abandoned_journals
+
+    folder = str(tmp_path)
+    ours, sibling = IndexJournal(folder), IndexJournal(folder)  # two writers of this process
+    for journal in (ours, sibling):
+        journal.append([bson.encode({"_id": 1})])
+    host = sibling.path.rsplit("/", 1)[-1].rsplit("-", 2)[0]
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tmp_path / f"{host}-{int(gone.stdout)}-wdead.bson"
+    alive = tmp_path / f"{host}-{os.getppid()}-wlive.bson"
+    claimed = tmp_path / f"{host}-{os.getpid()}-cearlier.bson"
+    old = tmp_path / f"elsewhere-{os.getppid()}-wold.bson"
+    for path in (dead, alive, claimed, old):
+        path.write_bytes(bson.encode({"_id": 2}))
+    stale = time.time() - ABANDONED_AFTER_SECONDS - 1
+    os.utime(old, (stale, stale))
+    assert sorted(abandoned_journals(folder, ours.path)) == sorted(str(path) for path in (dead, claimed, old))

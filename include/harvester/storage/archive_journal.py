@@ -52,6 +52,9 @@ FLUSH_ROWS = 1024  # rows waiting that are flushed at once, whatever their age
 # archive_index_flush_seconds, at most 60) or that cannot reach the index either: putting its rows in is safe.
 ABANDONED_AFTER_SECONDS = 300.0
 RECOVERY_INTERVAL_SECONDS = 60.0  # how often a writer looks for abandoned journals
+# The token of a journal's name says whose it is: a writer's own (another writer of the same process is left alone),
+# or one this process claimed to put back (retried at its next look when the index refused it).
+WRITING, CLAIMED = "w", "c"
 
 
 def _host() -> str:
@@ -83,7 +86,7 @@ class IndexJournal:
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
-        self.path = f"{folder}/{_host()}-{os.getpid()}-{os.urandom(6).hex()}{JOURNAL_SUFFIX}"
+        self.path = f"{folder}/{_host()}-{os.getpid()}-{WRITING}{os.urandom(6).hex()}{JOURNAL_SUFFIX}"
 
     def append(self, documents: list[bytes]) -> None:
         """Opened by path each time: a journal claimed by a recovering process (renamed) is never written to."""
@@ -116,10 +119,15 @@ def read_journal(path: str) -> list[bytes]:
     return documents
 
 
+def _claimed_here(name: str) -> bool:
+    """A journal this process claimed (renamed to its name) to put back, and has not yet."""
+    return journal_owner(name) == (_host(), os.getpid()) and name.rsplit("-", 1)[-1].startswith(CLAIMED)
+
+
 def abandoned_journals(folder: str, own: str, now: float | None = None) -> Iterator[str]:
     """Journals in ``folder`` whose rows nobody else will flush: not ``own`` (this writer's), and written by a
-    process of this machine that is gone, or by this process (claimed earlier), or unchanged for
-    :data:`ABANDONED_AFTER_SECONDS`."""
+    process of this machine that is gone, or claimed earlier by this process, or unchanged for
+    :data:`ABANDONED_AFTER_SECONDS` (a live writer empties its journal at each flush)."""
     now = time.time() if now is None else now
     host, pid = _host(), os.getpid()
     try:
@@ -131,7 +139,7 @@ def abandoned_journals(folder: str, own: str, now: float | None = None) -> Itera
         owner = journal_owner(name)
         if owner is None or path == own:
             continue
-        if owner == (host, pid) or (owner[0] == host and not _process_alive(owner[1])):
+        if _claimed_here(name) or (owner[0] == host and owner[1] != pid and not _process_alive(owner[1])):
             yield path
             continue
         with contextlib.suppress(FileNotFoundError):
@@ -145,8 +153,8 @@ def recover_journals(folder: str, own: str, index: ArchiveIndex) -> int:
     next look."""
     recovered = 0
     for path in abandoned_journals(folder, own):
-        claimed = f"{folder}/{_host()}-{os.getpid()}-{os.urandom(6).hex()}{JOURNAL_SUFFIX}"
-        if journal_owner(path.rsplit("/", 1)[-1]) != (_host(), os.getpid()):
+        claimed = f"{folder}/{_host()}-{os.getpid()}-{CLAIMED}{os.urandom(6).hex()}{JOURNAL_SUFFIX}"
+        if not _claimed_here(path.rsplit("/", 1)[-1]):
             try:
                 os.rename(path, claimed)
             except FileNotFoundError:  # another writer claimed it first
