@@ -347,9 +347,11 @@ class ArchiveWriter:
                 executor.submit(self._flush_due)
 
     def _flush_due(self) -> None:
-        if self.rows.pending.due(self.rows.flush_seconds):
-            self.rows.flush()
-        self._arm_flush()
+        try:
+            if self.rows.pending.due(self.rows.flush_seconds):
+                self.rows.flush()
+        finally:  # whatever happened, rows still waiting get another timer
+            self._arm_flush()
 
     def flush(self) -> bool:
         """Every row waiting into the index now, in the writer's thread (after the batches before it); False when
