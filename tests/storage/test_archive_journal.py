@@ -214,3 +214,20 @@ def test_only_journals_nobody_will_flush_are_put_back(tmp_path: Path) -> None:
     stale = time.time() - ABANDONED_AFTER_SECONDS - 1
     os.utime(old, (stale, stale))
     assert sorted(abandoned_journals(folder, ours.path)) == sorted(str(path) for path in (dead, claimed, old))
+
+
+def test_a_journal_that_cannot_be_written_fails_the_batch_s_archive_like_its_bytes(
+        mongo_server: MongoServer, mongo_database: str, tmp_path: Path) -> None:
+    """The rows' journal is part of archiving a batch: when it cannot be written the batch is not archived (its gap
+    counted, or the batch retried when ``required``), and nothing waits to be indexed without a journal."""
+    from harvester.errors import ArchiveUnavailable
+
+    (tmp_path / JOURNAL_FOLDER).write_text("a file where the journal's folder should be")
+    behind = writer(mongo_server, mongo_database, 60.0)
+    try:
+        with pytest.raises(ArchiveUnavailable, match="failed"):
+            behind.archive(source("shop", tmp_path), [page("http://shop.example/1", b"<p>1</p>")])
+        assert behind.rows.pending.documents == [] and behind.flush()
+    finally:
+        behind.close()
+    assert ArchiveIndex(mongo_server.client()[mongo_database]).latest("shop") == []
