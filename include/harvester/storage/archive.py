@@ -12,7 +12,8 @@ Files live where the source says (:func:`harvester.connections.resolve_filesyste
 <pid>-<n>.warc.gz``. A worker process appends its batches to its current file of that run on a local disk, and
 rotates past ``max_file_mb``; on an object store (whose objects cannot be appended to) each batch is a file.
 The index (:mod:`harvester.storage.archive_index`) is written after the bytes, so a row always points at a whole
-record. A write that fails or hangs (``archive_write_timeout_seconds``) raises :class:`ArchiveUnavailable`; the
+record: on a local disk behind them, journalled and inserted in bulk (:mod:`harvester.storage.archive_journal`).
+A write that fails or hangs (``archive_write_timeout_seconds``) raises :class:`ArchiveUnavailable`; the
 worker then counts the gap (or retries the batch when the archive is ``required``).
 """
 
