@@ -1030,6 +1030,25 @@ def test_archive_location_is_where_sources_without_their_own_location_archive(ha
     assert not (tmp_path / "unused").exists() and list((tmp_path / "own").rglob("*.warc.gz"))
 
 
+@covers_setting("archive_index_flush_seconds")
+@pytest.mark.integration
+def test_archive_index_flush_seconds_is_how_long_rows_wait_to_be_inserted_together(harvester_settings, tmp_path):
+    from harvester.storage import ArchiveIndex, ArchiveWriter
+
+    index = ArchiveIndex.from_settings(harvester_settings)
+    for folder, seconds in (("inline", 0.0), ("behind", 30.0)):
+        settings = harvester_settings.model_copy(update={"archive_location": f"file://{tmp_path / folder}",
+                                                         "archive_index_flush_seconds": seconds})
+        writer = ArchiveWriter.from_settings(settings)
+        try:
+            writer.archive(archived_source(), archive_pages(2, run_id=folder))
+            assert len(index.latest("shop", run=folder)) == (2 if seconds == 0 else 0)  # behind: still waiting
+            assert (tmp_path / folder / ".index-journal").exists() == (seconds > 0)
+        finally:
+            writer.close()  # closing flushes what waits
+        assert len(index.latest("shop", run=folder)) == 2
+
+
 @covers_setting("archive_write_timeout_seconds")
 @pytest.mark.integration
 def test_archive_write_timeout_seconds_bounds_how_long_a_hanging_store_holds_a_batch(harvester_settings):

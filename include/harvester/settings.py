@@ -301,6 +301,11 @@ class HarvesterSettings(BaseSettings):
     archive_write_timeout_seconds: float = Field(
         default=30.0, gt=0, le=600, description="How long a batch waits for its archive write; past it the gap "
                                                 "is counted (or the batch retried when the archive is required).")
+    archive_index_flush_seconds: float = Field(
+        default=2.0, ge=0, le=60,
+        description="How long an archived page's index row may wait to be inserted with others (one insert for "
+                    "many batches; the rows are journalled beside local archive files meanwhile, so a killed worker's "
+                    "rows are put in by the next writer). 0: each batch's rows are inserted with it.")
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -284,7 +285,11 @@ def test_a_browser_source_archives_each_page_s_document_and_the_json_its_data_ca
     slots.wait_settled([(source, len(numbers))])
     assert_complete(slots, source, numbers)
 
-    rows = list(ArchiveIndex(slots.database).rows(source.name))
+    index, deadline = ArchiveIndex(slots.database), time.monotonic() + 20
+    rows = list(index.rows(source.name))
+    while len(rows) < 2 * len(numbers) and time.monotonic() < deadline:  # the slots' rows are written behind
+        time.sleep(0.2)  # (archive_index_flush_seconds): each slot's timer flushes them
+        rows = list(index.rows(source.name))
     documents = {row["url"]: row for row in rows if row["kind"] == "details"}
     data = {row["url"]: row for row in rows if row["kind"] == "data"}
     assert set(documents) == {f"{demo_site.url}/late/xhr/{number}?delay_ms=50" for number in numbers}

@@ -21,7 +21,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from tests.fixtures.servers import VENV_BIN
 from tests.metrics.helpers import scrape, value
-from tests.workers.test_batch import records, run_until_idle
+from tests.workers.test_batch import records
+from tests.workers.test_batch import run_until_idle as run_batches_until_idle
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +45,14 @@ def warc_records(location: Path) -> list:
                               record.http_headers.get_statuscode() if record.http_headers else None,
                               record.content_stream().read()))
     return found
+
+
+def run_until_idle(crawl, source) -> list[dict]:
+    """The batches until the source is idle, then the index rows they left waiting flushed (what the writer's
+    timer does within ``archive_index_flush_seconds``), so the test reads the index at once."""
+    reports = run_batches_until_idle(crawl, source)
+    assert crawl.runner.archive.flush()
+    return reports
 
 
 def index_of(mongo_server, settings) -> ArchiveIndex:

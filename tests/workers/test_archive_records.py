@@ -11,6 +11,7 @@ import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from harvester.errors import ArchiveUnavailable
@@ -124,3 +125,13 @@ def test_the_hand_made_digests_dates_and_ids_are_the_standard_ones() -> None:
         assert parsed.version == 4 and parsed.variant == uuid.RFC_4122 and record_id == f"<urn:uuid:{parsed}>"
     assert archive.http_head("GET / HTTP/1.1", [("X-Note", "a\r\nInjected: b"), ("Host", "x")]) == (
         b"GET / HTTP/1.1\r\nX-Note: a  Injected: b\r\nHost: x\r\n\r\n")
+
+
+@pytest.mark.parametrize("url", [
+    "http://h", "http://h/", "http://h/p", "http://h/p?q=1", "http://h?q", "http://h/p?", "http://h/p#f",
+    "http://h/p?a#f", "http://h:8080/a/b/c?x=/y", "https://user:pass@h/x", "http://h#f", "http://h?#f",
+    "http://h/a?b?c", "http://h/a#b?c", "http://h/%20x?y=%2F", "http://h/a/?q=a/b", "http://[::1]:80/v6?x"])
+def test_the_request_target_is_the_path_and_query_urlsplit_gives(url: str) -> None:
+    parts = urlsplit(url)
+    assert archive.request_line(url, "POST") == "POST " + (parts.path or "/") + (
+        f"?{parts.query}" if parts.query else "")

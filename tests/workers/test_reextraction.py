@@ -15,7 +15,8 @@ from harvester.distributor import TaskMessage
 from harvester.producer.reextraction import Reextraction
 
 from tests.fixtures.servers import VENV_BIN
-from tests.workers.test_batch import records, run_until_idle
+from tests.workers.test_archive import run_until_idle
+from tests.workers.test_batch import records
 
 pytestmark = pytest.mark.integration
 

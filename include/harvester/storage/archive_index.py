@@ -17,10 +17,13 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import bson
+from bson import ObjectId
+from bson.raw_bson import RawBSONDocument
 from pymongo import ASCENDING, DESCENDING
 from pymongo.collection import Collection
 from pymongo.database import Database
-from pymongo.errors import OperationFailure
+from pymongo.errors import AutoReconnect, OperationFailure
 
 from harvester.errors import mongo_storage_errors
 from harvester.settings import HarvesterSettings
@@ -30,6 +33,12 @@ ARCHIVE_INDEX_COLLECTION = "archive_index"
 # its own URL, never re-extracted as a page of its own.
 DATA_RESPONSE_KIND = "data"
 INDEX_NOT_FOUND = 27  # MongoDB's IndexNotFound error code
+DUPLICATE_KEY = 11000  # MongoDB's duplicate key error code: a row sent again (its _id is already there)
+# What a revisit lookup reads of a row (an Original), and how many rows an answer carries before a getMore.
+ORIGINAL_FIELDS = {"_id": 0, "url": 1, "final_url": 1, "time": 1, "file": 1, "offset": 1, "length": 1,
+                   "connection_id": 1, "digest": 1, "record": 1}
+LOOKUP_BATCH_ROWS = 1000
+INSERT_ROWS_PER_COMMAND = 1000  # rows of one insert command: far under MongoDB's 16 MB command size
 SUPERSEDED_INDEX = "source_digest"  # (source, digest): replaced by source_record_digest, which the stand-in uses
 
 
@@ -52,9 +61,9 @@ class Original:
     payload: PayloadLocation
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class IndexEntry:
-    """One archived page, as the index keeps it."""
+    """One archived page, as the index keeps it (not frozen: see :class:`harvester.storage.archive.ArchivedPage`)."""
 
     source: str
     run: str
@@ -83,6 +92,11 @@ class IndexEntry:
             document["payload"] = {"file": self.payload.file, "offset": self.payload.offset,
                                    "length": self.payload.length, "connection_id": self.payload.connection_id}
         return document
+
+    def encoded(self) -> bytes:
+        """The row as BSON with an ``_id`` of its own, made once: the same bytes go to the journal and to the
+        index (:meth:`ArchiveIndex.insert_documents`), so a row sent twice is the same row."""
+        return bson.encode({"_id": ObjectId(), **self.document()})
 
 
 def payload_of(row: dict[str, Any]) -> PayloadLocation | None:
@@ -121,8 +135,11 @@ def cdxj_line(row: dict[str, Any]) -> str:
     return f"{surt(fields['url'])} {moment.astimezone(UTC).strftime('%Y%m%d%H%M%S')} {json.dumps(fields)}"
 
 
-def _warc_date(moment: datetime) -> str:
+def stored_warc_date(moment: datetime) -> str:
+    """The WARC date a revisit names its original by: the row's time as the index stores it (BSON keeps
+    milliseconds), so an original found among rows not flushed yet reads as the same one found in the index."""
     moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -161,11 +178,34 @@ class ArchiveIndex:
             self.collection.create_index([("file", ASCENDING)], name="file")
             self._indexed = True
 
-    @mongo_storage_errors()
     def add(self, entries: list[IndexEntry]) -> None:
-        if entries:
-            self._ensure_indexes()
-            self.collection.insert_many([entry.document() for entry in entries], ordered=False)
+        self.insert_documents([entry.encoded() for entry in entries])
+
+    @mongo_storage_errors()
+    def insert_documents(self, documents: list[bytes]) -> None:
+        """Insert rows given as BSON (:meth:`IndexEntry.encoded`), each with its ``_id``: a row already in the
+        index (sent again after a lost reply, or put back from a journal another process flushed too) is no error.
+
+        One ``insert`` command per 1,000 rows, the documents passed as raw BSON: ``insert_many`` built a bulk
+        operation, checked each document's type and gave it an ``_id`` in Python, about 20 µs a row and 0.5 ms a
+        call of the archive writer's CPU (measured against the stand-in, 2026-12-06). Its retryable write is
+        kept by hand: the same command is sent once more after a connection error, the rows' ``_id``s making the
+        second send harmless."""
+        if not documents:
+            return
+        self._ensure_indexes()
+        for start in range(0, len(documents), INSERT_ROWS_PER_COMMAND):
+            command = {"insert": self.collection.name, "ordered": False,
+                       "documents": [RawBSONDocument(document)
+                                     for document in documents[start:start + INSERT_ROWS_PER_COMMAND]]}
+            try:
+                reply = self.collection.database.command(command)
+            except AutoReconnect:  # the reply was lost, or the primary changed: once more
+                reply = self.collection.database.command(command)
+            errors = [error for error in reply.get("writeErrors", []) if error.get("code") != DUPLICATE_KEY]
+            if errors:
+                raise OperationFailure(f"archive index insert: {errors[0].get('errmsg')}", errors[0].get("code"),
+                                       reply)
 
     @mongo_storage_errors()
     def originals(self, source: str, lookups: list[tuple[str, str, bool]]) -> dict[int, Original]:
@@ -177,10 +217,10 @@ class ArchiveIndex:
         by_url: dict[str, Original] = {}
         digest_query, url_query = self.original_queries(source, digests, urls)
         if digests:
-            for row in self.collection.find(digest_query, sort=[("time", ASCENDING)]):
+            for row in self._find(digest_query, {"time": ASCENDING}):
                 by_digest.setdefault(row["digest"], self._original(row))
         if urls:
-            for row in self.collection.find(url_query, sort=[("time", DESCENDING)]):
+            for row in self._find(url_query, {"time": DESCENDING}):
                 by_url.setdefault(row["url"], self._original(row))
         found: dict[int, Original] = {}
         for index, (url, digest, not_modified) in enumerate(lookups):
@@ -188,6 +228,20 @@ class ArchiveIndex:
             if original is not None:
                 found[index] = original
         return found
+
+    def _find(self, query: dict[str, Any], sort: dict[str, int]) -> Iterator[dict[str, Any]]:
+        """The rows of ``query``, only the fields an original needs, as ``find`` and ``getMore`` commands: a
+        ``Cursor`` cost the archive writer about twice the CPU of the command for the usual answer, none or a few
+        rows (0.28 against 0.16 ms a lookup against the stand-in, 2026-12-06). Run with the index's indexes made."""
+        self._ensure_indexes()
+        database, name = self.collection.database, self.collection.name
+        cursor = database.command("find", name, filter=query, sort=sort, projection=ORIGINAL_FIELDS,
+                                  batchSize=LOOKUP_BATCH_ROWS)["cursor"]
+        yield from cursor["firstBatch"]
+        while cursor["id"]:
+            cursor = database.command("getMore", cursor["id"], collection=name,
+                                      batchSize=LOOKUP_BATCH_ROWS)["cursor"]
+            yield from cursor["nextBatch"]
 
     @staticmethod
     def original_queries(source: str, digests: list[str], urls: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -201,7 +255,7 @@ class ArchiveIndex:
     def _original(row: dict[str, Any]) -> Original:
         payload = payload_of(row)
         assert payload is not None  # a response row is its own payload
-        return Original(row.get("final_url") or row["url"], _warc_date(row["time"]), payload)
+        return Original(row.get("final_url") or row["url"], stored_warc_date(row["time"]), payload)
 
     @mongo_storage_errors()
     def latest(self, source: str, run: str | None = None, since: datetime | None = None) -> list[dict[str, Any]]:

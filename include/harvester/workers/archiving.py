@@ -81,6 +81,10 @@ class PageArchive:
             if page.run_id:
                 report.extracted.by_run[page.run_id][figure] += 1
 
+    def flush(self) -> bool:
+        """The index rows written behind (``archive_index_flush_seconds``) into the index now; False when refused."""
+        return self._writer is None or self._writer.flush()
+
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
