@@ -36,6 +36,18 @@ local function drop_lease(active, active_messages, active_hosts, host_counts, le
   return 1
 end
 
+-- Put a held task back at the front of intake with the same attempt (it never ran, or its request was cancelled
+-- unanswered): its lease, host place and lent place go. 1 if its message went back.
+local function return_to_intake(active, active_messages, active_hosts, host_counts, lent_places, leases, intake,
+                                task_id)
+  local raw = redis.call('HGET', active_messages, task_id)
+  drop_lease(active, active_messages, active_hosts, host_counts, lent_places, task_id)
+  redis.call('HDEL', leases, task_id)
+  if not raw then return 0 end
+  redis.call('LPUSH', intake, raw)
+  return 1
+end
+
 -- Move retries whose backoff is over from the delayed set to the front of intake (they are older work).
 local function promote_due(delayed, intake, now, limit)
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)

@@ -12,14 +12,8 @@ for i = 1, #ARGV - 1, 2 do
   local task_id, token = ARGV[i], ARGV[i + 1]
   local held, state = holds(KEYS[7], task_id, token)
   if held and state == 's' then
-    local raw = redis.call('HGET', KEYS[2], task_id)
-    drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], task_id)
-    redis.call('HDEL', KEYS[7], task_id)
     redis.call('HDEL', KEYS[8], task_id)
-    if raw then
-      redis.call('LPUSH', KEYS[6], raw)
-      handed_back = handed_back + 1
-    end
+    handed_back = handed_back + return_to_intake(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], KEYS[7], KEYS[6], task_id)
   end
 end
 if handed_back > 0 then redis.call('HINCRBY', KEYS[5], 'handed_back', handed_back) end

@@ -11,13 +11,7 @@ for i = 1, #ARGV - 1, 2 do
   local task_id, token = ARGV[i], ARGV[i + 1]
   local held, state = holds(KEYS[7], task_id, token)
   if held and state == 'q' then
-    local raw = redis.call('HGET', KEYS[2], task_id)
-    drop_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8], task_id)
-    redis.call('HDEL', KEYS[7], task_id)
-    if raw then
-      redis.call('LPUSH', KEYS[6], raw)
-      returned = returned + 1
-    end
+    returned = returned + return_to_intake(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8], KEYS[7], KEYS[6], task_id)
   end
 end
 if returned > 0 then redis.call('HINCRBY', KEYS[5], 'returned_lost_message', returned) end
