@@ -142,6 +142,13 @@ class SourceKeys:
         """Prefix of the hosts' queues: ``host_queue_prefix + host`` is :meth:`host_queue`."""
         return self._key("host-queue:")
 
+    def batch_holdings(self, first_task_id: str) -> str:
+        """Hash: task id -> token of the tasks a refilling batch took on (queued, from intake, a chain's next) beside
+        its message's own, under the first of its own task ids: if its worker process dies, the lost-batch handler
+        (which knows only the message) counts the kill for them too (harvester.workers.lost). Deleted when the batch
+        ends, expiring otherwise."""
+        return self._key(f"holdings:{first_task_id}")
+
     def host_queue(self, host: str) -> str:
         """List: one host's tasks taken out of intake while the host could not take them, oldest first."""
         return self.host_queue_prefix + host

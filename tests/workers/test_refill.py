@@ -223,3 +223,34 @@ def test_past_its_refill_time_a_batch_hands_its_slow_pages_back_instead_of_waiti
         assert redis_client.zcard(keys.active) == 0 and redis_client.zcard(keys.lent_places) == 0
     finally:
         runner.close()
+
+
+def test_the_tasks_a_batch_took_on_are_named_under_its_own_so_a_lost_batch_counts_their_kills(
+        worker_settings, write_source, runner, redis_client, mongo_server, demo_site) -> None:
+    """The handler of a dead pool process knows only its message: a poison page a refilling batch took on would come
+    back through the reaper, a retry each time, never counted as a kill. While it runs the batch names what it took on
+    under its first own task id (harvester.workers.lost.BatchHoldings); the handler reads it; it goes with the batch."""
+    from harvester.workers.lost import BatchHoldings, LostBatchHandler
+
+    source = _details_source(write_source, "refill_holdings")
+    crawl = Crawl(runner, redis_client)
+    store = RateLimitStore(redis_client, worker_settings)
+    slow = TaskMessage(source=source.name, url=f"{demo_site.url}/slow/7?delay=2")
+    crawl.push(source, slow)
+    batch = store.admit(source.name, 1)
+    waiting = TaskMessage(source=source.name, url=f"{demo_site.url}/slow/8?delay=1.5")
+    crawl.push(source, waiting)
+    worker = threading.Thread(target=lambda: runner.run(batch.deliveries()))
+    worker.start()
+    holdings: dict[str, str] = {}
+    while worker.is_alive() and not holdings:
+        holdings = BatchHoldings.of(redis_client, source.name, [slow.task_id])
+        time.sleep(0.02)
+    assert list(holdings) == [waiting.task_id]  # taken on from intake while the slow page ran
+    # the process dies now (as SIGKILL would): the handler, given the message alone, counts both tasks' kill
+    LostBatchHandler(worker_settings).settle(batch.deliveries())
+    kills = {key.decode(): int(value)
+             for key, value in redis_client.hgetall(SourceKeys(source.name).worker_lost).items()}
+    assert kills == {slow.task_id: 1, waiting.task_id: 1}
+    worker.join(timeout=20)
+    assert BatchHoldings.of(redis_client, source.name, [slow.task_id]) == {}  # gone with the batch

@@ -41,6 +41,7 @@ from harvester.errors import StorageError
 from harvester.scraping import Fetcher, FetchResult
 from harvester.workers.heartbeat import LeaseHeartbeat, RateTokenPermit
 from harvester.workers.incremental import BatchFetcher
+from harvester.workers.lost import BatchHoldings
 from harvester.workers.report import BatchReport
 
 if TYPE_CHECKING:
@@ -137,6 +138,8 @@ class RefillingRound:
         refill_until = time.monotonic() + self.budget_seconds
         deadline = runner.batch_deadline(self.source, len(messages)) + self.budget_seconds
         leases = {message.task_id: str(message.lease_token) for message in messages}
+        self.holdings = BatchHoldings(runner.store.redis, self.name, [message.task_id for message in messages],
+                                      deadline + runner.settings.lease_seconds)
         with LeaseHeartbeat(runner.store, self.name, leases, runner.settings.heartbeat_seconds,
                             deadline) as heartbeat:
             self.heartbeat = heartbeat
@@ -158,6 +161,7 @@ class RefillingRound:
                             self.hand_back_slow_pages()
             finally:
                 self.cancel_in_flight()
+                self.forget_holdings()
         return []
 
     # -- fetching ----------------------------------------------------------------------------------
@@ -168,7 +172,9 @@ class RefillingRound:
             return
         runner, loop = self.runner, self.runner.loop
         if not vouched:
-            self.heartbeat.add({message.task_id: str(message.lease_token) for message in messages})
+            taken_on = {message.task_id: str(message.lease_token) for message in messages}
+            self.heartbeat.add(taken_on)
+            self.record_holdings(taken_on)
         first = len(self.permit.task_ids)
         self.permit.task_ids.extend(message.task_id for message in messages)
         fetcher = runner.incremental.fetcher(self.source, messages, self.http, runner.sources.version(self.name))
@@ -180,6 +186,20 @@ class RefillingRound:
             else:  # the HTTP fetcher itself: nothing incremental in this group
                 page = self.http.fetch(message.url, self.source, ready)
             self.in_flight[loop.create_task(page, name=f"fetch-{message.task_id}")] = (message, now)
+
+    def record_holdings(self, taken_on: dict[str, str]) -> None:
+        """Name the tasks taken on under the batch's own (harvester.workers.lost.BatchHoldings): if the process dies,
+        their kills count as its own tasks' do. Redis failing leaves them to the reaper (attempt + 1), as before."""
+        try:
+            self.holdings.add(taken_on)
+        except StorageError as error:
+            log.warning("%s: the tasks taken on could not be recorded for a lost batch: %s", self.name, error)
+
+    def forget_holdings(self) -> None:
+        try:
+            self.holdings.clear()
+        except StorageError as error:  # the key expires
+            log.warning("%s: the batch's record of tasks taken on stays until it expires: %s", self.name, error)
 
     def wait(self) -> list[tuple[TaskMessage, FetchResult]]:
         """Run the loop until every page in flight ended (a chain's: one page) or the settle interval passed; the
