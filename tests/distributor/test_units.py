@@ -51,8 +51,8 @@ def test_a_contract_builds_keys_and_argv_by_name_and_decodes_replies_by_name():
     assert admit.key_names("shop")[-3:] == [keys.host_parked, keys.host_next_admission, keys.lent_places]
     assert admit.argument_values({"wanted": 5, "publish_grace_seconds": 30, "window_seconds": 60, "now": "",
                                   "expected_source": "shop", "dead_letters_max": 9,
-                                  "host_queue_prefix": keys.host_queue_prefix, "park_limit": 7}) == [
-        5, 30, 60, "", "shop", 9, keys.host_queue_prefix, 7]
+                                  "host_queue_prefix": keys.host_queue_prefix, "park_limit": 7,
+                                  "beside_others": "0"}) == [5, 30, 60, "", "shop", 9, keys.host_queue_prefix, 7, "0"]
     with pytest.raises(TypeError, match="expected"):
         admit.argument_values({"wanted": 5})
     reply = admit.decode([b"ok", b"-1", 3, 0, b"12.5", 2, 41, b'{"a": 1}', b'{"b": 2}'])

@@ -323,7 +323,9 @@ def test_row_9_a_poison_message_that_kills_its_worker(
             kills += 1
 
     harvest.wait_finished(timeout=180, poll=0.1, during=kill_whoever_fetches_the_poison)
-    [entry] = DeadLetters(harvest.redis).list(harvest.source.name)
+    entries = DeadLetters(harvest.redis).list(harvest.source.name)
+    assert len(entries) == 1, [(entry.message["url"], entry.reason) for entry in entries]
+    [entry] = entries
     assert entry.message["url"] == poison and "killed its worker" in entry.reason, entry
     assert kills == 2
     harvest.assert_packages_settled(failed=1)

@@ -111,15 +111,38 @@ def test_a_batch_whose_message_lost_its_tasks_still_takes_on_a_full_batch_while_
 
 
 def test_a_batch_whose_pages_all_end_together_is_settled_once_and_takes_nothing_on(
-        worker_settings, write_source, runner, redis_client, mongo_server, demo_site) -> None:
+        configure_settings, write_source, redis_client, mongo_server, demo_site) -> None:
+    from harvester.workers.batch import BatchRunner
+
+    # an interval a loaded machine's three quick pages end well within (the default, 0.1 s, is not, under load)
+    settings = configure_settings(heartbeat_seconds=1, lease_seconds=30, batch_settle_interval_seconds=3)
     source = _details_source(write_source, "refill_quick")
+    runner = BatchRunner(settings)
+    try:
+        crawl = Crawl(runner, redis_client)
+        crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (1, 2, 3)))
+        batch = RateLimitStore(redis_client, settings).admit(source.name, 3)
+        crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (4, 5)))
+        report = runner.run(batch.deliveries())
+        assert report["stored"] == 3 and "refilled" not in report["outcomes"]
+        assert redis_client.llen(SourceKeys(source.name).intake) == 2  # left to the distributor
+    finally:
+        runner.close()
+
+
+def test_a_task_that_must_run_alone_takes_nothing_on_beside_it(
+        worker_settings, write_source, runner, redis_client, mongo_server, demo_site) -> None:
+    """Its last batch's process died beside other pages (``run_alone``, worker_lost.lua): while it waits on a slow
+    page, its batch takes on nothing, so if it is the page that kills, it kills alone."""
+    source = _details_source(write_source, "refill_alone")
     crawl = Crawl(runner, redis_client)
-    crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (1, 2, 3)))
-    batch = RateLimitStore(redis_client, worker_settings).admit(source.name, 3)
-    crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (4, 5)))
+    crawl.push(source, TaskMessage(source=source.name, url=f"{demo_site.url}/slow/7?delay=1.5", attempt=1,
+                                   run_alone=True))
+    batch = RateLimitStore(redis_client, worker_settings).admit(source.name, 1)
+    crawl.push(source, *(TaskMessage(source=source.name, url=f"{demo_site.url}/product/{n}") for n in (1, 2)))
     report = runner.run(batch.deliveries())
-    assert report["stored"] == 3 and "refilled" not in report["outcomes"]
-    assert redis_client.llen(SourceKeys(source.name).intake) == 2  # left to the distributor
+    assert report["stored"] == 1 and "refilled" not in report["outcomes"]
+    assert redis_client.llen(SourceKeys(source.name).intake) == 2
 
 
 def test_without_a_settle_interval_the_batch_waits_for_its_slowest_page(

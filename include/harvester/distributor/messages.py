@@ -33,6 +33,10 @@ class TaskMessage(BaseModel):
     lease_token: str | None = None
     # A request with a method and a body (an API's POST); None: a plain GET of ``url``.
     request: HttpRequest | None = None
+    # Its batch's pool process died while it ran beside other started tasks (worker_lost.lua): until it ends it runs
+    # in a batch of its own (a message of its own, no refill beside it), so a kill it causes is counted against it
+    # alone, and the innocent pages that died with it once never die with it again.
+    run_alone: bool = False
 
     @property
     def key(self) -> str:

@@ -85,7 +85,13 @@ class CeleryPublisher:
 
     def split(self, tasks: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
         """One source's tasks as messages: at most ``batch_size`` a message, and over at least the messages
-        ``messages_for`` asks (a source that follows chains: see ``chain_message_spread``), sizes as even as they go."""
+        ``messages_for`` asks (a source that follows chains: see ``chain_message_spread``), sizes as even as they go.
+        A task that must run alone (``run_alone``: its last batch's process died beside it) is a message of its own."""
+        alone = [[task] for task in tasks if task.get("run_alone")]
+        if alone:
+            return alone + self.split([task for task in tasks if not task.get("run_alone")])
+        if not tasks:
+            return []
         messages = -(-len(tasks) // self.batch_size)
         asked = self.messages_for(tasks[0]["source"], len(tasks)) if self.messages_for and tasks else 1
         spread = min(asked, len(tasks))

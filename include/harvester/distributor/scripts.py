@@ -37,7 +37,8 @@ CONTRACTS: dict[str, ScriptContract] = {contract.name: contract for contract in 
         "admit",
         "intake active active_messages active_hosts host_active_counts host_paused window paused_until counters "
         "config dead_letters leases run_dead host_ready host_parked host_next_admission lent_places",
-        "wanted publish_grace_seconds window_seconds now expected_source dead_letters_max host_queue_prefix park_limit",
+        "wanted publish_grace_seconds window_seconds now expected_source dead_letters_max host_queue_prefix park_limit "
+        "beside_others",
         {"status": text, "wait_seconds": float, "pending": int, "malformed": int, "now": float, "active": int,
          "first_token": int, "messages...": text},
     ),

@@ -151,12 +151,15 @@ class RateLimitStore:
         self.scripts = distributor_scripts(redis_client)
 
     # -- admission ---------------------------------------------------------------------------------
-    def admit(self, source: str, wanted: int, now: float | None = None) -> Admission:
-        """Admit up to ``wanted`` tasks of ``source`` from its intake, within its limits, in one call."""
-        return self.admit_many([(source, wanted)], now)[0]
+    def admit(self, source: str, wanted: int, now: float | None = None, beside_others: bool = False) -> Admission:
+        """Admit up to ``wanted`` tasks of ``source`` from its intake, within its limits, in one call.
+        ``beside_others``: the caller runs them beside tasks it holds (a batch's refill), so a task that must run
+        alone (``TaskMessage.run_alone``) is left for the distributor."""
+        return self.admit_many([(source, wanted)], now, beside_others)[0]
 
     @redis_storage_errors()
-    def admit_many(self, requests: list[tuple[str, int]], now: float | None = None) -> list[Admission]:
+    def admit_many(self, requests: list[tuple[str, int]], now: float | None = None,
+                   beside_others: bool = False) -> list[Admission]:
         """One admission per (source, wanted), all in one pipelined round trip: the source's due retries
         promoted to the front of its intake, then a few atomic admit calls of at most ``ADMIT_CHUNK`` tasks
         (a Lua call never handles an unbounded batch)."""
@@ -177,7 +180,8 @@ class RateLimitStore:
                                   window_seconds=self.settings.rate_window_seconds
                                   + self.settings.rate_window_margin_seconds, now=_now_argument(now),
                                   expected_source=source, dead_letters_max=self.settings.dead_letters_max_per_source,
-                                  host_queue_prefix=SourceKeys(source).host_queue_prefix, park_limit=PARK_LIMIT)
+                                  host_queue_prefix=SourceKeys(source).host_queue_prefix, park_limit=PARK_LIMIT,
+                                  beside_others="1" if beside_others else "0")
                     calls.append((index, "admit"))
                     remaining -= size
                     if remaining <= 0:

@@ -226,7 +226,7 @@ class BatchRunner:
                   chain_until: float | None = None) -> list[TaskMessage]:
         """Fetch, extract and settle tasks this batch holds (started); the next requests of chains it now holds.
         An HTTP batch settles its pages as they end and takes on more work meanwhile (:mod:`.refill`)."""
-        if refills(self, source):
+        if refills(self, source, messages):
             return RefillingRound(self, source, report, chain_until).run(messages)
         name = source.name
         pages = self.fetcher_for(source)

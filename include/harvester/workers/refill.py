@@ -91,11 +91,13 @@ class BatchRunner(Protocol):
               fetches: list[FetchResult] | None = None) -> None: ...
 
 
-def refills(runner: BatchRunner, source: SourceConfig) -> bool:
+def refills(runner: BatchRunner, source: SourceConfig, messages: list[TaskMessage]) -> bool:
     """Whether a batch of ``source`` settles and refills as its pages end: HTTP sources (page by page on the
-    worker's loop) with a settle interval; a browser batch renders one page after the other in its slot."""
+    worker's loop) with a settle interval; a browser batch renders one page after the other in its slot. A task that
+    must run alone (``TaskMessage.run_alone``: its last batch died beside it) takes nothing on beside it."""
     return (runner.settings.batch_settle_interval_seconds > 0 and source.render == "http"
-            and isinstance(runner.fetcher, Fetcher) and runner.fetcher_for(source) is runner.fetcher)
+            and isinstance(runner.fetcher, Fetcher) and runner.fetcher_for(source) is runner.fetcher
+            and not any(message.run_alone for message in messages))
 
 
 def refill_budget_seconds(lease_seconds: float) -> float:
@@ -320,7 +322,7 @@ class RefillingRound:
     def admit(self, wanted: int) -> list[TaskMessage]:
         """Admit up to ``wanted`` tasks from intake as the distributor would, and start them for this batch."""
         store = self.runner.store
-        admission = store.admit(self.name, wanted)
+        admission = store.admit(self.name, wanted, beside_others=True)  # a task that must run alone is left
         if not admission.messages:
             return []
         admitted = {message.task_id: message  # a malformed one goes to dead letters, as the distributor's

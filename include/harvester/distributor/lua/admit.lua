@@ -36,6 +36,8 @@
 -- ARGV[6] dead_letters_max (count kept per source)
 -- ARGV[7] host_queue_prefix (a host's queue key is this prefix .. host; same hash slot as the KEYS)
 -- ARGV[8] park_limit (count of intake tasks a call may move to their hosts' queues beyond its scan)
+-- ARGV[9] beside_others ("1": the caller runs what it admits beside tasks it holds (a batch's refill), so a task that
+--         must run alone (run_alone, worker_lost.lua) is left where it is for the distributor; "0": the distributor)
 -- Returns {status, wait_seconds (s, "-1" = none known: for "empty", the caller knows the next retry due;
 --          for "ok", when the next queued host may take a task),
 --          pending (intake length plus queued tasks), malformed (count), now (s), active (after the call),
@@ -54,6 +56,7 @@ local now = now_or_server(ARGV[4])
 local source = ARGV[5]
 local host_queue_prefix = ARGV[7]
 local park_limit = tonumber(ARGV[8])
+local beside_others = ARGV[9] == '1'
 
 local function pending()
   return redis.call('LLEN', intake) + tonumber(redis.call('GET', host_parked) or '0')
@@ -176,6 +179,10 @@ if parked_total > 0 then
     while not blocked and #admitted < room do
       local raw = redis.call('LPOP', queue)
       if not raw then break end
+      if beside_others and runs_alone(raw) then  -- its host's turn waits for the distributor
+        redis.call('LPUSH', queue, raw)
+        break
+      end
       parked_delta = parked_delta - 1
       local task_id = cjson.decode(raw)['task_id']  -- checked before it was queued
       if not is_duplicate(task_id) then
@@ -194,6 +201,7 @@ end
 -- queueing tasks by host, so every host of a long intake is soon in host_ready and takes its turn.
 local scanned = 0
 local scan_limit = room * 4 + 16
+local left_alone = {}  -- tasks that must run alone met by a refill's scan: back at intake's front afterwards
 if host_mode then scan_limit = scan_limit + park_limit end
 while scanned < scan_limit and (host_mode or #admitted < room) do
   local size = room - #admitted
@@ -215,6 +223,8 @@ while scanned < scan_limit and (host_mode or #admitted < room) do
     end
     if problem then
       problems[#problems + 1] = {raw, problem}
+    elseif beside_others and message['run_alone'] == true then
+      left_alone[#left_alone + 1] = raw
     elseif not is_duplicate(message['task_id']) then
       if not host_mode then
         admit_task(raw, message['task_id'], nil)
@@ -232,6 +242,7 @@ while scanned < scan_limit and (host_mode or #admitted < room) do
 end
 
 -- Everything is decided: now write (one command per task, never a bulk unpack).
+for i = #left_alone, 1, -1 do redis.call('LPUSH', intake, left_alone[i]) end
 if parked_delta ~= 0 then
   if redis.call('INCRBY', host_parked, parked_delta) <= 0 then redis.call('DEL', host_parked) end
 end

@@ -71,6 +71,12 @@ local function holds(leases, task_id, token)
   return state ~= nil and current == token, state
 end
 
+-- Whether a task's JSON asks to run in a batch of its own (TaskMessage.run_alone, set by worker_lost.lua): a plain
+-- find, no decode (pydantic and cjson both write the pair without spaces).
+local function runs_alone(raw)
+  return string.find(raw, '"run_alone":true', 1, true) ~= nil
+end
+
 -- A dead-letter entry {message, reason, failed_at}; message is the original JSON (or a JSON string if malformed).
 local function dead_entry(raw_message_json, reason, now)
   return '{"message":' .. raw_message_json .. ',"reason":' .. cjson.encode(reason)

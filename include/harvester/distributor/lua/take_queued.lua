@@ -4,7 +4,8 @@
 -- so nothing is charged again; their message, when a worker process gets it, meets a token that no longer holds
 -- and is dropped at start.lua (stale_deliveries): the task runs once. Queued reservations are the active entries
 -- whose deadline lies past any started lease's (queued_lease_seconds > lease_seconds), oldest published first;
--- each one's state is checked as well.
+-- each one's state is checked as well. A task that must run alone (run_alone, worker_lost.lua) is left to its own
+-- message.
 -- KEYS[1] active   KEYS[2] active_messages   KEYS[3] leases   KEYS[4] counters
 -- ARGV[1] wanted (count of tasks)   ARGV[2] lease_seconds (s)   ARGV[3] now (s) or ""
 -- Returns {first_token (count: message i has token first_token + i - 1), messages... (the tasks now started)}
@@ -19,7 +20,7 @@ for _, task_id in ipairs(candidates) do
   if #taken >= wanted then break end
   local state = lease_of(KEYS[3], task_id)
   local raw = redis.call('HGET', KEYS[2], task_id)
-  if state == 'q' and raw then
+  if state == 'q' and raw and not runs_alone(raw) then
     taken[#taken + 1] = task_id
     raws[#raws + 1] = raw
   end

@@ -6,6 +6,9 @@
 -- A started task's place in `active` is held for delay_seconds more by a "drain:<task id>" member (no
 -- message, so the reaper just drops it): the dead process's request may still be in flight at the site,
 -- and max_active holds as the site sees it.
+-- A started task that died beside other started tasks comes back with run_alone set: the distributor publishes it in
+-- a message of its own and no batch takes it on beside others (take_queued.lua, admit.lua), so its next kill is its
+-- own, and a page that died beside a poison page once does not die beside it again when both come back together.
 -- KEYS[1] active   KEYS[2] active_messages   KEYS[3] active_hosts   KEYS[4] host_active_counts   KEYS[5] counters
 -- KEYS[6] config   KEYS[7] intake   KEYS[8] dead_letters   KEYS[9] run_dead   KEYS[10] delayed
 -- KEYS[11] leases   KEYS[12] worker_lost   KEYS[13] lent_places
@@ -17,6 +20,11 @@ local retries = tonumber(redis.call('HGET', KEYS[6], 'retries') or '3')
 local kills_allowed = tonumber(ARGV[3])
 local reply = {0, 0}
 local retried, returned = 0, 0
+local started = 0
+for i = 5, #ARGV - 1, 2 do
+  local held, state = holds(KEYS[11], ARGV[i], ARGV[i + 1])
+  if held and state == 's' then started = started + 1 end
+end
 for i = 5, #ARGV - 1, 2 do
   local task_id, token = ARGV[i], ARGV[i + 1]
   local held, state = holds(KEYS[11], task_id, token)
@@ -50,6 +58,7 @@ for i = 5, #ARGV - 1, 2 do
         reply[#reply + 1] = entry
       else
         message['attempt'] = attempt
+        if started > 1 then message['run_alone'] = true end
         redis.call('ZADD', KEYS[10], now + tonumber(ARGV[2]), cjson.encode(message))
         redis.call('HINCRBY', KEYS[5], 'retried', 1)
         retried = retried + 1
