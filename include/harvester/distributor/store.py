@@ -152,9 +152,8 @@ class RateLimitStore:
 
     # -- admission ---------------------------------------------------------------------------------
     def admit(self, source: str, wanted: int, now: float | None = None, beside_others: bool = False) -> Admission:
-        """Admit up to ``wanted`` tasks of ``source`` from its intake, within its limits, in one call.
-        ``beside_others``: the caller runs them beside tasks it holds (a batch's refill), so a task that must run
-        alone (``TaskMessage.run_alone``) is left for the distributor."""
+        """Admit up to ``wanted`` tasks of ``source`` from its intake, within its limits, in one call; ``beside_others``
+        (a batch's refill): a task that must run alone (``TaskMessage.run_alone``) is left for the distributor."""
         return self.admit_many([(source, wanted)], now, beside_others)[0]
 
     @redis_storage_errors()
@@ -172,9 +171,8 @@ class RateLimitStore:
             for index, (source, wanted) in enumerate(requests):
                 pipeline.call("promote_due", source, now=_now_argument(now), limit=PROMOTE_LIMIT)
                 calls.append((index, "promote"))
-                remaining = max(0, int(wanted))
-                while True:
-                    size = min(remaining, ADMIT_CHUNK)
+                count = max(0, int(wanted))
+                for size in [min(ADMIT_CHUNK, count - start) for start in range(0, count, ADMIT_CHUNK)] or [0]:
                     pipeline.call("admit", source, wanted=size,
                                   publish_grace_seconds=self.settings.publish_grace_seconds,
                                   window_seconds=self.settings.rate_window_seconds
@@ -183,9 +181,6 @@ class RateLimitStore:
                                   host_queue_prefix=SourceKeys(source).host_queue_prefix, park_limit=PARK_LIMIT,
                                   beside_others="1" if beside_others else "0")
                     calls.append((index, "admit"))
-                    remaining -= size
-                    if remaining <= 0:
-                        break
             # after the admissions: a source that now has reservations is one the reaper looks at (ready_work)
             pipeline.pipeline.sadd(SOURCES_WITH_LEASES, *sorted({source for source, _ in requests}))
 
