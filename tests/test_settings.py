@@ -1049,6 +1049,32 @@ def test_archive_index_flush_seconds_is_how_long_rows_wait_to_be_inserted_togeth
         assert len(index.latest("shop", run=folder)) == 2
 
 
+@covers_setting("archive_digest_filter_bits")
+@pytest.mark.integration
+def test_archive_digest_filter_bits_sizes_each_sources_payload_filter_and_zero_turns_it_off(harvester_settings,
+                                                                                           redis_client):
+    import hashlib
+
+    from harvester.storage import ArchiveWriter
+
+    payloads = [hashlib.sha1(b"%d" % number).digest() for number in range(300)]
+    for bits in (0, 4096):
+        writer = ArchiveWriter.from_settings(harvester_settings.model_copy(
+            update={"archive_digest_filter_bits": bits}))
+        try:
+            filters = writer.archived_digests
+            assert filters is not None and filters.build("shop") == (bits > 0)
+            screened = filters.screen("shop", payloads)
+        finally:
+            writer.close()
+        key = SourceKeys("shop").archived_digests
+        if bits == 0:  # no filter: every payload is looked up in the index
+            assert screened is None and not redis_client.exists(key)
+        else:  # 300 payloads in 4,096 bits: the bitmap is 512 bytes, and most of it set
+            assert screened is not None and redis_client.strlen(key) == 512 and redis_client.bitcount(key) > 1500
+            redis_client.delete(key)
+
+
 @covers_setting("archive_write_timeout_seconds")
 @pytest.mark.integration
 def test_archive_write_timeout_seconds_bounds_how_long_a_hanging_store_holds_a_batch(harvester_settings):

@@ -149,6 +149,17 @@ class SourceKeys:
         ends, expiring otherwise."""
         return self._key(f"holdings:{first_task_id}")
 
+    @property
+    def archived_digests(self) -> str:
+        """String (a bitmap): the Bloom filter of the payload digests the source archived, bit 0 set once it holds
+        the whole archive index (harvester.storage.archive_digests); dropped by the archive's clean-up."""
+        return self._key("archived-digests")
+
+    @property
+    def archived_digests_build(self) -> str:
+        """String, expiring: the process building :attr:`archived_digests` from the index (one at a time)."""
+        return self._key("archived-digests-build")
+
     def host_queue(self, host: str) -> str:
         """List: one host's tasks taken out of intake while the host could not take them, oldest first."""
         return self.host_queue_prefix + host

@@ -306,6 +306,11 @@ class HarvesterSettings(BaseSettings):
         description="How long an archived page's index row may wait to be inserted with others (one insert for "
                     "many batches; the rows are journalled beside local archive files meanwhile, so a killed worker's "
                     "rows are put in by the next writer). 0: each batch's rows are inserted with it.")
+    archive_digest_filter_bits: int = Field(
+        default=8 * 1024 * 1024, ge=0, le=2**32,
+        description="Bits of each archived source's Bloom filter of payload digests in Redis (8,388,608: 1 MiB a "
+                    "source, about 1 false positive in 2,000 at 500,000 payloads): a payload it has not seen is "
+                    "archived without asking the index whether it is a revisit. 0: every page is looked up.")
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 

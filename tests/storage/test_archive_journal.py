@@ -19,9 +19,9 @@ import pytest
 from harvester.config import SourceConfig
 from harvester.scraping import Exchange
 from harvester.storage import ArchivedPage, ArchiveIndex, ArchiveWriter, read_archived
-from harvester.storage.archive import payload_digest
 from harvester.storage.archive_index import IndexEntry
 from harvester.storage.archive_journal import JOURNAL_FOLDER, RowsBehind, read_journal
+from harvester.storage.warc_records import payload_digest
 from warcio.archiveiterator import ArchiveIterator
 
 from tests.fixtures.servers import MongoServer

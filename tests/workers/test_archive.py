@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import os
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,7 +14,8 @@ import pytest
 from harvester.config.model import SourceConfig
 from harvester.distributor import TaskMessage
 from harvester.metrics.collector import metrics_registry
-from harvester.storage import ArchiveIndex, RunFigures, expire_archive, read_archived
+from harvester.redis_keys import SourceKeys
+from harvester.storage import ArchivedDigests, ArchiveIndex, RunFigures, expire_archive, read_archived
 from harvester_demo.hostile import BASIC_AUTH_PASSWORD, BASIC_AUTH_USER
 from warcio.archiveiterator import ArchiveIterator
 
@@ -167,14 +167,14 @@ def test_a_full_disk_is_a_gap_and_the_next_batch_starts_a_new_file(write_source,
     run_until_idle(crawl, source)
     [first] = warc_files(location)
     kept = first.read_bytes()
-    first.unlink()
-    os.symlink("/dev/full", first)  # the process's current file now answers ENOSPC
+    [current] = crawl.runner.archive.writer._open.values()  # the run's file, kept open for its next batch
+    current.handle.close()
+    current.handle = open("/dev/full", "ab", buffering=0)  # noqa: SIM115  the disk fills: its writes answer ENOSPC
     crawl.push(source, TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/2", run_id="r"))
     run_until_idle(crawl, source)
     assert records(mongo_server, worker_settings, source).count_documents({}) == 2
     assert crawl.store.counters(source.name)["outcome:archive_gap"] == 1
-    first.unlink()
-    first.write_bytes(kept)
+    assert first.read_bytes() == kept
     crawl.push(source, TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/3", run_id="r"))
     run_until_idle(crawl, source)
     assert len(warc_files(location)) == 2  # a new file; the full one is left as it was
@@ -201,12 +201,17 @@ def test_retention_deletes_old_files_and_their_rows(write_source, crawl, demo_si
     crawl.push(source, TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/1", run_id="r"))
     run_until_idle(crawl, source)
     index = index_of(mongo_server, worker_settings)
+    digests = ArchivedDigests.from_settings(worker_settings, index)
+    payload_filter = SourceKeys(source.name).archived_digests
+    assert digests.client.exists(payload_filter)  # the batch's payload marked
     now = datetime.now(UTC)
-    kept = expire_archive(source, index, worker_settings.archive_location, now + timedelta(days=1))
+    kept = expire_archive(source, index, worker_settings.archive_location, now + timedelta(days=1), digests)
     assert (kept.files, kept.rows) == (0, 0) and len(warc_files(location)) == 1
-    expired = expire_archive(source, index, worker_settings.archive_location, now + timedelta(days=3))
+    assert digests.client.exists(payload_filter)  # nothing went: the filter stays
+    expired = expire_archive(source, index, worker_settings.archive_location, now + timedelta(days=3), digests)
     assert (expired.files, expired.rows) == (1, 1)
     assert warc_files(location) == [] and index.latest(source.name) == []
+    assert not digests.client.exists(payload_filter)  # rebuilt from the rows left by the next archived batch
 
 
 def test_the_index_exports_as_cdxj_and_the_expire_command_keeps_what_is_young(

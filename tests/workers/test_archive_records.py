@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 from harvester.errors import ArchiveUnavailable
 from harvester.scraping.fetching.page_fetcher import Exchange
-from harvester.storage import ArchiveReader, archive, read_archived
-from harvester.storage.archive import ArchivedPage, WarcBatch, payload_digest
+from harvester.storage import ArchiveReader, read_archived, warc_records
+from harvester.storage.warc_records import ArchivedPage, WarcBatch, payload_digest
 from warcio.archiveiterator import ArchiveIterator
 
 from tests.fixtures.servers import VENV_BIN
@@ -97,9 +97,9 @@ def test_records_pass_warcio_check_with_isal_and_with_its_zlib_fallback(tmp_path
     """ISA-L's deflate when python-isal is installed (it is pinned); zlib's when it is absent: both write gzip
     members that warcio checks and reads, each record alone from its offset."""
     if deflate == "isal":
-        assert archive.ISAL_DEFLATE is not None, "python-isal is pinned in requirements.txt: install it"
+        assert warc_records.ISAL_DEFLATE is not None, "python-isal is pinned in requirements.txt: install it"
     else:
-        monkeypatch.setattr(archive, "ISAL_DEFLATE", None)
+        monkeypatch.setattr(warc_records, "ISAL_DEFLATE", None)
     pages = [page(number, b"<html><p>page %d</p>" % number + b"<li>item</li>" * number * 40 + b"</html>")
              for number in range(1, 5)]
     path = tmp_path / f"{deflate}.warc.gz"
@@ -107,23 +107,25 @@ def test_records_pass_warcio_check_with_isal_and_with_its_zlib_fallback(tmp_path
     checked = subprocess.run([str(VENV_BIN / "warcio"), "check", "-v", str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert [read_archived(row).body for row in rows] == [archived.exchange.body for archived in pages]  # type: ignore[union-attr]
-    assert gzip.decompress(archive.gzip_member(b"x" * 5000)) == b"x" * 5000
+    assert gzip.decompress(warc_records.gzip_member(b"x" * 5000)) == b"x" * 5000
 
 
 def test_the_hand_made_digests_dates_and_ids_are_the_standard_ones() -> None:
     """The cheaper forms give what base64's base32, strftime and uuid4 give."""
-    for body in (b"", b"a", b"<html>" * 1000, bytes(range(256))):
+    for body in (b"", b"a", b"<html>" * 1000, bytes(range(256)), *(b"%d" % number for number in range(500))):
         expected = "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
         assert payload_digest(body) == expected
+    for digest in (bytes(20), b"\xff" * 20, bytes(range(20)), bytes(range(255, 235, -1))):  # every bit's place
+        assert warc_records.sha1_base32(digest) == base64.b32encode(digest).decode()
     for moment in (MOMENT, MOMENT.replace(microsecond=7), datetime(2026, 12, 5, 4, 0, 59, 999_999, tzinfo=UTC),
                    datetime(2026, 12, 5, 5, 0, tzinfo=timezone(timedelta(hours=1)))):
-        assert archive.warc_date(moment) == moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    ids = {archive.new_record_id() for _ in range(2000)}
+        assert warc_records.warc_date(moment) == moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    ids = {warc_records.new_record_id() for _ in range(1000)} | set(warc_records.record_ids(1000))
     assert len(ids) == 2000
     for record_id in list(ids)[:200]:
         parsed = uuid.UUID(record_id.removeprefix("<urn:uuid:").removesuffix(">"))
         assert parsed.version == 4 and parsed.variant == uuid.RFC_4122 and record_id == f"<urn:uuid:{parsed}>"
-    assert archive.http_head("GET / HTTP/1.1", [("X-Note", "a\r\nInjected: b"), ("Host", "x")]) == (
+    assert warc_records.http_head("GET / HTTP/1.1", [("X-Note", "a\r\nInjected: b"), ("Host", "x")]) == (
         b"GET / HTTP/1.1\r\nX-Note: a  Injected: b\r\nHost: x\r\n\r\n")
 
 
@@ -133,5 +135,5 @@ def test_the_hand_made_digests_dates_and_ids_are_the_standard_ones() -> None:
     "http://h/a?b?c", "http://h/a#b?c", "http://h/%20x?y=%2F", "http://h/a/?q=a/b", "http://[::1]:80/v6?x"])
 def test_the_request_target_is_the_path_and_query_urlsplit_gives(url: str) -> None:
     parts = urlsplit(url)
-    assert archive.request_line(url, "POST") == "POST " + (parts.path or "/") + (
+    assert warc_records.request_line(url, "POST") == "POST " + (parts.path or "/") + (
         f"?{parts.query}" if parts.query else "")

@@ -180,7 +180,7 @@ def expire_source_archive(source: SourceConfig) -> None:
     from datetime import UTC, datetime
 
     from harvester.errors import StorageError, redis_storage_errors
-    from harvester.storage import ArchiveIndex, expire_archive
+    from harvester.storage import ArchivedDigests, ArchiveIndex, expire_archive
 
     settings = get_settings()
     try:
@@ -188,9 +188,9 @@ def expire_source_archive(source: SourceConfig) -> None:
             with redis_storage_errors():
                 seconds, microseconds = connections.redis.time()
             now = datetime.fromtimestamp(seconds + microseconds / 1e6, UTC)
-            expired = expire_archive(source, ArchiveIndex(connections.database(connections.main,
-                                                                               settings.mongo_database)),
-                                     settings.archive_location, now)
+            index = ArchiveIndex(connections.database(connections.main, settings.mongo_database))
+            expired = expire_archive(source, index, settings.archive_location, now,
+                                     ArchivedDigests(connections.redis, index, settings.archive_digest_filter_bits))
     except StorageError as error:  # the archive's own failure, or MongoDB's: never the run's outcome
         log.warning("the archive clean-up of %s failed (tried again after the next run): %s", source.name, error)
         return

@@ -102,6 +102,21 @@ class Scripts:
             raise error
         return pipeline.decode(replies)
 
+    def call_alone(self, name: str, keys_of: str | object, keys: Mapping[str, str] | None = None, /,
+                   **arguments: Any) -> Any:
+        """One script call as a plain EVALSHA, no pipeline (loaded and sent again on NOSCRIPT); its decoded reply.
+        For a caller that runs nothing beside it, often: the pipeline's set-up cost the archive's payload filter
+        a quarter of its CPU (25 of 110 µs a call, measured 2026-12-06)."""
+        contract = self.contracts[name]
+        call = (contract.sha, len(contract.keys), *contract.key_names(keys_of, keys),
+                *contract.argument_values(arguments))
+        try:
+            reply = self.client.evalsha(*call)
+        except NoScriptError:
+            self.load_all()
+            reply = self.client.evalsha(*call)
+        return contract.decode(reply)
+
     def call(self, name: str, keys_of: str | object, keys: Mapping[str, str] | None = None, /,
              **arguments: Any) -> Any:
         """One script call in its own round trip; its decoded reply."""

@@ -6,6 +6,7 @@ from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
     from harvester.storage.archive import ArchivedPage, ArchiveWriter
+    from harvester.storage.archive_digests import ArchivedDigests
     from harvester.storage.archive_index import (
         ARCHIVE_INDEX_COLLECTION,
         DATA_RESPONSE_KIND,
@@ -39,6 +40,7 @@ __all__ = [
     "ArchiveReader",
     "ArchiveReplay",
     "ArchiveWriter",
+    "ArchivedDigests",
     "ArchivedPage",
     "ArchivedResponse",
     "DataHandler",

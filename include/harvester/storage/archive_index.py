@@ -243,6 +243,14 @@ class ArchiveIndex:
                                       batchSize=LOOKUP_BATCH_ROWS)["cursor"]
             yield from cursor["nextBatch"]
 
+    def response_digests(self, source: str) -> Iterator[str]:
+        """The payload digest of every response row of ``source`` (what its payload filter is built from)."""
+        with mongo_storage_errors():  # around the reads: a decorator would wrap only the generator's creation
+            self._ensure_indexes()
+            for row in self.collection.find({"source": source, "record": "response"}, {"_id": 0, "digest": 1}):
+                if row.get("digest"):
+                    yield row["digest"]
+
     @staticmethod
     def original_queries(source: str, digests: list[str], urls: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The two queries :meth:`originals` sends: the source's responses with one of ``digests``, and with one of

@@ -3,7 +3,9 @@
 Run by the daily clean-up (``harvester archive expire``, the ``archive_cleanup`` DAG) for every source with an
 archive. A file goes once it was started before the cut-off and no row at or after it still points at it (its
 own pages, or a newer revisit's payload), so a file appended to across the cut-off stays until all of it is old.
-Files without any row (a batch whose index write failed) go by the time in their name alike.
+Files without any row (a batch whose index write failed) go by the time in their name alike. Once rows went, the
+source's payload filter is dropped (:mod:`harvester.storage.archive_digests`): the next archived batch builds it
+from the rows left, so the filter never fills with payloads that are archived no more.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import redis
+
 from harvester.config import SourceConfig
 from harvester.connections import resolve_filesystem
 from harvester.errors import ArchiveUnavailable
 from harvester.storage.archive import WARC_SUFFIX, file_url
+from harvester.storage.archive_digests import ArchivedDigests
 from harvester.storage.archive_index import ArchiveIndex
 
 log = logging.getLogger(__name__)
@@ -38,8 +43,10 @@ def file_started(path: str) -> datetime | None:
         return None
 
 
-def expire_archive(source: SourceConfig, index: ArchiveIndex, default_location: str, now: datetime) -> Expired:
-    """Delete ``source``'s archived files and rows older than its ``keep``; what was deleted."""
+def expire_archive(source: SourceConfig, index: ArchiveIndex, default_location: str, now: datetime,
+                   digests: ArchivedDigests | None = None) -> Expired:
+    """Delete ``source``'s archived files and rows older than its ``keep``, and (``digests``) its payload filter
+    when rows went; what was deleted."""
     archive = source.output.archive
     cutoff = now - archive.keep
     location = (archive.location or default_location).rstrip("/")
@@ -65,4 +72,9 @@ def expire_archive(source: SourceConfig, index: ArchiveIndex, default_location: 
         except OSError as error:  # one file that cannot go is retried by the next clean-up
             log.warning("%s: deleting the archived file %s failed: %s", source.name, url, error)
     rows = index.forget(source.name, deleted, cutoff)
+    if rows and digests is not None:
+        try:
+            digests.forget(source.name)
+        except redis.RedisError as error:  # its stale bits cost lookups, never a record: dropped at the next one
+            log.warning("%s: the archive's payload filter was not dropped after the clean-up: %s", source.name, error)
     return Expired(len(deleted), rows)

@@ -138,7 +138,7 @@ def _archive(args: argparse.Namespace) -> int:
     from harvester.config import get_source
     from harvester.errors import HarvesterError
     from harvester.settings import get_settings
-    from harvester.storage import ArchiveIndex, cdxj_line, expire_archive
+    from harvester.storage import ArchivedDigests, ArchiveIndex, cdxj_line, expire_archive
 
     settings = get_settings()
     try:
@@ -148,7 +148,8 @@ def _archive(args: argparse.Namespace) -> int:
             for line in sorted(cdxj_line(row) for row in index.rows(source.name, args.run_id)):
                 print(line)
             return 0
-        expired = expire_archive(source, index, settings.archive_location, datetime.now(UTC))
+        expired = expire_archive(source, index, settings.archive_location, datetime.now(UTC),
+                                 ArchivedDigests.from_settings(settings, index))
     except (HarvesterError, LookupError) as error:  # no such source, the index or the files unreachable
         print(f"archive {args.action} {args.source}: {error}", file=sys.stderr)
         return 2

@@ -1,0 +1,2 @@
+-- Shared helpers, prepended to every script of this folder when it is registered (see scripts.py).
+-- The storage's scripts keep no times: nothing here yet but this note.
