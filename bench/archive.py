@@ -10,6 +10,8 @@ crawl's) alternately with the archive on and off (file storage in the bench's di
 - ``archive_cpu_overhead_median``: the same ratio taken in each round (its on and off crawls run back to back)
   and the median of the rounds: the best rounds of each side are two lucky draws of their own, whose ratio swung
   by +-0.15 between runs of the same code on a quiet machine (2026-12-06), about the size of the goal;
+- ``archive_cpu_overhead_all_rounds``: every round's CPU on over every round's off, minus 1 (no draw chosen);
+  ``cpu_ms_per_page_by_round`` each round's figures;
 - ``archive_bytes_per_page``: the WARC bytes (gzip per record, request and response) per archived page;
 - ``reextract_pages_per_s``: the archived run re-extracted (:class:`harvester.producer.Reextraction`, index,
   WARC reads, extraction; records to the discard sink), pages per second;
@@ -153,6 +155,10 @@ def run_rounds(args: argparse.Namespace, site_url: str, directory: Path) -> dict
         "cpu_ms_per_page_on": round(1000 * best["on"][1] / pages, 3),
         "archive_cpu_overhead": round(best["on"][1] / best["off"][1] - 1, 4),
         "archive_cpu_overhead_median": round(statistics.median(cpu["on"] / cpu["off"] - 1 for cpu in per_round), 4),
+        "archive_cpu_overhead_all_rounds": round(sum(cpu["on"] for cpu in per_round)
+                                                 / sum(cpu["off"] for cpu in per_round) - 1, 4),
+        "cpu_ms_per_page_by_round": {mode: [round(1000 * cpu[mode] / pages, 3) for cpu in per_round]
+                                     for mode in ("off", "on")},
         "archive_bytes_per_page": round(warc_bytes / pages),
         "crawl_pages_per_s": round(crawl_pages_per_s, 1),
         "reextract_pages_per_s": round(reextract_pages_per_s, 1),

@@ -42,7 +42,7 @@ def write_file(path: Path, pages: list[ArchivedPage]) -> list[dict[str, Any]]:
         kind, offset, length = batch.add(archived, digest, None)
         rows.append({"url": archived.url, "final_url": archived.exchange.url, "record": kind, "status": 200,
                      "file": f"file://{path}", "offset": offset, "length": length, "time": MOMENT, "run": "run-1"})
-    path.write_bytes(batch.buffer.getvalue())
+    path.write_bytes(batch.data())
     return rows
 
 

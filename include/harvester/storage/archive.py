@@ -174,7 +174,7 @@ class ArchiveWriter:
             batch = WarcBatch(source.name, current.path.rsplit("/", 1)[-1], current.size == 0, len(pages))
             placed = [batch.add(page, digest, originals.get(index))
                       for index, (page, digest) in enumerate(zip(pages, digests, strict=True))]
-            data = batch.buffer.getvalue()
+            data = batch.data()
             try:
                 self._write(filesystem, current, data, appendable)
             except BaseException:  # whatever broke the write, the file's tail is unknown: never appended to again

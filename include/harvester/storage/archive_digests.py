@@ -105,7 +105,7 @@ class ArchivedDigests:
 
     def build(self, source: str) -> bool:
         """Set the bits of every payload the index holds for ``source``, then the built bit; False when another
-        process is building it (or there is no filter). Bits set by batches meanwhile stay (they are archived payloads too)."""
+        process is building it (or there is no filter). Bits set by batches meanwhile stay (archived payloads too)."""
         lock = SourceKeys(source).archived_digests_build
         if self.bits <= 1 or not self.client.set(lock, os.getpid(), nx=True, ex=BUILD_LOCK_SECONDS):
             return False

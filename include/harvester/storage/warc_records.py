@@ -152,49 +152,67 @@ class WarcBatch:
     The payload's SHA-1 is computed once, by the caller, and serves both the index and the record."""
 
     def __init__(self, source: str, file_name: str, first_in_file: bool, pages: int = 1) -> None:
-        self.buffer = io.BytesIO()
         self.source = source
+        self.parts: list[bytes] = []  # each record's gzip member, in order
+        self.size = 0
         self._ids = record_ids(2 * pages)  # a response's and a request's for each page (more are drawn if needed)
         if first_in_file:  # once per file: warcio's own warcinfo record
-            writer = WARCWriter(self.buffer, gzip=True, warc_version="1.1")
+            buffer = io.BytesIO()
+            writer = WARCWriter(buffer, gzip=True, warc_version="1.1")
             writer.write_record(writer.create_warcinfo_record(file_name, {
                 "software": "Harvester (warcio)", "format": "WARC File Format 1.1",
                 "isPartOf": source}))
+            self.parts.append(buffer.getvalue())
+            self.size = len(self.parts[0])
 
     def add(self, page: ArchivedPage, digest: str, original: Original | None) -> tuple[str, int, int]:
         """Write the page's response (or revisit) record and its request record; the kind of the first record,
-        and its offset and length in the batch. ``digest`` is :func:`payload_digest` of the body."""
+        and its offset and length in the batch. ``digest`` is :func:`payload_digest` of the body.
+
+        Each record's WARC head is one f-string: its values are this module's own (dates, ids, digests) but for
+        the URLs, which are kept on one line (:func:`_header_text`); building header lists and joining them was a
+        third of a record's Python (measured 2026-12-06)."""
         exchange = page.exchange
+        body, status = exchange.body, exchange.status
         date = warc_date(page.fetched_at)
+        url = _header_text(exchange.url)
         protocol = exchange.http_version or "HTTP/1.1"
-        response_head = http_head(f"{protocol} {exchange.status} {_reason_phrase(exchange.status)}",
-                                  archived_response_headers(exchange.response_headers, len(exchange.body)))
+        response_head = http_head(f"{protocol} {status} {_reason_phrase(status)}",
+                                  archived_response_headers(exchange.response_headers, len(body)))
         record_id, request_id = (self._ids.pop(), self._ids.pop()) if len(self._ids) >= 2 else record_ids(2)
-        warc_headers = [("WARC-Date", date), ("WARC-Target-URI", exchange.url), ("WARC-Record-ID", record_id)]
-        if original is not None or exchange.status == 304:
+        block_hash = hashlib.sha1(response_head)
+        if original is not None or status == 304:
             # one profile header; a 304 of a page archived nowhere is still a revisit, of nothing this archive
             # holds: it names no original
-            kind = "revisit"
-            warc_headers.append(("WARC-Profile",
-                                 REVISIT_NOT_MODIFIED if exchange.status == 304 else REVISIT_IDENTICAL))
+            kind, block_length, payload = "revisit", len(response_head), b""
+            revisit = f"WARC-Profile: {REVISIT_NOT_MODIFIED if status == 304 else REVISIT_IDENTICAL}\r\n"
             if original is not None:
-                warc_headers += [("WARC-Refers-To-Target-URI", original.uri), ("WARC-Refers-To-Date", original.date)]
-            block: tuple[bytes, ...] = (response_head,)
+                revisit += (f"WARC-Refers-To-Target-URI: {_header_text(original.uri)}\r\n"
+                            f"WARC-Refers-To-Date: {original.date}\r\n")
         else:
-            kind = "response"
-            block = (response_head, exchange.body)
-        warc_headers.append(("WARC-Payload-Digest", digest))
-        offset = self.buffer.tell()
-        self.buffer.write(gzip_member(warc_record(kind, warc_headers, "application/http; msgtype=response", block)))
-        length = self.buffer.tell() - offset
-        request_head = http_head(
-            f"{request_line(exchange.url, exchange.method)} {protocol}",
-            redacted_request(exchange.request_headers, exchange.credential_header_names))
-        self.buffer.write(gzip_member(warc_record("request", [
-            ("WARC-Date", date), ("WARC-Target-URI", exchange.url), ("WARC-Record-ID", request_id),
-            ("WARC-Concurrent-To", record_id)], "application/http; msgtype=request", (request_head,)),
-            REQUEST_GZIP_LEVEL))
-        return kind, offset, length
+            kind, block_length, payload, revisit = "response", len(response_head) + len(body), body, ""
+            block_hash.update(body)
+        head = (f"WARC/1.1\r\nWARC-Type: {kind}\r\nWARC-Date: {date}\r\nWARC-Target-URI: {url}\r\n"
+                f"WARC-Record-ID: {record_id}\r\n{revisit}WARC-Payload-Digest: {digest}\r\n"
+                f"WARC-Block-Digest: sha1:{sha1_base32(block_hash.digest())}\r\n"
+                f"Content-Type: application/http; msgtype=response\r\nContent-Length: {block_length}\r\n\r\n")
+        response = gzip_member(b"".join((head.encode("utf-8", "replace"), response_head, payload, b"\r\n\r\n")))
+        request_head = http_head(f"{request_line(exchange.url, exchange.method)} {protocol}",
+                                 redacted_request(exchange.request_headers, exchange.credential_header_names))
+        head = (f"WARC/1.1\r\nWARC-Type: request\r\nWARC-Date: {date}\r\nWARC-Target-URI: {url}\r\n"
+                f"WARC-Record-ID: {request_id}\r\nWARC-Concurrent-To: {record_id}\r\n"
+                f"WARC-Block-Digest: sha1:{sha1_base32(hashlib.sha1(request_head).digest())}\r\n"
+                f"Content-Type: application/http; msgtype=request\r\nContent-Length: {len(request_head)}\r\n\r\n")
+        request = gzip_member(b"".join((head.encode("utf-8", "replace"), request_head, b"\r\n\r\n")),
+                              REQUEST_GZIP_LEVEL)
+        offset = self.size
+        self.parts += (response, request)
+        self.size += len(response) + len(request)
+        return kind, offset, len(response)
+
+    def data(self) -> bytes:
+        """The batch's bytes: the warcinfo record (a file's first batch), then each page's records."""
+        return b"".join(self.parts)
 
 
 def new_record_id(random_hex: str | None = None) -> str:
@@ -233,19 +251,6 @@ def http_head(first_line: str, headers: list[tuple[str, str]]) -> bytes:
     """An HTTP message's head as the record keeps it: the first line, the headers, the empty line."""
     text = header_lines([first_line, *(f"{name}: {value}" for name, value in headers)])
     return (text + "\r\n\r\n").encode("utf-8", "replace")
-
-
-def warc_record(kind: str, headers: list[tuple[str, str]], content_type: str, block: tuple[bytes, ...]) -> bytes:
-    """One WARC/1.1 record: the WARC headers with the block's digest, type and length, then the block."""
-    block_hash = hashlib.sha1()
-    length = 0
-    for part in block:
-        block_hash.update(part)
-        length += len(part)
-    head = header_lines([f"WARC-Type: {kind}", *(f"{name}: {value}" for name, value in headers),
-                         f"WARC-Block-Digest: sha1:{sha1_base32(block_hash.digest())}",
-                         f"Content-Type: {content_type}", f"Content-Length: {length}"])
-    return b"".join((b"WARC/1.1\r\n", head.encode("utf-8", "replace"), b"\r\n\r\n", *block, b"\r\n\r\n"))
 
 
 def gzip_member(data: bytes, isal_level: int = ARCHIVE_GZIP_LEVEL) -> bytes:
