@@ -16,10 +16,12 @@ connect_slot_hosting()  # a pageslots worker's supervisor: capacity, resets, rea
 
 @worker_process_init.connect
 def _prepare_process(**_: Any) -> None:
-    """Build the process's clients and import the scraping stack before the first task, not during it."""
-    from harvester.workers.batch import batch_runner
+    """Build the process's clients and import the scraping stack before the first task, not during it; then keep
+    what start-up made out of the garbage collector's full walks (:func:`freeze_startup_objects`)."""
+    from harvester.workers.batch import batch_runner, freeze_startup_objects
 
     batch_runner()
+    freeze_startup_objects()
 
 
 @app.task(name="harvester.ping")
