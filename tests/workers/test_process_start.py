@@ -21,7 +21,6 @@ def test_a_ready_worker_process_has_its_runner_and_its_start_up_objects_frozen(h
         assert isinstance(batch._runner, batch.BatchRunner)
         assert frozen > 10_000  # the imported stack, not a handful
         made_later: list[list[int]] = [[number] for number in range(10)]
-        assert gc.get_freeze_count() == frozen
         seen = gc.get_objects()
         assert not any(item is batch._runner for item in seen)  # frozen: out of the collector's sight
         assert any(item is made_later for item in seen)  # what batches make is collected as before
