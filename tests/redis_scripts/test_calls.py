@@ -31,6 +31,19 @@ def test_a_script_redis_forgot_is_loaded_and_only_its_call_runs_again(redis_clie
     assert redis_client.script_exists(DISTRIBUTOR_CONTRACTS["pause"].sha) == [True]
 
 
+def test_a_call_alone_is_one_evalsha_and_loads_a_script_redis_forgot(redis_client: redis.Redis) -> None:
+    scripts = Scripts(redis_client, DISTRIBUTOR_CONTRACTS)
+    redis_client.script_flush()
+    reply = scripts.call_alone("pause", "shop", {"paused": SourceKeys("shop").paused_until}, seconds=30.0, now="100",
+                               host="")
+    assert reply.paused_until == 130.0 and redis_client.script_exists(DISTRIBUTOR_CONTRACTS["pause"].sha) == [True]
+    again = scripts.call_alone("pause", "shop", {"paused": SourceKeys("shop").paused_until}, seconds=60.0, now="100",
+                               host="")
+    assert again.paused_until == 160.0  # the script known now: one EVALSHA
+    with pytest.raises(TypeError):
+        scripts.call_alone("pause", "shop", {"paused": SourceKeys("shop").paused_until}, seconds=1.0)  # ARGV by name
+
+
 def test_scripts_of_two_components_share_one_pipeline(redis_client: redis.Redis) -> None:
     redis_client.script_flush()
     distributor = Scripts(redis_client, DISTRIBUTOR_CONTRACTS)
