@@ -148,7 +148,7 @@ def parse_payload(data: bytes, location: PayloadLocation) -> tuple[int, list[tup
 
 def _parse_simple_record(data: bytes) -> tuple[int, list[tuple[str, str]], bytes, str] | None:
     """A gzipped response or revisit record with an HTTP head and an identity payload (what
-    :class:`harvester.storage.archive.WarcBatch` writes), read without warcio's streams; None for anything
+    :class:`harvester.storage.warc_records.WarcBatch` writes), read without warcio's streams; None for anything
     else, left to warcio."""
     try:
         decompressor = zlib.decompressobj(zlib.MAX_WBITS | 16)
