@@ -30,7 +30,7 @@ BROAD = ("Exception", "BaseException")
 BACKEND_BOUNDARY: dict[str, str] = {
     "errors.py": "the wrappers themselves: redis-py and pymongo errors become StorageError",
     "connections/clients.py": "the client factory: pymongo's server-selection failure becomes MongoUnavailableError",
-    "distributor/scripts.py": "the script runner: NOSCRIPT means load the scripts again and retry once",
+    "redis_scripts/calls.py": "the script runner: NOSCRIPT means load the scripts again and retry once",
     "storage/data_handler.py": "a bulk upsert's BulkWriteError names the documents that failed (inside the wrapper)",
     "storage/packages.py": "a bulk insert's BulkWriteError tells duplicates from failures (inside the wrapper)",
     "storage/changes.py": "a history insert's BulkWriteError tells a retried batch's duplicates from failures "

@@ -42,6 +42,7 @@ from typing import Any
 
 import redis
 
+from harvester.errors import StorageError, redis_storage_errors
 from harvester.redis_keys import SourceKeys
 from harvester.redis_scripts import Scripts
 from harvester.storage.scripts import ARCHIVED_DIGESTS
@@ -89,8 +90,9 @@ class ArchivedDigests:
         if self.bits <= 1 or not raw_digests:
             return None
         try:
-            reply = self._mark(source, b"".join(raw_digests), built=False)
-        except redis.RedisError as error:  # the lookups still answer
+            with redis_storage_errors():
+                reply = self._mark(source, b"".join(raw_digests), built=False)
+        except StorageError as error:  # Redis failing: the lookups still answer
             log.warning("archive: the payload filter of %s did not answer (%s): every page is looked up", source,
                         error)
             return None
@@ -99,8 +101,10 @@ class ArchivedDigests:
             return None
         return [flag == "1" for flag in reply.seen]
 
+    @redis_storage_errors()
     def forget(self, source: str) -> None:
-        """Drop the source's filter (after the clean-up deleted rows): the next batch builds it from what is left."""
+        """Drop the source's filter (after the clean-up deleted rows): the next batch builds it from what is left.
+        Raises :class:`StorageError` when Redis fails."""
         self.client.delete(SourceKeys(source).archived_digests)
 
     def build(self, source: str) -> bool:

@@ -14,11 +14,9 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import redis
-
 from harvester.config import SourceConfig
 from harvester.connections import resolve_filesystem
-from harvester.errors import ArchiveUnavailable
+from harvester.errors import ArchiveUnavailable, StorageError
 from harvester.storage.archive import WARC_SUFFIX, file_url
 from harvester.storage.archive_digests import ArchivedDigests
 from harvester.storage.archive_index import ArchiveIndex
@@ -75,6 +73,6 @@ def expire_archive(source: SourceConfig, index: ArchiveIndex, default_location: 
     if rows and digests is not None:
         try:
             digests.forget(source.name)
-        except redis.RedisError as error:  # its stale bits cost lookups, never a record: dropped at the next one
+        except StorageError as error:  # Redis: its stale bits cost lookups, never a record; dropped at the next one
             log.warning("%s: the archive's payload filter was not dropped after the clean-up: %s", source.name, error)
     return Expired(len(deleted), rows)
