@@ -106,8 +106,9 @@ def test_a_batch_whose_message_lost_its_tasks_still_takes_on_a_full_batch_while_
     worker.join()
     [report] = reports
     assert report["stored"] == 10 and report["outcomes"]["refilled"] == len(queued_tasks)
-    # the slow page and every queued page in flight together (two a wave, three at most, before)
-    assert most_started == 1 + len(queued_tasks)
+    # the slow page and every queued page in flight together (two a wave, three at most, before); the quick page
+    # may still hold its lease when they start (a loaded machine: CI saw 10, the wave's refill before its release)
+    assert 1 + len(queued_tasks) <= most_started <= 2 + len(queued_tasks)
 
 
 def test_a_batch_whose_pages_all_end_together_is_settled_once_and_takes_nothing_on(
