@@ -13,15 +13,22 @@ crawl's) alternately with the archive on and off (file storage in the bench's di
   draws, whose ratio swung by +-0.15 between runs of the same code), says little;
 - ``archive_cpu_overhead_median``: the same ratio taken in each round, the median of the rounds;
   ``cpu_ms_per_page_by_round`` each round's figures;
+- ``archive_cpu_overhead_interleaved``: the same ratio with "on" and "off" batches of 16 interleaved, one of each in
+  turns (``--interleaved-pages`` a side, after the rounds): the main thread's CPU of each batch to its side, the
+  archive writer thread's to "on" (``archive_writer_cpu_ms_per_page``), the other threads' half to each. Both
+  sides meet the same machine within tens of milliseconds, so this reads within about ±0.01 between runs where the
+  rounds' figures swing by ±0.05 (2026-12-06); its batches take on no more work while they run (each has 16 pages
+  to itself), so its CPU a page is the batch's, above the refilling rounds';
 - ``archive_bytes_per_page``: the WARC bytes (gzip per record, request and response) per archived page;
 - ``reextract_pages_per_s``: the archived run re-extracted (:class:`harvester.producer.Reextraction`, index,
   WARC reads, extraction; records to the discard sink), pages per second;
 - ``reextract_speedup``: that over the crawl-only pages per second of the same pages (goal >= 5); the CPU per
   page of both beside them (``cpu_ms_per_page_off``, ``reextract_cpu_ms_per_page``).
 
-Usage: .venv/bin/python bench/archive.py [--pages 600] [--latency-ms 20] [--rounds 10] [--smoke]
-``--smoke``: 40 pages, one round (checks the bench runs; its figures mean little). The JSON object on the last
-line carries every figure and ``mongo`` (which server answered).
+Usage: .venv/bin/python bench/archive.py [--pages 600] [--latency-ms 20] [--rounds 10] [--interleaved-pages 1600]
+[--smoke]
+``--smoke``: 40 pages, one round, 32 interleaved pages (checks the bench runs; its figures mean little). The JSON
+object on the last line carries every figure and ``mongo`` (which server answered).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from rig import DEMO_PRODUCT_ATTRIBUTES, bench_processes, site_stats, start_demo
 # Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
 PROMISED_KEYS = (
     "pages", "rounds", "archive_cpu_overhead", "archive_cpu_overhead_median", "archive_cpu_overhead_best",
-    "archive_bytes_per_page",
+    "archive_cpu_overhead_interleaved", "archive_writer_cpu_ms_per_page", "archive_bytes_per_page",
     "crawl_pages_per_s",
     "reextract_pages_per_s", "reextract_speedup", "reextract_records", "mongo",
 )
@@ -75,20 +82,72 @@ def crawl(runner: Any, redis_client: Any, source: Any, urls: list[str], run_id: 
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def interleaved(runner: Any, redis_client: Any, site_url: str, directory: Path, urls: list[str]) -> dict[str, float]:
+    """The archive's CPU a page with "on" and "off" batches of 16 pages interleaved (one of each, in turns), so
+    both meet the same machine: the main thread's CPU of each batch goes to its side, the archive writer's thread's
+    whole CPU to "on", the other threads' (heartbeats, clients' monitors) half to each."""
+    import threading
+
+    import yaml
+    from harvester.config import SourceConfig
+    from harvester.distributor import Intake, RateLimitStore, TaskMessage
+
+    def writer_cpu() -> float:
+        return sum(time.clock_gettime(time.pthread_getcpuclockid(thread.ident)) for thread in threading.enumerate()
+                   if thread.name.startswith("harvester-archive") and thread.ident)
+
+    sources = {}
+    for mode in ("on", "off"):
+        document = source_document(f"interleaved_{mode}", site_url, directory / "warc" if mode == "on" else None)
+        (directory / "sources" / f"interleaved_{mode}.yaml").write_text(yaml.safe_dump(document))
+        sources[mode] = SourceConfig.model_validate(document)
+    intake, store = Intake(redis_client, runner.settings), RateLimitStore(redis_client, runner.settings)
+    main_cpu, pages = {"on": 0.0, "off": 0.0}, {"on": 0, "off": 0}
+    writer_before, process_before, main_before = writer_cpu(), time.process_time(), time.thread_time()
+    for turn, start in enumerate(range(0, len(urls), 16)):
+        chunk = urls[start:start + 16]
+        for mode in ("on", "off") if turn % 2 == 0 else ("off", "on"):
+            source = sources[mode]
+            intake.push(source, [TaskMessage(source=source.name, kind="details", url=url, run_id="interleaved")
+                                 for url in chunk])
+            started = time.thread_time()
+            while True:
+                admission = store.admit(source.name, 16)
+                if admission.messages:
+                    runner.run(admission.deliveries())
+                    continue
+                stats = store.stats([source.name])[source.name]
+                if stats.pending == 0 and stats.delayed == 0 and stats.active == 0:
+                    break
+                time.sleep(0.002)
+            main_cpu[mode] += time.thread_time() - started
+            pages[mode] += len(chunk)
+    writer = writer_cpu() - writer_before
+    others = (time.process_time() - process_before) - (time.thread_time() - main_before) - writer
+    on = (main_cpu["on"] + writer + others / 2) / pages["on"]
+    off = (main_cpu["off"] + others / 2) / pages["off"]
+    return {"archive_cpu_overhead_interleaved": round(on / off - 1, 4),
+            "archive_writer_cpu_ms_per_page": round(1000 * writer / pages["on"], 4),
+            "cpu_ms_per_page_interleaved": {"on": round(1000 * on, 4), "off": round(1000 * off, 4)}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=600)
     parser.add_argument("--latency-ms", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--interleaved-pages", type=int, default=1600,
+                        help="pages of each side in the interleaved measure (archive_cpu_overhead_interleaved)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the bench's directory (logs, WARC files)")
     args = parser.parse_args()
     if args.smoke:
-        args.pages, args.rounds = 40, 1
+        args.pages, args.rounds, args.interleaved_pages = 40, 1, 32
     with bench_processes("archive", keep=args.keep) as processes:
         redis_url = start_redis(processes)
         mongo, _ = start_mongo(processes)
-        _, site_port, site_url = start_demo_site(processes, "--products", str(args.pages), "--latency-ms",
+        _, site_port, site_url = start_demo_site(processes, "--products", str(max(args.pages, args.interleaved_pages)),
+                                                 "--latency-ms",
                                          str(args.latency_ms), "--slow-every", "0")
         os.environ.update({"HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": mongo.uri,
                            "HARVESTER_SOURCES_DIR": str(processes.sources), "HARVESTER_OUTPUT_SINK": "discard",
@@ -146,6 +205,8 @@ def run_rounds(args: argparse.Namespace, site_url: str, directory: Path) -> dict
         reextract_cpu = time.process_time() - cpu_started
         if site_stats(site_url, source.name)["total"] != requests_before:
             sys.exit("the re-extraction reached the site")
+        measured = interleaved(runner, client, site_url, directory,
+                               [f"{site_url}/product/{number}" for number in range(1, args.interleaved_pages + 1)])
     finally:
         runner.close()
     pages = len(urls)
@@ -168,6 +229,7 @@ def run_rounds(args: argparse.Namespace, site_url: str, directory: Path) -> dict
         "reextract_records": report.get("records_stored", 0),
         "reextract_cpu_ms_per_page": round(1000 * reextract_cpu / max(1, report.get("pages_read", 0)), 3),
         "reextract_speedup": round(reextract_pages_per_s / crawl_pages_per_s, 2),
+        **measured,
     }
 
 
