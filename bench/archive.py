@@ -42,7 +42,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rig import DEMO_PRODUCT_ATTRIBUTES, bench_processes, site_stats, start_demo_site, start_mongo, start_redis
+from rig import (
+    DEMO_PRODUCT_ATTRIBUTES,
+    bench_processes,
+    run_until_idle,
+    site_stats,
+    start_demo_site,
+    start_mongo,
+    start_redis,
+)
 
 # Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
 PROMISED_KEYS = (
@@ -70,15 +78,7 @@ def crawl(runner: Any, redis_client: Any, source: Any, urls: list[str], run_id: 
     intake, store = Intake(redis_client, runner.settings), RateLimitStore(redis_client, runner.settings)
     intake.push(source, [TaskMessage(source=source.name, kind="details", url=url, run_id=run_id) for url in urls])
     wall, cpu = time.perf_counter(), time.process_time()
-    while True:
-        admission = store.admit(source.name, 16)
-        if admission.messages:
-            runner.run(admission.deliveries())
-            continue
-        stats = store.stats([source.name])[source.name]
-        if stats.pending == 0 and stats.delayed == 0 and stats.active == 0:
-            break
-        time.sleep(0.01)
+    run_until_idle(runner, store, source.name, 0.01)
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -111,15 +111,7 @@ def interleaved(runner: Any, redis_client: Any, site_url: str, directory: Path, 
             intake.push(source, [TaskMessage(source=source.name, kind="details", url=url, run_id="interleaved")
                                  for url in chunk])
             started = time.thread_time()
-            while True:
-                admission = store.admit(source.name, 16)
-                if admission.messages:
-                    runner.run(admission.deliveries())
-                    continue
-                stats = store.stats([source.name])[source.name]
-                if stats.pending == 0 and stats.delayed == 0 and stats.active == 0:
-                    break
-                time.sleep(0.002)
+            run_until_idle(runner, store, source.name, 0.002)
             main_cpu[mode] += time.thread_time() - started
             pages[mode] += len(chunk)
     writer = writer_cpu() - writer_before

@@ -31,7 +31,7 @@ from typing import Any
 
 import pymongo
 import yaml
-from rig import bench_processes, site_stats, start_demo_site, start_mongo, start_redis
+from rig import bench_processes, run_until_idle, site_stats, start_demo_site, start_mongo, start_redis
 
 FIELDS = ("title", "sku", "price", "stock", "in_stock", "released", "image")
 PRODUCT = {"type": "Product"}
@@ -124,17 +124,7 @@ def harvest(settings: Any, document: dict[str, Any], timeout: float = 300.0) -> 
     try:
         intake, store = Intake(runner.redis, settings), RateLimitStore(runner.redis, settings)
         intake.push(source, [TaskMessage(source=source.name, kind="listing", url=source.input.seeds[0])])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            admission = store.admit(source.name, 16)
-            if admission.messages:
-                runner.run(admission.deliveries())
-                continue
-            stats = store.stats([source.name])[source.name]
-            if stats.pending == 0 and stats.delayed == 0 and stats.active == 0:
-                break
-            time.sleep(0.05)
-        else:
+        if not run_until_idle(runner, store, source.name, 0.05, time.monotonic() + timeout):
             raise SystemExit(f"{source.name} did not finish within {timeout:.0f}s")
         return runner.data.collection(source).count_documents({})
     finally:

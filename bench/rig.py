@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -154,3 +155,18 @@ def site_stats(site_url: str, client: str) -> dict[str, Any]:
     """What the demo site counted of one client (its ``X-Demo-Client``): total requests, most in flight."""
     with urllib.request.urlopen(f"{site_url}/_stats", timeout=10) as response:
         return json.load(response)["clients"].get(client, {"total": 0, "max_concurrent": 0})
+
+
+def run_until_idle(runner: Any, store: Any, source: str, pause_seconds: float, deadline: float | None = None) -> bool:
+    """Admit and run ``source``'s batches of 16 in this process (what a Celery worker does with each message) until
+    it has nothing pending, delayed or active; False when ``deadline`` (monotonic) came first."""
+    while deadline is None or time.monotonic() < deadline:
+        admission = store.admit(source, 16)
+        if admission.messages:
+            runner.run(admission.deliveries())
+            continue
+        stats = store.stats([source])[source]
+        if stats.pending == 0 and stats.delayed == 0 and stats.active == 0:
+            return True
+        time.sleep(pause_seconds)
+    return False
