@@ -40,7 +40,7 @@ from harvester.settings import HarvesterSettings
 from harvester.storage.archive_digests import ArchivedDigests
 from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original
 from harvester.storage.archive_journal import RowsBehind, WaitingResponse
-from harvester.storage.warc_records import ArchivedPage, WarcBatch, sha1_base32
+from harvester.storage.warc_records import ArchivedPage, WarcBatch, labelled_sha1
 
 __all__ = ["WARC_SUFFIX", "ArchiveWriter", "ArchivedPage", "file_url"]
 
@@ -162,7 +162,7 @@ class ArchiveWriter:
         location = self.location_of(source)
         filesystem, root, appendable = self._filesystem(location, settings.connection_id)
         raw_digests = [hashlib.sha1(page.exchange.body).digest() for page in pages]
-        digests = ["sha1:" + sha1_base32(raw) for raw in raw_digests]
+        digests = [labelled_sha1(raw) for raw in raw_digests]
         originals = self._originals(source.name, pages, raw_digests, digests)
         with self._lock:
             current = self._open.pop((source.name, run_id), None) if appendable else None

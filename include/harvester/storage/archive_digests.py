@@ -45,6 +45,8 @@ import redis
 from harvester.errors import StorageError, redis_storage_errors
 from harvester.redis_keys import SourceKeys
 from harvester.redis_scripts import Scripts
+from harvester.settings import HarvesterSettings
+from harvester.storage.archive_index import ArchiveIndex
 from harvester.storage.scripts import ARCHIVED_DIGESTS
 
 log = logging.getLogger(__name__)
@@ -69,7 +71,7 @@ class ArchivedDigests:
     """The filter of each source's archived payload digests, ``bits`` bits a source (0: no filter, every page is
     looked up). ``index`` is what a missing filter is built from: its ``response_digests(source)``."""
 
-    def __init__(self, client: redis.Redis, index: Any, bits: int) -> None:
+    def __init__(self, client: redis.Redis, index: ArchiveIndex, bits: int) -> None:
         self.client = client
         self.scripts = Scripts(client, [ARCHIVED_DIGESTS])
         self.index = index
@@ -78,7 +80,7 @@ class ArchivedDigests:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings: Any, index: Any) -> ArchivedDigests:
+    def from_settings(cls, settings: HarvesterSettings, index: ArchiveIndex) -> ArchivedDigests:
         from harvester.connections import REDIS_DEFAULT, redis_client
 
         return cls(redis_client(REDIS_DEFAULT, settings=settings), index, settings.archive_digest_filter_bits)
@@ -129,7 +131,7 @@ class ArchivedDigests:
 
     def _mark(self, source: str, raw_digests: bytes, built: bool) -> Any:
         return self.scripts.call_alone(ARCHIVED_DIGESTS.name, source, bits=self.bits, hashes=HASHES,
-                                 digests=raw_digests.hex(), mark_built="1" if built else "0")
+                                       digests=raw_digests.hex(), mark_built="1" if built else "0")
 
     def _build_later(self, source: str) -> None:
         """Build the filter in a thread of its own (a large index takes seconds to read: never in a batch's time)."""

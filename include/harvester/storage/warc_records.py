@@ -50,7 +50,13 @@ REVISIT_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-d
 
 def payload_digest(body: bytes) -> str:
     """The WARC payload digest, as warcio and the web archives write it: ``sha1:`` and base32."""
-    return "sha1:" + sha1_base32(hashlib.sha1(body).digest())
+    return labelled_sha1(hashlib.sha1(body).digest())
+
+
+def labelled_sha1(raw_digest: bytes) -> str:
+    """A SHA-1 already computed as the WARC digest of :func:`payload_digest` (the writer keeps the raw bytes too,
+    for the payload filter)."""
+    return "sha1:" + sha1_base32(raw_digest)
 
 
 _BASE32_ALPHABET = bytes.maketrans(bytes(range(32)), b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
