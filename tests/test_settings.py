@@ -1705,3 +1705,26 @@ def test_slow_request_lend_seconds_lends_a_slow_page_its_source_place(
         runner.close()
     assert report["outcomes"].get("places_lent", 0) == lent and report["stored"] == 1 + lent
     assert store.stats(["lend"])["lend"].pending == 1 - lent  # not lent: the other host's page waits its turn
+
+
+@covers_setting("reextract_processes")
+def test_reextract_processes_forks_that_many_page_readers_and_one_reads_in_its_own_process(harvester_settings):
+    from datetime import UTC, datetime
+
+    import psutil
+    from harvester.producer.reextraction_pages import PageReaders, pool_processes
+    from harvester.storage import ArchivedResponse
+
+    html = b"<html><body><h1>Kept</h1></body></html>"
+    works = [(f"http://a.example/{number}", "details", 0, ArchivedResponse(
+        f"http://a.example/{number}", f"http://a.example/{number}", 200, [("Content-Type", "text/html")], html,
+        datetime.now(UTC), "run")) for number in range(60)]
+    for wanted in (1, 2):
+        settings = harvester_settings.model_copy(update={"reextract_processes": wanted})
+        before = {child.pid for child in psutil.Process().children()}
+        with PageReaders(SOURCE, settings, pool_processes(settings.reextract_processes)) as readers:
+            pages = readers.start(works)()
+            forked = {child.pid for child in psutil.Process().children()} - before
+        assert len(forked) == (wanted if wanted > 1 else 0)
+        assert [page.records[0]["t"] for page in pages] == ["Kept"] * len(works)
+    assert pool_processes(0) == len(psutil.Process().cpu_affinity())  # 0: one per CPU

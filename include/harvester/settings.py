@@ -311,6 +311,11 @@ class HarvesterSettings(BaseSettings):
         description="Bits of each archived source's Bloom filter of payload digests in Redis (8,388,608: 1 MiB a "
                     "source, about 1 false positive in 2,000 at 500,000 payloads): a payload it has not seen is "
                     "archived without asking the index whether it is a revisit. 0: every page is looked up.")
+    reextract_processes: int = Field(
+        default=0, ge=0, le=256,
+        description="Processes a re-extraction reads its archived pages in (parsed and extracted; forked from its "
+                    "own, which reads the files and writes the records meanwhile). 0: one per CPU; 1: in its own "
+                    "process. A window under 200 pages is always read in its own process.")
     page_slot_task_wait_seconds: float = Field(
         default=1.0, gt=0, description="How long a ready slot blocks waiting for a task before it heartbeats.")
 

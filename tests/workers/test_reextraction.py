@@ -110,3 +110,63 @@ def test_the_reextract_command_names_the_run_and_fails_on_an_unknown_source(
     assert unknown.returncode == 2 and "nobody_has_this" in unknown.stdout
     assert yaml.safe_load((worker_settings.sources_dir / "drifting.yaml").read_text())["attributes"]["price"][
         "css"] == ".cost"
+
+
+def test_pages_read_in_forked_processes_store_what_the_reextractions_own_process_reads(
+        drifted, mongo_server, worker_settings) -> None:
+    _, fixed = drifted
+    reports = []
+    for processes in (2, 1):
+        reextraction = Reextraction.from_settings(worker_settings.model_copy(update={"reextract_processes": processes}))
+        reextraction.pool_from_pages = 1  # the window is a listing and six pages: read in processes all the same
+        reports.append(reextraction.run(fixed, since=timedelta(hours=1)))
+    forked, own = reports
+    assert forked["reader_processes"] == 2 and own["reader_processes"] == 1
+    assert forked["records_changed"] == len(PRODUCTS)  # the forked readers repaired every record...
+    assert own["records_unchanged"] == len(PRODUCTS) and own["records_changed"] == 0  # ...as this process reads them
+    figures = ("pages_read", "records_stored", "records_extracted", "quality")
+    assert {name: forked[name] for name in figures} == {name: own[name] for name in figures}
+    assert "page_reader_lost" not in forked
+
+
+def test_a_page_reader_process_that_dies_leaves_its_pages_to_the_reextractions_own_process(
+        write_source, demo_site, worker_settings, caplog) -> None:
+    from datetime import UTC, datetime
+
+    import psutil
+    from harvester.producer.reextraction_pages import PageReaders
+    from harvester.storage import ArchivedResponse
+
+    source = write_source("dying_readers")
+    works = []
+    for number in PRODUCTS:
+        url = f"{demo_site.url}/product/{number}"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            works.append((url, "details", 0, ArchivedResponse(url, url, 200, list(response.headers.items()),
+                                                              response.read(), datetime.now(UTC), "run")))
+    here = PageReaders(source, worker_settings, 1).start(works)()
+    with PageReaders(source, worker_settings, 2) as readers:
+        first = readers.start(works)()
+        for child in psutil.Process().children():  # the pool's children, killed as an out-of-memory kill would
+            if child.cmdline() == psutil.Process().cmdline():
+                child.kill()
+        pending = readers.start(works)  # submitted to a pool whose children are dead, or found dead on waiting
+        second = pending()
+        assert readers.lost and readers.processes == 1
+    assert [page.records for page in first] == [page.records for page in here] == [page.records for page in second]
+    assert all(page.records and page.records[0]["price"] is not None for page in here)
+    assert "page reader process died" in caplog.text
+
+
+def test_a_daemonic_process_reads_its_pages_itself() -> None:
+    import multiprocessing
+
+    from harvester.producer.reextraction_pages import pool_processes
+
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    daemon = context.Process(target=lambda: answers.put(pool_processes(4)), daemon=True)
+    daemon.start()
+    daemon.join(30)
+    assert answers.get(timeout=5) == 1  # multiprocessing refuses children to a daemonic process: it reads itself
+    assert pool_processes(4) == 4

@@ -13,23 +13,28 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harvester.config import Quality, SourceConfig
 from harvester.errors import ArchiveUnavailable
-from harvester.scraping import FetchResult, PageResult, decode_text, process_page
+from harvester.producer.reextraction_pages import (
+    POOL_FROM_PAGES,
+    ArchivedPageWork,
+    PageReaders,
+    ReadPage,
+    pool_processes,
+)
 from harvester.settings import HarvesterSettings
 from harvester.storage import (
     DATA_RESPONSE_KIND,
-    ArchivedResponse,
     ArchiveIndex,
     ArchiveReader,
     DataHandler,
     RunFigures,
     RunStore,
-    validators_of,
 )
 
 log = logging.getLogger(__name__)
@@ -46,32 +51,7 @@ class ReextractionTally:
     run_id: str
     outcomes: Counter[str] = field(default_factory=Counter)
     figures: Counter[str] = field(default_factory=Counter)  # the run's quality figures (records extracted...)
-
-    def count_extraction(self, page: PageResult) -> None:
-        extractions = ([page.extraction] if page.extraction is not None
-                       else list(page.listing_records.extractions) if page.listing_records is not None else [])
-        for extraction in extractions:
-            self.figures["records_extracted"] += 1
-            for attribute in extraction.values:
-                if attribute == "url":
-                    continue
-                self.figures[f"seen:{attribute}"] += 1
-                if extraction.has_value(attribute):
-                    self.figures[f"present:{attribute}"] += 1
-            if extraction.record is None:
-                self.figures["records_rejected"] += 1
-                for problem in extraction.rejections:
-                    self.figures[f"rejected:{problem.kind}:{problem.attribute}"] += 1
-
-
-def archived_fetch(archived: ArchivedResponse) -> FetchResult:
-    """The archived response as the fetcher would have given it (decoded text, validators), for extraction."""
-    headers = {name.lower(): value for name, value in archived.headers}
-    content_type = headers.get("content-type", "")
-    return FetchResult(archived.url, "ok", final_url=archived.final_url, status=archived.status,
-                       text=decode_text(archived.body, content_type), content_type=content_type,
-                       size=len(archived.body), etag=headers.get("etag", ""),
-                       last_modified=headers.get("last-modified", ""))
+    reader_processes: int = 1  # the processes its pages were read in (reextract_processes; 1: its own)
 
 
 class Reextraction:
@@ -85,6 +65,7 @@ class Reextraction:
         self.runs = runs
         self.figures = figures
         self.reader = ArchiveReader()
+        self.pool_from_pages = POOL_FROM_PAGES  # a smaller window is read in this process (see reextraction_pages)
 
     @classmethod
     def from_settings(cls, settings: HarvesterSettings) -> Reextraction:
@@ -97,7 +78,9 @@ class Reextraction:
     def run(self, source: SourceConfig, archived_run: str | None = None, since: timedelta | None = None,
             now: datetime | None = None) -> dict[str, Any]:
         """Re-extract the window (an archived run, or the archive since ``now - since``; everything when neither)
-        and store the records; the run's report."""
+        and store the records; the run's report. Pages are read in ``reextract_processes`` processes
+        (:mod:`harvester.producer.reextraction_pages`) while this one reads the next chunk's records, writes and
+        follows links; two chunks at most are in flight."""
         now = now or datetime.now(UTC)
         tally = ReextractionTally(f"{REEXTRACT_RUN_PREFIX}{now.strftime('%Y%m%dT%H%M%S%f')}")
         self.runs.start(source.name, tally.run_id, now)
@@ -106,54 +89,50 @@ class Reextraction:
         queue: deque[dict[str, Any]] = deque(rows)
         seen = {row["url"] for row in rows}
         pending: list[dict[str, Any]] = []
-        while queue:
-            chunk = [queue.popleft() for _ in range(min(READ_EVERY, len(queue)))]
-            links: list[str] = []
-            for row, archived in zip(chunk, self.reader.read_many(chunk), strict=True):
-                page = self._page(source, row, archived, tally)
-                if page is None:
-                    continue
-                tally.count_extraction(page)
-                pending.extend(self._records(page))
-                for url in [*page.discovery.details, *page.discovery.listings] if page.discovery else []:
-                    if url not in seen:
-                        seen.add(url)
-                        links.append(url)
-                if len(pending) >= WRITE_EVERY:
-                    self._write(source, pending, tally)
-                    pending = []
-            self._follow_in_archive(source, links, queue, tally)
-        self._write(source, pending, tally)
-        self.reader.close()
+        if len(rows) >= self.pool_from_pages:
+            tally.reader_processes = pool_processes(self.settings.reextract_processes)
+        in_flight: deque[Callable[[], list[ReadPage]]] = deque()
+        try:
+            with PageReaders(source, self.settings, tally.reader_processes) as readers:
+                while queue or in_flight:
+                    if queue and len(in_flight) < 2:
+                        chunk = [queue.popleft() for _ in range(min(READ_EVERY, len(queue)))]
+                        in_flight.append(readers.start(self._archived_pages(source, chunk, tally)))
+                        continue
+                    links: list[str] = []
+                    for page in in_flight.popleft()():
+                        tally.outcomes.update(page.outcomes)
+                        tally.figures.update(page.figures)
+                        pending.extend(page.records)
+                        for url in page.links:
+                            if url not in seen:
+                                seen.add(url)
+                                links.append(url)
+                        if len(pending) >= WRITE_EVERY:
+                            self._write(source, pending, tally)
+                            pending = []
+                    self._follow_in_archive(source, links, queue, tally)
+            if readers.lost:
+                tally.outcomes["page_reader_lost"] += 1
+            self._write(source, pending, tally)
+        finally:
+            self.reader.close()
         return self._report(source, tally, archived_run, since, now)
 
-    def _page(self, source: SourceConfig, row: dict[str, Any], archived: ArchivedResponse | ArchiveUnavailable | None,
-              tally: ReextractionTally) -> PageResult | None:
-        if isinstance(archived, ArchiveUnavailable):
-            log.warning("%s: the archived page of %s cannot be read: %s", source.name, row["url"], archived)
-            tally.outcomes["archive_unreadable"] += 1
-            return None
-        if archived is None:
-            tally.outcomes["not_archived"] += 1
-            return None
-        tally.outcomes["pages_read"] += 1
-        kind = row.get("kind") or "details"
-        page = process_page(source, kind, row["url"], int(row.get("depth") or 0), archived_fetch(archived),
-                            settings=self.settings)
-        if not page.fetch.ok:
-            tally.outcomes[page.fetch.counter] += 1
-            return None
-        if page.extraction is not None and page.extraction.record is None:
-            tally.outcomes["rejected"] += 1
-        return page
-
-    @staticmethod
-    def _records(page: PageResult) -> list[dict[str, Any]]:
-        records = page.records
-        if page.kind != "details":
-            return records
-        validators = validators_of(page.fetch.etag, page.fetch.last_modified, page.fetch.size)
-        return records if validators is None else [{**record, "_http": validators} for record in records]
+    def _archived_pages(self, source: SourceConfig, chunk: list[dict[str, Any]],
+                        tally: ReextractionTally) -> list[ArchivedPageWork]:
+        """The chunk's archived responses (one read per WARC file for all of them) as the readers' work; a page
+        the archive cannot give is counted here."""
+        works: list[ArchivedPageWork] = []
+        for row, archived in zip(chunk, self.reader.read_many(chunk), strict=True):
+            if isinstance(archived, ArchiveUnavailable):
+                log.warning("%s: the archived page of %s cannot be read: %s", source.name, row["url"], archived)
+                tally.outcomes["archive_unreadable"] += 1
+            elif archived is None:
+                tally.outcomes["not_archived"] += 1
+            else:
+                works.append((row["url"], row.get("kind") or "details", int(row.get("depth") or 0), archived))
+        return works
 
     def _follow_in_archive(self, source: SourceConfig, links: list[str], queue: deque[dict[str, Any]],
                            tally: ReextractionTally) -> None:
@@ -191,7 +170,7 @@ class Reextraction:
             "tasks_stored": max(0, stored_pages), "tasks_failed": outcomes["rejected"],
             "failures_by_reason": {"record rejected": outcomes["rejected"]} if outcomes["rejected"] else {},
             **{name: int(amount) for name, amount in sorted(outcomes.items())},
-            "complete": True, "finished_at": now,
+            "complete": True, "finished_at": now, "reader_processes": tally.reader_processes,
         }
         report.update(quality_figures(report, tally.figures))
         report["quality"] = assess_quality(report, source.quality or Quality())

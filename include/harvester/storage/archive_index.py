@@ -11,7 +11,7 @@ payload already archived for the source is written as a revisit of the first cop
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -274,19 +274,12 @@ class ArchiveIndex:
             query["run"] = run
         if since is not None:
             query["time"] = {"$gte": since}
-        latest: dict[str, dict[str, Any]] = {}
-        for row in self.collection.find(query, sort=[("time", ASCENDING)]):
-            latest[row["url"]] = row  # later rows win
-        return list(latest.values())
+        return list(_latest_by_url(self.collection.find(query)).values())
 
     @mongo_storage_errors()
     def latest_of(self, source: str, urls: list[str]) -> dict[str, dict[str, Any]]:
         """The latest row of each of ``urls`` that the archive holds, whenever archived (links found again)."""
-        latest: dict[str, dict[str, Any]] = {}
-        if urls:
-            for row in self.collection.find({"source": source, "url": {"$in": urls}}, sort=[("time", ASCENDING)]):
-                latest[row["url"]] = row
-        return latest
+        return _latest_by_url(self.collection.find({"source": source, "url": {"$in": urls}})) if urls else {}
 
     @mongo_storage_errors()
     def rows(self, source: str, run: str | None = None) -> Iterator[dict[str, Any]]:
@@ -318,3 +311,13 @@ class ArchiveIndex:
         if files:
             query["$or"].append({"file": {"$in": files}})
         return self.collection.delete_many(query).deleted_count
+
+
+def _latest_by_url(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The latest of each URL's rows, oldest URL first. Sorted here rather than by the server: a window's rows
+    are few per URL, and the server's sort of them (no index serves a run's or a time window's rows by time)
+    was a third of the query against the stand-in (27 against 19 ms for 600 rows, 2026-12-06)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in sorted(rows, key=lambda row: row["time"]):  # stable: rows of one moment keep the server's order
+        latest[row["url"]] = row  # later rows win
+    return latest
