@@ -39,8 +39,9 @@ def write_file(path: Path, pages: list[ArchivedPage]) -> list[dict[str, Any]]:
     rows = []
     for archived in pages:
         digest = payload_digest(archived.exchange.body)
-        kind, offset, length = batch.add(archived, digest, None)
-        rows.append({"url": archived.url, "final_url": archived.exchange.url, "record": kind, "status": 200,
+        kind, offset, length, record_id = batch.add(archived, digest, None)
+        rows.append({"_id": record_id, "url": archived.url, "final_url": archived.exchange.url, "record": kind,
+                     "status": 200,
                      "file": f"file://{path}", "offset": offset, "length": length, "time": MOMENT, "run": "run-1"})
     path.write_bytes(batch.data())
     return rows
@@ -56,6 +57,9 @@ def test_records_pass_warcio_check_with_a_header_broken_across_lines_and_a_large
     records = [(record.rec_type, record.http_headers.get_header("Injected") if record.http_headers else None)
                for record in ArchiveIterator(path.open("rb"))]
     assert [kind for kind, _ in records] == ["warcinfo"] + ["response", "request"] * 3
+    named = [record.rec_headers.get_header("WARC-Record-ID") for record in ArchiveIterator(path.open("rb"))
+             if record.rec_type == "response"]
+    assert named == [f"<{row['_id']}>" for row in rows]  # an index row is named by its record's id
     assert all(injected is None for _, injected in records)  # the line break did not make a header of its own
     assert b"secret" not in b"".join(record.content_stream().read() for record in ArchiveIterator(path.open("rb")))
     assert read_archived(rows[1]) is not None and read_archived(rows[1]).body == large  # type: ignore[union-attr]

@@ -187,12 +187,13 @@ class ArchiveWriter:
         archived_file = file_url(location, root, current.path)
         documents: list[bytes] = []
         responses: list[tuple[str, str, str, WaitingResponse]] = []  # what a lookup may find before a flush
-        for index, (page, digest, (kind, offset, length)) in enumerate(zip(pages, digests, placed, strict=True)):
+        for index, (page, digest, (kind, offset, length, record_id)) in enumerate(
+                zip(pages, digests, placed, strict=True)):
             entry = IndexEntry(
                 source=source.name, run=page.run_id, task_id=page.task_id, url=page.url, final_url=page.exchange.url,
                 time=page.fetched_at, file=archived_file, offset=start + offset, length=length, digest=digest,
                 status=page.exchange.status, record=kind, connection_id=settings.connection_id, kind=page.kind,
-                depth=page.depth,
+                depth=page.depth, record_id=record_id,
                 payload=(originals[index].payload if kind == "revisit" and index in originals else None))
             documents.append(entry.encoded())
             if kind == "response":
