@@ -44,6 +44,39 @@ def test_a_call_alone_is_one_evalsha_and_loads_a_script_redis_forgot(redis_clien
         scripts.call_alone("pause", "shop", {"paused": SourceKeys("shop").paused_until}, seconds=1.0)  # ARGV by name
 
 
+def test_calls_alone_on_a_connection_of_their_own_survive_a_forgotten_script_a_killed_connection_and_a_fork(
+        redis_client: redis.Redis) -> None:
+    import os
+
+    scripts = Scripts(redis_client, DISTRIBUTOR_CONTRACTS, own_connection=True)
+    keys = {"paused": SourceKeys("shop").paused_until}
+
+    def pause(seconds: float) -> float:
+        return scripts.call_alone("pause", "shop", keys, seconds=seconds, now="100", host="").paused_until
+
+    redis_client.script_flush()
+    assert pause(30.0) == 130.0  # NOSCRIPT on its own connection: loaded, sent again
+    connection = scripts._connection  # noqa: SLF001  (one connection, kept out of the pool)
+    connection.send_command("CLIENT", "ID")
+    assert redis_client.client_kill_filter(_id=connection.read_response()) == 1
+    try:  # the server closed it: the next call fails (the caller's to handle), the one after connects again
+        pause(40.0)
+    except redis.ConnectionError:
+        pass
+    assert pause(50.0) == 150.0
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # a forked child never shares its parent's socket: it makes its own connection
+        try:
+            os.write(writer, b"%d" % int(pause(60.0)))
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    assert os.read(reader, 16) == b"160" and pause(70.0) == 170.0
+    scripts.close()
+    assert scripts._connection is None  # noqa: SLF001
+
+
 def test_scripts_of_two_components_share_one_pipeline(redis_client: redis.Redis) -> None:
     redis_client.script_flush()
     distributor = Scripts(redis_client, DISTRIBUTOR_CONTRACTS)

@@ -282,6 +282,8 @@ class ArchiveWriter:
                 for current in self._open.values():
                     current.close()
                 self._open.clear()
+            if self.archived_digests is not None:
+                self.archived_digests.close()
 
 
 def _is_local(filesystem: Any) -> bool:

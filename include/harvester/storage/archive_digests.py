@@ -73,7 +73,8 @@ class ArchivedDigests:
 
     def __init__(self, client: redis.Redis, index: ArchiveIndex, bits: int) -> None:
         self.client = client
-        self.scripts = Scripts(client, [ARCHIVED_DIGESTS])
+        self.scripts = Scripts(client, [ARCHIVED_DIGESTS])  # the builds' calls (a thread of their own)
+        self._screening = Scripts(client, [ARCHIVED_DIGESTS], own_connection=True)  # the batches' (once a batch)
         self.index = index
         self.bits = bits
         self._building: set[str] = set()  # sources this process is building the filter of
@@ -93,7 +94,7 @@ class ArchivedDigests:
             return None
         try:
             with redis_storage_errors():
-                reply = self._mark(source, b"".join(raw_digests), built=False)
+                reply = self._mark(source, b"".join(raw_digests), built=False, scripts=self._screening)
         except StorageError as error:  # Redis failing: the lookups still answer
             log.warning("archive: the payload filter of %s did not answer (%s): every page is looked up", source,
                         error)
@@ -129,9 +130,13 @@ class ArchivedDigests:
             self.client.delete(lock)
         return True
 
-    def _mark(self, source: str, raw_digests: bytes, built: bool) -> Any:
-        return self.scripts.call_alone(ARCHIVED_DIGESTS.name, source, bits=self.bits, hashes=HASHES,
-                                       digests=raw_digests.hex(), mark_built="1" if built else "0")
+    def _mark(self, source: str, raw_digests: bytes, built: bool, scripts: Scripts | None = None) -> Any:
+        return (scripts or self.scripts).call_alone(ARCHIVED_DIGESTS.name, source, bits=self.bits, hashes=HASHES,
+                                                    digests=raw_digests.hex(), mark_built="1" if built else "0")
+
+    def close(self) -> None:
+        """Drop the screening's connection (the writer closes)."""
+        self._screening.close()
 
     def _build_later(self, source: str) -> None:
         """Build the filter in a thread of its own (a large index takes seconds to read: never in a batch's time)."""
