@@ -170,3 +170,46 @@ def test_a_daemonic_process_reads_its_pages_itself() -> None:
     daemon.join(30)
     assert answers.get(timeout=5) == 1  # multiprocessing refuses children to a daemonic process: it reads itself
     assert pool_processes(4) == 4
+
+
+READERS_THEN_WAIT = """
+import os, sys, time
+from datetime import UTC, datetime
+import psutil
+from harvester.config import SourceConfig
+from harvester.producer.reextraction_pages import PageReaders
+from harvester.settings import get_settings
+from harvester.storage import ArchivedResponse
+
+source = SourceConfig.model_validate({"name": "shop", "attributes": {"t": "h1"},
+                                      "input": {"kind": "details", "seeds": ["http://a.example/1"]}})
+page = ArchivedResponse("http://a.example/1", "http://a.example/1", 200, [("Content-Type", "text/html")],
+                        b"<h1>Kept</h1>", datetime.now(UTC), "run")
+readers = PageReaders(source, get_settings(), 2)
+assert readers.start([("http://a.example/1", "details", 0, page)] * 60)()[0].records[0]["t"] == "Kept"
+print(" ".join(str(child.pid) for child in psutil.Process().children()), flush=True)
+time.sleep(120)
+"""
+
+
+def test_page_readers_end_when_the_reextraction_is_killed_outright(worker_settings) -> None:
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    parent = subprocess.Popen([str(VENV_BIN / "python"), "-c", READERS_THEN_WAIT], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ})
+    try:
+        children = [psutil.Process(int(pid)) for pid in parent.stdout.readline().split()]
+        assert len(children) == 2 and all(child.is_running() for child in children)
+        parent.send_signal(signal.SIGKILL)  # no shutdown, no atexit: what the out-of-memory killer does
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+                                                  for child in children):
+            time.sleep(0.2)
+        assert not any(child.is_running() and child.status() != psutil.STATUS_ZOMBIE for child in children)
+    finally:
+        parent.kill()

@@ -22,6 +22,9 @@ import gc
 import logging
 import multiprocessing
 import os
+import signal
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor
@@ -37,6 +40,7 @@ from harvester.storage import ArchivedResponse, validators_of
 log = logging.getLogger(__name__)
 
 POOL_FROM_PAGES = 200  # a smaller window is read in this process: a pool's start costs about what 50 pages do
+PARENT_CHECK_SECONDS = 1.0  # how soon a page reader whose parent was killed ends
 PAGES_PER_TASK = 25  # pages a child reads per task: small enough to share a chunk evenly, large enough to pay the
 # hand-off (about 0.1 ms a task)
 
@@ -112,10 +116,25 @@ _CHILD_SOURCE: tuple[SourceConfig, HarvesterSettings] | None = None  # a child's
 
 def _adopt(source: SourceConfig, settings: HarvesterSettings) -> None:
     """A child's start: the config, and the objects inherited from the parent frozen (kept out of the child's
-    garbage collections, which would otherwise walk the parent's whole heap, copying each page they touch)."""
+    garbage collections, which would otherwise walk the parent's whole heap, copying each page they touch).
+
+    A child ends with its parent: ``concurrent.futures``' children wait on their task queue, whose writing end
+    they inherited too, so a parent killed outright (``kill -9``, the out-of-memory killer, an Airflow task's
+    process killed) would leave them waiting for ever; a thread of the child's own sees the parent gone (the
+    child adopted by another) within :data:`PARENT_CHECK_SECONDS`. Ctrl-C reaches the whole process group: the
+    re-extraction's own process handles it, and its children end when it shuts them down."""
     global _CHILD_SOURCE
     gc.freeze()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_end_with, args=(os.getppid(),), name="harvester-page-reader-parent",
+                     daemon=True).start()
     _CHILD_SOURCE = (source, settings)
+
+
+def _end_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(1)
 
 
 def _read_in_child(works: list[ArchivedPageWork]) -> list[ReadPage]:
