@@ -156,13 +156,6 @@ class SourceKeys:
         return self._key("archived-digests")
 
     @property
-    def archived_digests_log(self) -> str:
-        """Stream (field ``d``: payload digests' hex): the digests marked in :attr:`archived_digests` lately, which
-        the worker processes' copies of the filter read to stay current (harvester.storage.archive_digests);
-        trimmed by age, dropped by the archive's clean-up."""
-        return self._key("archived-digests-log")
-
-    @property
     def archived_digests_build(self) -> str:
         """String, expiring: the process building :attr:`archived_digests` from the index (one at a time)."""
         return self._key("archived-digests-build")

@@ -46,9 +46,8 @@ from harvester.errors import StorageError, redis_storage_errors
 from harvester.redis_keys import SourceKeys
 from harvester.redis_scripts import Scripts
 from harvester.settings import HarvesterSettings
-from harvester.storage.archive_digest_copies import LOG_KEEP_SECONDS, FilterCopies
 from harvester.storage.archive_index import ArchiveIndex
-from harvester.storage.scripts import ARCHIVED_DIGESTS, ARCHIVED_DIGESTS_SYNC
+from harvester.storage.scripts import ARCHIVED_DIGESTS
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +71,12 @@ class ArchivedDigests:
     """The filter of each source's archived payload digests, ``bits`` bits a source (0: no filter, every page is
     looked up). ``index`` is what a missing filter is built from: its ``response_digests(source)``."""
 
-    def __init__(self, client: redis.Redis, index: ArchiveIndex, bits: int, copy_interval: float = 0.0) -> None:
+    def __init__(self, client: redis.Redis, index: ArchiveIndex, bits: int) -> None:
         self.client = client
         self.scripts = Scripts(client, [ARCHIVED_DIGESTS])  # the builds' calls (a thread of their own)
-        # the batches' calls (the writer's thread): a connection of their own
-        self._screening = Scripts(client, [ARCHIVED_DIGESTS, ARCHIVED_DIGESTS_SYNC], own_connection=True)
+        self._screening = Scripts(client, [ARCHIVED_DIGESTS], own_connection=True)  # the batches' (once a batch)
         self.index = index
         self.bits = bits
-        # copies of the filters of the sources this process archives most, synced every ``copy_interval``
-        # (archive_index_flush_seconds; 0: none, every batch asks Redis): archive_digest_copies
-        self.copies = FilterCopies(self._screening, bits, HASHES, copy_interval)
         self._building: set[str] = set()  # sources this process is building the filter of
         self._lock = threading.Lock()
 
@@ -89,8 +84,7 @@ class ArchivedDigests:
     def from_settings(cls, settings: HarvesterSettings, index: ArchiveIndex) -> ArchivedDigests:
         from harvester.connections import REDIS_DEFAULT, redis_client
 
-        return cls(redis_client(REDIS_DEFAULT, settings=settings), index, settings.archive_digest_filter_bits,
-                   settings.archive_index_flush_seconds)
+        return cls(redis_client(REDIS_DEFAULT, settings=settings), index, settings.archive_digest_filter_bits)
 
     def screen(self, source: str, raw_digests: Sequence[bytes]) -> list[bool] | None:
         """For each payload's SHA-1, whether the source may have archived it (then the index is asked), and each
@@ -98,15 +92,9 @@ class ArchivedDigests:
         Redis failed): then every payload is looked up."""
         if self.bits <= 1 or not raw_digests:
             return None
-        if self.copies.holds(source):  # answered here, synced once an interval
-            seen = self.copies.screen(source, raw_digests)
-            if seen is None:
-                self._build_later(source)
-            return seen
         try:
             with redis_storage_errors():
-                reply = self._mark(source, b"".join(raw_digests), built=False, scripts=self._screening,
-                                   keep_seconds=LOG_KEEP_SECONDS)
+                reply = self._mark(source, b"".join(raw_digests), built=False, scripts=self._screening)
         except StorageError as error:  # Redis failing: the lookups still answer
             log.warning("archive: the payload filter of %s did not answer (%s): every page is looked up", source,
                         error)
@@ -114,16 +102,13 @@ class ArchivedDigests:
         if not reply.built:
             self._build_later(source)
             return None
-        self.copies.asked(source, reply.built)
         return [flag == "1" for flag in reply.seen]
 
     @redis_storage_errors()
     def forget(self, source: str) -> None:
         """Drop the source's filter (after the clean-up deleted rows): the next batch builds it from what is left.
         Raises :class:`StorageError` when Redis fails."""
-        keys = SourceKeys(source)
-        self.client.delete(keys.archived_digests, keys.archived_digests_log)
-        self.copies.forget(source)
+        self.client.delete(SourceKeys(source).archived_digests)
 
     def build(self, source: str) -> bool:
         """Set the bits of every payload the index holds for ``source``, then the built bit; False when another
@@ -145,15 +130,12 @@ class ArchivedDigests:
             self.client.delete(lock)
         return True
 
-    def _mark(self, source: str, raw_digests: bytes, built: bool, scripts: Scripts | None = None,
-              keep_seconds: int = 0) -> Any:
-        return (scripts or self.scripts).call_alone(
-            ARCHIVED_DIGESTS.name, source, bits=self.bits, hashes=HASHES, digests=raw_digests.hex(),
-            mark_built="1" if built else "0", keep_seconds=keep_seconds)
+    def _mark(self, source: str, raw_digests: bytes, built: bool, scripts: Scripts | None = None) -> Any:
+        return (scripts or self.scripts).call_alone(ARCHIVED_DIGESTS.name, source, bits=self.bits, hashes=HASHES,
+                                                    digests=raw_digests.hex(), mark_built="1" if built else "0")
 
     def close(self) -> None:
-        """The copies' digests into Redis, then drop the screening's connection (the writer closes)."""
-        self.copies.close()
+        """Drop the screening's connection (the writer closes)."""
         self._screening.close()
 
     def _build_later(self, source: str) -> None:
