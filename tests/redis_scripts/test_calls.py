@@ -56,13 +56,11 @@ def test_calls_alone_on_a_connection_of_their_own_survive_a_forgotten_script_a_k
 
     redis_client.script_flush()
     assert pause(30.0) == 130.0  # NOSCRIPT on its own connection: loaded, sent again
-    connection = scripts._connection  # noqa: SLF001  (one connection, kept out of the pool)
+    connection = scripts._connection  # one connection, kept out of the pool
     connection.send_command("CLIENT", "ID")
     assert redis_client.client_kill_filter(_id=connection.read_response()) == 1
-    try:  # the server closed it: the next call fails (the caller's to handle), the one after connects again
-        pause(40.0)
-    except redis.ConnectionError:
-        pass
+    with pytest.raises(redis.ConnectionError):  # the server closed it: the next call fails (the caller's to
+        pause(40.0)  # handle), the one after connects again
     assert pause(50.0) == 150.0
     reader, writer = os.pipe()
     child = os.fork()
@@ -74,7 +72,7 @@ def test_calls_alone_on_a_connection_of_their_own_survive_a_forgotten_script_a_k
     os.waitpid(child, 0)
     assert os.read(reader, 16) == b"160" and pause(70.0) == 170.0
     scripts.close()
-    assert scripts._connection is None  # noqa: SLF001
+    assert scripts._connection is None
 
 
 def test_scripts_of_two_components_share_one_pipeline(redis_client: redis.Redis) -> None:
