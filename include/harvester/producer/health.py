@@ -3,7 +3,7 @@
 The share is over every record the workers extracted, stored or rejected: a selector that
 stops matching a required field rejects the records, so a share over the stored ones alone stayed at
 100 % while the run stored nothing. The workers count it per run (``seen:``/``present:`` figures, see
-:mod:`harvester.workers.extraction_tally`); a run without those figures (older, or expired) is measured
+:mod:`harvester.scraping.extraction.tally`); a run without those figures (older, or expired) is measured
 on its stored records.
 
 A site that changes its markup does not fail: its pages still load and the records still store,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harvester.config import SourceConfig
-from harvester.scraping import FetchResult, PageResult, decode_text, process_page
+from harvester.scraping import ExtractionTally, FetchResult, PageResult, decode_text, process_page
 from harvester.settings import HarvesterSettings
 from harvester.storage import ArchivedResponse, validators_of
 
@@ -70,24 +70,14 @@ def archived_fetch(archived: ArchivedResponse) -> FetchResult:
 
 
 def extraction_figures(page: PageResult) -> Counter[str]:
-    """The page's share of the run's quality figures, as a harvest counts them (records extracted, each
-    attribute seen and present, records rejected and why)."""
-    figures: Counter[str] = Counter()
+    """The page's share of the run's quality figures, counted as a harvest's batch counts them
+    (:class:`ExtractionTally`: records extracted, each attribute seen and present, rejections and problems)."""
+    tally = ExtractionTally()
     extractions = ([page.extraction] if page.extraction is not None
                    else list(page.listing_records.extractions) if page.listing_records is not None else [])
     for extraction in extractions:
-        figures["records_extracted"] += 1
-        for attribute in extraction.values:
-            if attribute == "url":
-                continue
-            figures[f"seen:{attribute}"] += 1
-            if extraction.has_value(attribute):
-                figures[f"present:{attribute}"] += 1
-        if extraction.record is None:
-            figures["records_rejected"] += 1
-            for problem in extraction.rejections:
-                figures[f"rejected:{problem.kind}:{problem.attribute}"] += 1
-    return figures
+        tally.add(None, extraction)
+    return tally.by_run[None]
 
 
 def page_records(page: PageResult) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         user_agent_and_headers,
     )
     from harvester.scraping.discovery import SitemapDiscovery, SitemapFetcher, discover_links
-    from harvester.scraping.extraction import Extraction, extract_record
+    from harvester.scraping.extraction import Extraction, ExtractionTally, extract_record
     from harvester.scraping.fetching import (
         DEFAULT_CLASSIFIER,
         HOST_UNREACHABLE,
@@ -61,7 +61,8 @@ __all__ = [
     "CHROMIUM_ARGS", "DEFAULT_CLASSIFIER", "HOST_UNREACHABLE", "NO_POOL_EXIT", "OWNER_FLAG", "RETRY_VERDICTS",
     "SCREENING_TIMEOUT",
     "SKIPPED_REASON",
-    "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "Exchange", "Extraction", "FetchPermit",
+    "SLOT_ARGS", "SLOT_FLAG", "TOO_MANY_HOSTS", "AddressGuard", "ContextGuard", "Exchange", "Extraction",
+    "ExtractionTally", "FetchPermit",
     "FetchResult", "FetchedBatch", "Fetcher", "GuardProxy", "HostLimits", "HostRateTimeout", "LoadListener",
     "PageCapture", "PageFetcher", "PageLoad", "PageResult", "Readiness", "Render", "RequestCharger",
     "ResponseClassifier", "RobotsCache", "SessionExit", "SitemapDiscovery", "SitemapFetcher", "SlotBrowser",

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harvester.workers.extraction_tally import ExtractionTally
+from harvester.scraping import ExtractionTally
 
 if TYPE_CHECKING:
     from harvester.scraping import PageResult

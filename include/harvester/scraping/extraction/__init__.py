@@ -1,6 +1,6 @@
 """Extraction: a fetched page's text into a typed record. The page's structured data read once
-(``structured``), selection, coercion to the attribute's type, the value rules (``validation``) and the cap on
-markup a parser is given (``markup``).
+(``structured``), selection, coercion to the attribute's type, the value rules (``validation``), the cap on
+markup a parser is given (``markup``) and the figures a run's quality is measured by (``tally``).
 
 It imports neither fetching nor the browser: it works on text, wherever the text came from.
 """
@@ -32,9 +32,11 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         search,
         type_matches,
     )
+    from harvester.scraping.extraction.tally import ExtractionTally
 
 __all__ = [
-    "BUILTIN_MARKERS", "BlockDetector", "BlockMatch", "DataBounds", "Extraction", "ListingRecords", "PageData",
+    "BUILTIN_MARKERS", "BlockDetector", "BlockMatch", "DataBounds", "Extraction", "ExtractionTally", "ListingRecords",
+    "PageData",
     "StructuredDataError", "detection_cpu_ms", "extract_listing_records", "extract_record", "gather", "markup_refusal",
     "recognise_block", "search", "type_matches"
 ]

@@ -1,18 +1,20 @@
-"""What extraction gave in one batch, per run: the figures the run's quality and drift check are over.
+"""What extraction gave in one batch (or a re-extraction), per run: the figures the run's quality and drift check
+are over.
 
 Counted where it happens: every record extracted (a detail page or a listing item), stored or
 rejected; per attribute how many of those had a value (``seen:`` and ``present:``), so a selector that
 stops matching a required field lowers its share although the record was never stored; each rejection
 by attribute and rule (``rejected:<rule>:<attribute>``) and each value an optional attribute's problem
-dropped (``problem:<rule>:<attribute>``). The batch sends them to the run's figures in Redis with its
-outcome counters (one round trip); the run's report reads them.
+dropped (``problem:<rule>:<attribute>``). A batch sends them to the run's figures in Redis with its
+outcome counters (one round trip), a re-extraction with its own; the run's report reads them. Here, below both,
+so that a harvest and a re-extraction count the same figures.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from harvester.scraping import Extraction
+from harvester.scraping.extraction.extractor import Extraction
 
 RECORDS_EXTRACTED = "records_extracted"
 RECORDS_REJECTED = "records_rejected"
