@@ -27,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -170,21 +170,23 @@ class PageReaders:
         try:
             futures = [self._executor.submit(_read_in_child, list(works[start:start + PAGES_PER_TASK]))
                        for start in range(0, len(works), PAGES_PER_TASK)]
-        except BrokenProcessPool:
-            return self._read_here(works)
+        except BrokenProcessPool as error:
+            return self._read_here(works, error)
         return lambda: self._results(futures, works)
 
     def _results(self, futures: list[Future[list[ReadPage]]], works: Sequence[ArchivedPageWork]) -> list[ReadPage]:
         try:
             return [page for future in futures for page in future.result()]
-        except (BrokenProcessPool, CancelledError):  # (cancelled: the pool was shut down when another chunk broke it)
-            return self._read_here(works)()
+        except Exception as error:  # the pool's failure (a child died, a result that could not be sent back):
+            return self._read_here(works, error)()  # read here, where a page's own error would raise as it does
 
-    def _read_here(self, works: Sequence[ArchivedPageWork]) -> Callable[[], list[ReadPage]]:
-        """A child died (killed, out of memory): this chunk and every later one are read in this process."""
+    def _read_here(self, works: Sequence[ArchivedPageWork], error: Exception) -> Callable[[], list[ReadPage]]:
+        """The pool failed (a child killed or out of memory, ``BrokenProcessPool``; the pool shut down for that
+        while this chunk waited, ``CancelledError``; a result it could not send): this chunk and every later one
+        are read in this process."""
         if self.processes > 1:
-            log.warning("%s: a re-extraction's page reader process died: its pages, and the rest, are read in the "
-                        "re-extraction's own process", self.source.name)
+            log.warning("%s: a re-extraction's page readers failed (%s: %s): their pages, and the rest, are read in "
+                        "the re-extraction's own process", self.source.name, type(error).__name__, error)
             self.processes, self.lost = 1, True
             self.close()
         return lambda: [read_page(self.source, self.settings, work) for work in works]
