@@ -160,3 +160,16 @@ def test_a_writer_whose_redis_fails_still_writes_revisits(index, tmp_path) -> No
     finally:
         writer.close()
     assert [row["record"] for row in index.latest("shop")] == ["revisit"]  # the latest row of the one URL
+
+
+def test_a_build_that_outlived_its_lock_leaves_the_next_builders_lock(redis_client, index) -> None:
+    lock = SourceKeys("shop").archived_digests_build
+
+    class OutlivedIndex(ArchiveIndex):
+        def response_digests(self, source: str):
+            redis_client.set(lock, "the next builder", ex=60)  # this build's lock expired, another process took it
+            yield from super().response_digests(source)
+
+    filters = ArchivedDigests(redis_client, OutlivedIndex(index.collection.database), BITS)
+    assert filters.build("shop") is True and redis_client.getbit(SourceKeys("shop").archived_digests, 0)
+    assert redis_client.get(lock) == b"the next builder"  # released only while it was this build's

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -113,8 +112,13 @@ class ArchivedDigests:
     def build(self, source: str) -> bool:
         """Set the bits of every payload the index holds for ``source``, then the built bit; False when another
         process is building it (or there is no filter). Bits set by batches meanwhile stay (archived payloads too)."""
-        lock = SourceKeys(source).archived_digests_build
-        if self.bits <= 1 or not self.client.set(lock, os.getpid(), nx=True, ex=BUILD_LOCK_SECONDS):
+        if self.bits <= 1:
+            return False
+        # redis-py's lock: a token of its own, released only while it is still ours (a build that outlived the
+        # lock's time must not free the next builder's)
+        lock = self.client.lock(SourceKeys(source).archived_digests_build, timeout=BUILD_LOCK_SECONDS,
+                                blocking=False)
+        if not lock.acquire():
             return False
         try:
             chunk: list[bytes] = []
@@ -127,7 +131,11 @@ class ArchivedDigests:
                     chunk = []
             self._mark(source, b"".join(chunk), built=True)
         finally:
-            self.client.delete(lock)
+            try:
+                with redis_storage_errors():
+                    lock.release()
+            except StorageError as error:  # it expired, and perhaps another process holds it now: theirs stays
+                log.warning("archive: the payload filter of %s outlived its build lock (%s)", source, error)
         return True
 
     def _mark(self, source: str, raw_digests: bytes, built: bool, scripts: Scripts | None = None) -> Any:
