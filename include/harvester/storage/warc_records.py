@@ -221,8 +221,8 @@ class WarcBatch:
                 f"WARC-Block-Digest: sha1:{sha1_base32(block_hash.digest())}\r\n"
                 f"Content-Type: application/http; msgtype=response\r\nContent-Length: {block_length}\r\n\r\n")
         response = gzip_member(b"".join((head.encode("utf-8", "replace"), response_head, payload, b"\r\n\r\n")))
-        request_head = (f"{request_line(exchange.url, exchange.method)} {protocol}".replace("\r", " ")
-                        .replace("\n", " ").encode("utf-8", "replace")
+        request_head = (_header_text(f"{request_line(exchange.url, exchange.method)} {protocol}")
+                        .encode("utf-8", "replace")
                         + request_header_block(exchange.request_headers, exchange.credential_header_names))
         head = (f"WARC/1.1\r\nWARC-Type: request\r\nWARC-Date: {date}\r\nWARC-Target-URI: {url}\r\n"
                 f"WARC-Record-ID: {request_id}\r\nWARC-Concurrent-To: {record_id}\r\n"
