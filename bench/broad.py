@@ -68,9 +68,9 @@ class Web:
 
     def __init__(self, processes: Processes, hosts: int, slow_seconds: float, live_only: bool) -> None:
         from harvester.services import readiness
-        from harvester.services.ports import free_port
+        from harvester.services.ports import free_ports
 
-        self.port, self.control_port = free_port(), free_port()
+        self.port, self.control_port = free_ports(2)
         command = [sys.executable, "-m", many_hosts.__name__, "--hosts", str(hosts), "--port",
                    str(self.port), "--control-port", str(self.control_port), "--per-minute", str(PER_MINUTE),
                    "--slow-seconds", str(slow_seconds)]

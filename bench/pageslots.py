@@ -61,7 +61,7 @@ from harvester.pageslots.bookkeeping import census_of, country_tasks
 from harvester.pageslots.proxies import Proxy
 from harvester.scraping import CHROMIUM_ARGS, SLOT_ARGS, FetchResult, SlotBrowser, process_page
 from harvester.services import readiness
-from harvester.services.ports import LOOPBACK, free_port
+from harvester.services.ports import LOOPBACK, free_port, free_ports
 from harvester.settings import HarvesterSettings
 from process_memory import pss_by_kind
 
@@ -211,7 +211,7 @@ async def failover_seconds(settings: HarvesterSettings, redis_url: str, urls: li
     import redis
     from harvester.pageslots.proxy_pool import HealthTrackedPool, ProxyHealth
 
-    ports = [free_port(), free_port()]
+    ports = free_ports(2)
     proxies = [subprocess.Popen([str(BIN / "harvester"), "forward-proxy", "--host", LOOPBACK, "--port", str(port),
                                  "--label", f"SG-{index}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for index, port in enumerate(ports, start=1)]
@@ -304,7 +304,7 @@ def main() -> None:
         args.pages, args.rounds = 3, 1
     crawlee_python = None if args.smoke else ensure_crawlee()
     workdir = Path(tempfile.mkdtemp(prefix="bench-pageslots-"))
-    site_port, proxy_port = free_port(), free_port()
+    site_port, proxy_port = free_ports(2)
     processes = [
         subprocess.Popen([str(BIN / "harvester-demo-site"), "--host", LOOPBACK, "--port", str(site_port)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 from harvester.services import readiness
-from harvester.services.ports import LOOPBACK, free_port
+from harvester.services.ports import LOOPBACK, free_port, free_ports
 from harvester.settings import REPOSITORY_ROOT
 
 from tests.fixtures.airflow_db import with_migrated_database
@@ -52,6 +52,7 @@ def airflow_environment(home: Path, port: int, **extra: str) -> dict[str, str]:
     8794 by default, so two standalone tests on two xdist workers collided there and one instance died.
     """
     base_url = f"http://{LOOPBACK}:{port}"
+    worker_log_port, trigger_log_port = free_ports(2, besides=[port])
     home.mkdir(parents=True, exist_ok=True)
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps({name: password for name, (_, password) in USERS.items()}))
@@ -70,8 +71,8 @@ def airflow_environment(home: Path, port: int, **extra: str) -> dict[str, str]:
         "AIRFLOW__API__BASE_URL": base_url,
         "AIRFLOW__API_AUTH__JWT_SECRET": "harvester-tests-only-secret-of-enough-length",
         "AIRFLOW__API__SECRET_KEY": "harvester-tests-only",
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_log_port),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_log_port),
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         **extra,
     }

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from harvester.redis_keys import SourceKeys
 from harvester.services import readiness
-from harvester.services.ports import free_port
+from harvester.services.ports import free_ports
 from harvester.settings import HarvesterSettings
 from harvester_demo import many_hosts
 
@@ -62,7 +62,7 @@ class LoopbackWeb:
 @pytest.fixture
 def loopback_web(tmp_path: Path) -> LoopbackWeb:
     """``SMALL_HOSTS`` hosts on one port, in a process of its own (stopped after the test)."""
-    port, control_port = free_port(), free_port()
+    port, control_port = free_ports(2)
     demo_directory = str(Path(many_hosts.__file__).resolve().parents[1])  # this checkout's demo, not another's
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [demo_directory, os.environ.get("PYTHONPATH")]))}
     group = ServerGroup()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import ClassVar, Self
 
 LOOPBACK = "127.0.0.1"
@@ -28,6 +29,24 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(probe.getsockname()[1])
 
 
+def free_ports(count: int, host: str = LOOPBACK, besides: Iterable[int] = ()) -> list[int]:
+    """``count`` distinct ports the kernel says are free now, none of ``besides`` (ports already chosen
+    and not yet listened on). Every probe stays bound until all are chosen: a probe closed before the next
+    one is asked for may be handed out again (a plan of 15 ports asked for one at a time named one port
+    twice in CI)."""
+    with contextlib.ExitStack() as probes:
+        for chosen in besides:
+            holder = probes.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            with contextlib.suppress(OSError):  # taken already: the kernel will not hand it out either
+                holder.bind((host, chosen))
+        ports = []
+        for _ in range(count):
+            probe = probes.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            probe.bind((host, 0))
+            ports.append(int(probe.getsockname()[1]))
+        return ports
+
+
 @dataclasses.dataclass(frozen=True)
 class PortPlan:
     """The loopback ports of one launcher mode (a frozen dataclass of ``name: default`` fields); each
@@ -49,4 +68,5 @@ class PortPlan:
     @classmethod
     def free(cls) -> Self:
         """Ports the kernel says are free now (tests)."""
-        return cls(**{field.name: free_port() for field in dataclasses.fields(cls)})
+        fields = dataclasses.fields(cls)
+        return cls(**dict(zip((field.name for field in fields), free_ports(len(fields)), strict=True)))
