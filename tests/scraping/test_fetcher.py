@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
+from harvester.config import SourceConfig
 from harvester.scraping.fetching.fetcher import Fetcher, FetchResult, parse_retry_after
 from harvester.scraping.page import process_page
 from harvester.services.ports import free_port
@@ -147,3 +150,39 @@ def test_harvester_try_names_the_config_error(tmp_path) -> None:
                                capture_output=True, text=True, timeout=60)
     assert completed.returncode == 2
     assert "broken.yaml" in completed.stderr and "attributes.sku.type" in completed.stderr
+
+
+def archiving_fetch(url: str) -> FetchResult:
+    document = demo_source_document("http://127.0.0.1:9", timeout=5, robots="ignore")
+    document["output"] = {**document.get("output", {}), "archive": {"enabled": True, "location": "file:///tmp/unused"}}
+    source = SourceConfig.model_validate(document)
+
+    async def run() -> FetchResult:
+        async with Fetcher(HarvesterSettings()) as fetcher:
+            return await fetcher.fetch(url, source)
+
+    return asyncio.run(run())
+
+
+def test_a_failed_status_is_archived_with_its_body_and_a_body_cut_short_leaves_the_status_standing(demo_site) -> None:
+    """What a site answered with a failing status is archived (the latest archived response of a URL is what the
+    site last said). A body that cannot be read is archived empty: the fetch's outcome is its status's still."""
+    missing = archiving_fetch(f"{demo_site.url}/product/99999")
+    assert missing.outcome == "http_error" and missing.status == 404 and not missing.text
+    assert missing.exchange is not None and missing.exchange.status == 404 and missing.exchange.body
+    assert missing.transferred > len(missing.exchange.body)
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        def answer_and_hang_up() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\n"
+                                   b"Content-Length: 100000\r\n\r\n<html>down for")
+
+        serving = threading.Thread(target=answer_and_hang_up, daemon=True)
+        serving.start()
+        cut = archiving_fetch(f"http://127.0.0.1:{server.getsockname()[1]}/product/1")
+        serving.join(5)
+    assert cut.outcome == "http_error" and cut.status == 503 and cut.retryable
+    assert cut.exchange is not None and cut.exchange.status == 503 and cut.exchange.body == b""

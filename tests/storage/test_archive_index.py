@@ -70,3 +70,25 @@ def test_the_superseded_index_dropped_by_another_process_first_is_no_failure(mon
         assert second.collection.count_documents({}) == 2
     finally:
         client.close()
+
+
+def test_earlier_of_gives_each_urls_row_before_a_moment(mongo_server: MongoServer, mongo_database: str) -> None:
+    """What a re-extraction reads past a response that was not the page (a challenge, a 5xx): the URL's row
+    archived just before it, in one query; a URL with nothing before is left out."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    client = pymongo.MongoClient(mongo_server.uri, serverSelectionTimeoutMS=10_000)
+    try:
+        index = ArchiveIndex(client[mongo_database])
+        first, second = entry(1), entry(2)
+        index.add([replace(first, time=MOMENT + timedelta(minutes=minute), task_id=f"t1-{minute}",
+                           offset=minute) for minute in (0, 5, 9)] + [second, replace(entry(1, source="other"),
+                                                                                        time=MOMENT)])
+        found = index.earlier_of("shop", {first.url: MOMENT + timedelta(minutes=9), second.url: MOMENT,
+                                          "http://shop.test/never": MOMENT})
+        assert set(found) == {first.url} and found[first.url]["offset"] == 5
+        naive = index.earlier_of("shop", {first.url: (MOMENT + timedelta(minutes=5)).replace(tzinfo=None)})
+        assert naive[first.url]["offset"] == 0 and index.earlier_of("shop", {}) == {}
+    finally:
+        client.close()

@@ -7,6 +7,7 @@ import base64
 import gzip
 import json
 import subprocess
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -309,6 +310,30 @@ def test_a_304_is_archived_as_a_revisit_that_reads_as_the_original_page(
     assert (row["record"], row["status"]) == ("revisit", 304)
     archived = read_archived(row)  # the page as the site confirmed it: the original's body
     assert archived is not None and archived.status == 200 and b"SKU-00001" in archived.body
+
+
+def test_a_page_that_failed_by_its_status_is_archived_with_its_body(
+        write_source, crawl, demo_site, mongo_server, worker_settings, tmp_path) -> None:
+    """The archive keeps what the site last said of a URL: a 410 with its body, not only the pages that gave data
+    (without it, the latest archived response of a delisted item was its last good page)."""
+    location = tmp_path / "archive"
+    gone, there = f"{demo_site.url}/life/shop/item/1", f"{demo_site.url}/life/shop/item/2"
+    source = write_source("statuses", robots="ignore", listing=None, input={"kind": "details", "seeds": [gone]},
+                          output={"key": ["url"], "archive": {"enabled": True, "location": f"file://{location}"}})
+    urllib.request.urlopen(urllib.request.Request(f"{demo_site.url}/_life/delist?product=1&how=410", method="POST",
+                                                  data=b""), timeout=5).close()
+    try:
+        crawl.push(source, *[TaskMessage(source=source.name, kind="details", url=url, run_id="run") for url in
+                             (gone, there)])
+        run_until_idle(crawl, source)
+    finally:
+        urllib.request.urlopen(urllib.request.Request(f"{demo_site.url}/_life/reset", method="POST", data=b""),
+                               timeout=5).close()
+    responses = {uri: (status, body) for kind, uri, status, body in warc_records(location) if kind == "response"}
+    assert responses[gone][0] == "410" and b"This page does not exist" in responses[gone][1]
+    assert responses[there][0] == "200"
+    rows = {row["url"]: row for row in index_of(mongo_server, worker_settings).latest(source.name, run="run")}
+    assert rows[gone]["status"] == 410 and read_archived(rows[gone]).status == 410
 
 
 def test_inside_airflow_the_location_opens_through_object_storage_path(tmp_path) -> None:

@@ -182,3 +182,35 @@ def test_a_page_gone_before_its_item_was_ever_stored_is_a_dead_letter_naming_why
     assert reasons[0].startswith("gone: the page says 'Product not found'") and "no record" in reasons[0]
     assert reasons[1].startswith("http_410")
     assert crawl.store.counters(source.name)["outcome:gone_unstored"] == 2
+
+
+def test_a_reextraction_reads_gone_pages_as_a_harvest_does(write_source, life_site, harvest: Harvest, tmp_path,
+                                                            worker_settings) -> None:
+    """The archive keeps the 410, the 404, the soft 404 and the redirects away of delisted items as their latest
+    pages: a re-extraction over them leaves each record gone with its last values (read as a page, the 410's
+    "This page does not exist" was stored as the item's title and its ``gone_at`` cleared)."""
+    from datetime import timedelta
+
+    from harvester.producer.reextraction import Reextraction
+
+    archive = {"enabled": True, "location": f"file://{tmp_path / 'archive'}"}
+    source = life_source(write_source, life_site, "life_reread", output={"key": ["url"], "archive": archive})
+    harvest.run(source, "run-1")
+    before = harvest.records(source)
+    delisted = {index * 2 + offset: way for index, way in enumerate(WAYS) for offset in (1, 2)}  # ids 1-10
+    for product_id, way in delisted.items():
+        post(f"{life_site.url}/_life/delist?product={product_id}&how={way}")
+    harvest.run(source, "run-2")
+    assert harvest.crawl.runner.archive.flush()  # the index rows the writer's timer would flush within seconds
+    gone = harvest.records(source)
+    requests_before = life_site.client_stats(source.name)["total"]
+    report = Reextraction.from_settings(worker_settings).run(source, since=timedelta(hours=1))
+    assert life_site.client_stats(source.name)["total"] == requests_before
+    after = harvest.records(source)
+    for product_id in delisted:
+        url = item_url(life_site, product_id)
+        assert after[url].get("gone_at") == gone[url]["gone_at"] is not None, (delisted[product_id], after[url])
+        assert after[url]["title"] == before[url]["title"] and after[url]["price"] == before[url]["price"]
+    assert report["gone"] == len(delisted) and report["records_gone"] == 0  # gone already: not counted again
+    assert report["records_unchanged"] == ITEMS - len(delisted) and report.get("records_changed", 0) == 0
+    assert report["quality"]["outcome"] == "green", report["quality"]

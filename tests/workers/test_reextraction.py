@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -93,6 +94,39 @@ def test_reextraction_of_a_run_follows_listing_links_inside_the_archive_only(
     prices = [record.get("price") for record in records(mongo_server, worker_settings, fixed).find(
         {"url": {"$regex": "/product/"}})]
     assert len(prices) == len(PRODUCTS) and all(isinstance(price, float) for price in prices)
+
+
+def test_a_challenge_archived_as_a_pages_latest_response_is_read_past_to_the_page_before_it(
+        drifted, crawl, demo_site, mongo_server, worker_settings) -> None:
+    """A WAF's challenge (answered 200, "Just a moment...") archived as the latest response of product pages: the
+    re-extraction reads the response archived before it, so the fix repairs those records too (read as the page,
+    the challenge was a block: the record kept its drifted null)."""
+    source, fixed = drifted
+    wall = urllib.request.Request(f"{demo_site.url}/_challenge?after=1&window=600&status=200", method="POST",
+                                  data=b"")
+    urllib.request.urlopen(wall, timeout=5).close()
+    restyle(demo_site, "?price=cost")  # still drifted: the page that gets through is read with the fix too
+    try:
+        crawl.push(source, *[TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/{number}",
+                                         run_id="challenged") for number in PRODUCTS])
+        reextraction = Reextraction.from_settings(worker_settings)
+        deadline = time.monotonic() + 60
+        while len(reextraction.index.latest(source.name, run="challenged")) < len(PRODUCTS):  # each page once
+            assert time.monotonic() < deadline, "the challenged run's pages were not all fetched"
+            crawl.step(source, len(PRODUCTS))
+            assert crawl.runner.archive.flush()
+    finally:
+        restyle(demo_site, "")
+        urllib.request.urlopen(urllib.request.Request(f"{demo_site.url}/_challenge", method="POST", data=b""),
+                               timeout=5).close()
+    statuses = [row["status"] for row in reextraction.index.latest(source.name, run="challenged")]
+    assert statuses == [200] * len(PRODUCTS)  # challenges look like pages to the archive
+    report = reextraction.run(fixed, since=timedelta(hours=1))
+    assert report["read_earlier"] == len(PRODUCTS) - 1 and report["blocked"] == len(PRODUCTS) - 1, report
+    assert report.get("no_page_archived", 0) == 0 and report["quality"]["outcome"] == "green", report
+    prices = [record.get("price") for record in records(mongo_server, worker_settings, fixed).find(
+        {"url": {"$regex": "/product/"}})]
+    assert len(prices) == len(PRODUCTS) and all(isinstance(price, float) for price in prices), prices
 
 
 def test_the_reextract_command_names_the_run_and_fails_on_an_unknown_source(

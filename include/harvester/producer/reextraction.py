@@ -89,6 +89,7 @@ class Reextraction:
         queue: deque[dict[str, Any]] = deque(rows)
         seen = {row["url"] for row in rows}
         pending: list[dict[str, Any]] = []
+        gone: dict[str, str] = {}  # record URL -> why its page says the item is gone
         if len(rows) >= self.pool_from_pages:
             tally.reader_processes = pool_processes(self.settings.reextract_processes)
         in_flight: deque[Callable[[], list[ReadPage]]] = deque()
@@ -100,10 +101,15 @@ class Reextraction:
                         in_flight.append(readers.start(self._archived_pages(source, chunk, tally)))
                         continue
                     links: list[str] = []
+                    not_the_page: dict[str, datetime] = {}
                     for page in in_flight.popleft()():
                         tally.outcomes.update(page.outcomes)
                         tally.figures.update(page.figures)
                         pending.extend(page.records)
+                        if page.gone is not None:
+                            gone[page.gone[0]] = page.gone[1]
+                        if page.not_the_page is not None:
+                            not_the_page[page.not_the_page[0]] = page.not_the_page[1]
                         for url in page.links:
                             if url not in seen:
                                 seen.add(url)
@@ -111,10 +117,12 @@ class Reextraction:
                         if len(pending) >= WRITE_EVERY:
                             self._write(source, pending, tally)
                             pending = []
+                    self._read_earlier(source, not_the_page, queue, tally)
                     self._follow_in_archive(source, links, queue, tally)
             if readers.lost:
                 tally.outcomes["page_reader_lost"] += 1
             self._write(source, pending, tally)
+            self._mark_gone(source, gone, tally)
         finally:
             self.reader.close()
         return self._report(source, tally, archived_run, since, now)
@@ -133,6 +141,30 @@ class Reextraction:
             else:
                 works.append((row["url"], row.get("kind") or "details", int(row.get("depth") or 0), archived))
         return works
+
+    def _read_earlier(self, source: SourceConfig, not_the_page: dict[str, datetime], queue: deque[dict[str, Any]],
+                      tally: ReextractionTally) -> None:
+        """Pages whose archived response was not the page (a block, a challenge answered 200, a 5xx, a 429): the
+        response archived before each is read instead (the page as the site last showed it), whenever archived;
+        a URL with none has no page to read (``no_page_archived``: a failure of the run, its record left as it
+        is). One index query for the chunk's URLs."""
+        if not not_the_page:
+            return
+        earlier = {url: row for url, row in self.index.earlier_of(source.name, not_the_page).items()
+                   if row.get("kind") != DATA_RESPONSE_KIND}
+        queue.extend(earlier.values())
+        tally.outcomes["read_earlier"] += len(earlier)
+        tally.outcomes["no_page_archived"] += len(not_the_page) - len(earlier)
+
+    def _mark_gone(self, source: SourceConfig, gone: dict[str, str], tally: ReextractionTally) -> None:
+        """The records of pages that say their item is gone get ``gone_at`` (unless they have it) and keep their
+        values, as a harvest marks them (:meth:`DataHandler.mark_gone`): a re-extraction never brings back an item
+        the site said was gone by storing an older page of it."""
+        if not gone:
+            return
+        marks = self.data.mark_gone(source, gone)
+        tally.outcomes["records_gone"] += len(marks.marked)
+        tally.outcomes["gone_unstored"] += len(marks.unknown)
 
     def _follow_in_archive(self, source: SourceConfig, links: list[str], queue: deque[dict[str, Any]],
                            tally: ReextractionTally) -> None:
@@ -163,12 +195,17 @@ class Reextraction:
         from harvester.producer.quality import assess_quality, quality_figures
 
         outcomes = tally.outcomes
-        stored_pages = outcomes["pages_read"] - outcomes["rejected"] - outcomes["not_archived"]
+        # each page read that was not the page was read again (read_earlier) or ends as no_page_archived
+        stored_pages = outcomes["pages_read"] - outcomes["rejected"] - outcomes["read_earlier"] - outcomes[
+            "no_page_archived"]
+        failures = {reason: outcomes[counter] for reason, counter in (
+            ("record rejected", "rejected"), ("no archived response shows the page", "no_page_archived"),
+            ("not archived", "not_archived")) if outcomes[counter]}
         report: dict[str, Any] = {
             "source": source.name, "run_id": tally.run_id, "kind": "reextraction", "requests": 0,
             "window": {"run": archived_run, "since": str(since) if since is not None else None},
-            "tasks_stored": max(0, stored_pages), "tasks_failed": outcomes["rejected"],
-            "failures_by_reason": {"record rejected": outcomes["rejected"]} if outcomes["rejected"] else {},
+            "tasks_stored": max(0, stored_pages), "tasks_failed": sum(failures.values()),
+            "failures_by_reason": failures,
             **{name: int(amount) for name, amount in sorted(outcomes.items())},
             "complete": True, "finished_at": now, "reader_processes": tally.reader_processes,
         }

@@ -30,10 +30,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from harvester.config import SourceConfig
-from harvester.scraping import ExtractionTally, FetchResult, PageResult, decode_text, process_page
+from harvester.scraping import (
+    DEFAULT_CLASSIFIER,
+    ExtractionTally,
+    FetchResult,
+    PageResult,
+    decode_text,
+    process_page,
+)
 from harvester.settings import HarvesterSettings
 from harvester.storage import ArchivedResponse, validators_of
 
@@ -51,22 +59,33 @@ ArchivedPageWork = tuple[str, str, int, ArchivedResponse]
 @dataclass(slots=True)
 class ReadPage:
     """What one archived page gave: the outcomes to count, the run's quality figures, the records to write and the
-    links to follow in the archive (small: sent back from a child rather than the page and its parsed tree)."""
+    links to follow in the archive (small: sent back from a child rather than the page and its parsed tree).
+    ``gone``: the record URL and why, when the page says its item is gone (a 404 or 410, a soft 404, a redirect
+    away): the record is marked as a harvest marks it. ``not_the_page``: when the archived response was not the
+    page (a block or a challenge, a 5xx, a 429), the URL and when it was archived, so the one archived before it
+    is read instead."""
 
     outcomes: list[str]
     figures: Counter[str]
     records: list[dict[str, Any]]
     links: list[str]
+    gone: tuple[str, str] | None = None
+    not_the_page: tuple[str, datetime] | None = None
 
 
-def archived_fetch(archived: ArchivedResponse) -> FetchResult:
-    """The archived response as the fetcher would have given it (decoded text, validators), for extraction."""
+def archived_fetch(source: SourceConfig, archived: ArchivedResponse) -> FetchResult:
+    """The archived response as the fetcher would have given it: classified by its status and type as the fetcher
+    classifies what arrives (a 410 is ``http_error``, a 403 ``blocked``), with its decoded text and validators."""
     headers = {name.lower(): value for name, value in archived.headers}
     content_type = headers.get("content-type", "")
-    return FetchResult(archived.url, "ok", final_url=archived.final_url, status=archived.status,
-                       text=decode_text(archived.body, content_type), content_type=content_type,
-                       size=len(archived.body), etag=headers.get("etag", ""),
-                       last_modified=headers.get("last-modified", ""))
+    classified = DEFAULT_CLASSIFIER.classify(archived.status, headers, content_type, source.content)
+    fetch = FetchResult(archived.url, classified.outcome, final_url=archived.final_url, status=archived.status,
+                        content_type=content_type, size=len(archived.body), reason=classified.reason,
+                        retry_after=classified.retry_after, etag=headers.get("etag", ""),
+                        last_modified=headers.get("last-modified", ""))
+    if fetch.ok:
+        fetch.text = decode_text(archived.body, content_type)
+    return fetch
 
 
 def extraction_figures(page: PageResult) -> Counter[str]:
@@ -92,9 +111,11 @@ def page_records(page: PageResult) -> list[dict[str, Any]]:
 def read_page(source: SourceConfig, settings: HarvesterSettings, work: ArchivedPageWork) -> ReadPage:
     """One archived page through the current config's extraction, as its task read it when it was fetched."""
     url, kind, depth, archived = work
-    page = process_page(source, kind, url, depth, archived_fetch(archived), settings=settings)
+    page = process_page(source, kind, url, depth, archived_fetch(source, archived), settings=settings)
+    if page.gone is not None:
+        return ReadPage(["pages_read", "gone"], Counter(), [], [], gone=(page.url, page.gone))
     if not page.fetch.ok:
-        return ReadPage(["pages_read", page.fetch.counter], Counter(), [], [])
+        return ReadPage(["pages_read", page.fetch.counter], Counter(), [], [], not_the_page=(url, archived.time))
     rejected = page.extraction is not None and page.extraction.record is None
     links = [*page.discovery.details, *page.discovery.listings] if page.discovery is not None else []
     return ReadPage(["pages_read", "rejected"] if rejected else ["pages_read"], extraction_figures(page),

@@ -11,7 +11,7 @@ payload already archived for the source is written as a revisit of the first cop
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -286,6 +286,15 @@ class ArchiveIndex:
         return _latest_by_url(self.collection.find({"source": source, "url": {"$in": urls}})) if urls else {}
 
     @mongo_storage_errors()
+    def earlier_of(self, source: str, before: Mapping[str, datetime]) -> dict[str, dict[str, Any]]:
+        """For each URL of ``before``, its latest row archived before that moment (the response before one that was
+        not the page: a block, a 5xx); URLs with none are left out. One query for all of them."""
+        if not before:
+            return {}
+        rows = self.collection.find({"source": source, "url": {"$in": list(before)}})
+        return _latest_by_url(row for row in rows if _aware(row["time"]) < _aware(before[row["url"]]))
+
+    @mongo_storage_errors()
     def rows(self, source: str, run: str | None = None) -> Iterator[dict[str, Any]]:
         """Every row of a source (or of one of its runs), by time."""
         query: dict[str, Any] = {"source": source}
@@ -315,6 +324,11 @@ class ArchiveIndex:
         if files:
             query["$or"].append({"file": {"$in": files}})
         return self.collection.delete_many(query).deleted_count
+
+
+def _aware(moment: datetime) -> datetime:
+    """A stored moment comparable with any other: MongoDB gives naive UTC unless its client is told otherwise."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _latest_by_url(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:

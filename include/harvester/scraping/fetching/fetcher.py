@@ -430,6 +430,19 @@ class Fetcher:
             await response.aclose()
         return response.status, response, body.content, response.headers.get("content-type", "")
 
+    async def _failed_body(self, response: TransportResponse, status: int) -> Body | None:
+        """The body of a response that failed by its status or type, for the archive only: the archive keeps
+        every response, so the latest archived one of a URL is what the site last said (a re-extraction reads
+        a 410 as gone, not the page archived before it). Its outcome is the status's already: a body that
+        cannot be read is archived empty, never a failure of the fetch."""
+        if status == 304:
+            return None
+        try:
+            return await self.read_capped(response, self.settings.body_size_cap_bytes)
+        except Exception as error:  # the connection dropped, the body undecodable: the status stands
+            log.debug("the body of %s (HTTP %s) was not read for the archive: %s", response.url, status, error)
+            return None
+
     async def read_capped(self, response: TransportResponse, cap: int) -> Body:
         """The body decoded up to ``cap`` bytes, reading at most ``raw_body_cap_bytes`` off the wire (through
         :class:`~harvester.scraping.fetching.bodies.WireCap`): cut there, the page keeps what decoded (``truncated``);
@@ -472,8 +485,11 @@ class Fetcher:
             if classified.outcome != "ok":
                 result.outcome, result.reason = classified.outcome, classified.reason
                 result.retry_after = classified.retry_after
-                if sent is not None and status == 304:  # archived as a revisit of what the site still has
-                    result.exchange = self.exchange(source, response, sent, b"", method)
+                if sent is not None:  # archived too: a 304 as a revisit, a 410 or a block as what the site said
+                    failed = await self._failed_body(response, status)
+                    result.transferred += failed.wire_bytes if failed is not None else 0
+                    result.exchange = self.exchange(source, response, sent,
+                                                    failed.content if failed is not None else b"", method)
                 return result
             body = await self.read_capped(response, cap)
         finally:
