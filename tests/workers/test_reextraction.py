@@ -129,6 +129,25 @@ def test_a_challenge_archived_as_a_pages_latest_response_is_read_past_to_the_pag
     assert len(prices) == len(PRODUCTS) and all(isinstance(price, float) for price in prices), prices
 
 
+def test_archived_pages_that_cannot_be_read_fail_the_reextraction_and_leave_their_records(
+        drifted, mongo_server, worker_settings, tmp_path) -> None:
+    """Files deleted outside the retention (by hand, by a bucket's own expiry) leave index rows that point nowhere:
+    their pages are the run's failures, named in the report, and its quality says so (it was green with every
+    page unreadable)."""
+    _, fixed = drifted
+    drifted_files = sorted((tmp_path / "archive").rglob("drifted/*.warc.gz"))
+    assert drifted_files
+    for path in drifted_files:
+        path.unlink()
+    report = Reextraction.from_settings(worker_settings).run(fixed, archived_run="drifted")
+    assert report["archive_unreadable"] == len(PRODUCTS)  # (the listing is a revisit of the run before's page)
+    assert report["failures_by_reason"]["archived page unreadable"] == len(PRODUCTS)
+    assert report["tasks_failed"] == len(PRODUCTS) and report["quality"]["outcome"] != "green", report["quality"]
+    prices = [record.get("price") for record in records(mongo_server, worker_settings, fixed).find(
+        {"url": {"$regex": "/product/"}})]
+    assert prices == [None] * len(PRODUCTS)  # left as the drifted run stored them
+
+
 def test_the_reextract_command_names_the_run_and_fails_on_an_unknown_source(
         drifted, worker_settings, demo_site) -> None:
     _, fixed = drifted

@@ -200,6 +200,7 @@ class Reextraction:
             "no_page_archived"]
         failures = {reason: outcomes[counter] for reason, counter in (
             ("record rejected", "rejected"), ("no archived response shows the page", "no_page_archived"),
+            ("archived page unreadable", "archive_unreadable"),  # its file deleted outside the retention, damaged
             ("not archived", "not_archived")) if outcomes[counter]}
         report: dict[str, Any] = {
             "source": source.name, "run_id": tally.run_id, "kind": "reextraction", "requests": 0,
