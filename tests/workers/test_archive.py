@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from harvester.config.model import SourceConfig
 from harvester.distributor import TaskMessage
+from harvester.errors import ArchiveUnavailable
 from harvester.metrics.collector import metrics_registry
 from harvester.redis_keys import SourceKeys
 from harvester.storage import ArchivedDigests, ArchiveIndex, RunFigures, expire_archive, read_archived
@@ -213,6 +214,36 @@ def test_retention_deletes_old_files_and_their_rows(write_source, crawl, demo_si
     assert (expired.files, expired.rows) == (1, 1)
     assert warc_files(location) == [] and index.latest(source.name) == []
     assert not digests.client.exists(payload_filter)  # rebuilt from the rows left by the next archived batch
+
+
+def test_files_gone_from_storage_without_the_clean_up_lose_their_rows_and_their_payloads_are_kept_again(
+        write_source, crawl, demo_site, mongo_server, worker_settings, tmp_path) -> None:
+    """A file deleted by hand (or by a bucket's own expiry) left rows that read as nothing, and the same page archived
+    again became a revisit of that file: unreadable too. The clean-up deletes the rows of files it no longer finds
+    (started over an hour before it), and the next copy of their payload is a response again."""
+    location = tmp_path / "archive"
+    source = archive_source(write_source, location)
+    url = f"{demo_site.url}/product/1"
+    for run in ("a", "b"):
+        crawl.push(source, TaskMessage(source=source.name, kind="details", url=url, run_id=run))
+        run_until_idle(crawl, source)
+    index = index_of(mongo_server, worker_settings)
+    assert [row["record"] for row in index.rows(source.name)] == ["response", "revisit"]
+    [lost] = [path for path in warc_files(location) if path.parent.name == "a"]
+    lost.unlink()  # b's revisit reads its payload from a's file
+    with pytest.raises(ArchiveUnavailable):  # what a re-extraction or a replay finds of b's page
+        read_archived(index.latest(source.name)[0])
+    digests = ArchivedDigests.from_settings(worker_settings, index)
+    now = datetime.now(UTC)
+    young = expire_archive(source, index, worker_settings.archive_location, now, digests)
+    assert (young.files, young.rows, young.missing) == (0, 0, 0)  # a file started within the hour may be a new one
+    cleaned = expire_archive(source, index, worker_settings.archive_location, now + timedelta(hours=2), digests)
+    assert (cleaned.files, cleaned.rows, cleaned.missing) == (0, 2, 2) and list(index.rows(source.name)) == []
+    assert not digests.client.exists(SourceKeys(source.name).archived_digests)
+    crawl.push(source, TaskMessage(source=source.name, kind="details", url=url, run_id="c"))
+    run_until_idle(crawl, source)
+    [row] = index.latest(source.name, run="c")
+    assert row["record"] == "response" and b"SKU-00001" in read_archived(row).body
 
 
 def test_the_index_exports_as_cdxj_and_the_expire_command_keeps_what_is_young(

@@ -195,8 +195,8 @@ def expire_source_archive(source: SourceConfig) -> None:
         log.warning("the archive clean-up of %s failed (tried again after the next run): %s", source.name, error)
         return
     if expired.files or expired.rows:
-        log.info("archive of %s: %d files and %d index rows past keep=%s deleted", source.name, expired.files,
-                 expired.rows, source.output.archive.keep)
+        log.info("archive of %s: %d files and %d index rows past keep=%s deleted (%d rows of files gone from "
+                 "storage)", source.name, expired.files, expired.rows, source.output.archive.keep, expired.missing)
 
 
 class HarvestSensor(BaseSensorOperator):

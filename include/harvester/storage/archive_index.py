@@ -318,6 +318,21 @@ class ArchiveIndex:
         return kept & set(files)
 
     @mongo_storage_errors()
+    def files(self, source: str) -> set[str]:
+        """Every file a row of ``source`` names: its own record's, or the payload's a revisit reads."""
+        return {file for field in ("file", "payload.file")
+                for file in self.collection.distinct(field, {"source": source}) if file}
+
+    @mongo_storage_errors()
+    def forget_files(self, source: str, files: list[str]) -> int:
+        """Delete ``source``'s rows whose record or payload is in one of ``files`` (files gone from storage); how
+        many."""
+        if not files:
+            return 0
+        return self.collection.delete_many({"source": source, "$or": [{"file": {"$in": files}},
+                                                                      {"payload.file": {"$in": files}}]}).deleted_count
+
+    @mongo_storage_errors()
     def forget(self, source: str, files: list[str], before: datetime) -> int:
         """Delete a source's rows older than ``before`` and every row of ``files`` (deleted files); how many."""
         query: dict[str, Any] = {"source": source, "$or": [{"time": {"$lt": before}}]}

@@ -3,16 +3,19 @@
 Run by the daily clean-up (``harvester archive expire``, the ``archive_cleanup`` DAG) for every source with an
 archive. A file goes once it was started before the cut-off and no row at or after it still points at it (its
 own pages, or a newer revisit's payload), so a file appended to across the cut-off stays until all of it is old.
-Files without any row (a batch whose index write failed) go by the time in their name alike. Once rows went, the
-source's payload filter is dropped (:mod:`harvester.storage.archive_digests`): the next archived batch builds it
-from the rows left, so the filter never fills with payloads that are archived no more.
+Files without any row (a batch whose index write failed) go by the time in their name alike. Rows whose file is
+gone from storage without the clean-up (deleted by hand, by a bucket's own expiry) go too: left, they read as
+nothing, and the payload filter and the index would make each new copy of their payloads a revisit of a file that
+is no more. Once rows went, the source's payload filter is dropped (:mod:`harvester.storage.archive_digests`):
+the next archived batch builds it from the rows left, so the filter never fills with payloads that are archived no
+more.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from harvester.config import SourceConfig
 from harvester.connections import resolve_filesystem
@@ -23,11 +26,16 @@ from harvester.storage.archive_index import ArchiveIndex
 
 log = logging.getLogger(__name__)
 
+# A file missing from the listing is gone only once it was started this long before the clean-up: a file a worker
+# starts while the clean-up lists (its rows written after) is not in the listing, yet is there.
+MISSING_AFTER = timedelta(hours=1)
+
 
 @dataclass(frozen=True)
 class Expired:
     files: int
-    rows: int
+    rows: int  # every row deleted, ``missing`` among them
+    missing: int = 0  # rows of files gone from storage without the clean-up
 
 
 def file_started(path: str) -> datetime | None:
@@ -70,9 +78,28 @@ def expire_archive(source: SourceConfig, index: ArchiveIndex, default_location: 
         except OSError as error:  # one file that cannot go is retried by the next clean-up
             log.warning("%s: deleting the archived file %s failed: %s", source.name, url, error)
     rows = index.forget(source.name, deleted, cutoff)
+    missing = forget_missing(source, index, file_url(location, root, folder) + "/",
+                             {file_url(location, root, path) for path in paths}, now - MISSING_AFTER)
+    rows += missing
     if rows and digests is not None:
         try:
             digests.forget(source.name)
         except StorageError as error:  # Redis: its stale bits cost lookups, never a record; dropped at the next one
             log.warning("%s: the archive's payload filter was not dropped after the clean-up: %s", source.name, error)
-    return Expired(len(deleted), rows)
+    return Expired(len(deleted), rows, missing)
+
+
+def forget_missing(source: SourceConfig, index: ArchiveIndex, folder: str, listed: set[str],
+                   started_before: datetime) -> int:
+    """Delete the rows of ``source`` whose file (or payload's file) under ``folder`` the listing did not find,
+    started before ``started_before``; how many. Files under another location (the source's moved since) are
+    left alone: this listing cannot tell."""
+    missing = sorted(file for file in index.files(source.name)
+                     if file.startswith(folder) and file not in listed
+                     and (started := file_started(file)) is not None and started < started_before)
+    if not missing:
+        return 0
+    rows = index.forget_files(source.name, missing)
+    log.warning("%s: %d archived files are gone from storage (not by the clean-up): their %d index rows deleted, "
+                "e.g. %s", source.name, len(missing), rows, missing[0])
+    return rows

@@ -154,7 +154,7 @@ def _archive(args: argparse.Namespace) -> int:
         print(f"archive {args.action} {args.source}: {error}", file=sys.stderr)
         return 2
     print(f"{source.name}: {expired.files} files and {expired.rows} index rows past keep={source.output.archive.keep} "
-          "deleted")
+          "deleted" + (f" ({expired.missing} rows of files gone from storage)" if expired.missing else ""))
     return 0
 
 
