@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
         strip_userinfo,
     )
     from harvester.scraping.fetching.bodies import WireCap, ZlibDecoder, decoder_for
-    from harvester.scraping.fetching.charsets import DecodedText, StreamDecoder, decode_document
-    from harvester.scraping.fetching.fetcher import Fetcher, decode_text
+    from harvester.scraping.fetching.charsets import DecodedText, StreamDecoder, decode_document, decode_text
+    from harvester.scraping.fetching.fetcher import Fetcher
     from harvester.scraping.fetching.outgoing import KeptCredentials, credential_headers
     from harvester.scraping.fetching.page_fetcher import (
         SKIPPED_REASON,

@@ -242,6 +242,12 @@ def decode_document(body: bytes, content_type: str | None = None) -> DecodedText
     return DecodedText(to_unicode(body[bom_length:], encoding), encoding, decided_by)
 
 
+def decode_text(body: bytes, content_type: str | None) -> str:
+    """The page's text in the charset it is really in (BOM, header, XML prolog or ``<meta>``, detection:
+    :func:`decode_document`), the same for pages, feeds, robots.txt and archived pages."""
+    return decode_document(body, content_type).text
+
+
 class StreamDecoder:
     """Text of a document read in pieces (a streamed sitemap or feed, never held whole): its charset is
     decided on its first :data:`STREAM_HEAD_BYTES` (or all of it, if shorter) as :func:`decode_document`

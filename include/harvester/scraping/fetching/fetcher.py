@@ -38,7 +38,7 @@ from harvester.errors import (
 )
 from harvester.scraping.fetching.addresses import AddressGuard, AddressRefused, strip_userinfo
 from harvester.scraping.fetching.bodies import ACCEPT_ENCODING, Body, BodyRefused, read_body
-from harvester.scraping.fetching.charsets import decode_document
+from harvester.scraping.fetching.charsets import decode_text
 from harvester.scraping.fetching.cookies import SourceCookieJars, set_cookie_values
 from harvester.scraping.fetching.outgoing import (
     KeptCredentials,
@@ -112,12 +112,6 @@ class RequestGate(Protocol):
     async def acquire(self, source: str, url: str, limits: HostLimits) -> Any: ...
 
     async def release(self, token: Any) -> None: ...
-
-
-def decode_text(body: bytes, content_type: str | None) -> str:
-    """The page's text in the charset it is really in (BOM, header, XML prolog or ``<meta>``, detection:
-    :func:`harvester.scraping.fetching.charsets.decode_document`), the same for pages, feeds and robots.txt."""
-    return decode_document(body, content_type).text
 
 
 async def _guard_answer(response: TransportResponse) -> None:
