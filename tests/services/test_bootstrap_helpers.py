@@ -41,11 +41,12 @@ def test_a_plan_of_free_ports_never_names_one_port_twice() -> None:
 
 
 def test_free_ports_leave_out_ports_already_chosen_and_not_yet_listened_on() -> None:
-    """Without ``besides`` about one in 500 of these sets held the port just probed."""
+    """Without ``besides`` about one in 500 of these sets held the port just probed. (Whether each port is still
+    free when looked at again is not asked: beside the suite's other workers, one may be taken by then.)"""
     for _ in range(2000):
         chosen = free_port()
         ports = free_ports(20, besides=[chosen])
-        assert chosen not in ports and len(set(ports)) == 20 and all(is_port_free(port) for port in ports)
+        assert chosen not in ports and len(set(ports)) == 20
 
 
 def test_pid_file_round_trip_and_stale_file_removed(tmp_path: Path) -> None:
