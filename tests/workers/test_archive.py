@@ -57,6 +57,13 @@ def run_until_idle(crawl, source) -> list[dict]:
     return reports
 
 
+def archive_runs(crawl, source, url: str, *runs: str) -> None:
+    """One page fetched (and archived) in each of ``runs``, one after the other."""
+    for run in runs:
+        crawl.push(source, TaskMessage(source=source.name, kind="details", url=url, run_id=run))
+        run_until_idle(crawl, source)
+
+
 def index_of(mongo_server, settings) -> ArchiveIndex:
     return ArchiveIndex(mongo_server.client()[settings.mongo_database])
 
@@ -94,9 +101,7 @@ def test_the_same_payload_again_is_a_revisit_that_still_reads(write_source, craw
     location = tmp_path / "archive"
     source = archive_source(write_source, location)
     url = f"{demo_site.url}/product/5"
-    for run in ("run-1", "run-2"):
-        crawl.push(source, TaskMessage(source=source.name, kind="details", url=url, run_id=run))
-        run_until_idle(crawl, source)
+    archive_runs(crawl, source, url, "run-1", "run-2")
     kinds = [kind for kind, *_ in warc_records(location)]
     assert kinds.count("response") == 1 and kinds.count("revisit") == 1
     for path in warc_files(location):  # revisits pass warcio's checker too
@@ -224,9 +229,7 @@ def test_files_gone_from_storage_without_the_clean_up_lose_their_rows_and_their_
     location = tmp_path / "archive"
     source = archive_source(write_source, location)
     url = f"{demo_site.url}/product/1"
-    for run in ("a", "b"):
-        crawl.push(source, TaskMessage(source=source.name, kind="details", url=url, run_id=run))
-        run_until_idle(crawl, source)
+    archive_runs(crawl, source, url, "a", "b")
     index = index_of(mongo_server, worker_settings)
     assert [row["record"] for row in index.rows(source.name)] == ["response", "revisit"]
     [lost] = [path for path in warc_files(location) if path.parent.name == "a"]

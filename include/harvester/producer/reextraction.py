@@ -148,13 +148,9 @@ class Reextraction:
         response archived before each is read instead (the page as the site last showed it), whenever archived;
         a URL with none has no page to read (``no_page_archived``: a failure of the run, its record left as it
         is). One index query for the chunk's URLs."""
-        if not not_the_page:
-            return
-        earlier = {url: row for url, row in self.index.earlier_of(source.name, not_the_page).items()
-                   if row.get("kind") != DATA_RESPONSE_KIND}
-        queue.extend(earlier.values())
-        tally.outcomes["read_earlier"] += len(earlier)
-        tally.outcomes["no_page_archived"] += len(not_the_page) - len(earlier)
+        if not_the_page:
+            _queue_pages(self.index.earlier_of(source.name, not_the_page), len(not_the_page), queue, tally,
+                         "read_earlier", "no_page_archived")
 
     def _mark_gone(self, source: SourceConfig, gone: dict[str, str], tally: ReextractionTally) -> None:
         """The records of pages that say their item is gone get ``gone_at`` (unless they have it) and keep their
@@ -171,13 +167,9 @@ class Reextraction:
         """The links that read pages gave, which the archive holds and this re-extraction has not read: read
         next (one index query for a whole chunk's links). A link the archive never kept is counted, never
         fetched."""
-        if not links:
-            return
-        found = {url: row for url, row in self.index.latest_of(source.name, links).items()
-                 if row.get("kind") != DATA_RESPONSE_KIND}
-        queue.extend(found.values())
-        tally.outcomes["links_followed_in_archive"] += len(found)
-        tally.outcomes["links_not_archived"] += len(links) - len(found)
+        if links:
+            _queue_pages(self.index.latest_of(source.name, links), len(links), queue, tally,
+                         "links_followed_in_archive", "links_not_archived")
 
     def _write(self, source: SourceConfig, records: list[dict[str, Any]], tally: ReextractionTally) -> None:
         if not records:
@@ -216,3 +208,13 @@ class Reextraction:
             self.figures.add(source.name, tally.run_id, tally.figures)
         self.runs.record_report(source.name, tally.run_id, report)
         return report
+
+
+def _queue_pages(rows: dict[str, dict[str, Any]], asked: int, queue: deque[dict[str, Any]], tally: ReextractionTally,
+                 found: str, missing: str) -> None:
+    """Queue the index rows found for ``asked`` URLs (a browser page's JSON is data, never a page to read) and count
+    them under ``found``, the URLs without one under ``missing``."""
+    pages = [row for row in rows.values() if row.get("kind") != DATA_RESPONSE_KIND]
+    queue.extend(pages)
+    tally.outcomes[found] += len(pages)
+    tally.outcomes[missing] += asked - len(pages)
