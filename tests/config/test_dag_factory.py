@@ -164,6 +164,21 @@ def test_param_defaults_are_valid_and_the_tasks_read_the_dags_params() -> None:
 
 
 @pytest.mark.unit
+def test_the_sensor_is_retried_even_for_a_source_without_retries() -> None:
+    """``wait_for_harvest`` only waits: an Airflow race that fails it (the executor's late word on its deferral, seen
+    as "TI is no longer in the running state" in CI) must not fail a harvest whose pages are done. The tasks that
+    act keep the source's retries."""
+    from harvester.airflow.dags import build_source_dag
+    from harvester.config.loader import get_source
+
+    source = get_source("demo_shop")
+    for retries in (0, 5):
+        dag = build_source_dag(source.model_copy(update={"retries": retries}))
+        assert dag.get_task("wait_for_harvest").retries == max(1, retries)
+        assert {dag.get_task(name).retries for name in ("plan", "produce", "report")} == {retries}
+
+
+@pytest.mark.unit
 def test_only_the_dag_of_the_parsing_context_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """A task start parses the file with get_parsing_context().dag_id set: one DAG, not every source."""
     from harvester.airflow.dags import build_source_dags

@@ -199,6 +199,9 @@ def expire_source_archive(source: SourceConfig) -> None:
                  "storage)", source.name, expired.files, expired.rows, source.output.archive.keep, expired.missing)
 
 
+SENSOR_MIN_RETRIES = 1
+
+
 class HarvestSensor(BaseSensorOperator):
     """Waits until every package of the run is finished or dead; deferred to the triggerer by default."""
 
@@ -333,6 +336,8 @@ def add_producer_tasks(source: SourceConfig) -> None:
     """
     plan = PlanOperator(task_id="plan", source=source)
     produce = ProduceOperator(task_id="produce", source=source)
-    wait = HarvestSensor(task_id="wait_for_harvest", source=source)
+    # it only waits: retried once at least, so an Airflow race that fails it (the executor's late word on the
+    # deferral, "TI is no longer in the running state") never fails a harvest whose pages are done
+    wait = HarvestSensor(task_id="wait_for_harvest", source=source, retries=max(SENSOR_MIN_RETRIES, source.retries))
     report = ReportOperator(task_id="report", source=source, outlets=[output_asset(source, get_settings())])
     plan >> produce >> wait >> report
