@@ -249,6 +249,20 @@ def test_files_gone_from_storage_without_the_clean_up_lose_their_rows_and_their_
     assert row["record"] == "response" and b"SKU-00001" in read_archived(row).body
 
 
+def test_a_listing_that_finds_no_file_at_all_costs_no_row(write_source, crawl, demo_site, mongo_server,
+                                                          worker_settings, tmp_path) -> None:
+    """An unmounted disk or a bucket that answers empty looks like every file deleted: not believed."""
+    import shutil
+
+    location = tmp_path / "archive"
+    source = archive_source(write_source, location)
+    archive_runs(crawl, source, f"{demo_site.url}/product/2", "a")
+    shutil.rmtree(location / source.name)
+    index = index_of(mongo_server, worker_settings)
+    expired = expire_archive(source, index, worker_settings.archive_location, datetime.now(UTC) + timedelta(hours=2))
+    assert (expired.files, expired.rows, expired.missing) == (0, 0, 0) and len(list(index.rows(source.name))) == 1
+
+
 def test_the_index_exports_as_cdxj_and_the_expire_command_keeps_what_is_young(
         write_source, crawl, demo_site, worker_settings, tmp_path) -> None:
     location = tmp_path / "archive"

@@ -91,12 +91,15 @@ def expire_archive(source: SourceConfig, index: ArchiveIndex, default_location: 
 
 def forget_missing(source: SourceConfig, index: ArchiveIndex, folder: str, listed: set[str],
                    started_before: datetime) -> int:
-    """Delete the rows of ``source`` whose file (or payload's file) under ``folder`` the listing did not find,
-    started before ``started_before``; how many. Files under another location (the source's moved since) are
-    left alone: this listing cannot tell."""
-    missing = sorted(file for file in index.files(source.name)
-                     if file.startswith(folder) and file not in listed
-                     and (started := file_started(file)) is not None and started < started_before)
+    """Delete the rows of ``source`` whose file under ``folder`` the listing did not find, started before
+    ``started_before`` (and the revisits whose payload is in one); how many. Files under another location (the
+    source's moved since) are left alone: this listing cannot tell. A listing that found no file at all is not
+    believed: an unmounted disk or a bucket answering empty must not cost the whole index."""
+    if not listed:
+        return 0
+    missing = sorted(file for file in index.files_under(folder)
+                     if file not in listed and (started := file_started(file)) is not None
+                     and started < started_before)
     if not missing:
         return 0
     rows = index.forget_files(source.name, missing)

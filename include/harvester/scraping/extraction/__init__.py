@@ -36,8 +36,7 @@ if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a rea
 
 __all__ = [
     "BUILTIN_MARKERS", "BlockDetector", "BlockMatch", "DataBounds", "Extraction", "ExtractionTally", "ListingRecords",
-    "PageData",
-    "StructuredDataError", "detection_cpu_ms", "extract_listing_records", "extract_record", "gather", "markup_refusal",
-    "recognise_block", "search", "type_matches"
+    "PageData", "StructuredDataError", "detection_cpu_ms", "extract_listing_records", "extract_record", "gather",
+    "markup_refusal", "recognise_block", "search", "type_matches"
 ]
 __getattr__, __dir__ = lazy_face(__name__)
