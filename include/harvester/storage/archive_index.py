@@ -101,7 +101,9 @@ class IndexEntry:
         record's WARC-Record-ID (a random UUID's URN: as unique as an ObjectId, and it names the record a row
         points at); bson encodes an ObjectId through Python, a row with one cost 7.3 µs against 2.2 with the
         URN (measured 2026-12-06)."""
-        return bson.encode({"_id": self.record_id or ObjectId(), **self.document()})
+        document = self.document()
+        document["_id"] = self.record_id or ObjectId()  # (bson writes a top-level _id first wherever it is)
+        return bson.encode(document)
 
 
 def payload_of(row: dict[str, Any]) -> PayloadLocation | None:

@@ -15,6 +15,7 @@ browser's snapshots use, so a dead letter links to the page that earned it.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from datetime import UTC, datetime
 
 from harvester.config import SourceConfig
@@ -77,9 +78,9 @@ class PageArchive:
     @staticmethod
     def count_by_run(report: BatchReport, pages: list[ArchivedPage], figure: str) -> None:
         """The run's figures too (sent with the batch's counters): the run report shows its archive and gap."""
-        for page in pages:
-            if page.run_id:
-                report.extracted.by_run[page.run_id][figure] += 1
+        for run_id, count in Counter(page.run_id for page in pages).items():
+            if run_id:
+                report.extracted.by_run[run_id][figure] += count
 
     def flush(self) -> bool:
         """The index rows written behind (``archive_index_flush_seconds``) into the index now; False when refused."""

@@ -48,6 +48,7 @@ from harvester.scraping.fetching.outgoing import (
     outgoing_request,
 )
 from harvester.scraping.fetching.page_fetcher import (
+    NO_SECRET_HEADERS,
     SKIPPED_REASON,
     Exchange,
     FetchedBatch,
@@ -384,14 +385,13 @@ class Fetcher:
 
     def exchange(self, source: SourceConfig, response: TransportResponse, sent: Mapping[str, str],
                  body: bytes, method: str = "GET") -> Exchange:
-        """The request and response of a page as they went, for the archive (:class:`Exchange`). The names of
-        the headers the source's credentials add go with it, so the archive can redact them by name."""
+        """A page's request and response as they went (:class:`Exchange`), with its credentials' header names."""
         credentials = self.credentials(source)
-        secret = {name.lower() for name in credential_headers(credentials)} if credentials is not None else set()
+        names = credential_headers(credentials) if credentials is not None else ()
         items = getattr(response.headers, "multi_items", response.headers.items)  # httpx keeps repeats apart so
-        return Exchange(method, response.url, tuple(sent.items()), response.status,  # (aiohttp's items() does)
-                        tuple((str(name), str(value)) for name, value in items()), body,
-                        response.http_version or "HTTP/1.1", frozenset(secret))
+        return Exchange(method, response.url, tuple(sent.items()), response.status,  # (aiohttp's items() does),
+                        tuple(items()), body, response.http_version or "HTTP/1.1",  # as str pairs both
+                        frozenset(map(str.lower, names)) if names else NO_SECRET_HEADERS)
 
     def _bound(self, source: SourceConfig, credentials: HttpCredentials | None, url: str) -> bool:
         """Whether ``credentials`` may go to ``url``'s origin."""
