@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
@@ -152,8 +153,8 @@ def test_harvester_try_names_the_config_error(tmp_path) -> None:
     assert "broken.yaml" in completed.stderr and "attributes.sku.type" in completed.stderr
 
 
-def archiving_fetch(url: str) -> FetchResult:
-    document = demo_source_document("http://127.0.0.1:9", timeout=5, robots="ignore")
+def archiving_fetch(url: str, timeout: float = 5) -> FetchResult:
+    document = demo_source_document("http://127.0.0.1:9", timeout=timeout, robots="ignore")
     document["output"] = {**document.get("output", {}), "archive": {"enabled": True, "location": "file:///tmp/unused"}}
     source = SourceConfig.model_validate(document)
 
@@ -186,3 +187,31 @@ def test_a_failed_status_is_archived_with_its_body_and_a_body_cut_short_leaves_t
         serving.join(5)
     assert cut.outcome == "http_error" and cut.status == 503 and cut.retryable
     assert cut.exchange is not None and cut.exchange.status == 503 and cut.exchange.body == b""
+
+
+def test_a_failed_status_whose_body_trickles_keeps_its_status_within_the_fetchs_timeout() -> None:
+    """An archived source reads a failed response's body for the archive, never past the fetch's own timeout: a 503
+    whose body never ends is still this page's 503 (``http_error``, archived empty), not a ``timeout``."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        finished = threading.Event()
+
+        def answer_and_trickle() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\n"
+                                   b"Content-Length: 100000\r\n\r\n<html>")
+                while not finished.wait(0.2):  # a byte now and then: the read never fails, never ends
+                    with contextlib.suppress(OSError):
+                        connection.sendall(b" ")
+
+        serving = threading.Thread(target=answer_and_trickle, daemon=True)
+        serving.start()
+        try:
+            trickled = archiving_fetch(f"http://127.0.0.1:{server.getsockname()[1]}/product/1", timeout=3)
+        finally:
+            finished.set()
+            serving.join(5)
+    assert trickled.outcome == "http_error" and trickled.status == 503, (trickled.outcome, trickled.reason)
+    assert trickled.exchange is not None and trickled.exchange.status == 503 and trickled.exchange.body == b""
+    assert trickled.elapsed < 3

@@ -1,17 +1,16 @@
-"""Async HTTP fetching: keep-alive connections, a total per-request deadline, a body-size cap and a
-redirect cap, and one outcome per page. The HTTP library is a :mod:`~harvester.scraping.fetching.transports`
-transport: aiohttp (HTTP/1.1) by default, httpx with HTTP/2 over TLS when ``HARVESTER_HTTP2`` is on.
+"""Async HTTP fetching: keep-alive connections, a total per-request deadline, a body-size cap and a redirect cap, and
+one outcome per page. The HTTP library is a :mod:`~harvester.scraping.fetching.transports` transport: aiohttp
+(HTTP/1.1) by default, httpx with HTTP/2 over TLS when ``HARVESTER_HTTP2`` is on.
 
-Hostile sites (docs/workers.md, "Fetch-side defences"): redirects are followed here, hop by hop, each
-hop's address checked (:mod:`harvester.scraping.fetching.addresses`) and the connected peer checked after it;
-bodies are decoded with a cap on decoded bytes (:mod:`harvester.scraping.fetching.bodies`); text is decoded
-in the WHATWG order (:mod:`harvester.scraping.fetching.charsets`: BOM, header, prolog or ``<meta>``,
-detection); robots.txt and the
-per-host rate are asked before a request starts; a source's ``http_connection_id`` supplies its
-credentials. Every refusal is a per-page outcome with its reason, never an exception.
+Hostile sites (docs/workers.md, "Fetch-side defences"): redirects are followed here, hop by hop, each hop's address
+checked (:mod:`harvester.scraping.fetching.addresses`) and the connected peer checked after it; bodies are decoded
+with a cap on decoded bytes (:mod:`harvester.scraping.fetching.bodies`); text is decoded in the WHATWG order
+(:mod:`harvester.scraping.fetching.charsets`: BOM, header, prolog or ``<meta>``, detection); robots.txt and the
+per-host rate are asked before a request starts; a source's ``http_connection_id`` supplies its credentials. Every
+refusal is a per-page outcome with its reason, never an exception.
 
-One :class:`Fetcher` is kept per worker process and reused across batches, so connections to a site
-stay open between Celery messages (like Scrapy's downloader, and unlike a client per task).
+One :class:`Fetcher` is kept per worker process and reused across batches, so connections to a site stay open between
+Celery messages (like Scrapy's downloader, and unlike a client per task).
 """
 
 from __future__ import annotations
@@ -81,6 +80,7 @@ from harvester.settings import HarvesterSettings
 
 log = logging.getLogger(__name__)
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+FAILED_BODY_SHARE = 0.9  # of the source's timeout, from the request: a failed response's body read for the archive
 
 __all__ = ["BLOCKED_STATUSES", "DEFAULT_HEADERS", "HTML_TYPES", "RETRYABLE_STATUSES", "FetchResult", "Fetcher",
            "HostLimits", "Outcome", "RequestGate", "credential_headers", "decode_text", "parse_retry_after",
@@ -97,8 +97,7 @@ JSON_ACCEPT = "application/json, application/ld+json;q=0.9, */*;q=0.5"
 
 
 def request_headers(source: SourceConfig, settings: HarvesterSettings) -> dict[str, str]:
-    """Harvester's User-Agent and plain Accept headers (JSON ones for a ``content: json`` source),
-    overridden by the source's own."""
+    """Harvester's User-Agent and plain Accept headers (JSON ones for a ``content: json`` source), the source's win."""
     accept = {"Accept": JSON_ACCEPT} if source.content == "json" else {}
     visitor = source.presented_visitor
     language = {"Accept-Language": visitor.accept_language} if visitor and visitor.accept_language else {}
@@ -405,9 +404,8 @@ class Fetcher:
         return kept[1]
 
     def _check_connection(self, connection: object, peer: object, url: str) -> None:
-        """Refuse the address the connection reached. A connection's peer never changes, so each kept-alive
-        connection is checked once (on its first request), and every new connection again. A peer that cannot
-        be told is refused (:meth:`AddressGuard.check_peer` fails closed)."""
+        """Refuse the address the connection reached: once a connection (its peer never changes), on its first
+        request. A peer that cannot be told is refused (:meth:`AddressGuard.check_peer` fails closed)."""
         _, _, port = self.guard.split(url)
         if self._checked_peers.get(connection) == port:
             return
@@ -424,16 +422,17 @@ class Fetcher:
             await response.aclose()
         return response.status, response, body.content, response.headers.get("content-type", "")
 
-    async def _failed_body(self, response: TransportResponse, status: int) -> Body | None:
+    async def _failed_body(self, response: TransportResponse, status: int, until: float) -> Body | None:
         """The body of a response that failed by its status or type, for the archive only: the archive keeps
         every response, so the latest archived one of a URL is what the site last said (a re-extraction reads
         a 410 as gone, not the page archived before it). Its outcome is the status's already: a body that
-        cannot be read is archived empty, never a failure of the fetch."""
+        cannot be read, or not by ``until`` (loop time, before the fetch's own timeout), is archived empty."""
         if status == 304:
             return None
         try:
-            return await self.read_capped(response, self.settings.body_size_cap_bytes)
-        except Exception as error:  # the connection dropped, the body undecodable: the status stands
+            async with asyncio.timeout_at(until):  # a body that trickles on must not make the 503 a timeout
+                return await self.read_capped(response, self.settings.body_size_cap_bytes)
+        except Exception as error:  # the connection dropped, the body undecodable or late: the status stands
             log.debug("the body of %s (HTTP %s) was not read for the archive: %s", response.url, status, error)
             return None
 
@@ -460,6 +459,7 @@ class Fetcher:
                      conditions: Mapping[str, str] | None = None, request: HttpRequest | None = None) -> FetchResult:
         cap = self.settings.body_size_cap_bytes
         sent: dict[str, str] | None = {} if source.output.archive.enabled else None
+        failed_body_until = asyncio.get_running_loop().time() + FAILED_BODY_SHARE * source.timeout
         method = request.method if request is not None else "GET"
         session = await self.sessions.of(source, url)
         response = await self._send(url, source, ready, conditions, request, sent, session)
@@ -480,7 +480,7 @@ class Fetcher:
                 result.outcome, result.reason = classified.outcome, classified.reason
                 result.retry_after = classified.retry_after
                 if sent is not None:  # archived too: a 304 as a revisit, a 410 or a block as what the site said
-                    failed = await self._failed_body(response, status)
+                    failed = await self._failed_body(response, status, failed_body_until)
                     result.transferred += failed.wire_bytes if failed is not None else 0
                     result.exchange = self.exchange(source, response, sent,
                                                     failed.content if failed is not None else b"", method)
