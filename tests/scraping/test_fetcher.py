@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -173,45 +174,43 @@ def test_a_failed_status_is_archived_with_its_body_and_a_body_cut_short_leaves_t
     assert missing.exchange is not None and missing.exchange.status == 404 and missing.exchange.body
     assert missing.transferred > len(missing.exchange.body)
 
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        def answer_and_hang_up() -> None:
-            connection, _ = server.accept()
-            with connection:
-                connection.recv(65536)
-                connection.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\n"
-                                   b"Content-Length: 100000\r\n\r\n<html>down for")
-
-        serving = threading.Thread(target=answer_and_hang_up, daemon=True)
-        serving.start()
-        cut = archiving_fetch(f"http://127.0.0.1:{server.getsockname()[1]}/product/1")
-        serving.join(5)
+    cut = failed_status_fetch(lambda connection, finished: None)  # the connection closes after "<html>"
     assert cut.outcome == "http_error" and cut.status == 503 and cut.retryable
     assert cut.exchange is not None and cut.exchange.status == 503 and cut.exchange.body == b""
 
 
-def test_a_failed_status_whose_body_trickles_keeps_its_status_within_the_fetchs_timeout() -> None:
-    """An archived source reads a failed response's body for the archive, never past the fetch's own timeout: a 503
-    whose body never ends is still this page's 503 (``http_error``, archived empty), not a ``timeout``."""
+def failed_status_fetch(then: Callable[[socket.socket, threading.Event], None], timeout: float = 5) -> FetchResult:
+    """An archiving fetch from a one-connection server that answers a 503 head announcing 100,000 bytes and sends
+    "<html>", then does ``then(connection, finished)`` (``finished`` is set once the fetch returned)."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         finished = threading.Event()
 
-        def answer_and_trickle() -> None:
+        def answer() -> None:
             connection, _ = server.accept()
             with connection:
                 connection.recv(65536)
                 connection.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\n"
                                    b"Content-Length: 100000\r\n\r\n<html>")
-                while not finished.wait(0.2):  # a byte now and then: the read never fails, never ends
-                    with contextlib.suppress(OSError):
-                        connection.sendall(b" ")
+                then(connection, finished)
 
-        serving = threading.Thread(target=answer_and_trickle, daemon=True)
+        serving = threading.Thread(target=answer, daemon=True)
         serving.start()
         try:
-            trickled = archiving_fetch(f"http://127.0.0.1:{server.getsockname()[1]}/product/1", timeout=3)
+            return archiving_fetch(f"http://127.0.0.1:{server.getsockname()[1]}/product/1", timeout=timeout)
         finally:
             finished.set()
             serving.join(5)
+
+
+def test_a_failed_status_whose_body_trickles_keeps_its_status_within_the_fetchs_timeout() -> None:
+    """An archived source reads a failed response's body for the archive, never past the fetch's own timeout: a 503
+    whose body never ends is still this page's 503 (``http_error``, archived empty), not a ``timeout``."""
+    def trickle(connection: socket.socket, finished: threading.Event) -> None:
+        while not finished.wait(0.2):  # a byte now and then: the read never fails, never ends
+            with contextlib.suppress(OSError):
+                connection.sendall(b" ")
+
+    trickled = failed_status_fetch(trickle, timeout=3)
     assert trickled.outcome == "http_error" and trickled.status == 503, (trickled.outcome, trickled.reason)
     assert trickled.exchange is not None and trickled.exchange.status == 503 and trickled.exchange.body == b""
     assert trickled.elapsed < 3
