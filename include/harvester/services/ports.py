@@ -24,9 +24,7 @@ def is_port_free(port: int, host: str = LOOPBACK) -> bool:
 
 def free_port(host: str = LOOPBACK) -> int:
     """A port the kernel says is free now (for test servers that must not clash with `make run`)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    return free_ports(1, host)[0]
 
 
 def free_ports(count: int, host: str = LOOPBACK, besides: Iterable[int] = ()) -> list[int]:

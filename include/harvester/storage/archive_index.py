@@ -130,7 +130,7 @@ def surt(url: str) -> str:
 
 def cdxj_line(row: dict[str, Any]) -> str:
     """One index row as a CDXJ line (pywb's index format): SURT, 14-digit timestamp, then the JSON fields."""
-    moment = row["time"] if row["time"].tzinfo is not None else row["time"].replace(tzinfo=UTC)
+    moment = _aware(row["time"])
     location = payload_of(row) if row.get("record") == "revisit" else None
     fields = {"url": row.get("final_url") or row["url"], "status": str(row.get("status", "")),
               "digest": str(row.get("digest", "")).removeprefix("sha1:"), "length": str(row["length"]),
@@ -145,7 +145,7 @@ def cdxj_line(row: dict[str, Any]) -> str:
 def stored_warc_date(moment: datetime) -> str:
     """The WARC date a revisit names its original by: the row's time as the index stores it (BSON keeps
     milliseconds), so an original found among rows not flushed yet reads as the same one found in the index."""
-    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    moment = _aware(moment)
     moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

@@ -423,10 +423,9 @@ class Fetcher:
         return response.status, response, body.content, response.headers.get("content-type", "")
 
     async def _failed_body(self, response: TransportResponse, status: int, until: float) -> Body | None:
-        """The body of a response that failed by its status or type, for the archive only: the archive keeps
-        every response, so the latest archived one of a URL is what the site last said (a re-extraction reads
-        a 410 as gone, not the page archived before it). Its outcome is the status's already: a body that
-        cannot be read, or not by ``until`` (loop time, before the fetch's own timeout), is archived empty."""
+        """A failed response's body, for the archive only (the latest archived response of a URL is what the site
+        last said: a re-extraction reads a 410 as gone). The outcome is the status's already: a body that cannot be
+        read, or not by ``until`` (loop time, before the fetch's own timeout), is archived empty."""
         if status == 304:
             return None
         try:
@@ -459,7 +458,8 @@ class Fetcher:
                      conditions: Mapping[str, str] | None = None, request: HttpRequest | None = None) -> FetchResult:
         cap = self.settings.body_size_cap_bytes
         sent: dict[str, str] | None = {} if source.output.archive.enabled else None
-        failed_body_until = asyncio.get_running_loop().time() + FAILED_BODY_SHARE * source.timeout
+        archiving = sent is not None  # then a failed response's body is read for it, until:
+        failed_body_until = asyncio.get_running_loop().time() + FAILED_BODY_SHARE * source.timeout if archiving else 0
         method = request.method if request is not None else "GET"
         session = await self.sessions.of(source, url)
         response = await self._send(url, source, ready, conditions, request, sent, session)
