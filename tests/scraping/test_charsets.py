@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from harvester.scraping.fetching import decode_text
 from harvester.scraping.fetching.charsets import (
+    DETECTION_BYTES,
     StreamDecoder,
     declared_encoding,
     decode_document,
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.unit
 
 FRENCH = "Crème brûlée à la maison — 12,50 € la part, déjà prête. Voilà une spécialité très appréciée."
 JAPANESE = "東京の本屋で買った日本語の本です。価格は千二百円、送料は無料です。"
+RUSSIAN = "Мы доставляем товары по всей России в течение трёх рабочих дней, оплата при получении."
 
 
 def page(text: str) -> str:
@@ -99,7 +101,7 @@ def test_a_meta_naming_utf16_means_utf8() -> None:
 
 @pytest.mark.parametrize(("text", "charset"), [
     (FRENCH, "cp1252"), (JAPANESE, "shift_jis"), (JAPANESE, "euc-jp"), (JAPANESE, "iso-2022-jp"),
-    ("Мы доставляем товары по всей России в течение трёх рабочих дней, оплата при получении.", "cp1251"),
+    (RUSSIAN, "cp1251"),
     ("Παράδοση γίνεται σε όλη την Ελλάδα μέσα σε τρεις εργάσιμες ημέρες από την παραγγελία.", "cp1253"),
 ])
 def test_a_page_naming_no_charset_anywhere_is_detected(text: str, charset: str) -> None:
@@ -112,6 +114,20 @@ def test_a_page_naming_no_charset_anywhere_is_detected(text: str, charset: str) 
 def test_ascii_is_windows_1252_and_valid_utf8_is_utf8() -> None:
     assert detected_encoding(b"<p>plain</p>") == "cp1252"
     assert detected_encoding(FRENCH.encode()) == "utf-8"
+
+
+@pytest.mark.parametrize(("text", "charset"), [
+    (RUSSIAN, "utf-8"), (RUSSIAN, "cp1251"), (FRENCH, "cp1252"), (JAPANESE, "shift_jis"),
+])
+def test_a_page_whose_first_quarter_megabyte_is_ascii_is_decoded_by_its_text_further_on(text: str,
+                                                                                      charset: str) -> None:
+    """Real pages start with hundreds of kilobytes of inline script: a page naming no charset whose first
+    256 KB are ASCII is decided by its first non-ASCII bytes, wherever they are (one of the Zyte corpus's
+    Russian product pages, UTF-8 with its first non-ASCII byte at 770 KB, was read as windows-1252)."""
+    script = "<html><head><script>" + "var settings = {\"region\": \"unknown\", \"ready\": true};\n" * 6000
+    page = (script + f"</script></head><body><h1>{text}</h1><p>{text}</p></body></html>").encode(charset)
+    assert page[:DETECTION_BYTES].isascii()
+    assert text in decode_text(page, "text/html")
 
 
 def test_utf16_named_without_its_byte_order_is_told_by_its_zero_bytes() -> None:
