@@ -1111,7 +1111,7 @@ def test_archive_write_timeout_seconds_bounds_how_long_a_hanging_store_holds_a_b
         assert time.monotonic() - started < 0.4
         release.set()
         deadline = time.monotonic() + 10
-        while writer._pending is not None and not writer._pending.done() and time.monotonic() < deadline:
+        while writer._pending is not None and not writer._pending.finished and time.monotonic() < deadline:
             time.sleep(0.05)
         assert writer.archive(archived_source(), archive_pages(1)) == 1  # the store answers again
     finally:

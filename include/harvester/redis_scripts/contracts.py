@@ -88,11 +88,16 @@ class ScriptContract:
             raise TypeError(f"{self.name}: keys of {key_object!r} given, {self.key_space.__name__} expected")
         return [explicit[name] if name in explicit else getattr(key_object, name) for name in self.keys]
 
+    @cached_property
+    def argument_names(self) -> frozenset[str]:
+        """The ARGV names a call gives (a variadic one without its ``...``)."""
+        return frozenset(name.removesuffix(VARIADIC) for name in self.arguments)
+
     def argument_values(self, arguments: Mapping[str, Any]) -> list[Any]:
         """ARGV in the script's order from arguments given by name; every name must be given, no other."""
-        expected = {name.removesuffix(VARIADIC) for name in self.arguments}
-        if set(arguments) != expected:
-            raise TypeError(f"{self.name}: arguments {sorted(arguments)} given, {sorted(expected)} expected")
+        if arguments.keys() != self.argument_names:
+            raise TypeError(f"{self.name}: arguments {sorted(arguments)} given, {sorted(self.argument_names)} "
+                            "expected")
         values: list[Any] = []
         for name in self.arguments:
             if name.endswith(VARIADIC):
