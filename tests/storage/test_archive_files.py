@@ -1,5 +1,6 @@
 """The archive writer's local files: a run's file stays open between its batches, is never appended to once it was
-deleted under the writer (a new file starts), and a writer keeps only so many open."""
+deleted under the writer (a new file starts), and a writer keeps only so many open; a write that hangs never holds
+the process at exit."""
 
 from __future__ import annotations
 
@@ -65,3 +66,56 @@ def test_a_writer_keeps_only_so_many_files_open(writer, tmp_path) -> None:
     assert len(list((tmp_path / "shop" / "run-0").glob("*.warc.gz"))) == 2
     writer.close()
     assert writer._open == {}
+
+
+HANGING_WRITE = """
+import sys, threading, time
+
+import fsspec
+from fsspec.implementations.memory import MemoryFileSystem
+from harvester.config import SourceConfig
+from harvester.errors import ArchiveUnavailable
+from harvester.storage import ArchiveIndex, ArchiveWriter
+from pymongo import MongoClient
+from tests.storage.test_archive_files import page
+
+
+class HangingFileSystem(MemoryFileSystem):  # an object store that never answers
+    protocol = "hanging"
+    store: dict = {}
+    pseudo_dirs: list = [""]
+
+    def _open(self, path, mode="rb", **kwargs):
+        threading.Event().wait(120)
+
+
+fsspec.register_implementation("hanging", HangingFileSystem, clobber=True)
+writer = ArchiveWriter(ArchiveIndex(MongoClient(sys.argv[1])[sys.argv[2]]), "hanging://archive", 0.5, 0.0)
+shop = SourceConfig.model_validate({"name": "shop", "input": {"seeds": ["http://shop.example/"]},
+                                    "attributes": {"title": {"css": "h1"}}, "output": {"archive": {"enabled": True}}})
+try:
+    writer.archive(shop, [page("run", b"<p>hangs</p>")])
+except ArchiveUnavailable as error:
+    print("unavailable:", error, flush=True)
+writer.close()
+print("exiting", time.monotonic(), flush=True)
+"""
+
+
+def test_a_write_that_hangs_never_holds_the_worker_process_at_exit(mongo_server, mongo_database) -> None:
+    """The writer's thread stuck in a store that never answers is a daemon: the process still exits (a Celery
+    worker's child being replaced, a restart), where a thread pool's worker would be joined at exit for as long
+    as the store hangs."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", HANGING_WRITE, mongo_server.uri, mongo_database], cwd=root,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "include"), str(root)])},
+                          capture_output=True, text=True, timeout=110)
+    assert "unavailable: " in done.stdout and "within 0.5s" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "exiting" in done.stdout
+    assert time.monotonic() - started < 60  # the store would hang for 120 s
