@@ -23,8 +23,6 @@ from harvester.redis_scripts.contracts import ScriptContract
 
 __all__ = ["ScriptPipeline", "Scripts"]
 
-KEY_NAMES_KEPT = 4096  # sources whose keys call_alone keeps named (past it, they are named again)
-
 
 class ScriptPipeline:
     """One pipeline being built: script calls by name (their replies come back decoded) and plain commands."""
@@ -70,7 +68,6 @@ class Scripts:
         self._connection: Any = None
         self._connection_pid = 0
         self._connection_lock = threading.Lock()
-        self._key_names: dict[tuple[str, str], list[str]] = {}  # call_alone's, by (script, source)
 
     def load_all(self) -> None:
         """SCRIPT LOAD every script of this set (Redis did not know them: a first use, a restart, a flush)."""
@@ -118,15 +115,8 @@ class Scripts:
         For a caller that runs nothing beside it, often: the pipeline's set-up cost the archive's payload filter
         a quarter of its CPU (25 of 110 µs a call, measured 2026-12-06)."""
         contract = self.contracts[name]
-        if keys is None and isinstance(keys_of, str):  # a source's keys: named once (a key object builds them all)
-            key_names = self._key_names.get((name, keys_of))
-            if key_names is None:
-                if len(self._key_names) >= KEY_NAMES_KEPT:
-                    self._key_names.clear()
-                key_names = self._key_names[(name, keys_of)] = contract.key_names(keys_of)
-        else:
-            key_names = contract.key_names(keys_of, keys)
-        call = ("EVALSHA", contract.sha, len(key_names), *key_names, *contract.argument_values(arguments))
+        call = ("EVALSHA", contract.sha, len(contract.keys), *contract.key_names(keys_of, keys),
+                *contract.argument_values(arguments))
         try:
             reply = self._send(call)
         except NoScriptError:

@@ -124,7 +124,7 @@ def archived_response_head(status_line: str, headers: tuple[tuple[str, str], ...
         elif lowered == "content-encoding":
             lines.append(f"X-Archive-Orig-Content-Encoding: {value}")
     lines.append(f"Content-Length: {body_length}")
-    return (header_lines(lines) + "\r\n\r\n").encode("utf-8", "replace")
+    return head_bytes(lines)
 
 
 def warc_date(moment: datetime) -> str:
@@ -281,8 +281,12 @@ def header_lines(lines: list[str]) -> str:
 
 def http_head(first_line: str, headers: list[tuple[str, str]]) -> bytes:
     """An HTTP message's head as the record keeps it: the first line, the headers, the empty line."""
-    text = header_lines([first_line, *(f"{name}: {value}" for name, value in headers)])
-    return (text + "\r\n\r\n").encode("utf-8", "replace")
+    return head_bytes([first_line, *(f"{name}: {value}" for name, value in headers)])
+
+
+def head_bytes(lines: list[str]) -> bytes:
+    """A head's lines (the first line, then ``Name: value``) as the record's bytes, the empty line after them."""
+    return (header_lines(lines) + "\r\n\r\n").encode("utf-8", "replace")
 
 
 def gzip_member(data: bytes, isal_level: int = ARCHIVE_GZIP_LEVEL) -> bytes:
