@@ -119,3 +119,36 @@ def test_a_write_that_hangs_never_holds_the_worker_process_at_exit(mongo_server,
     assert "unavailable: " in done.stdout and "within 0.5s" in done.stdout, done.stdout + done.stderr
     assert done.returncode == 0 and "exiting" in done.stdout
     assert time.monotonic() - started < 60  # the store would hang for 120 s
+
+
+def test_a_revisit_lookup_in_an_index_that_never_answers_holds_the_batch_no_longer_than_the_write_timeout(
+        tmp_path) -> None:
+    """The records are made in the batch's thread, but the index's revisit lookups run in the writer's: a MongoDB
+    that accepts connections and never answers costs the batch ``archive_write_timeout_seconds``, then the gap,
+    and the next batch is refused at once rather than queued behind the stuck lookup."""
+    import socket
+    import time
+
+    from harvester.errors import ArchiveUnavailable
+    from pymongo import MongoClient
+
+    silent = socket.socket()  # accepts connections (the kernel's backlog) and never answers one
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    client = MongoClient(f"mongodb://127.0.0.1:{silent.getsockname()[1]}/?directConnection=true",
+                         serverSelectionTimeoutMS=20_000, connectTimeoutMS=20_000, socketTimeoutMS=20_000)
+    writer = ArchiveWriter(ArchiveIndex(client["harvester"]), "file:///unused", 0.5, 0.0)  # no filter: all looked up
+    try:
+        started = time.monotonic()
+        with pytest.raises(ArchiveUnavailable, match=r"within 0\.5s"):
+            writer.archive(source(tmp_path), [page("run", b"<p>looked up</p>")])
+        assert time.monotonic() - started < 5
+        started = time.monotonic()
+        with pytest.raises(ArchiveUnavailable, match="not finished"):
+            writer.archive(source(tmp_path), [page("run", b"<p>next</p>")])
+        assert time.monotonic() - started < 0.4
+        assert not list(tmp_path.rglob("*.warc.gz"))  # nothing written for a batch whose lookups never ended
+    finally:
+        writer.close()
+        client.close()
+        silent.close()

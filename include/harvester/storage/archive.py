@@ -40,7 +40,7 @@ from harvester.settings import HarvesterSettings
 from harvester.storage.archive_digests import ArchivedDigests
 from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original
 from harvester.storage.archive_journal import RowsBehind, WaitingResponse
-from harvester.storage.warc_records import ArchivedPage, WarcBatch, labelled_sha1
+from harvester.storage.warc_records import ArchivedPage, PlacedRecord, WarcBatch, labelled_sha1
 
 __all__ = ["WARC_SUFFIX", "ArchiveWriter", "ArchivedPage", "file_url"]
 
@@ -95,11 +95,11 @@ class _Job:
 
 
 class _WriterThread:
-    """The writer's one thread: a batch's archive runs there, so a store that hangs holds it, never the batch (the
-    caller waits ``archive_write_timeout_seconds``). Why not a ``ThreadPoolExecutor``: its future's condition and
-    its worker's wake-up cost 124 µs of CPU a call after a pause against 61 for a queue and a lock (measured on
-    2 vCPUs, 2026-12-07); the archive hands over once a wave of pages. A daemon thread: one stuck in a hanging
-    write never holds the process's exit."""
+    """The writer's one thread: a batch's steps that touch the storage or the index run there, so a store that
+    hangs holds it, never the batch (the caller waits ``archive_write_timeout_seconds``). Why not a
+    ``ThreadPoolExecutor``: its future's condition and its worker's wake-up cost 124 µs of CPU a call after a pause
+    against 61 for a queue and a lock (measured on 2 vCPUs, 2026-12-07); the archive hands over once a wave of
+    pages. A daemon thread: one stuck in a hanging write never holds the process's exit."""
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -165,15 +165,13 @@ class ArchiveWriter:
             self._thread = _WriterThread()
         written = 0
         for run_id, run_pages in by_run.items():
-            if self._pending is not None and not self._pending.finished:  # a write still hangs: never queue behind it
-                raise ArchiveUnavailable(f"the archive at {self.location_of(source)} has not finished an earlier "
-                                         "write: this batch is not archived")
-            job = self._pending = self._thread.submit(self._archive_run, source, run_id, run_pages)
             try:
-                written += job.wait(self.write_timeout_seconds)
+                written += self._archive_run(source, run_id, run_pages)
             except _StillWriting:
                 raise ArchiveUnavailable(f"the archive at {self.location_of(source)} did not answer within "
                                          f"{self.write_timeout_seconds:g}s") from None
+            except ArchiveUnavailable:
+                raise
             except StorageError as error:  # the index (MongoDB): one kind of archive failure
                 raise ArchiveUnavailable(f"archive index: {error}") from error
             except (OSError, ValueError, RuntimeError) as error:  # fsspec's backends raise these (a full disk,
@@ -182,6 +180,18 @@ class ArchiveWriter:
                 ) from error
         self._arm_flush()
         return written
+
+    def _in_thread(self, source: SourceConfig, call: Callable[..., Any], *arguments: Any) -> Any:
+        """``call`` in the writer's thread, waited for ``archive_write_timeout_seconds`` (:class:`_StillWriting`
+        past it): every step that touches the storage or the index runs there, so one that hangs holds that thread,
+        never the batch. While one still hangs, the next is refused (never queued behind it)."""
+        if self._pending is not None and not self._pending.finished:
+            raise ArchiveUnavailable(f"the archive at {self.location_of(source)} has not finished an earlier "
+                                     "write: this batch is not archived")
+        if self._thread is None:
+            self._thread = _WriterThread()
+        job = self._pending = self._thread.submit(call, *arguments)
+        return job.wait(self.write_timeout_seconds)
 
     def _arm_flush(self) -> None:
         """Rows waiting reach the index within ``archive_index_flush_seconds`` even when no batch follows (an idle
@@ -215,66 +225,110 @@ class ArchiveWriter:
             return False
 
     def _archive_run(self, source: SourceConfig, run_id: str, pages: list[ArchivedPage]) -> int:
+        """One run's pages. The digests, the payload filter's screening (Redis, bounded by the client's socket
+        timeout like every Redis call of a batch), the records and the index rows are made in the calling thread;
+        what reads or writes the storage or the index runs in the writer's thread (:meth:`_in_thread`): resolving
+        the location's filesystem, the revisit lookups, the file's bytes and the rows' journal. Until 2026-12-07
+        the records were made in the writer's thread too: woken on two cores, it ran on the other CPU, away from the
+        caches the crawl had warmed, and the same work cost about 10 µs a page more than in the caller (the archive
+        off, on and split this way alternated by round, 40 rounds of 600 demo pages; docs/benchmarks.md)."""
         settings = source.output.archive
-        location = self.location_of(source)
-        filesystem, root, appendable = self._filesystem(location, settings.connection_id)
+        resolved = self._filesystems.get((self.location_of(source), settings.connection_id))
+        if resolved is None:  # once per process and location (inside Airflow a connection is read: in the thread)
+            resolved = self._in_thread(source, self._filesystem, self.location_of(source), settings.connection_id)
+        filesystem, root, appendable = resolved
         raw_digests = [hashlib.sha1(page.exchange.body).digest() for page in pages]
         digests = [labelled_sha1(raw) for raw in raw_digests]
-        originals = self._originals(source.name, pages, raw_digests, digests)
-        with self._lock:
-            current = self._open.pop((source.name, run_id), None) if appendable else None
-            if current is not None and (current.size >= settings.max_file_mb * 1024 * 1024 or current.deleted()):
-                current.close()
-                current = None  # rotated (or deleted under its handle): the next batch starts a new file
-            if current is None:
-                current = _OpenFile(self._new_file_path(root, source.name, run_id), 0)
+        asked = self._asked(source.name, pages, raw_digests)
+        originals = self._in_thread(source, self._originals, source.name, pages, digests, asked) if asked else {}
+        while True:  # twice when the run's file was deleted under its handle: then the batch goes to a new file
+            current, retired = self._current_file(source.name, run_id, root, appendable, settings.max_file_mb)
             batch = WarcBatch(source.name, current.path.rsplit("/", 1)[-1], current.size == 0, len(pages))
             placed = [batch.add(page, digest, originals.get(index))
                       for index, (page, digest) in enumerate(zip(pages, digests, strict=True))]
-            data = batch.data()
-            try:
-                self._write(filesystem, current, data, appendable)
-            except BaseException:  # whatever broke the write, the file's tail is unknown: never appended to again
-                current.close()  # (taken out of _open above) the next batch starts a file of its own
-                raise
-            start = current.size
-            current.size += len(data)
-            if appendable:
-                self._keep_open((source.name, run_id), current)
-        archived_file = file_url(location, root, current.path)
+            documents, responses = self._rows(source, file_url(self.location_of(source), root, current.path),
+                                              current.size, pages, digests, placed, originals)
+            if self._in_thread(source, self._store, filesystem, current, retired, batch.data(), appendable,
+                               (source.name, run_id), root, documents, responses):
+                return len(documents)
+
+    def _asked(self, source: str, pages: list[ArchivedPage], raw_digests: list[bytes]) -> list[int]:
+        """The positions of the pages to look up in the index for what they revisit: a 304's URL, and a payload the
+        source's filter may have seen (most payloads it has never seen: a lookup is a round trip a batch)."""
+        fresh = [position for position, page in enumerate(pages) if page.exchange.status != 304]
+        screened = None if self.archived_digests is None else self.archived_digests.screen(
+            source, [raw_digests[position] for position in fresh])
+        if screened is None:
+            return list(range(len(pages)))
+        unseen = {position for position, maybe in zip(fresh, screened, strict=True) if not maybe}
+        return [position for position in range(len(pages)) if position not in unseen]
+
+    def _originals(self, source: str, pages: list[ArchivedPage], digests: list[str],
+                   asked: list[int]) -> dict[int, Original]:
+        """What each asked page revisits, by its position: the index, then the rows still waiting (whose flush
+        runs in the writer's thread too)."""
+        found = self.rows.originals(source, [
+            (pages[position].url, digests[position], pages[position].exchange.status == 304) for position in asked])
+        return {asked[number]: original for number, original in found.items()}
+
+    def _current_file(self, source: str, run_id: str, root: str, appendable: bool,
+                      max_file_mb: float) -> tuple[_OpenFile, _OpenFile | None]:
+        """The run's file for this batch, taken out of the files kept open until its bytes are written (a batch
+        that failed never leaves it to be appended to), and the full one it replaces (closed in the thread)."""
+        with self._lock:
+            current = self._open.pop((source, run_id), None) if appendable else None
+        retired = None
+        if current is not None and current.size >= max_file_mb * 1024 * 1024:
+            current, retired = None, current  # rotated: this batch starts a new file
+        if current is None:
+            current = _OpenFile(self._new_file_path(root, source, run_id), 0)
+        return current, retired
+
+    @staticmethod
+    def _rows(source: SourceConfig, archived_file: str, start: int, pages: list[ArchivedPage], digests: list[str],
+              placed: list[PlacedRecord], originals: dict[int, Original],
+              ) -> tuple[list[bytes], list[tuple[str, str, str, WaitingResponse]]]:
+        """The batch's index rows (BSON), its records at ``start`` in ``archived_file``, and the responses among
+        them (what a lookup before the next flush may find)."""
+        connection_id = source.output.archive.connection_id
         documents: list[bytes] = []
-        responses: list[tuple[str, str, str, WaitingResponse]] = []  # what a lookup may find before a flush
+        responses: list[tuple[str, str, str, WaitingResponse]] = []
         for index, (page, digest, (kind, offset, length, record_id)) in enumerate(
                 zip(pages, digests, placed, strict=True)):
             entry = IndexEntry(
                 source=source.name, run=page.run_id, task_id=page.task_id, url=page.url, final_url=page.exchange.url,
                 time=page.fetched_at, file=archived_file, offset=start + offset, length=length, digest=digest,
-                status=page.exchange.status, record=kind, connection_id=settings.connection_id, kind=page.kind,
+                status=page.exchange.status, record=kind, connection_id=connection_id, kind=page.kind,
                 depth=page.depth, record_id=record_id,
                 payload=(originals[index].payload if kind == "revisit" and index in originals else None))
             documents.append(entry.encoded())
             if kind == "response":
                 responses.append((source.name, page.url, digest, (
-                    page.exchange.url, page.fetched_at, archived_file, start + offset, length, settings.connection_id)))
-        self.rows.write(root if appendable else None, documents, responses)
-        return len(documents)
+                    page.exchange.url, page.fetched_at, archived_file, start + offset, length, connection_id)))
+        return documents, responses
 
-    def _originals(self, source: str, pages: list[ArchivedPage], raw_digests: list[bytes],
-                   digests: list[str]) -> dict[int, Original]:
-        """What each page revisits, by its position: a 304's URL, or the same payload archived before. Payloads
-        the source's filter has never seen are not looked up (most of them: a lookup is a round trip a batch)."""
-        fresh = [position for position, page in enumerate(pages) if page.exchange.status != 304]
-        screened = None if self.archived_digests is None else self.archived_digests.screen(
-            source, [raw_digests[position] for position in fresh])
-        asked = list(range(len(pages)))
-        if screened is not None:
-            unseen = {position for position, maybe in zip(fresh, screened, strict=True) if not maybe}
-            asked = [position for position in asked if position not in unseen]
-        if not asked:
-            return {}
-        found = self.rows.originals(source, [
-            (pages[position].url, digests[position], pages[position].exchange.status == 304) for position in asked])
-        return {asked[number]: original for number, original in found.items()}
+    def _store(self, filesystem: Any, current: _OpenFile, retired: _OpenFile | None, data: bytes, appendable: bool,
+               key: tuple[str, str], root: str, documents: list[bytes],
+               responses: list[tuple[str, str, str, WaitingResponse]]) -> bool:
+        """In the writer's thread: the batch's bytes into its file, then its rows journalled (or inserted). False,
+        nothing written, when the file was deleted under its handle since its last batch (a clean-up or an operator:
+        appends would go to no name): the caller makes the batch again for a new file."""
+        if retired is not None:
+            retired.close()
+        if current.deleted():
+            current.close()
+            return False
+        try:
+            self._write(filesystem, current, data, appendable)
+        except BaseException:  # whatever broke the write, the file's tail is unknown: never appended to again
+            current.close()  # (out of _open since _current_file) the next batch starts a file of its own
+            raise
+        current.size += len(data)
+        if appendable:
+            with self._lock:
+                self._keep_open(key, current)
+        self.rows.write(root if appendable else None, documents, responses)
+        return True
 
     def _filesystem(self, location: str, connection_id: str | None) -> tuple[Any, str, bool]:
         """The location's filesystem, its root, and whether it is a local disk (appended to, rows journalled)."""
