@@ -15,10 +15,13 @@ crawl's) alternately with the archive on and off (file storage in the bench's di
   ``cpu_ms_per_page_by_round`` each round's figures;
 - ``archive_cpu_overhead_interleaved``: the same ratio with "on" and "off" batches of 16 interleaved, one of each in
   turns (``--interleaved-pages`` a side, after the rounds): the main thread's CPU of each batch to its side, the
-  archive writer thread's to "on" (``archive_writer_cpu_ms_per_page``), the other threads' half to each. Both
-  sides meet the same machine within tens of milliseconds, so this reads within about ±0.01 between runs where the
-  rounds' figures swing by ±0.05 (2026-12-06); its batches take on no more work while they run (each has 16 pages
-  to itself), so its CPU a page is the batch's, above the refilling rounds';
+  archive writer thread's to "on" (``archive_writer_cpu_ms_per_page``: since 2026-12-07 only the steps that touch
+  the storage or the index, the records being made in the batch's thread), the other threads' half to each. Both
+  sides meet the same machine within tens of milliseconds, yet it spreads as much between runs (0.085-0.119 in six
+  runs of the same code, 2026-12-07) and read above the rounds' figure in those runs (0.04-0.09); blocks of 8
+  batches a side read the same as turns of one, so that is not the archive's code running cold between batches
+  of a source without one. Its batches take on no more work while they run (each has 16 pages to itself), so its
+  CPU a page is the batch's, above the refilling rounds';
 - ``archive_bytes_per_page``: the WARC bytes (gzip per record, request and response) per archived page;
 - ``reextract_pages_per_s``: the archived run re-extracted (:class:`harvester.producer.Reextraction`, index,
   WARC reads, extraction; records to the discard sink), pages per second;
@@ -26,7 +29,7 @@ crawl's) alternately with the archive on and off (file storage in the bench's di
   page of both beside them (``cpu_ms_per_page_off``, ``reextract_cpu_ms_per_page``: the re-extraction's process
   and its page readers, ``reextract_reader_processes`` of them, ``reextract_processes``: one per CPU).
 
-Usage: .venv/bin/python bench/archive.py [--pages 600] [--latency-ms 20] [--rounds 10] [--interleaved-pages 1600]
+Usage: .venv/bin/python bench/archive.py [--pages 600] [--latency-ms 20] [--rounds 20] [--interleaved-pages 1600]
 [--smoke]
 ``--smoke``: 40 pages, one round, 32 interleaved pages (checks the bench runs; its figures mean little). The JSON
 object on the last line carries every figure and ``mongo`` (which server answered).
@@ -136,7 +139,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=600)
     parser.add_argument("--latency-ms", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=20,
+                        help="rounds of each side (10 until 2026-12-07: the figure spread by +-0.05 between runs)")
     parser.add_argument("--interleaved-pages", type=int, default=1600,
                         help="pages of each side in the interleaved measure (archive_cpu_overhead_interleaved)")
     parser.add_argument("--smoke", action="store_true")
