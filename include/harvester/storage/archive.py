@@ -229,9 +229,10 @@ class ArchiveWriter:
         timeout like every Redis call of a batch), the records and the index rows are made in the calling thread;
         what reads or writes the storage or the index runs in the writer's thread (:meth:`_in_thread`): resolving
         the location's filesystem, the revisit lookups, the file's bytes and the rows' journal. Until 2026-12-07
-        the records were made in the writer's thread too: woken on two cores, it ran on the other CPU, away from the
-        caches the crawl had warmed, and the same work cost about 10 µs a page more than in the caller (the archive
-        off, on and split this way alternated by round, 40 rounds of 600 demo pages; docs/benchmarks.md)."""
+        the records were made in the writer's thread too, and the same work cost 10-20 µs a page more there than
+        in the caller (the archive off, on and split this way alternated by round, 40 rounds of 600 demo pages;
+        docs/benchmarks.md): a thread woken once a wave runs with colder caches, on two cores often on the other
+        CPU than the crawl's."""
         settings = source.output.archive
         resolved = self._filesystems.get((self.location_of(source), settings.connection_id))
         if resolved is None:  # once per process and location (inside Airflow a connection is read: in the thread)
