@@ -161,8 +161,6 @@ class ArchiveWriter:
         by_run: dict[str, list[ArchivedPage]] = {}
         for page in pages:
             by_run.setdefault(page.run_id, []).append(page)
-        if self._thread is None:
-            self._thread = _WriterThread()
         written = 0
         for run_id, run_pages in by_run.items():
             try:
@@ -234,9 +232,10 @@ class ArchiveWriter:
         docs/benchmarks.md): a thread woken once a wave runs with colder caches, on two cores often on the other
         CPU than the crawl's."""
         settings = source.output.archive
-        resolved = self._filesystems.get((self.location_of(source), settings.connection_id))
+        location = self.location_of(source)
+        resolved = self._filesystems.get((location, settings.connection_id))
         if resolved is None:  # once per process and location (inside Airflow a connection is read: in the thread)
-            resolved = self._in_thread(source, self._filesystem, self.location_of(source), settings.connection_id)
+            resolved = self._in_thread(source, self._filesystem, location, settings.connection_id)
         filesystem, root, appendable = resolved
         raw_digests = [hashlib.sha1(page.exchange.body).digest() for page in pages]
         digests = [labelled_sha1(raw) for raw in raw_digests]
@@ -247,7 +246,7 @@ class ArchiveWriter:
             batch = WarcBatch(source.name, current.path.rsplit("/", 1)[-1], current.size == 0, len(pages))
             placed = [batch.add(page, digest, originals.get(index))
                       for index, (page, digest) in enumerate(zip(pages, digests, strict=True))]
-            documents, responses = self._rows(source, file_url(self.location_of(source), root, current.path),
+            documents, responses = self._rows(source, file_url(location, root, current.path),
                                               current.size, pages, digests, placed, originals)
             if self._in_thread(source, self._store, filesystem, current, retired, batch.data(), appendable,
                                (source.name, run_id), root, documents, responses):
