@@ -19,7 +19,7 @@ from harvester.services import readiness
 from harvester.services.ports import LOOPBACK, free_port, free_ports
 from harvester.settings import REPOSITORY_ROOT
 
-from tests.fixtures.airflow_db import with_migrated_database
+from tests.fixtures.airflow_db import DATABASE_FILE, with_migrated_database
 from tests.fixtures.servers import VENV_BIN, MongoServer, ServerProcess
 
 USERS = {"operator": ("user", "operator-password"), "watcher": ("viewer", "watcher-password")}
@@ -45,11 +45,19 @@ class AirflowServer:
         return self.server.log_path.read_text(errors="replace")[-4000:] if self.server.log_path.exists() else ""
 
 
+SQLITE_BUSY_SECONDS = 60  # how long a test instance's SQLite connection waits for a lock (sqlite3's default: 5)
+
+
 def airflow_environment(home: Path, port: int, **extra: str) -> dict[str, str]:
     """Airflow's settings for a test's own instance on loopback.
 
     The log servers get free ports too: `airflow standalone` serves task logs on 8793 and triggerer logs on
     8794 by default, so two standalone tests on two xdist workers collided there and one instance died.
+
+    The SQLite database (where Airflow looks by default) waits up to :data:`SQLITE_BUSY_SECONDS` for another
+    writer's lock: `airflow standalone` runs four writers on one file (scheduler, dag-processor, triggerer,
+    api-server), and under the suite's load sqlite3's default 5 s ran out once, the API answering a DAG trigger
+    with 500 "Database error" while the log said ``database is locked`` (a clean-clone CI run, 2026-12-07).
     """
     base_url = f"http://{LOOPBACK}:{port}"
     worker_log_port, trigger_log_port = free_ports(2, besides=[port])
@@ -59,6 +67,7 @@ def airflow_environment(home: Path, port: int, **extra: str) -> dict[str, str]:
     return {
         **os.environ,
         "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / DATABASE_FILE}?timeout={SQLITE_BUSY_SECONDS}",
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPOSITORY_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPOSITORY_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
