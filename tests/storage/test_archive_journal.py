@@ -231,3 +231,23 @@ def test_a_journal_that_cannot_be_written_fails_the_batch_s_archive_like_its_byt
     finally:
         behind.close()
     assert ArchiveIndex(mongo_server.client()[mongo_database]).latest("shop") == []
+
+
+def test_a_journal_claimed_or_emptied_between_batches_is_never_appended_to_again(tmp_path: Path) -> None:
+    """A recovering process claims an abandoned journal by renaming it and reads it once; the flush empties one by
+    deleting it. Whatever the writer keeps open between batches, the rows of its next batch go to a new file under
+    its own name, never into the claimed file (whose rows would then be read by nobody) nor into a deleted one."""
+    from harvester.storage.archive_journal import IndexJournal
+
+    journal = IndexJournal(str(tmp_path))
+    first, second, third = ([bson.encode({"_id": f"{batch}-{n}"}) for n in range(2)] for batch in "abc")
+    journal.append(first)
+    claimed = tmp_path / "elsewhere-1-cclaimed.bson"
+    os.rename(journal.path, claimed)  # what recover_journals does to a journal it puts back
+    journal.append(second)
+    assert read_journal(str(claimed)) == first
+    assert read_journal(journal.path) == second
+    journal.clear()  # a flush: its rows are in the index
+    journal.append(third)
+    assert read_journal(journal.path) == third
+    journal.close()

@@ -393,6 +393,7 @@ class ArchiveWriter:
                 for current in self._open.values():
                     current.close()
                 self._open.clear()
+            self.rows.close()
             if self.archived_digests is not None:
                 self.archived_digests.close()
 
