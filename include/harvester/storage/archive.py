@@ -39,7 +39,7 @@ from harvester.errors import ArchiveUnavailable, StorageError
 from harvester.settings import HarvesterSettings
 from harvester.storage.archive_digests import ArchivedDigests
 from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original
-from harvester.storage.archive_journal import RowsBehind, WaitingResponse
+from harvester.storage.archive_journal import RowsBehind, WaitingResponse, write_fully
 from harvester.storage.warc_records import ArchivedPage, PlacedRecord, WarcBatch, labelled_sha1
 
 __all__ = ["WARC_SUFFIX", "ArchiveWriter", "ArchivedPage", "file_url"]
@@ -369,9 +369,7 @@ class ArchiveWriter:
             filesystem.makedirs(current.path.rsplit("/", 1)[0], exist_ok=True)
             current.handle = open(current.path, "ab", buffering=0)  # noqa: SIM115 (kept open: _OpenFile.close)
         try:
-            written = memoryview(data)
-            while written:  # an unbuffered write may take part of the data
-                written = written[current.handle.write(written) or 0:]
+            write_fully(current.handle, data)
         except OSError:
             with contextlib.suppress(OSError):  # the write's own error is the one to report
                 os.ftruncate(current.handle.fileno(), current.size)

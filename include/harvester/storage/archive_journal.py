@@ -82,6 +82,14 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+def write_fully(handle: io.FileIO, data: bytes) -> None:
+    """All of ``data`` through an unbuffered file (whose ``write`` may take part of it): the archive's files and
+    journals are written so, each batch's bytes in the file before the next step."""
+    remaining = memoryview(data)
+    while remaining:
+        remaining = remaining[handle.write(remaining) or 0:]
+
+
 class IndexJournal:
     """One writer's journal: the BSON rows it has not put in the index yet, appended in one write a batch.
 
@@ -107,9 +115,7 @@ class IndexJournal:
                 handle = open(self.path, "ab", buffering=0)  # noqa: SIM115
             self._handle, self._inode = handle, os.fstat(handle.fileno()).st_ino
         try:
-            data = memoryview(b"".join(documents))
-            while data:  # an unbuffered write may take part of the data
-                data = data[handle.write(data) or 0:]
+            write_fully(handle, b"".join(documents))
         except OSError:  # as before: the next batch opens the file by its name again
             self.close()
             raise
