@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import threading
 import zlib
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,6 +31,7 @@ from functools import lru_cache
 from html import escape
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -79,9 +81,18 @@ def sitemap_index(entries: list[tuple[str, datetime | None]]) -> bytes:
     return f'<?xml version="1.0" encoding="UTF-8"?><sitemapindex xmlns="{SITEMAP_NS}">{items}</sitemapindex>'.encode()
 
 
-@lru_cache(maxsize=2)
+_GZIP_BOMB_LOCK = threading.Lock()
+
+
 def gzip_bomb(megabytes: int) -> bytes:
-    """A gzip FILE (not a content encoding) of a sitemap that never ends: ``megabytes`` MiB of spaces."""
+    """A gzip FILE (not a content encoding) of a sitemap that never ends: ``megabytes`` MiB of spaces, built
+    once (two first requests wait for one build)."""
+    with _GZIP_BOMB_LOCK:
+        return _gzip_bomb(megabytes)
+
+
+@lru_cache(maxsize=2)
+def _gzip_bomb(megabytes: int) -> bytes:
     compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     parts = [compressor.compress(f'<urlset xmlns="{SITEMAP_NS}"><url><loc>'.encode())]
     block = b" " * (1024 * 1024)
@@ -208,7 +219,10 @@ def incremental_routes(products: Callable[[], int], product_body: Callable[..., 
         return state.served(request, Response(BILLION_LAUGHS.encode(), media_type="application/xml"))
 
     async def gzip_bomb_file(request: Request) -> Response:
-        return Response(gzip_bomb(int_param(request, "mb", 1024, 1, 4096)), media_type="application/gzip")
+        # off the event loop (zlib releases the GIL): 1 GiB at level 9 is seconds of CPU, during which every
+        # other page of the site, the other sitemaps of the same run included, would wait
+        body = await run_in_threadpool(gzip_bomb, int_param(request, "mb", 1024, 1, 4096))
+        return Response(body, media_type="application/gzip")
 
     async def deep(request: Request) -> Response:
         level = int(request.path_params["level"])

@@ -28,7 +28,7 @@ from harvester.settings import REPOSITORY_ROOT, HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source_document
 from tests.fixtures.servers import VENV_BIN, ServerProcess
-from tests.observability.airflow_server import USERS, AirflowServer, airflow_environment
+from tests.observability.airflow_server import USERS, AirflowServer, airflow_environment, trigger_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 ARTIFACTS = REPOSITORY_ROOT / "var" / "test-artifacts" / "observability"
@@ -61,14 +61,7 @@ def run_state(client: httpx.Client, run_id: str, dag_id: str = DAG_ID) -> str:
 
 
 def trigger(client: httpx.Client, dag_id: str) -> str:
-    """A run of ``dag_id`` now; standalone's SQLite may be locked by the scheduler for a moment (a 500)."""
-    for _ in range(10):
-        response = client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {}})
-        if response.status_code < 500:
-            break
-        time.sleep(2)
-    assert response.status_code in (200, 201), response.text
-    return response.json()["dag_run_id"]
+    return trigger_run(client, f"/api/v2/dags/{dag_id}/dagRuns")
 
 
 def browser_source_document(base_url: str) -> dict:
@@ -159,6 +152,10 @@ def test_operators_watch_a_harvest_in_the_browser(browser_settings, demo_site, m
                 browser = playwright.chromium.launch(executable_path=str(browser_settings.chromium_executable),
                                                      args=["--no-sandbox", "--disable-dev-shm-usage"])
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                # Airflow's UI while three DAG runs start and three servers work beside it on two loaded cores:
+                # its first page (the bundle) took over 30 s (Playwright's default) once in CI
+                page.set_default_navigation_timeout(120_000)
+                page.set_default_timeout(60_000)
                 page.goto(f"{base_url}/")
                 page.fill("input[name=username]", "operator")
                 page.fill("input[name=password]", USERS["operator"][1])

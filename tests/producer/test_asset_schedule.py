@@ -14,7 +14,7 @@ import yaml
 from harvester.settings import HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source_document
-from tests.observability.airflow_server import standalone_airflow_and_distributor
+from tests.observability.airflow_server import standalone_airflow_and_distributor, trigger_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -65,9 +65,7 @@ def test_a_source_scheduled_after_another_runs_after_its_run(
                                      down).lower(), down
         assert client.get("/dags/harvest_asset_down/dagRuns").json()["total_entries"] == 0
 
-        response = client.post("/dags/harvest_asset_up/dagRuns", json={"logical_date": None, "conf": {}})
-        assert response.status_code in (200, 201), response.text
-        upstream_run = response.json()["dag_run_id"]
+        upstream_run = trigger_run(client, "/dags/harvest_asset_up/dagRuns")
         deadline = time.monotonic() + 240
         while (run := poll(client, f"/dags/harvest_asset_up/dagRuns/{upstream_run}", deadline))["state"] not in (
                 "success", "failed"):

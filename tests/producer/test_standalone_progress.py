@@ -16,7 +16,7 @@ import yaml
 from harvester.settings import HarvesterSettings
 
 from tests.fixtures.demo_site import demo_source_document
-from tests.observability.airflow_server import standalone_airflow_and_distributor
+from tests.observability.airflow_server import standalone_airflow_and_distributor, trigger_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 PROGRESS = re.compile(r"packages (\d+)/(\d+) done")
@@ -54,9 +54,7 @@ def test_sensor_log_shows_progress_through_the_rest_api(
         while client.get(f"/dags/{dag_id}").status_code != 200:
             assert time.monotonic() < deadline, "the DAG was never parsed: " + _tail(tmp_path)
             time.sleep(1)
-        response = client.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {}})
-        assert response.status_code in (200, 201), response.text
-        run_id = response.json()["dag_run_id"]
+        run_id = trigger_run(client, f"/dags/{dag_id}/dagRuns")
 
         seen: list[tuple[int, int]] = []
         deferred_seen = False
