@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import servers
-from tests.fixtures.servers import ServerProcess, live_members, stop_together
+from tests.fixtures.servers import ServerProcess, live_members, running_in_group, stop_together
 
 pytestmark = pytest.mark.unit
 
@@ -43,12 +43,7 @@ def stubborn_server(tmp_path: Path, name: str) -> tuple[ServerProcess, int]:
 
 
 def running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not: it waits for init to reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+    return running_in_group(pid) is not None
 
 
 def test_a_stopped_server_leaves_no_process_of_its_group(tmp_path: Path) -> None:

@@ -44,12 +44,29 @@ HOSTILE_FETCH_PAGES = [
 ]
 
 
-@lru_cache(maxsize=4)
-def _zeros_gzipped(megabytes: int, layers: int) -> bytes:
-    """``megabytes`` MiB of zeros gzipped ``layers`` times, built in 1 MiB steps (never held whole)."""
+# One lock a bomb: its two first requests build it once, and one bomb being built never holds up another's request.
+_BUILDS: dict[tuple[bytes, bytes, int, int], threading.Lock] = {}
+_BUILDS_LOCK = threading.Lock()
+DEFAULT_BOMBS = ((2048, 2), (64, 1))  # what HOSTILE_PATHS ask for
+
+
+def gzipped_filler(prefix: bytes, filler: bytes, megabytes: int, layers: int = 1) -> bytes:
+    """``prefix``, then ``megabytes`` MiB of the byte ``filler``, gzipped ``layers`` times: a body that inflates far
+    beyond its size (the HTML bombs here, the sitemap bomb of :mod:`harvester_demo.incremental`). Built once per
+    argument (1-2 GiB at level 9 is seconds of CPU: callers run it off the event loop)."""
+    key = (prefix, filler, megabytes, layers)
+    with _BUILDS_LOCK:
+        lock = _BUILDS.setdefault(key, threading.Lock())
+    with lock:
+        return _gzipped_filler(*key)
+
+
+@lru_cache(maxsize=6)
+def _gzipped_filler(prefix: bytes, filler: bytes, megabytes: int, layers: int) -> bytes:
+    """Built in 1 MiB steps (never held whole before it is compressed)."""
     compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    block = b"\0" * (1024 * 1024)
-    parts = [compressor.compress(b"<html><body><p>")]
+    block = filler * (1024 * 1024)
+    parts = [compressor.compress(prefix)]
     parts += [compressor.compress(block) for _ in range(megabytes)]
     parts.append(compressor.flush())
     body = b"".join(parts)
@@ -58,14 +75,9 @@ def _zeros_gzipped(megabytes: int, layers: int) -> bytes:
     return body
 
 
-_BOMB_LOCK = threading.Lock()
-DEFAULT_BOMBS = ((2048, 2), (64, 1))  # what HOSTILE_PATHS ask for
-
-
 def zeros_gzipped(megabytes: int, layers: int) -> bytes:
-    """``megabytes`` MiB of zeros gzipped ``layers`` times, built once (2 GiB at level 9 is seconds of CPU)."""
-    with _BOMB_LOCK:  # two first requests build it once
-        return _zeros_gzipped(megabytes, layers)
+    """An HTML page of ``megabytes`` MiB of zeros gzipped ``layers`` times (a Content-Encoding bomb)."""
+    return gzipped_filler(b"<html><body><p>", b"\0", megabytes, layers)
 
 
 def prepare_bombs() -> threading.Thread:

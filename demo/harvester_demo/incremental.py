@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import threading
-import zlib
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime, parsedate_to_datetime
-from functools import lru_cache
 from html import escape
 from typing import Any
 
@@ -35,6 +32,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from harvester_demo.hostile import gzipped_filler
 
 SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)  # every product was last modified then, until changed
@@ -81,24 +80,9 @@ def sitemap_index(entries: list[tuple[str, datetime | None]]) -> bytes:
     return f'<?xml version="1.0" encoding="UTF-8"?><sitemapindex xmlns="{SITEMAP_NS}">{items}</sitemapindex>'.encode()
 
 
-_GZIP_BOMB_LOCK = threading.Lock()
-
-
 def gzip_bomb(megabytes: int) -> bytes:
-    """A gzip FILE (not a content encoding) of a sitemap that never ends: ``megabytes`` MiB of spaces, built
-    once (two first requests wait for one build)."""
-    with _GZIP_BOMB_LOCK:
-        return _gzip_bomb(megabytes)
-
-
-@lru_cache(maxsize=2)
-def _gzip_bomb(megabytes: int) -> bytes:
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    parts = [compressor.compress(f'<urlset xmlns="{SITEMAP_NS}"><url><loc>'.encode())]
-    block = b" " * (1024 * 1024)
-    parts += [compressor.compress(block) for _ in range(megabytes)]
-    parts.append(compressor.flush())
-    return b"".join(parts)
+    """A gzip FILE (not a content encoding) of a sitemap that never ends: ``megabytes`` MiB of spaces, built once."""
+    return gzipped_filler(f'<urlset xmlns="{SITEMAP_NS}"><url><loc>'.encode(), b" ", megabytes)
 
 
 BILLION_LAUGHS = (

@@ -46,7 +46,7 @@ class AirflowServer:
         return self.server.log_path.read_text(errors="replace")[-4000:] if self.server.log_path.exists() else ""
 
 
-def trigger_run(client: httpx.Client, runs_path: str, conf: dict | None = None, attempts: int = 10) -> str:
+def trigger_run(client: httpx.Client, runs_path: str, attempts: int = 10) -> str:
     """POST a DAG run to ``runs_path`` (``…/dags/DAG/dagRuns`` under the client's base) and return its id.
 
     `airflow standalone` keeps its metadata in SQLite, one writer at a time: under the suite's load the API
@@ -54,7 +54,7 @@ def trigger_run(client: httpx.Client, runs_path: str, conf: dict | None = None, 
     then, as an operator would press the button again; any other answer is the test's.
     """
     for _ in range(attempts):
-        response = client.post(runs_path, json={"logical_date": None, "conf": conf or {}})
+        response = client.post(runs_path, json={"logical_date": None, "conf": {}})
         if response.status_code < 500:
             break
         time.sleep(2)
