@@ -4,10 +4,12 @@ expired, and never the reason a record is lost or a harvest stalls."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import json
 import subprocess
 import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -66,6 +68,20 @@ def archive_runs(crawl, source, url: str, *runs: str) -> None:
 
 def index_of(mongo_server, settings) -> ArchiveIndex:
     return ArchiveIndex(mongo_server.client()[settings.mongo_database])
+
+
+@contextlib.contextmanager
+def replaying(source: str, run: str) -> Iterator[tuple[str, str]]:
+    """``harvester replay SOURCE --run RUN`` serving while the block runs: (its base URL, the line it printed)."""
+    replay = subprocess.Popen([str(VENV_BIN / "harvester"), "replay", source, "--run", run],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = replay.stdout.readline()
+        assert "replaying" in line, line + (replay.stdout.read() if replay.poll() is not None else "")
+        yield line.strip().rsplit(" ", 1)[1], line
+    finally:
+        replay.terminate()
+        replay.wait(timeout=10)
 
 
 def test_every_fetched_page_is_archived_as_request_and_response_and_indexed(
@@ -313,12 +329,8 @@ def test_a_replayed_run_answers_harvester_try_with_the_archived_page(
     crawl.push(source, *[TaskMessage(source=source.name, kind="details", url=f"{demo_site.url}/product/{number}",
                                      run_id="recorded") for number in (4, 9)])
     run_until_idle(crawl, source)
-    replay = subprocess.Popen([str(VENV_BIN / "harvester"), "replay", source.name, "--run", "recorded"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        line = replay.stdout.readline()
-        assert "replaying 2 paths" in line, line + (replay.stdout.read() if replay.poll() is not None else "")
-        base = line.strip().rsplit(" ", 1)[1]
+    with replaying(source.name, "recorded") as (base, line):
+        assert "replaying 2 paths" in line, line
         requests_before = demo_site.client_stats(source.name)["total"]
         done = subprocess.run([str(VENV_BIN / "harvester"), "try", source.name, f"{base}/product/9", "--json"],
                               capture_output=True, text=True, timeout=120)
@@ -329,9 +341,6 @@ def test_a_replayed_run_answers_harvester_try_with_the_archived_page(
         unknown = subprocess.run([str(VENV_BIN / "harvester"), "try", source.name, f"{base}/product/5", "--json"],
                                  capture_output=True, text=True, timeout=120)
         assert json.loads(unknown.stdout)["status"] == 404
-    finally:
-        replay.terminate()
-        replay.wait(timeout=10)
 
 
 def test_a_304_is_archived_as_a_revisit_that_reads_as_the_original_page(

@@ -27,7 +27,7 @@ from harvester.workers.batch import BatchRunner
 from tests.corpora import corpora_folder
 from tests.fixtures.servers import VENV_BIN
 from tests.workers.conftest import Crawl
-from tests.workers.test_archive import run_until_idle
+from tests.workers.test_archive import replaying, run_until_idle
 from tests.workers.test_batch import records
 
 pytestmark = pytest.mark.integration
@@ -191,12 +191,7 @@ def test_a_replayed_real_run_answers_harvester_try_as_the_site_did(real_site, ha
     encoded = next(number for number in range(len(PAGES)) if number % 3 == 0 and number % 4)
     redirected = next(number for number in range(len(PAGES)) if number % 4 == 0 and stored[
         f"{real_site}/page/{number}"]["title"])
-    replay = subprocess.Popen([str(VENV_BIN / "harvester"), "replay", source.name, "--run", "real"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        line = replay.stdout.readline()
-        assert "replaying" in line, line + (replay.stdout.read() if replay.poll() is not None else "")
-        base = line.strip().rsplit(" ", 1)[1]
+    with replaying(source.name, "real") as (base, _):
         requests = RealPages.requests
         for number, path in ((legacy, "page"), (encoded, "page"), (redirected, "go")):
             done = subprocess.run([str(VENV_BIN / "harvester"), "try", source.name, f"{base}/{path}/{number}",
@@ -207,6 +202,3 @@ def test_a_replayed_real_run_answers_harvester_try_as_the_site_did(real_site, ha
             assert {name: record.get(name) for name in TEXT_ATTRIBUTES} == json.loads(json.dumps(
                 {name: expected[name] for name in TEXT_ATTRIBUTES}, default=str)), (number, path)
         assert RealPages.requests == requests  # the recorded site answered
-    finally:
-        replay.terminate()
-        replay.wait(timeout=10)
