@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from archive import TimedArchiveStep, crawl, source_document, writer_cpu
-from rig import bench_processes, shared_corpora, start_mongo, start_redis
+from rig import Processes, bench_processes, shared_corpora, start_mongo, start_redis
 
 # Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
 PROMISED_KEYS = (
@@ -94,7 +94,7 @@ def main() -> None:
                       "html_bytes_per_page": round(html_bytes / len(pages)), "mongo": mongo.kind}))
 
 
-def serve(processes: Any, folder: str) -> int:
+def serve(processes: Processes, folder: str) -> int:
     """The pages of ``folder`` on a loopback port, by a process of their own (stopped with the bench's others)."""
     from harvester.services import readiness
     from harvester.services.ports import LOOPBACK, free_port
