@@ -57,11 +57,13 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rig import (
     DEMO_PRODUCT_ATTRIBUTES,
+    Processes,
     bench_processes,
     run_until_idle,
     site_stats,
@@ -119,6 +121,43 @@ class TimedArchiveStep:
             self.cpu_seconds += time.thread_time() - started
 
 
+class ArchiveCodeClock:
+    """The archive's own code timed where it runs, from now on: the worker's archive step in the batch's thread
+    (:class:`TimedArchiveStep`, put in ``runner``'s place) and the archive's threads."""
+
+    def __init__(self, runner: Any) -> None:
+        self.step = runner.archive.keep = TimedArchiveStep(runner.archive.keep)
+        self.writer_before = writer_cpu()
+
+    def seconds(self) -> float:
+        return self.step.cpu_seconds + writer_cpu() - self.writer_before
+
+
+def alternating(rounds: int) -> Iterator[tuple[int, str]]:
+    """Each round's two crawls, (round, "off" or "on"): neither side always goes first."""
+    for round_number in range(rounds):
+        for mode in ("off", "on") if round_number % 2 == 0 else ("on", "off"):
+            yield round_number, mode
+
+
+def written_source(directory: Path, document: dict[str, Any]) -> Any:
+    """A source document written where the workers read sources (the bench's ``sources``), and its config."""
+    import yaml
+    from harvester.config import SourceConfig
+
+    (directory / "sources" / f"{document['name']}.yaml").write_text(yaml.safe_dump(document))
+    return SourceConfig.model_validate(document)
+
+
+def crawl_environment(processes: Processes, redis_url: str, mongo_uri: str, site_port: int) -> None:
+    """What a crawl in this process reads: the bench's Redis, MongoDB and sources, records to the discard sink (the
+    figure is the crawl's), the archive under the bench's directory, the site's port allowed."""
+    os.environ.update({"HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": mongo_uri,
+                       "HARVESTER_SOURCES_DIR": str(processes.sources), "HARVESTER_OUTPUT_SINK": "discard",
+                       "HARVESTER_ARCHIVE_LOCATION": f"file://{processes.directory / 'warc'}",
+                       "HARVESTER_ALLOWED_PRIVATE_NETWORKS": f"127.0.0.1/32:{site_port}"})
+
+
 def crawl(runner: Any, redis_client: Any, source: Any, urls: list[str], run_id: str) -> tuple[float, float]:
     """Push every URL, then run batches of 16 until the source is idle: (wall seconds, CPU seconds)."""
     from harvester.distributor import Intake, RateLimitStore, TaskMessage
@@ -134,15 +173,11 @@ def interleaved(runner: Any, redis_client: Any, site_url: str, directory: Path, 
     """The archive's CPU a page with "on" and "off" batches of 16 pages interleaved (one of each, in turns), so
     both meet the same machine: the main thread's CPU of each batch goes to its side, the archive writer's thread's
     whole CPU to "on", the other threads' (heartbeats, clients' monitors) half to each."""
-    import yaml
-    from harvester.config import SourceConfig
     from harvester.distributor import Intake, RateLimitStore, TaskMessage
 
-    sources = {}
-    for mode in ("on", "off"):
-        document = source_document(f"interleaved_{mode}", site_url, directory / "warc" if mode == "on" else None)
-        (directory / "sources" / f"interleaved_{mode}.yaml").write_text(yaml.safe_dump(document))
-        sources[mode] = SourceConfig.model_validate(document)
+    sources = {mode: written_source(directory, source_document(f"interleaved_{mode}", site_url,
+                                                                directory / "warc" if mode == "on" else None))
+               for mode in ("on", "off")}
     intake, store = Intake(redis_client, runner.settings), RateLimitStore(redis_client, runner.settings)
     main_cpu, pages = {"on": 0.0, "off": 0.0}, {"on": 0, "off": 0}
     writer_before, process_before, main_before = writer_cpu(), time.process_time(), time.thread_time()
@@ -187,17 +222,13 @@ def main() -> None:
         _, site_port, site_url = start_demo_site(processes, "--products", str(max(args.pages, args.interleaved_pages)),
                                                  "--latency-ms",
                                          str(args.latency_ms), "--slow-every", "0")
-        os.environ.update({"HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": mongo.uri,
-                           "HARVESTER_SOURCES_DIR": str(processes.sources), "HARVESTER_OUTPUT_SINK": "discard",
-                           "HARVESTER_ARCHIVE_LOCATION": f"file://{processes.directory / 'warc'}",
-                           "HARVESTER_ALLOWED_PRIVATE_NETWORKS": f"127.0.0.1/32:{site_port}"})
+        crawl_environment(processes, redis_url, mongo.uri, site_port)
         figures = run_rounds(args, site_url, processes.directory)
         figures["mongo"] = mongo.kind
     print(json.dumps(figures))
 
 
 def run_rounds(args: argparse.Namespace, site_url: str, directory: Path) -> dict[str, Any]:
-    import yaml
     from harvester.config import SourceConfig
     from harvester.connections import REDIS_DEFAULT, redis_client
     from harvester.producer import Reextraction
@@ -211,37 +242,32 @@ def run_rounds(args: argparse.Namespace, site_url: str, directory: Path) -> dict
     best: dict[str, tuple[float, float]] = {}
     per_round: list[dict[str, float]] = []  # each round's CPU seconds, on and off
     off_walls: list[float] = []  # each "off" round's wall seconds (the crawl's pages/s: their median)
-    (directory / "sources" / "archive_warm.yaml").write_text(yaml.safe_dump(
-        source_document("archive_warm", site_url, None)))
     archived: tuple[SourceConfig, str] | None = None
     warc = directory / "warc"
     try:
-        warm = SourceConfig.model_validate(source_document("archive_warm", site_url, None))
+        warm = written_source(directory, source_document("archive_warm", site_url, None))
         crawl(runner, client, warm, urls[: min(len(urls), 32)], "warm")  # imports, connections: before any round
         freeze_startup_objects()  # as a Celery worker process does once it is ready (harvester.workers.tasks)
-        step = runner.archive.keep = TimedArchiveStep(runner.archive.keep)  # the archive's own code, timed
-        writer_before = writer_cpu()
-        for round_number in range(args.rounds):
-            per_round.append({})
-            for mode in ("off", "on") if round_number % 2 == 0 else ("on", "off"):  # neither always goes first
-                name = f"archive_{mode}_{round_number}"
-                document = source_document(name, site_url, warc if mode == "on" else None)
-                (directory / "sources" / f"{name}.yaml").write_text(yaml.safe_dump(document))
-                source = SourceConfig.model_validate(document)
-                wall, cpu = crawl(runner, client, source, urls, f"run-{round_number}")
-                if site_stats(site_url, name)["total"] < len(urls):
-                    sys.exit(f"{name}: the site saw {site_stats(site_url, name)} for {len(urls)} pages")
-                per_round[-1][mode] = cpu
-                if mode == "off":
-                    off_walls.append(wall)
-                if mode not in best or cpu < best[mode][1]:
-                    best[mode] = (wall, cpu)
-                if mode == "on":
-                    archived = (source, f"run-{round_number}")
+        clock = ArchiveCodeClock(runner)
+        for round_number, mode in alternating(args.rounds):
+            if len(per_round) == round_number:  # the round's first crawl
+                per_round.append({})
+            name = f"archive_{mode}_{round_number}"
+            source = written_source(directory, source_document(name, site_url, warc if mode == "on" else None))
+            wall, cpu = crawl(runner, client, source, urls, f"run-{round_number}")
+            if site_stats(site_url, name)["total"] < len(urls):
+                sys.exit(f"{name}: the site saw {site_stats(site_url, name)} for {len(urls)} pages")
+            per_round[-1][mode] = cpu
+            if mode == "off":
+                off_walls.append(wall)
+            if mode not in best or cpu < best[mode][1]:
+                best[mode] = (wall, cpu)
+            if mode == "on":
+                archived = (source, f"run-{round_number}")
         assert archived is not None
         source, run_id = archived
         runner.archive.flush()  # the index rows the last rounds left waiting (archive_index_flush_seconds): all read
-        archive_code_cpu = step.cpu_seconds + writer_cpu() - writer_before
+        archive_code_cpu = clock.seconds()
         requests_before = site_stats(site_url, source.name)["total"]
         reextractions: list[tuple[float, float, dict[str, Any]]] = []  # (wall, CPU seconds, report) of each
         for _ in range(max(1, args.reextractions)):

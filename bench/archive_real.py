@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from archive import TimedArchiveStep, crawl, source_document, writer_cpu
-from rig import Processes, bench_processes, shared_corpora, start_mongo, start_redis
+from archive import ArchiveCodeClock, alternating, crawl, crawl_environment, source_document, written_source
+from rig import Processes, bench_processes, shared_corpora, start_listening, start_mongo, start_redis
 
 # Every key of the JSON line (tests/test_benches.py runs the bench with --smoke and checks each is there).
 PROMISED_KEYS = (
@@ -84,10 +83,7 @@ def main() -> None:
         port = serve(processes, site)
         redis_url = start_redis(processes)
         mongo, _ = start_mongo(processes)
-        os.environ.update({"HARVESTER_REDIS_URL": redis_url, "HARVESTER_MONGO_URI": mongo.uri,
-                           "HARVESTER_SOURCES_DIR": str(processes.sources), "HARVESTER_OUTPUT_SINK": "discard",
-                           "HARVESTER_ARCHIVE_LOCATION": f"file://{processes.directory / 'warc'}",
-                           "HARVESTER_ALLOWED_PRIVATE_NETWORKS": f"127.0.0.1/32:{port}"})
+        crawl_environment(processes, redis_url, mongo.uri, port)
         urls = [f"http://127.0.0.1:{port}/{number}.html" for number in range(len(pages))]
         figures = run_rounds(args.rounds, urls, attributes, processes.directory)
     print(json.dumps({**figures, "attributes": len(attributes), "pages": len(pages), "rounds": args.rounds,
@@ -96,18 +92,12 @@ def main() -> None:
 
 def serve(processes: Processes, folder: str) -> int:
     """The pages of ``folder`` on a loopback port, by a process of their own (stopped with the bench's others)."""
-    from harvester.services import readiness
-    from harvester.services.ports import LOOPBACK, free_port
-
-    port = free_port()
-    processes.start("pages", [sys.executable, "-m", "http.server", "--bind", LOOPBACK, str(port),
-                              "--directory", folder])
-    readiness.wait_until(lambda: readiness.tcp_open(LOOPBACK, port), 30, "the pages' server")
+    _, port = start_listening(processes, "pages", lambda port: [
+        sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port), "--directory", folder])
     return port
 
 
 def run_rounds(rounds: int, urls: list[str], attributes: dict[str, Any], directory: Path) -> dict[str, Any]:
-    import yaml
     from harvester.config import SourceConfig
     from harvester.connections import REDIS_DEFAULT, redis_client
     from harvester.settings import get_settings
@@ -119,25 +109,22 @@ def run_rounds(rounds: int, urls: list[str], attributes: dict[str, Any], directo
     warc = directory / "warc"
 
     def source(name: str, archived: bool) -> SourceConfig:
-        document = {**source_document(name, site_url, warc if archived else None), "attributes": attributes,
-                    "timeout": 60, "input": {"seeds": urls[:1], "kind": "details"}}
-        (directory / "sources" / f"{name}.yaml").write_text(yaml.safe_dump(document))
-        return SourceConfig.model_validate(document)
+        return written_source(directory, {**source_document(name, site_url, warc if archived else None),
+                                          "attributes": attributes, "timeout": 60,
+                                          "input": {"seeds": urls[:1], "kind": "details"}})
 
     runner = BatchRunner(settings)
     cpu = {"off": 0.0, "on": 0.0}
     try:
         crawl(runner, client, source("real_warm", False), urls[:16], "warm")  # imports, connections: first
         freeze_startup_objects()  # as a Celery worker process does once it is ready
-        step = runner.archive.keep = TimedArchiveStep(runner.archive.keep)
-        writer_before = writer_cpu()
-        for round_number in range(rounds):
-            for mode in ("off", "on") if round_number % 2 == 0 else ("on", "off"):
-                _, seconds = crawl(runner, client, source(f"real_{mode}_{round_number}", mode == "on"), urls,
-                                   f"run-{round_number}")
-                cpu[mode] += seconds
+        clock = ArchiveCodeClock(runner)
+        for round_number, mode in alternating(rounds):
+            _, seconds = crawl(runner, client, source(f"real_{mode}_{round_number}", mode == "on"), urls,
+                               f"run-{round_number}")
+            cpu[mode] += seconds
         runner.archive.flush()
-        archive_code = step.cpu_seconds + writer_cpu() - writer_before
+        archive_code = clock.seconds()
     finally:
         runner.close()
     crawled = len(urls) * rounds

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -139,15 +139,24 @@ def start_mongo(processes: Processes) -> tuple[Any, subprocess.Popen | None]:
     return choice, process
 
 
-def start_demo_site(processes: Processes, *options: str) -> tuple[subprocess.Popen, int, str]:
-    """The demo site with ``options`` (``--products 500`` ...): its process, port and URL once it listens."""
+def start_listening(processes: Processes, name: str,
+                    command: Callable[[int], list[str]]) -> tuple[subprocess.Popen, int]:
+    """``command(port)`` started on a free loopback port: its process and port once it listens."""
     from harvester.services import readiness
     from harvester.services.ports import LOOPBACK, free_port
 
     port = free_port()
-    process = processes.start("demo-site", [str(BIN / "harvester-demo-site"), "--host", LOOPBACK,
-                                            "--port", str(port), *options])
-    readiness.wait_until(lambda: readiness.tcp_open(LOOPBACK, port), 30, "demo site")
+    process = processes.start(name, command(port))
+    readiness.wait_until(lambda: readiness.tcp_open(LOOPBACK, port), 30, name)
+    return process, port
+
+
+def start_demo_site(processes: Processes, *options: str) -> tuple[subprocess.Popen, int, str]:
+    """The demo site with ``options`` (``--products 500`` ...): its process, port and URL once it listens."""
+    from harvester.services.ports import LOOPBACK
+
+    process, port = start_listening(processes, "demo-site", lambda port: [
+        str(BIN / "harvester-demo-site"), "--host", LOOPBACK, "--port", str(port), *options])
     return process, port, f"http://{LOOPBACK}:{port}"
 
 

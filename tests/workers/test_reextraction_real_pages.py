@@ -186,8 +186,8 @@ def test_a_replayed_real_run_answers_harvester_try_as_the_site_did(real_site, ha
     """Replayed pages keep what decides their text: a page re-encoded to windows-1252 (named in the header only), a
     gzip-encoded one, one reached through a redirect."""
     _, source, stored = harvested
-    bodies = [gzip.decompress(path.read_bytes()) for path in PAGES]
-    legacy = next(number for number in range(len(PAGES)) if "1252" in served(number, bodies[number])[0]["Content-Type"])
+    legacy = next(number for number, body in enumerate(RealPages.bodies)
+                  if "1252" in served(number, body)[0]["Content-Type"])
     encoded = next(number for number in range(len(PAGES)) if number % 3 == 0 and number % 4)
     redirected = next(number for number in range(len(PAGES)) if number % 4 == 0 and stored[
         f"{real_site}/page/{number}"]["title"])
