@@ -36,3 +36,13 @@ def test_the_progress_line_and_the_runs_line_give_a_broad_runs_hosts() -> None:
     assert progress.line().endswith("; hosts 1880/2000 done (12 paused)")
     line = _run_line({"run_id": "r1", "report": {"records_stored": 5, "hosts": hosts}})
     assert line.endswith(", hosts 1880/2000 done (slowest slow.example 8.2 s)")
+
+
+def test_the_runs_line_of_a_reextraction_says_what_it_read() -> None:
+    from harvester.producer.commands import _run_line
+
+    line = _run_line({"run_id": "reextract-1", "status": "reported", "report": {
+        "kind": "reextraction", "pages_read": 49, "records_stored": 23, "records_new": 0, "records_changed": 2,
+        "tasks_failed": 1, "requests": 0, "duration_seconds": 0.8}})
+    assert line.endswith("reported  re-extraction: 49 archived pages read, 23 records (0 new, 2 changed), 1 failed, "
+                         "0 requests, 0.8 s"), line

@@ -78,6 +78,8 @@ def test_reextraction_since_the_drift_repairs_every_record_without_a_request(
     assert history.count_documents({"run_id": report["run_id"]}) == len(PRODUCTS)
     run = mongo_server.client()[worker_settings.mongo_database]["runs"].find_one({"run_id": report["run_id"]})
     assert run["status"] == "reported" and run["report"]["kind"] == "reextraction"  # a run of its own
+    # when it ended and how long it took, as a harvest's report says (the runs list, the Asset event's extra)
+    assert run["report"]["finished_at"] > run["started_at"] and run["report"]["duration_seconds"] > 0
 
 
 def test_reextraction_of_a_run_follows_listing_links_inside_the_archive_only(

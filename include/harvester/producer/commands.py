@@ -98,6 +98,12 @@ def _runs(args: argparse.Namespace) -> int:
 def _run_line(run: dict[str, Any]) -> str:
     plan = run.get("plan") or {}
     report = run.get("report") or {}
+    if report.get("kind") == "reextraction":  # no plan, no package: what it read from the archive
+        figures = (f"re-extraction: {report.get('pages_read')} archived pages read, {report.get('records_stored')} "
+                   f"records ({report.get('records_new')} new, {report.get('records_changed')} changed), "
+                   f"{report.get('tasks_failed')} failed, {report.get('requests')} requests, "
+                   f"{report.get('duration_seconds')} s")
+        return f"{run.get('started_at')}  {run['run_id']}  {run.get('status', '?')}  {figures}"
     figures = f"{plan.get('urls_planned', '?')} URLs in {plan.get('packages_total', '?')} packages"
     if report:
         figures += (f", {report.get('records_stored')} records ({report.get('records_new')} new), "

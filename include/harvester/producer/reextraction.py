@@ -200,8 +200,10 @@ class Reextraction:
             "tasks_stored": max(0, stored_pages), "tasks_failed": sum(failures.values()),
             "failures_by_reason": failures,
             **{name: int(amount) for name, amount in sorted(outcomes.items())},
-            "complete": True, "finished_at": now, "reader_processes": tally.reader_processes,
+            "complete": True, "reader_processes": tally.reader_processes,
         }
+        finished_at = datetime.now(UTC)  # (``now`` is when it started: the run's id and window)
+        report.update(finished_at=finished_at, duration_seconds=round((finished_at - now).total_seconds(), 3))
         report.update(quality_figures(report, tally.figures))
         report["quality"] = assess_quality(report, source.quality or Quality())
         if self.figures is not None and tally.figures:
