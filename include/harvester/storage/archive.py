@@ -38,7 +38,7 @@ from harvester.connections import resolve_filesystem
 from harvester.errors import ArchiveUnavailable, StorageError
 from harvester.settings import HarvesterSettings
 from harvester.storage.archive_digests import ArchivedDigests
-from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original
+from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original, media_type
 from harvester.storage.archive_journal import RowsBehind, WaitingResponse, write_fully
 from harvester.storage.warc_records import ArchivedPage, PlacedRecord, WarcBatch, labelled_sha1
 
@@ -300,7 +300,8 @@ class ArchiveWriter:
                 time=page.fetched_at, file=archived_file, offset=start + offset, length=length, digest=digest,
                 status=page.exchange.status, record=kind, connection_id=connection_id, kind=page.kind,
                 depth=page.depth, record_id=record_id,
-                payload=(originals[index].payload if kind == "revisit" and index in originals else None))
+                payload=(originals[index].payload if kind == "revisit" and index in originals else None),
+                mime=media_type(page.exchange.response_headers) if kind == "response" else None)
             documents.append(entry.encoded())
             if kind == "response":
                 responses.append((source.name, page.url, digest, (

@@ -1,8 +1,8 @@
 """The archive's index in MongoDB: one row per archived page, so a record is found without reading WARC files.
 
-A row is (source, url, time, file, offset, length, digest, run, status) and the kind of record (``response``
-or ``revisit``); a revisit row names where its payload is (the original response's file, offset and length),
-so re-extraction and replay read one record per page whatever kind it is. The rows live in the
+A row is (source, url, time, file, offset, length, digest, run, status, and a response's media type) and the
+kind of record (``response`` or ``revisit``); a revisit row names where its payload is (the original response's
+file, offset and length), so re-extraction and replay read one record per page whatever kind it is. The rows live in the
 ``archive_index`` collection of the Harvester database; the clean-up (:mod:`harvester.storage.archive_retention`)
 deletes a source's rows past its ``keep`` with their files. The index is also what deduplication asks: a
 payload already archived for the source is written as a revisit of the first copy.
@@ -16,7 +16,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import bson
 from bson import ObjectId
@@ -83,6 +82,7 @@ class IndexEntry:
     kind: str = "details"  # the task's kind (details, listing) and depth
     depth: int = 0
     record_id: str | None = None  # the record's WARC-Record-ID URI: the row's _id (None: an ObjectId)
+    mime: str | None = None  # a response's media type (:func:`media_type`), for the CDXJ export's ``mime``
 
     def document(self) -> dict[str, Any]:
         document = {
@@ -90,6 +90,8 @@ class IndexEntry:
             "final_url": self.final_url, "time": self.time, "file": self.file, "offset": self.offset,
             "length": self.length, "digest": self.digest, "status": self.status, "record": self.record,
             "connection_id": self.connection_id, "kind": self.kind, "depth": self.depth}
+        if self.mime:
+            document["mime"] = self.mime
         if self.payload is not None:
             document["payload"] = {"file": self.payload.file, "offset": self.payload.offset,
                                    "length": self.payload.length, "connection_id": self.payload.connection_id}
@@ -118,28 +120,50 @@ def payload_of(row: dict[str, Any]) -> PayloadLocation | None:
                            payload.get("connection_id"))
 
 
-def surt(url: str) -> str:
-    """The Sort-friendly URI Reordering Transform web archives key CDX lines by: the host's labels reversed and
-    comma-joined (``www.`` dropped, lower-cased), ``)``, then path and query (``com,example)/shop?page=2``)."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower().removeprefix("www.")
-    port = f":{parts.port}" if parts.port and parts.port not in (80, 443) else ""
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return ",".join(reversed(host.split("."))) + port + ")" + path.lower()
+def media_type(headers: Iterable[tuple[str, str]]) -> str | None:
+    """A response's media type as web archives index it: its ``Content-Type`` up to the first ``;`` or space
+    (``text/html``), as cdxj-indexer reads it from the record; None without one."""
+    for name, value in headers:
+        if name.lower() == "content-type":
+            return _MEDIA_TYPE_END.split(value.strip(), 1)[0] or None
+    return None
+
+
+_MEDIA_TYPE_END = re.compile(r"[;\s]")
+
+
+def surt_key(url: str) -> str:
+    """The key web archives sort and look a URL up by: the Internet Archive's Sort-friendly URI Reordering
+    Transform, from the ``surt`` package that pywb and cdxj-indexer use (``com,example)/shop?a=1&b=2``). Why not our
+    own: their key is a canonical form as well as a reordering (``www2.`` dropped, query parameters sorted, session
+    ids cut, escapes decoded, the host in IDNA), and a key spelled otherwise is a page pywb cannot find. A URL the
+    package cannot read (a port past 65535) is its own key, as cdxj-indexer keys it."""
+    import surt
+
+    try:
+        return surt.surt(url)
+    except (ValueError, UnicodeError):
+        return url
 
 
 def cdxj_line(row: dict[str, Any]) -> str:
-    """One index row as a CDXJ line (pywb's index format): SURT, 14-digit timestamp, then the JSON fields."""
+    """One index row as a CDXJ line (pywb's index format): the SURT key, the 14-digit timestamp, then the fields
+    pywb's own indexer writes for the record (``url``, ``mime``, ``status``, ``digest`` with its algorithm,
+    ``length``, ``offset``, ``filename``: here the file's URL) and, for a revisit, ``refers_to``: its original's
+    file."""
     moment = _aware(row["time"])
-    location = payload_of(row) if row.get("record") == "revisit" else None
-    fields = {"url": row.get("final_url") or row["url"], "status": str(row.get("status", "")),
-              "digest": str(row.get("digest", "")).removeprefix("sha1:"), "length": str(row["length"]),
-              "offset": str(row["offset"]), "filename": row["file"]}
+    url = row.get("final_url") or row["url"]
+    fields = {"url": url}
     if row.get("record") == "revisit":
         fields["mime"] = "warc/revisit"
-        if location is not None:
-            fields["refers_to"] = location.file
-    return f"{surt(fields['url'])} {moment.astimezone(UTC).strftime('%Y%m%d%H%M%S')} {json.dumps(fields)}"
+    elif row.get("mime"):
+        fields["mime"] = row["mime"]
+    fields.update({"status": str(row.get("status", "")), "digest": str(row.get("digest", "")),
+                   "length": str(row["length"]), "offset": str(row["offset"]), "filename": row["file"]})
+    location = payload_of(row) if row.get("record") == "revisit" else None
+    if location is not None:
+        fields["refers_to"] = location.file
+    return f"{surt_key(url)} {moment.astimezone(UTC).strftime('%Y%m%d%H%M%S')} {json.dumps(fields)}"
 
 
 def stored_warc_date(moment: datetime) -> str:
