@@ -1,6 +1,7 @@
 """The archive index's CDXJ export says what pywb's own indexer (cdxj-indexer, pinned for the tests) reads from the
-same WARC files: the same SURT key, timestamp, offset, length, payload digest and status for every response and
-revisit record, so pywb finds each page by its URL. The URLs are the kind whose SURT a naive one gets wrong: query
+same WARC files: the same SURT key, timestamp, media type, offset, length, payload digest, status and file name
+(under the archive's location, what pywb's ``archive_paths`` points at) for every response and revisit record, so
+pywb finds each page by its URL and loads it. The URLs are the kind whose SURT a naive one gets wrong: query
 parameters out of order, a trailing slash, escapes, a session id, ``www2.``, a host that is not ASCII."""
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ URLS = (
     "http://shop.example/%7Euser",
     "https://shop.example:443/p?utm_source=mail&id=3",
 )
-FIELDS = ("url", "mime", "status", "digest", "length", "offset")  # a line's fields but the file's name
+FIELDS = ("url", "mime", "status", "digest", "length", "offset", "filename")
 
 
 def archived(url: str, number: int, run: str, status: int = 200, moment: datetime = MOMENT) -> ArchivedPage:
@@ -47,7 +48,7 @@ def lines_by_record(lines: list[str]) -> dict[tuple[str, int], tuple[str, str, d
     for line in lines:
         key, timestamp, fields = line.split(" ", 2)
         entry = json.loads(fields)
-        parsed[(entry["filename"].rsplit("/", 1)[-1], int(entry["offset"]))] = (key, timestamp, entry)
+        parsed[(entry["filename"], int(entry["offset"]))] = (key, timestamp, entry)
     return parsed
 
 
@@ -65,9 +66,10 @@ def test_the_cdxj_export_reads_as_pywbs_indexer_reads_the_warc_files(mongo_serve
                                 for number, url in enumerate(URLS)])
     finally:
         writer.close()
-    ours = lines_by_record(sorted(cdxj_line(row) for row in index.rows("shop")))
+    ours = lines_by_record(sorted(cdxj_line(row, f"file://{location}") for row in index.rows("shop")))
     files = sorted(str(path) for path in Path(location).rglob("*.warc.gz"))
-    indexed = subprocess.run([str(VENV_BIN / "cdxj-indexer"), *files], capture_output=True, text=True, timeout=120)
+    indexed = subprocess.run([str(VENV_BIN / "cdxj-indexer"), "--dir-root", str(location), *files],
+                             capture_output=True, text=True, timeout=120)
     assert indexed.returncode == 0, indexed.stderr
     reference = lines_by_record([line for line in indexed.stdout.splitlines() if line.strip()])
     assert len(ours) == 2 * len(URLS) and set(ours) == set(reference)
@@ -81,13 +83,17 @@ def test_the_cdxj_export_reads_as_pywbs_indexer_reads_the_warc_files(mongo_serve
         kinds.append(theirs.get("mime"))
     assert not differences, "\n".join(differences)
     assert kinds.count("warc/revisit") == len(URLS)  # the second run: every page a revisit (one of them a 304)
+    originals = {entry["refers_to"] for _, _, entry in ours.values() if "refers_to" in entry}
+    assert len(originals) == 1 and originals < {name for name, _ in ours}  # the first run's file, by the same name
 
 
 def test_a_url_the_surt_package_cannot_read_is_its_own_key_and_a_row_without_a_media_type_has_no_mime() -> None:
     assert surt_key("http://shop.example:99999/p") == "http://shop.example:99999/p"
     row = {"url": "http://shop.example/p", "time": MOMENT, "record": "response", "status": 200, "digest": "sha1:X",
-           "length": 10, "offset": 0, "file": "file:///a.warc.gz"}  # a row archived before rows kept the type
-    key, timestamp, fields = cdxj_line(row).split(" ", 2)
+           "length": 10, "offset": 0, "file": "file:///old/shop/r/a.warc.gz"}  # archived before rows kept the type
+    key, timestamp, fields = cdxj_line(row, "file:///archive/").split(" ", 2)
     assert (key, timestamp) == ("example,shop)/p", "20261207093015") and "mime" not in json.loads(fields)
+    assert json.loads(fields)["filename"] == "file:///old/shop/r/a.warc.gz"  # not under the location: its URL
+    assert json.loads(cdxj_line(row, "file:///old").split(" ", 2)[2])["filename"] == "shop/r/a.warc.gz"
     assert media_type([("content-TYPE", " application/json;charset=utf-8")]) == "application/json"
     assert media_type([("Content-Length", "3")]) is None

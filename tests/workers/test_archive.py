@@ -295,7 +295,12 @@ def test_the_index_exports_as_cdxj_and_the_expire_command_keeps_what_is_young(
     port = demo_site.url.rsplit(":", 1)[1]
     assert key == f"1,0,0,127:{port})/product/1" and len(stamp) == 14
     entry = json.loads(fields)
-    assert entry["status"] == "200" and entry["filename"].startswith("file://") and int(entry["length"]) > 0
+    assert entry["status"] == "200" and int(entry["length"]) > 0
+    [warc] = warc_files(location)  # named by its path under the archive's location (pywb's archive_paths)
+    assert entry["filename"] == str(warc.relative_to(location)) and entry["mime"] == "text/html"
+    urls = subprocess.run([str(VENV_BIN / "harvester"), "archive", "cdxj", source.name, "--run", "r", "--file-urls"],
+                          capture_output=True, text=True, timeout=120)
+    assert json.loads(urls.stdout.splitlines()[0].split(" ", 2)[2])["filename"] == f"file://{warc}"
     expire = subprocess.run([str(VENV_BIN / "harvester"), "archive", "expire", source.name],
                             capture_output=True, text=True, timeout=120)
     assert expire.returncode == 0 and "0 files and 0 index rows" in expire.stdout

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from harvester.lazy import lazy_face
 
 if TYPE_CHECKING:  # loaded on first use (see harvester.lazy): the imports a reader sees
-    from harvester.storage.archive import ArchivedPage, ArchiveWriter
+    from harvester.storage.archive import ArchivedPage, ArchiveWriter, archive_location
     from harvester.storage.archive_digests import ArchivedDigests
     from harvester.storage.archive_index import (
         ARCHIVE_INDEX_COLLECTION,
@@ -59,6 +59,7 @@ __all__ = [
     "SnapshotStore",
     "URLStore",
     "WriteResult",
+    "archive_location",
     "cdxj_line",
     "conditional_headers",
     "expire_archive",

@@ -42,7 +42,7 @@ from harvester.storage.archive_index import ArchiveIndex, IndexEntry, Original, 
 from harvester.storage.archive_journal import RowsBehind, WaitingResponse, write_fully
 from harvester.storage.warc_records import ArchivedPage, PlacedRecord, WarcBatch, labelled_sha1
 
-__all__ = ["WARC_SUFFIX", "ArchiveWriter", "ArchivedPage", "file_url"]
+__all__ = ["WARC_SUFFIX", "ArchiveWriter", "ArchivedPage", "archive_location", "file_url"]
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class ArchiveWriter:
                    settings.archive_index_flush_seconds, ArchivedDigests.from_settings(settings, index))
 
     def location_of(self, source: SourceConfig) -> str:
-        return source.output.archive.location or self.default_location
+        return archive_location(source, self.default_location)
 
     def archive(self, source: SourceConfig, pages: list[ArchivedPage]) -> int:
         """Write and index ``pages`` (grouped by run); the number of pages archived. Raises
@@ -395,6 +395,12 @@ class ArchiveWriter:
             self.rows.close()
             if self.archived_digests is not None:
                 self.archived_digests.close()
+
+
+def archive_location(source: SourceConfig, default_location: str) -> str:
+    """Where a source's archive is: its ``output.archive.location``, else the default (``HARVESTER_ARCHIVE_LOCATION``),
+    without a trailing slash (the files' URLs are made and matched under it)."""
+    return (source.output.archive.location or default_location).rstrip("/")
 
 
 def _is_local(filesystem: Any) -> bool:

@@ -146,11 +146,12 @@ def surt_key(url: str) -> str:
         return url
 
 
-def cdxj_line(row: dict[str, Any]) -> str:
+def cdxj_line(row: dict[str, Any], location: str | None = None) -> str:
     """One index row as a CDXJ line (pywb's index format): the SURT key, the 14-digit timestamp, then the fields
     pywb's own indexer writes for the record (``url``, ``mime``, ``status``, ``digest`` with its algorithm,
-    ``length``, ``offset``, ``filename``: here the file's URL) and, for a revisit, ``refers_to``: its original's
-    file."""
+    ``length``, ``offset``, ``filename``) and, for a revisit, ``refers_to``: its original's file. Files are named
+    by their path under ``location`` (the source's archive location: what pywb's ``archive_paths`` is set to, and
+    cdxj-indexer's ``--dir-root`` gives), or by their URL when not under it or without one."""
     moment = _aware(row["time"])
     url = row.get("final_url") or row["url"]
     fields = {"url": url}
@@ -159,11 +160,21 @@ def cdxj_line(row: dict[str, Any]) -> str:
     elif row.get("mime"):
         fields["mime"] = row["mime"]
     fields.update({"status": str(row.get("status", "")), "digest": str(row.get("digest", "")),
-                   "length": str(row["length"]), "offset": str(row["offset"]), "filename": row["file"]})
-    location = payload_of(row) if row.get("record") == "revisit" else None
-    if location is not None:
-        fields["refers_to"] = location.file
+                   "length": str(row["length"]), "offset": str(row["offset"]),
+                   "filename": file_under(row["file"], location)})
+    original = payload_of(row) if row.get("record") == "revisit" else None
+    if original is not None:
+        fields["refers_to"] = file_under(original.file, location)
     return f"{surt_key(url)} {moment.astimezone(UTC).strftime('%Y%m%d%H%M%S')} {json.dumps(fields)}"
+
+
+def file_under(file: str, location: str | None) -> str:
+    """An archived file's path under ``location`` (``shop/run-1/<name>.warc.gz``); its URL when it is elsewhere."""
+    if location:
+        prefix = location.rstrip("/") + "/"
+        if file.startswith(prefix):
+            return file[len(prefix):]
+    return file
 
 
 def stored_warc_date(moment: datetime) -> str:

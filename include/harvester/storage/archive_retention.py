@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from harvester.config import SourceConfig
 from harvester.connections import resolve_filesystem
 from harvester.errors import ArchiveUnavailable, StorageError
-from harvester.storage.archive import WARC_SUFFIX, file_url
+from harvester.storage.archive import WARC_SUFFIX, archive_location, file_url
 from harvester.storage.archive_digests import ArchivedDigests
 from harvester.storage.archive_index import ArchiveIndex
 
@@ -55,7 +55,7 @@ def expire_archive(source: SourceConfig, index: ArchiveIndex, default_location: 
     when rows went; what was deleted."""
     archive = source.output.archive
     cutoff = now - archive.keep
-    location = (archive.location or default_location).rstrip("/")
+    location = archive_location(source, default_location)
     try:
         filesystem, root = resolve_filesystem(location, archive.connection_id)
         folder = f"{root.rstrip('/')}/{source.name}"

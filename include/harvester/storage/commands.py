@@ -13,11 +13,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     archive = subparsers.add_parser(
         "archive", help="a source's WARC archive: its index as CDXJ, or the clean-up of what is past keep",
         description="cdxj: print the archive index of a source (or one run) as CDXJ lines, sorted, for pywb and "
-                    "other replay tools; expire: delete the source's archived files and index rows past "
-                    "output.archive.keep now (the clean-up after each run's report does it too).")
+                    "other replay tools, each file named by its path under the source's archive location (set "
+                    "pywb's archive_paths to that location); expire: delete the source's archived files and index "
+                    "rows past output.archive.keep now (the clean-up after each run's report does it too).")
     archive.add_argument("action", choices=["cdxj", "expire"])
     archive.add_argument("source", help="the source name")
     archive.add_argument("--run", dest="run_id", help="cdxj: only the pages of this run")
+    archive.add_argument("--file-urls", action="store_true",
+                         help="cdxj: name each file by its URL, not by its path under the archive location")
     archive.set_defaults(handler=_archive)
     replay = subparsers.add_parser(
         "replay", help="serve a source's archived pages on loopback (a recorded site for try and tests)",
@@ -138,14 +141,15 @@ def _archive(args: argparse.Namespace) -> int:
     from harvester.config import get_source
     from harvester.errors import HarvesterError
     from harvester.settings import get_settings
-    from harvester.storage import ArchivedDigests, ArchiveIndex, cdxj_line, expire_archive
+    from harvester.storage import ArchivedDigests, ArchiveIndex, archive_location, cdxj_line, expire_archive
 
     settings = get_settings()
     try:
         source = get_source(args.source)
         index = ArchiveIndex.from_settings(settings)
         if args.action == "cdxj":
-            for line in sorted(cdxj_line(row) for row in index.rows(source.name, args.run_id)):
+            location = None if args.file_urls else archive_location(source, settings.archive_location)
+            for line in sorted(cdxj_line(row, location) for row in index.rows(source.name, args.run_id)):
                 print(line)
             return 0
         expired = expire_archive(source, index, settings.archive_location, datetime.now(UTC),
