@@ -9,6 +9,7 @@ port; no trailing dot on the host; no fragment; no tracking parameters; no sessi
 parameter, ``sid`` and ``sessionid`` when their value looks like a token), so one item linked from two
 renders of a listing with two sessions is one key. A source may drop more names or keep some
 (``session_ids`` in its YAML).
+Beside it, the key web archives sort and look URLs up by (:func:`surt_key`, the archive's CDXJ and `try --warc`).
 A leaf module: producer, scraping and storage all import it, and it imports none of them.
 """
 
@@ -156,3 +157,17 @@ def _canonicalise(url: str, base: str | None, session_ids: SessionIds = DEFAULT_
     netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
     query = "&".join(pair for pair in parts.query.split("&") if pair and not _dropped(pair, session_ids))
     return urlunsplit((scheme, netloc, parts.path or "/", query, ""))
+
+
+def surt_key(url: str) -> str:
+    """The key web archives sort and look a URL up by: the Internet Archive's Sort-friendly URI Reordering
+    Transform, from the ``surt`` package that pywb and cdxj-indexer use (``com,example)/shop?a=1&b=2``). Why not our
+    own: their key is a canonical form as well as a reordering (``www2.`` dropped, query parameters sorted, session
+    ids cut, escapes decoded, the host in IDNA), and a key spelled otherwise is a page pywb cannot find. A URL the
+    package cannot read (a port past 65535) is its own key, as cdxj-indexer keys it."""
+    import surt
+
+    try:
+        return surt.surt(url)
+    except (ValueError, UnicodeError):
+        return url

@@ -145,3 +145,43 @@ def test_suggest_answers_a_url_that_is_not_http_with_one_line(url: str, capsys: 
     assert main(["suggest", url]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == f"harvester suggest: not an absolute http(s) URL: {url!r}\n"
+
+
+@pytest.mark.unit
+def test_try_warc_finds_a_url_spelled_otherwise_reads_its_latest_response_and_names_a_revisit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`try --warc FILE URL` looks the URL up as web archives do (by SURT: parameters in any order, ``www.``, the
+    host's case), reads the file's latest response of it, and says when the file holds only a revisit of it (its
+    payload is in an earlier file: a later run of an unchanged page) instead of "no response"."""
+    from datetime import UTC, datetime
+
+    from harvester.scraping import Exchange
+    from harvester.storage import ArchivedPage
+    from harvester.storage.archive_index import Original, PayloadLocation
+    from harvester.storage.warc_records import WarcBatch, payload_digest
+
+    def page(url: str, body: bytes) -> ArchivedPage:
+        return ArchivedPage("t", "r", url, Exchange("GET", url, (), 200, (("Content-Type", "text/html"),), body),
+                            datetime(2026, 12, 7, tzinfo=UTC))
+
+    url = "https://shop.example.com/ld/product/5?colour=red&size=m"
+    batch = WarcBatch("saved_page", "a.warc.gz", first_in_file=True)
+    for version in (b"old", b"new"):  # fetched twice in one run: the later is the page as it is now
+        body = b'<script type="application/ld+json">{"@type": "Product", "name": "%s"}</script>' % version
+        batch.add(page(url, body), payload_digest(body), None)
+    revisited = "https://shop.example.com/ld/product/6"
+    original = Original(revisited, "2026-12-06T00:00:00.000000Z", PayloadLocation("file:///earlier.warc.gz", 0, 1))
+    batch.add(page(revisited, b"same"), payload_digest(b"same"), original)
+    warc = tmp_path / "a.warc.gz"
+    warc.write_bytes(batch.data())
+    (tmp_path / "saved.yaml").write_text(SOURCE)
+    source = str(tmp_path / "saved.yaml")
+    assert main(["try", source, "https://WWW.shop.example.com/ld/product/5?size=m&colour=red", "--warc", str(warc),
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["render"] == "warc" and report["url"] == url and report["record"]["title"] == "new"
+    assert main(["try", source, revisited, "--warc", str(warc)]) == 2
+    error = capsys.readouterr().err
+    assert "only a revisit" in error and "2026-12-06T00:00:00.000000Z" in error
+    assert main(["try", source, "https://shop.example.com/ld/product/7", "--warc", str(warc)]) == 2
+    assert "no response of https://shop.example.com/ld/product/7" in capsys.readouterr().err

@@ -16,7 +16,8 @@ import pytest
 from harvester.config import SourceConfig
 from harvester.scraping import Exchange
 from harvester.storage import ArchivedPage, ArchiveIndex, ArchiveWriter, cdxj_line
-from harvester.storage.archive_index import media_type, surt_key
+from harvester.storage.archive_index import media_type
+from harvester.urls import surt_key
 
 from tests.fixtures.servers import VENV_BIN
 

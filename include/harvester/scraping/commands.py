@@ -88,22 +88,43 @@ def saved_page(path: Path, url: str, cap: int) -> Any:
 
 
 def warc_page(path: Path, url: str | None) -> Any:
-    """The response record of ``url`` in a WARC file (its first response when ``url`` is None), as if fetched;
-    None when the file holds no response of that URL. Read with warcio, the archive's own library."""
+    """The latest response record of ``url`` in a WARC file (its first response when ``url`` is None), as if
+    fetched. The URL is looked up as web archives do, by its SURT key (:func:`harvester.urls.surt_key`: query
+    parameters in any order, ``www.``, the host's case), a record of exactly that URL preferred. Raises
+    :class:`LookupError` saying why when the file holds none: no record of the URL, or only a revisit (its payload
+    is in an earlier file: a later run of an unchanged page). Read with warcio, the archive's own library."""
     from warcio.archiveiterator import ArchiveIterator
 
     from harvester.scraping.fetching import FetchResult, decode_text
+    from harvester.urls import surt_key
 
+    key = None if url is None else surt_key(url)
+    found: tuple[bool, str, int, str, bytes] | None = None  # (exact, target, status, content type, body)
+    revisit: tuple[str, str] | None = None  # (the revisited URL, the date of the copy it names)
     with path.open("rb") as handle:
         for record in ArchiveIterator(handle):
-            target = record.rec_headers.get_header("WARC-Target-URI")
-            if record.rec_type != "response" or record.http_headers is None or (url is not None and target != url):
+            target = record.rec_headers.get_header("WARC-Target-URI") or ""
+            if record.rec_type not in ("response", "revisit") or record.http_headers is None:
                 continue
-            body = record.content_stream().read()
-            content_type = record.http_headers.get_header("Content-Type") or ""
-            return FetchResult(target, "ok", final_url=target, status=int(record.http_headers.get_statuscode()),
-                               text=decode_text(body, content_type), content_type=content_type, size=len(body))
-    return None
+            exact = target == url
+            if url is not None and not exact and surt_key(target) != key:
+                continue
+            if record.rec_type == "revisit":
+                revisit = (target, record.rec_headers.get_header("WARC-Refers-To-Date") or "an earlier time")
+                continue
+            if found is None or exact or not found[0]:  # the latest of the best match
+                found = (exact, target, int(record.http_headers.get_statuscode()),
+                         record.http_headers.get_header("Content-Type") or "", record.content_stream().read())
+            if url is None:
+                break
+    if found is None:
+        if revisit is not None:
+            raise LookupError(f"{path} holds only a revisit of {revisit[0]}: the same page as archived at "
+                              f"{revisit[1]}, whose payload is in an earlier file (harvester replay serves it)")
+        raise LookupError(f"no response of {url or 'any URL'} in {path}")
+    _, target, status, content_type, body = found
+    return FetchResult(target, "ok", final_url=target, status=status, text=decode_text(body, content_type),
+                       content_type=content_type, size=len(body))
 
 
 def _traces(extraction: Any) -> dict[str, Any]:
@@ -257,9 +278,13 @@ def _try(args: argparse.Namespace) -> int:
             return 2
     fetched = None
     if args.warc is not None:
-        fetched = warc_page(args.warc, args.url) if args.warc.is_file() else None
-        if fetched is None:
-            print(f"harvester try: no response of {args.url or 'any URL'} in {args.warc}", file=sys.stderr)
+        if not args.warc.is_file():
+            print(f"harvester try: no such file: {args.warc}", file=sys.stderr)
+            return 2
+        try:
+            fetched = warc_page(args.warc, args.url)
+        except LookupError as error:
+            print(f"harvester try: {error}", file=sys.stderr)
             return 2
         url = fetched.url
     if url is None:

@@ -27,6 +27,7 @@ from pymongo.errors import AutoReconnect, OperationFailure
 
 from harvester.errors import mongo_storage_errors
 from harvester.settings import HarvesterSettings
+from harvester.urls import surt_key
 
 ARCHIVE_INDEX_COLLECTION = "archive_index"
 # The kind of a row of a response a browser page's data came from (its JSON responses): archived and replayed by
@@ -130,20 +131,6 @@ def media_type(headers: Iterable[tuple[str, str]]) -> str | None:
 
 
 _MEDIA_TYPE_END = re.compile(r"[;\s]")
-
-
-def surt_key(url: str) -> str:
-    """The key web archives sort and look a URL up by: the Internet Archive's Sort-friendly URI Reordering
-    Transform, from the ``surt`` package that pywb and cdxj-indexer use (``com,example)/shop?a=1&b=2``). Why not our
-    own: their key is a canonical form as well as a reordering (``www2.`` dropped, query parameters sorted, session
-    ids cut, escapes decoded, the host in IDNA), and a key spelled otherwise is a page pywb cannot find. A URL the
-    package cannot read (a port past 65535) is its own key, as cdxj-indexer keys it."""
-    import surt
-
-    try:
-        return surt.surt(url)
-    except (ValueError, UnicodeError):
-        return url
 
 
 def cdxj_line(row: dict[str, Any], location: str | None = None) -> str:
