@@ -19,6 +19,7 @@ from harvester.storage import ArchivedPage, ArchiveIndex, ArchiveWriter, cdxj_li
 from harvester.storage.archive_index import media_type
 from harvester.urls import surt_key
 
+from tests.corpora import corpus_file
 from tests.fixtures.servers import VENV_BIN
 
 pytestmark = pytest.mark.integration
@@ -86,6 +87,41 @@ def test_the_cdxj_export_reads_as_pywbs_indexer_reads_the_warc_files(mongo_serve
     assert kinds.count("warc/revisit") == len(URLS)  # the second run: every page a revisit (one of them a 304)
     originals = {entry["refers_to"] for _, _, entry in ours.values() if "refers_to" in entry}
     assert len(originals) == 1 and originals < {name for name, _ in ours}  # the first run's file, by the same name
+
+
+def test_real_product_pages_export_as_pywbs_indexer_reads_them(mongo_server, mongo_database, tmp_path) -> None:
+    """The 140 pages of Zyte's product benchmark (62 hosts, ``../shared/corpora``) archived under their own URLs as
+    the fetcher would ask for them (canonical: tracking parameters and fragments dropped), 0.6 MB of HTML a page:
+    every line of the export is the line cdxj-indexer reads from the files."""
+    import gzip
+
+    from harvester.urls import canonicalise_url
+
+    truth = json.loads(corpus_file("zyte-products/ground-truth.json").read_text())
+    folder = corpus_file("zyte-products/README.md").parent / "html"
+    location = tmp_path / "archive"
+    source = SourceConfig.model_validate({
+        "name": "real", "input": {"seeds": ["https://shop.example/"]}, "attributes": {"title": {"css": "h1"}},
+        "output": {"archive": {"enabled": True, "location": f"file://{location}"}}})
+    pages = [ArchivedPage(f"task-{number}", "one", url, Exchange(
+        "GET", url, (("User-Agent", "Harvester"),), 200, (("Content-Type", "text/html; charset=utf-8"),),
+        gzip.decompress((folder / f"{name}.html.gz").read_bytes())), MOMENT)
+        for number, (name, facts) in enumerate(sorted(truth.items()))
+        if (url := canonicalise_url(facts["url"])) is not None]
+    index = ArchiveIndex(mongo_server.client()[mongo_database])
+    writer = ArchiveWriter(index, "file:///unused", 30.0, 0.0)
+    try:
+        for start in range(0, len(pages), 16):  # waves of 16, as a worker archives them
+            writer.archive(source, pages[start:start + 16])
+    finally:
+        writer.close()
+    ours = lines_by_record(sorted(cdxj_line(row, f"file://{location}") for row in index.rows("real")))
+    files = sorted(str(path) for path in Path(location).rglob("*.warc.gz"))
+    indexed = subprocess.run([str(VENV_BIN / "cdxj-indexer"), "--dir-root", str(location), *files],
+                             capture_output=True, text=True, timeout=300)
+    assert indexed.returncode == 0, indexed.stderr
+    reference = lines_by_record([line for line in indexed.stdout.splitlines() if line.strip()])
+    assert len(pages) == len(truth) == len(ours) and ours == reference
 
 
 def test_a_url_the_surt_package_cannot_read_is_its_own_key_and_a_row_without_a_media_type_has_no_mime() -> None:
