@@ -54,26 +54,36 @@ def lines_by_record(lines: list[str]) -> dict[tuple[str, int], tuple[str, str, d
     return parsed
 
 
-def test_the_cdxj_export_reads_as_pywbs_indexer_reads_the_warc_files(mongo_server, mongo_database, tmp_path) -> None:
-    location = tmp_path / "archive"
+Lines = dict[tuple[str, int], tuple[str, str, dict[str, Any]]]
+
+
+def archived_and_indexed(mongo_server, mongo_database: str, location: Path, name: str,
+                         waves: list[list[ArchivedPage]]) -> tuple[Lines, Lines]:
+    """``waves`` archived by ``ArchiveWriter`` under ``location``, one call each, as a worker's batches: the export's
+    lines (files named under the location) and cdxj-indexer's of the same files (``--dir-root`` the location)."""
     source = SourceConfig.model_validate({
-        "name": "shop", "input": {"seeds": ["http://shop.example/"]}, "attributes": {"title": {"css": "h1"}},
+        "name": name, "input": {"seeds": ["http://shop.example/"]}, "attributes": {"title": {"css": "h1"}},
         "output": {"archive": {"enabled": True, "location": f"file://{location}"}}})
     index = ArchiveIndex(mongo_server.client()[mongo_database])
     writer = ArchiveWriter(index, "file:///unused", 30.0, 0.0)
     try:
-        writer.archive(source, [archived(url, number, "one") for number, url in enumerate(URLS)])
-        later = MOMENT + timedelta(days=1)  # the same payloads again (revisits), and a 304
-        writer.archive(source, [archived(url, number, "two", 304 if number == 0 else 200, later)
-                                for number, url in enumerate(URLS)])
+        for wave in waves:
+            writer.archive(source, wave)
     finally:
         writer.close()
-    ours = lines_by_record(sorted(cdxj_line(row, f"file://{location}") for row in index.rows("shop")))
-    files = sorted(str(path) for path in Path(location).rglob("*.warc.gz"))
+    ours = lines_by_record(sorted(cdxj_line(row, f"file://{location}") for row in index.rows(name)))
+    files = sorted(str(path) for path in location.rglob("*.warc.gz"))
     indexed = subprocess.run([str(VENV_BIN / "cdxj-indexer"), "--dir-root", str(location), *files],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=300)
     assert indexed.returncode == 0, indexed.stderr
-    reference = lines_by_record([line for line in indexed.stdout.splitlines() if line.strip()])
+    return ours, lines_by_record([line for line in indexed.stdout.splitlines() if line.strip()])
+
+
+def test_the_cdxj_export_reads_as_pywbs_indexer_reads_the_warc_files(mongo_server, mongo_database, tmp_path) -> None:
+    later = MOMENT + timedelta(days=1)  # the same payloads again (revisits), and a 304
+    ours, reference = archived_and_indexed(mongo_server, mongo_database, tmp_path / "archive", "shop", [
+        [archived(url, number, "one") for number, url in enumerate(URLS)],
+        [archived(url, number, "two", 304 if number == 0 else 200, later) for number, url in enumerate(URLS)]])
     assert len(ours) == 2 * len(URLS) and set(ours) == set(reference)
     differences, kinds = [], []
     for record, (key, timestamp, entry) in sorted(ours.items()):
@@ -99,28 +109,13 @@ def test_real_product_pages_export_as_pywbs_indexer_reads_them(mongo_server, mon
 
     truth = json.loads(corpus_file("zyte-products/ground-truth.json").read_text())
     folder = corpus_file("zyte-products/README.md").parent / "html"
-    location = tmp_path / "archive"
-    source = SourceConfig.model_validate({
-        "name": "real", "input": {"seeds": ["https://shop.example/"]}, "attributes": {"title": {"css": "h1"}},
-        "output": {"archive": {"enabled": True, "location": f"file://{location}"}}})
     pages = [ArchivedPage(f"task-{number}", "one", url, Exchange(
         "GET", url, (("User-Agent", "Harvester"),), 200, (("Content-Type", "text/html; charset=utf-8"),),
         gzip.decompress((folder / f"{name}.html.gz").read_bytes())), MOMENT)
         for number, (name, facts) in enumerate(sorted(truth.items()))
         if (url := canonicalise_url(facts["url"])) is not None]
-    index = ArchiveIndex(mongo_server.client()[mongo_database])
-    writer = ArchiveWriter(index, "file:///unused", 30.0, 0.0)
-    try:
-        for start in range(0, len(pages), 16):  # waves of 16, as a worker archives them
-            writer.archive(source, pages[start:start + 16])
-    finally:
-        writer.close()
-    ours = lines_by_record(sorted(cdxj_line(row, f"file://{location}") for row in index.rows("real")))
-    files = sorted(str(path) for path in Path(location).rglob("*.warc.gz"))
-    indexed = subprocess.run([str(VENV_BIN / "cdxj-indexer"), "--dir-root", str(location), *files],
-                             capture_output=True, text=True, timeout=300)
-    assert indexed.returncode == 0, indexed.stderr
-    reference = lines_by_record([line for line in indexed.stdout.splitlines() if line.strip()])
+    ours, reference = archived_and_indexed(mongo_server, mongo_database, tmp_path / "archive", "real",
+                                           [pages[start:start + 16] for start in range(0, len(pages), 16)])
     assert len(pages) == len(truth) == len(ours) and ours == reference
 
 
