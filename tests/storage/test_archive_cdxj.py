@@ -35,6 +35,7 @@ URLS = (
     "https://shop.example:443/p?utm_source=mail&id=3",
 )
 FIELDS = ("url", "mime", "status", "digest", "length", "offset", "filename")
+Lines = dict[tuple[str, int], tuple[str, str, dict[str, Any]]]  # (file name, offset) -> (key, timestamp, fields)
 
 
 def archived(url: str, number: int, run: str, status: int = 200, moment: datetime = MOMENT) -> ArchivedPage:
@@ -44,7 +45,7 @@ def archived(url: str, number: int, run: str, status: int = 200, moment: datetim
         moment)
 
 
-def lines_by_record(lines: list[str]) -> dict[tuple[str, int], tuple[str, str, dict[str, Any]]]:
+def lines_by_record(lines: list[str]) -> Lines:
     """CDXJ lines by (file name, offset): (SURT key, timestamp, fields)."""
     parsed = {}
     for line in lines:
@@ -52,9 +53,6 @@ def lines_by_record(lines: list[str]) -> dict[tuple[str, int], tuple[str, str, d
         entry = json.loads(fields)
         parsed[(entry["filename"], int(entry["offset"]))] = (key, timestamp, entry)
     return parsed
-
-
-Lines = dict[tuple[str, int], tuple[str, str, dict[str, Any]]]
 
 
 def archived_and_indexed(mongo_server, mongo_database: str, location: Path, name: str,
